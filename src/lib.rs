@@ -5,3 +5,4 @@
 pub mod assembler;
 pub mod lsn;
 pub mod pgoutput;
+pub mod replication;

@@ -1,0 +1,455 @@
+//! Pre-flight checks of the slot and the publication, run as simple SQL on
+//! the replication connection itself (a `replication=database` walsender
+//! accepts simple queries since PostgreSQL 10), and the quoting the relay's
+//! SQL and replication commands use.
+//!
+//! Role: turn "the stream would fail later, or worse, silently read
+//! nothing" into a fatal error up front that names the object and the fix
+//! (design invariant 8): a missing slot is never created here, a slot whose
+//! WAL is lost is never used, a slot another process reads is never shared.
+//!
+//! Invariants: slot names are validated to PostgreSQL's own rule
+//! (`[a-z0-9_]{1,63}`) before they reach any command; every other name is
+//! quoted, never interpolated raw. Columns that only newer servers have
+//! (`conflicting` 16+, `invalidation_reason` 17+) are read through
+//! `to_jsonb(row)`, so one query works on every supported version.
+
+use std::time::Duration;
+
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::message::backend::Message;
+use postgres_protocol::message::frontend;
+use serde::Deserialize;
+
+use super::auth::{read_message, server_error};
+use super::error::{ReplicationError, ServerError};
+use super::socket::FramedSocket;
+use crate::lsn::Lsn;
+
+/// PostgreSQL's `NAMEDATALEN - 1`.
+const MAX_NAME_LEN: usize = 63;
+
+/// Rejects what PostgreSQL would reject as a slot name (see
+/// `ReplicationSlotValidateName`), so the name can appear in commands unquoted
+/// and in fix hints verbatim.
+pub fn validate_slot_name(slot: &str) -> Result<(), ReplicationError> {
+    let reason = if slot.is_empty() {
+        "it is empty"
+    } else if slot.len() > MAX_NAME_LEN {
+        "it is longer than 63 bytes"
+    } else if !slot
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    {
+        "PostgreSQL allows only lower case letters, digits and underscores"
+    } else {
+        return Ok(());
+    };
+    Err(ReplicationError::InvalidSlotName {
+        slot: slot.to_owned(),
+        reason,
+    })
+}
+
+/// `"name"`, with embedded double quotes doubled: an SQL identifier that
+/// keeps its exact spelling (case included).
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// An SQL string literal that means the same whatever
+/// `standard_conforming_strings` is: `E'...'` with `\` and `'` doubled.
+pub fn quote_literal(value: &str) -> String {
+    format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
+}
+
+/// An identifier as an operator would type it in a fix hint: bare when that
+/// means the same, quoted otherwise (upper case, punctuation, the reserved
+/// words a role or publication is most likely to be named after).
+pub fn display_ident(name: &str) -> String {
+    const RESERVED: [&str; 9] = [
+        "all",
+        "current_role",
+        "current_user",
+        "group",
+        "none",
+        "public",
+        "role",
+        "session_user",
+        "user",
+    ];
+    let bare = name
+        .bytes()
+        .next()
+        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+        && !RESERVED.contains(&name);
+    if bare {
+        name.to_owned()
+    } else {
+        quote_ident(name)
+    }
+}
+
+/// A string literal for the replication command grammar, whose scanner knows
+/// only `''` as an escape (no `E''`, no backslashes).
+fn quote_replication_literal(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "''"))
+}
+
+/// `START_REPLICATION` from the slot's own position. Always `0/0`: the server
+/// then starts at the slot's `confirmed_flush_lsn` (design invariant 3), never
+/// at a position we computed. `publication_names` is parsed by the server as
+/// an identifier list, so the name is quoted as an identifier inside the
+/// literal: this keeps upper case and commas intact.
+pub fn start_replication_command(slot: &str, publication: &str) -> String {
+    format!(
+        "START_REPLICATION SLOT {} LOGICAL 0/0 (proto_version '1', publication_names {}, \
+         messages 'true')",
+        quote_ident(slot),
+        quote_replication_literal(&quote_ident(publication)),
+    )
+}
+
+/// `pg_replication_slots`, as far as the checks need it.
+#[derive(Debug, Deserialize)]
+struct SlotRow {
+    slot_type: String,
+    plugin: Option<String>,
+    database: Option<String>,
+    active: bool,
+    active_pid: Option<i32>,
+    wal_status: Option<String>,
+    confirmed_flush_lsn: Option<String>,
+    /// PostgreSQL 16+.
+    conflicting: Option<bool>,
+    /// PostgreSQL 17+.
+    invalidation_reason: Option<String>,
+}
+
+/// What the checks learned, for the stream.
+#[derive(Debug, Clone, Copy)]
+pub struct CatalogState {
+    /// The slot's `confirmed_flush_lsn` at connect: where the stream starts.
+    pub confirmed_flush: Lsn,
+    /// `wal_sender_timeout`; `None` when disabled (0).
+    pub wal_sender_timeout: Option<Duration>,
+}
+
+/// Checks slot and publication and reads `wal_sender_timeout`.
+pub async fn check(
+    socket: &mut FramedSocket,
+    slot: &str,
+    publication: &str,
+    target: &str,
+) -> Result<CatalogState, ReplicationError> {
+    let confirmed_flush = check_slot(socket, slot, target).await?;
+    check_publication(socket, publication, target).await?;
+    let wal_sender_timeout = wal_sender_timeout(socket, target).await?;
+    Ok(CatalogState {
+        confirmed_flush,
+        wal_sender_timeout,
+    })
+}
+
+async fn check_slot(
+    socket: &mut FramedSocket,
+    slot: &str,
+    target: &str,
+) -> Result<Lsn, ReplicationError> {
+    let sql = format!(
+        "SELECT current_database(), (SELECT to_jsonb(s)::text FROM pg_replication_slots s \
+         WHERE s.slot_name = {})",
+        quote_literal(slot)
+    );
+    let rows = simple_query(socket, &sql, target, "checking the replication slot").await?;
+    let (database, json) = match rows.as_slice() {
+        [row] if row.len() == 2 => (row[0].clone().unwrap_or_default(), row[1].as_deref()),
+        _ => return Err(unexpected_shape(target, "checking the replication slot")),
+    };
+    let Some(json) = json else {
+        return Err(ReplicationError::SlotMissing {
+            slot: slot.to_owned(),
+            database,
+        });
+    };
+    let row: SlotRow = serde_json::from_str(json).map_err(|e| ReplicationError::Protocol {
+        target: target.to_owned(),
+        action: "checking the replication slot",
+        reason: format!("pg_replication_slots row: {e}"),
+    })?;
+    evaluate_slot(slot, &database, row).map_err(|error| match error {
+        ReplicationError::Protocol { action, reason, .. } => ReplicationError::Protocol {
+            target: target.to_owned(),
+            action,
+            reason,
+        },
+        other => other,
+    })
+}
+
+/// The slot checks, in the order an operator should fix things.
+fn evaluate_slot(slot: &str, database: &str, row: SlotRow) -> Result<Lsn, ReplicationError> {
+    let plugin = row.plugin.unwrap_or_default();
+    if row.slot_type != "logical" || plugin != "pgoutput" {
+        return Err(ReplicationError::SlotNotPgoutput {
+            slot: slot.to_owned(),
+            slot_type: row.slot_type,
+            plugin,
+        });
+    }
+    if let Some(slot_database) = row.database.filter(|d| d != database) {
+        return Err(ReplicationError::SlotWrongDatabase {
+            slot: slot.to_owned(),
+            slot_database,
+            database: database.to_owned(),
+        });
+    }
+    let wal_status = row.wal_status.unwrap_or_else(|| "unknown".to_owned());
+    let reason = match (&row.invalidation_reason, row.conflicting) {
+        (Some(reason), _) => Some(format!(", invalidation_reason = {reason}")),
+        (None, Some(true)) => Some(", conflicting = true".to_owned()),
+        _ if wal_status == "lost" => Some(String::new()),
+        _ => None,
+    };
+    if let Some(reason) = reason {
+        return Err(ReplicationError::SlotInvalidated {
+            slot: slot.to_owned(),
+            wal_status,
+            reason,
+        });
+    }
+    if row.active {
+        return Err(ReplicationError::SlotInUse {
+            slot: slot.to_owned(),
+            active_pid: row.active_pid,
+        });
+    }
+    match row.confirmed_flush_lsn {
+        Some(lsn) => lsn.parse().map_err(|e| ReplicationError::Protocol {
+            target: String::new(),
+            action: "checking the replication slot",
+            reason: format!("confirmed_flush_lsn: {e}"),
+        }),
+        None => Ok(Lsn::ZERO),
+    }
+}
+
+async fn check_publication(
+    socket: &mut FramedSocket,
+    publication: &str,
+    target: &str,
+) -> Result<(), ReplicationError> {
+    let sql = format!(
+        "SELECT current_database(), (SELECT pubinsert::text FROM pg_publication \
+         WHERE pubname = {})",
+        quote_literal(publication)
+    );
+    let rows = simple_query(socket, &sql, target, "checking the publication").await?;
+    let (database, pubinsert) = match rows.as_slice() {
+        [row] if row.len() == 2 => (row[0].clone().unwrap_or_default(), row[1].as_deref()),
+        _ => return Err(unexpected_shape(target, "checking the publication")),
+    };
+    match pubinsert {
+        None => Err(ReplicationError::PublicationMissing {
+            publication: publication.to_owned(),
+            database,
+        }),
+        Some("true") => Ok(()),
+        Some(_) => Err(ReplicationError::PublicationWithoutInserts {
+            publication: publication.to_owned(),
+        }),
+    }
+}
+
+/// `wal_sender_timeout` in milliseconds from `pg_settings` (unit-free,
+/// unlike `SHOW`, which prints `1min`).
+async fn wal_sender_timeout(
+    socket: &mut FramedSocket,
+    target: &str,
+) -> Result<Option<Duration>, ReplicationError> {
+    let action = "reading wal_sender_timeout";
+    let rows = simple_query(
+        socket,
+        "SELECT setting FROM pg_settings WHERE name = 'wal_sender_timeout'",
+        target,
+        action,
+    )
+    .await?;
+    let millis: u64 = rows
+        .first()
+        .and_then(|row| row.first())
+        .and_then(|value| value.as_deref())
+        .and_then(|value| value.parse().ok())
+        .ok_or_else(|| unexpected_shape(target, action))?;
+    Ok((millis > 0).then(|| Duration::from_millis(millis)))
+}
+
+fn unexpected_shape(target: &str, action: &'static str) -> ReplicationError {
+    ReplicationError::Protocol {
+        target: target.to_owned(),
+        action,
+        reason: "unexpected result shape".into(),
+    }
+}
+
+/// Runs one simple query and returns its rows as text.
+pub async fn simple_query(
+    socket: &mut FramedSocket,
+    sql: &str,
+    target: &str,
+    action: &'static str,
+) -> Result<Vec<Vec<Option<String>>>, ReplicationError> {
+    frontend::query(sql, socket.write_buf()).map_err(|e| ReplicationError::Protocol {
+        target: target.to_owned(),
+        action,
+        reason: e.to_string(),
+    })?;
+    socket
+        .flush()
+        .await
+        .map_err(|source| ReplicationError::Io {
+            target: target.to_owned(),
+            action,
+            source,
+        })?;
+    let mut rows = Vec::new();
+    let mut failure: Option<ServerError> = None;
+    loop {
+        match read_message(socket, target, action).await? {
+            Message::DataRow(body) => {
+                let buffer = body.buffer();
+                let row = body
+                    .ranges()
+                    .map(
+                        |range| Ok(range.map(|r| String::from_utf8_lossy(&buffer[r]).into_owned())),
+                    )
+                    .collect()
+                    .map_err(|e| ReplicationError::Protocol {
+                        target: target.to_owned(),
+                        action,
+                        reason: format!("DataRow: {e}"),
+                    })?;
+                rows.push(row);
+            }
+            Message::ErrorResponse(body) => failure = Some(server_error(&body)),
+            Message::ReadyForQuery(_) => break,
+            // RowDescription, CommandComplete, EmptyQueryResponse, notices and
+            // parameter changes carry nothing the checks need.
+            _ => {}
+        }
+    }
+    match failure {
+        Some(server) => Err(ReplicationError::Server {
+            target: target.to_owned(),
+            action,
+            server: Box::new(server),
+        }),
+        None => Ok(rows),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replication::ErrorKind;
+
+    fn row(json: &str) -> SlotRow {
+        serde_json::from_str(json).unwrap()
+    }
+
+    const HEALTHY: &str = r#"{"slot_name":"s","plugin":"pgoutput","slot_type":"logical",
+        "datoid":5,"database":"app","temporary":false,"active":false,"active_pid":null,
+        "xmin":null,"catalog_xmin":"740","restart_lsn":"0/1549D48",
+        "confirmed_flush_lsn":"0/1549D80","wal_status":"reserved","safe_wal_size":null,
+        "two_phase":false}"#;
+
+    #[test]
+    fn healthy_slot_yields_its_confirmed_flush_lsn() {
+        let lsn = evaluate_slot("s", "app", row(HEALTHY)).unwrap();
+        assert_eq!(lsn, "0/1549D80".parse().unwrap());
+    }
+
+    #[test]
+    fn slot_problems_are_named() {
+        let cases = [
+            (
+                HEALTHY.replace("pgoutput", "wal2json"),
+                "wal2json",
+                ErrorKind::Fatal,
+            ),
+            (
+                HEALTHY.replace("\"app\"", "\"other\""),
+                "other",
+                ErrorKind::Fatal,
+            ),
+            (
+                HEALTHY.replace("reserved", "lost"),
+                "lost",
+                ErrorKind::Fatal,
+            ),
+            (
+                HEALTHY.replace(
+                    "\"two_phase\"",
+                    r#""invalidation_reason":"wal_removed","x""#,
+                ),
+                "wal_removed",
+                ErrorKind::Fatal,
+            ),
+            (
+                HEALTHY.replace("\"two_phase\"", r#""conflicting":true,"x""#),
+                "conflicting",
+                ErrorKind::Fatal,
+            ),
+            (
+                HEALTHY.replace(
+                    r#""active":false,"active_pid":null"#,
+                    r#""active":true,"active_pid":4242"#,
+                ),
+                "4242",
+                ErrorKind::SlotBusy,
+            ),
+        ];
+        for (json, needle, kind) in cases {
+            let err = evaluate_slot("s", "app", row(&json)).unwrap_err();
+            assert_eq!(err.kind(), kind, "{err}");
+            assert!(err.to_string().contains(needle), "{err}");
+            assert!(err.to_string().contains("\"s\""), "{err}");
+        }
+    }
+
+    #[test]
+    fn invalidated_slot_says_recreate_and_republish() {
+        let err = evaluate_slot("s", "app", row(&HEALTHY.replace("reserved", "lost"))).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("wal_status = lost") && text.contains("recreate"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn slot_names_follow_postgresql_rules() {
+        assert!(validate_slot_name("outbox_relay_1").is_ok());
+        for bad in ["", "Outbox", "a-b", "x'y", &"a".repeat(64)] {
+            let err = validate_slot_name(bad).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::Fatal);
+        }
+    }
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote_ident(r#"My"Pub"#), r#""My""Pub""#);
+        assert_eq!(display_ident("relay_1"), "relay_1");
+        assert_eq!(display_ident("Relay"), "\"Relay\"");
+        assert_eq!(display_ident("user"), "\"user\"");
+        assert_eq!(quote_literal(r"it's a \ back"), r"E'it''s a \\ back'");
+        assert_eq!(
+            start_replication_command("s", "Out'box"),
+            "START_REPLICATION SLOT \"s\" LOGICAL 0/0 (proto_version '1', publication_names \
+             '\"Out''box\"', messages 'true')"
+        );
+    }
+}

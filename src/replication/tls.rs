@@ -1,0 +1,195 @@
+//! TLS for the replication connection, following libpq's `sslmode`.
+//!
+//! Role: turn a connected TCP stream into the [`Socket`] the connection runs
+//! on: send SSLRequest, read the server's one-byte answer, and run the
+//! OpenSSL handshake with the verification the mode asks for.
+//!
+//! Invariants (libpq's, relied on by users who copy their conninfo):
+//! * `disable` never sends SSLRequest; `prefer` falls back to plain only when
+//!   the server answers `N`, never after a failed handshake;
+//! * `require` without `sslrootcert` encrypts but does not verify; with
+//!   `sslrootcert` it verifies the chain (as `verify-ca`);
+//! * `verify-full` checks the certificate against `host` (DNS name or IP),
+//!   not `hostaddr`, so a certificate for another name is refused even when
+//!   the address is right;
+//! * exactly one byte is read after SSLRequest before the handshake, so
+//!   nothing a man in the middle sends ahead of it is taken as plaintext
+//!   (CVE-2021-23222).
+
+use std::path::Path;
+use std::pin::Pin;
+
+use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
+use openssl::x509::X509VerifyResult;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_openssl::SslStream;
+
+use super::conninfo::{SslMode, TlsSettings};
+use super::error::ReplicationError;
+use super::socket::Socket;
+
+/// How much of the server certificate to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verify {
+    Nothing,
+    Chain,
+    ChainAndHost,
+}
+
+fn verification(settings: &TlsSettings) -> Verify {
+    match settings.mode {
+        SslMode::Disable | SslMode::Prefer => Verify::Nothing,
+        SslMode::Require if settings.root_cert.is_some() => Verify::Chain,
+        SslMode::Require => Verify::Nothing,
+        SslMode::VerifyCa => Verify::Chain,
+        SslMode::VerifyFull => Verify::ChainAndHost,
+    }
+}
+
+/// Negotiates TLS on `tcp` per `settings`. `server_name` is the conninfo's
+/// `host` (or `hostaddr` when there is no host); `target` names the endpoint
+/// in errors.
+pub async fn establish(
+    mut tcp: TcpStream,
+    settings: &TlsSettings,
+    server_name: &str,
+    target: &str,
+) -> Result<Socket, ReplicationError> {
+    if settings.mode == SslMode::Disable {
+        return Ok(Socket::Tcp(tcp));
+    }
+    // Build the connector first: a bad sslrootcert is a configuration error
+    // and should be reported as such, not after a round trip.
+    let connector = connector(settings, target)?;
+
+    let io_error = |action, source| ReplicationError::Io {
+        target: target.to_owned(),
+        action,
+        source,
+    };
+    let mut request = bytes::BytesMut::new();
+    postgres_protocol::message::frontend::ssl_request(&mut request);
+    tcp.write_all(&request)
+        .await
+        .map_err(|e| io_error("sending SSLRequest", e))?;
+    let answer = tcp
+        .read_u8()
+        .await
+        .map_err(|e| io_error("reading the answer to SSLRequest", e))?;
+    match answer {
+        b'S' => {}
+        b'N' if settings.mode == SslMode::Prefer => return Ok(Socket::Tcp(tcp)),
+        b'N' => {
+            return Err(ReplicationError::TlsNotOffered {
+                target: target.to_owned(),
+                sslmode: settings.mode.as_str(),
+            });
+        }
+        other => {
+            return Err(ReplicationError::Protocol {
+                target: target.to_owned(),
+                action: "negotiating TLS",
+                reason: format!("answer {other:#04x} to SSLRequest, expected 'S' or 'N'"),
+            });
+        }
+    }
+
+    let tls_error = |reason: String| ReplicationError::Tls {
+        target: target.to_owned(),
+        reason,
+    };
+    let mut config = connector
+        .configure()
+        .map_err(|e| tls_error(e.to_string()))?;
+    config.set_verify_hostname(verification(settings) == Verify::ChainAndHost);
+    let ssl = config
+        .into_ssl(server_name)
+        .map_err(|e| tls_error(e.to_string()))?;
+    let mut stream = SslStream::new(ssl, tcp).map_err(|e| tls_error(e.to_string()))?;
+    if let Err(error) = Pin::new(&mut stream).connect().await {
+        let verify = stream.ssl().verify_result();
+        if verify != X509VerifyResult::OK {
+            return Err(ReplicationError::TlsVerify {
+                target: target.to_owned(),
+                server_name: server_name.to_owned(),
+                reason: verify.error_string().to_owned(),
+            });
+        }
+        return Err(match error.into_io_error() {
+            // Reset or EOF mid-handshake: the network, not the configuration.
+            Ok(io) => io_error("in the TLS handshake", io),
+            Err(error) => tls_error(error.to_string()),
+        });
+    }
+    Ok(Socket::Tls(Box::new(stream)))
+}
+
+fn connector(settings: &TlsSettings, target: &str) -> Result<SslConnector, ReplicationError> {
+    let error =
+        |what: &str, path: Option<&Path>, e: openssl::error::ErrorStack| ReplicationError::Tls {
+            target: target.to_owned(),
+            reason: match path {
+                Some(p) => format!("cannot load {what} {}: {e}", p.display()),
+                None => format!("cannot set up TLS: {e}"),
+            },
+        };
+    let mut builder =
+        SslConnector::builder(SslMethod::tls_client()).map_err(|e| error("", None, e))?;
+    match verification(settings) {
+        Verify::Nothing => builder.set_verify(SslVerifyMode::NONE),
+        Verify::Chain | Verify::ChainAndHost => {
+            builder.set_verify(SslVerifyMode::PEER);
+            // Without sslrootcert the system trust store (set by
+            // `SslConnector::builder`) applies.
+            if let Some(root) = &settings.root_cert {
+                builder
+                    .set_ca_file(root)
+                    .map_err(|e| error("sslrootcert", Some(root), e))?;
+            }
+        }
+    }
+    if let (Some(cert), Some(key)) = (&settings.cert, &settings.key) {
+        builder
+            .set_certificate_chain_file(cert)
+            .map_err(|e| error("sslcert", Some(cert), e))?;
+        builder
+            .set_private_key_file(key, SslFiletype::PEM)
+            .map_err(|e| error("sslkey", Some(key), e))?;
+        builder
+            .check_private_key()
+            .map_err(|e| error("sslkey (does it match sslcert?)", Some(key), e))?;
+    }
+    Ok(builder.build())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn require_with_a_root_cert_verifies_the_chain_like_libpq() {
+        let mut settings = TlsSettings {
+            mode: SslMode::Require,
+            ..TlsSettings::default()
+        };
+        assert_eq!(verification(&settings), Verify::Nothing);
+        settings.root_cert = Some(PathBuf::from("/ca.pem"));
+        assert_eq!(verification(&settings), Verify::Chain);
+        settings.mode = SslMode::VerifyFull;
+        assert_eq!(verification(&settings), Verify::ChainAndHost);
+    }
+
+    #[test]
+    fn a_missing_root_cert_file_is_a_fatal_error_naming_it() {
+        let settings = TlsSettings {
+            mode: SslMode::VerifyFull,
+            root_cert: Some(PathBuf::from("/nonexistent/ca.pem")),
+            ..TlsSettings::default()
+        };
+        let err = connector(&settings, "h:1").err().unwrap();
+        assert_eq!(err.kind(), super::super::ErrorKind::Fatal);
+        assert!(err.to_string().contains("/nonexistent/ca.pem"), "{err}");
+    }
+}
