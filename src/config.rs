@@ -1,0 +1,465 @@
+//! The one relay configuration: loaded from a TOML file and `OUTBOX_RELAY__*`
+//! environment variables, validated once, then handed out as plain values.
+//!
+//! Role: the CLI contract. [`Config::load`] is the only place that touches the
+//! file system, and the environment arrives as an explicit iterator, so the
+//! library never reads process state itself; tests pass variables directly.
+//! `main` may instead call [`Config::figment`], merge flag overrides into it,
+//! and finish with [`Config::from_figment`].
+//!
+//! Invariants:
+//! * Every struct denies unknown keys: a typo is an error naming the key, not
+//!   a silent default.
+//! * A [`Config`] obtained from this module has passed [`Config::validate`];
+//!   each failure is a [`ConfigError::Invalid`] naming the field path and the
+//!   constraint, and producer properties that would weaken the relay's
+//!   guarantees (acks, idempotence, partitioner, ...) are refused with why.
+//! * Secrets never reach `Debug`, `Display` or an error message: the password
+//!   in `postgres.url` and Kafka properties that look secret are shown as
+//!   `***`, and parse errors never quote the offending text.
+
+mod redact;
+mod sources;
+mod validate;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use serde::Deserialize;
+
+use crate::envelope::{ContentMode, DEFAULT_TOPIC_TEMPLATE, EnvelopeSettings};
+
+pub use redact::{is_secret_property, redact_conninfo};
+pub use sources::ENV_PREFIX;
+
+/// A complete, commented example configuration (`relay.example.toml`).
+pub const EXAMPLE_TOML: &str = include_str!("config/relay.example.toml");
+
+/// Why the configuration cannot be used. No variant quotes a secret.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The sources do not deserialize: unknown key, wrong type, bad TOML.
+    #[error("{}", render_problems(.0))]
+    Parse(Vec<ParseProblem>),
+    /// A value deserialized but breaks a rule.
+    #[error("{field}: {constraint}")]
+    Invalid { field: String, constraint: String },
+}
+
+/// One deserialization problem, located by its dotted key path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseProblem {
+    /// Dotted key path (`kafka.linger_ms`); empty for the document itself.
+    pub field: String,
+    pub message: String,
+    /// The file or environment variable the value came from, when known.
+    pub origin: Option<String>,
+}
+
+impl fmt::Display for ParseProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.field.is_empty() {
+            write!(f, "{}: ", self.field)?;
+        }
+        f.write_str(&self.message)?;
+        if let Some(origin) = &self.origin {
+            write!(f, " (in {origin})")?;
+        }
+        Ok(())
+    }
+}
+
+fn render_problems(problems: &[ParseProblem]) -> String {
+    let texts: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    texts.join("; ")
+}
+
+/// The whole configuration. Obtain it through [`Config::load`] or
+/// [`Config::from_figment`], which validate it.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub postgres: PostgresConfig,
+    pub kafka: KafkaConfig,
+    pub cloudevents: CloudEventsConfig,
+    pub relay: RelayConfig,
+}
+
+/// `[postgres]`: where the outbox rows come from.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresConfig {
+    /// libpq URL or key=value conninfo. Holds the password: never log it,
+    /// use [`redact_conninfo`].
+    pub url: String,
+    pub slot: String,
+    pub publication: String,
+    /// `schema.name` or `name` (schema `public`).
+    pub table: String,
+    pub status_interval_secs: u64,
+    pub connect_timeout_secs: u64,
+    /// 0 = no heartbeat.
+    pub heartbeat_interval_secs: u64,
+    pub columns: OutboxColumns,
+    /// Extra column name → Kafka header name.
+    pub header_columns: BTreeMap<String, String>,
+}
+
+impl Default for PostgresConfig {
+    fn default() -> Self {
+        PostgresConfig {
+            url: String::new(),
+            slot: String::new(),
+            publication: String::new(),
+            table: "public.outbox".to_owned(),
+            status_interval_secs: 10,
+            connect_timeout_secs: 10,
+            heartbeat_interval_secs: 30,
+            columns: OutboxColumns::default(),
+            header_columns: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[postgres.columns]`: outbox column names. Defaults match Debezium's
+/// outbox event router. An empty optional column name means "no such column".
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboxColumns {
+    pub id: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    pub payload: String,
+    pub timestamp: String,
+    pub tracing_span_context: String,
+    pub source: Option<String>,
+}
+
+impl Default for OutboxColumns {
+    fn default() -> Self {
+        OutboxColumns {
+            id: "id".to_owned(),
+            aggregate_type: "aggregatetype".to_owned(),
+            aggregate_id: "aggregateid".to_owned(),
+            event_type: "type".to_owned(),
+            payload: "payload".to_owned(),
+            timestamp: "timestamp".to_owned(),
+            tracing_span_context: "tracingspancontext".to_owned(),
+            source: None,
+        }
+    }
+}
+
+/// `[kafka]`: where the events go.
+#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct KafkaConfig {
+    pub brokers: String,
+    /// Topic template; see [`crate::envelope::render_topic`].
+    pub topic: String,
+    pub dlq_topic: String,
+    pub linger_ms: u64,
+    pub message_timeout_ms: u64,
+    pub queue_max_messages: u64,
+    pub shutdown_drain_secs: u64,
+    /// Other librdkafka properties, as text. May hold secrets: see
+    /// [`is_secret_property`].
+    #[serde(deserialize_with = "sources::deserialize_properties")]
+    pub properties: BTreeMap<String, String>,
+}
+
+impl Default for KafkaConfig {
+    fn default() -> Self {
+        KafkaConfig {
+            brokers: String::new(),
+            topic: DEFAULT_TOPIC_TEMPLATE.to_owned(),
+            dlq_topic: "outbox.dlq".to_owned(),
+            linger_ms: 5,
+            message_timeout_ms: 30_000,
+            queue_max_messages: 100_000,
+            shutdown_drain_secs: 30,
+            properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// `[cloudevents]`.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct CloudEventsConfig {
+    pub source: String,
+    pub mode: ContentMode,
+}
+
+/// `[relay]`.
+#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RelayConfig {
+    pub channel_capacity: usize,
+    pub metrics_addr: Option<SocketAddr>,
+    pub log_format: LogFormat,
+}
+
+impl Default for RelayConfig {
+    fn default() -> Self {
+        RelayConfig {
+            channel_capacity: 10_000,
+            metrics_addr: None,
+            log_format: LogFormat::Text,
+        }
+    }
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+impl Config {
+    /// Reads the TOML file at `path` (if any), applies `OUTBOX_RELAY__*`
+    /// variables from `env` over it, and validates the result. `main` passes
+    /// `std::env::vars()`; nothing else in the library reads the environment.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`], [`ConfigError::Parse`], [`ConfigError::Invalid`].
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        Config::from_figment(&Config::figment(path, env)?)
+    }
+
+    /// The layered sources (file, then environment) without extracting them,
+    /// so `main` can merge command-line overrides on top.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] if `path` cannot be read.
+    pub fn figment(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Figment, ConfigError> {
+        let toml = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                Some((text, Some(path.to_owned())))
+            }
+            None => None,
+        };
+        Ok(sources::figment(toml, env))
+    }
+
+    /// Like [`Config::figment`] for TOML text already in memory.
+    pub fn figment_from_str(
+        toml: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Figment {
+        sources::figment(Some((toml.to_owned(), None)), env)
+    }
+
+    /// Extracts and validates.
+    ///
+    /// # Errors
+    /// [`ConfigError::Parse`] or [`ConfigError::Invalid`].
+    pub fn from_figment(figment: &Figment) -> Result<Config, ConfigError> {
+        let config: Config = sources::extract(figment)?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every rule; the first failure names its field and constraint.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`].
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        validate::validate(self)
+    }
+
+    /// The envelope's settings.
+    pub fn envelope_settings(&self) -> EnvelopeSettings {
+        EnvelopeSettings {
+            source: self.cloudevents.source.clone(),
+            mode: self.cloudevents.mode,
+            topic_template: self.kafka.topic.clone(),
+        }
+    }
+}
+
+impl PostgresConfig {
+    /// The outbox table as `(schema, name)`; schema `public` when unqualified.
+    pub fn table_parts(&self) -> (String, String) {
+        match self.table.split_once('.') {
+            Some((schema, name)) => (schema.to_owned(), name.to_owned()),
+            None => ("public".to_owned(), self.table.clone()),
+        }
+    }
+
+    pub fn status_interval(&self) -> Duration {
+        Duration::from_secs(self.status_interval_secs)
+    }
+
+    pub fn connect_timeout(&self) -> Duration {
+        Duration::from_secs(self.connect_timeout_secs)
+    }
+
+    /// `None` when heartbeats are off.
+    pub fn heartbeat_interval(&self) -> Option<Duration> {
+        (self.heartbeat_interval_secs > 0)
+            .then(|| Duration::from_secs(self.heartbeat_interval_secs))
+    }
+
+    /// `(column, header name)` pairs, in column-name order.
+    pub fn header_column_pairs(&self) -> Vec<(String, String)> {
+        self.header_columns
+            .iter()
+            .map(|(c, h)| (c.clone(), h.clone()))
+            .collect()
+    }
+}
+
+impl OutboxColumns {
+    /// The timestamp column, `None` if configured as "".
+    pub fn timestamp_column(&self) -> Option<&str> {
+        Some(self.timestamp.as_str()).filter(|c| !c.is_empty())
+    }
+
+    /// The tracing span context column, `None` if configured as "".
+    pub fn tracing_span_context_column(&self) -> Option<&str> {
+        Some(self.tracing_span_context.as_str()).filter(|c| !c.is_empty())
+    }
+
+    /// The per-row source column, if configured.
+    pub fn source_column(&self) -> Option<&str> {
+        self.source.as_deref().filter(|c| !c.is_empty())
+    }
+}
+
+impl KafkaConfig {
+    /// The pass-through librdkafka properties, validated (none of them is one
+    /// the relay sets itself).
+    pub fn property_pairs(&self) -> Vec<(String, String)> {
+        self.properties
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+
+    pub fn message_timeout(&self) -> Duration {
+        Duration::from_millis(self.message_timeout_ms)
+    }
+
+    pub fn shutdown_drain(&self) -> Duration {
+        Duration::from_secs(self.shutdown_drain_secs)
+    }
+}
+
+// `Debug` is written by hand for the structs that hold secrets.
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("postgres", &self.postgres)
+            .field("kafka", &self.kafka)
+            .field("cloudevents", &self.cloudevents)
+            .field("relay", &self.relay)
+            .finish()
+    }
+}
+
+impl fmt::Debug for PostgresConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresConfig")
+            .field("url", &redact_conninfo(&self.url))
+            .field("slot", &self.slot)
+            .field("publication", &self.publication)
+            .field("table", &self.table)
+            .field("status_interval_secs", &self.status_interval_secs)
+            .field("connect_timeout_secs", &self.connect_timeout_secs)
+            .field("heartbeat_interval_secs", &self.heartbeat_interval_secs)
+            .field("columns", &self.columns)
+            .field("header_columns", &self.header_columns)
+            .finish()
+    }
+}
+
+impl fmt::Debug for KafkaConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaConfig")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .field("dlq_topic", &self.dlq_topic)
+            .field("linger_ms", &self.linger_ms)
+            .field("message_timeout_ms", &self.message_timeout_ms)
+            .field("queue_max_messages", &self.queue_max_messages)
+            .field("shutdown_drain_secs", &self.shutdown_drain_secs)
+            .field("properties", &RedactedProperties(&self.properties))
+            .finish()
+    }
+}
+
+struct RedactedProperties<'a>(&'a BTreeMap<String, String>);
+
+impl fmt::Debug for RedactedProperties<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.0.iter().map(|(k, v)| {
+                let shown = if is_secret_property(k) {
+                    "***"
+                } else {
+                    v.as_str()
+                };
+                (k, shown)
+            }))
+            .finish()
+    }
+}
+
+/// A one-line summary for the startup log, secrets redacted.
+impl fmt::Display for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (schema, table) = self.postgres.table_parts();
+        write!(
+            f,
+            "postgres {} slot={} publication={} table={schema}.{table}; kafka brokers={} topic={} dlq={} properties=[",
+            redact_conninfo(&self.postgres.url),
+            self.postgres.slot,
+            self.postgres.publication,
+            self.kafka.brokers,
+            self.kafka.topic,
+            self.kafka.dlq_topic,
+        )?;
+        for (i, (k, v)) in self.kafka.properties.iter().enumerate() {
+            let shown = if is_secret_property(k) {
+                "***"
+            } else {
+                v.as_str()
+            };
+            write!(f, "{}{k}={shown}", if i == 0 { "" } else { " " })?;
+        }
+        write!(
+            f,
+            "]; cloudevents source={} mode={}",
+            self.cloudevents.source,
+            self.cloudevents.mode.as_str()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

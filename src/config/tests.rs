@@ -1,0 +1,661 @@
+//! Tests for loading, overriding, validating and redacting the config.
+
+use super::*;
+
+const CANARY: &str = "Canary-Secret-90210";
+
+const MINIMAL: &str = r#"
+[postgres]
+url = "postgres://relay:pw@127.0.0.1:5432/app"
+slot = "outbox_relay"
+publication = "outbox_pub"
+
+[kafka]
+brokers = "127.0.0.1:9092"
+
+[cloudevents]
+source = "/orders-service"
+"#;
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn load_str(toml: &str, vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    Config::from_figment(&Config::figment_from_str(toml, env(vars)))
+}
+
+fn minimal() -> Config {
+    load_str(MINIMAL, &[]).unwrap()
+}
+
+fn invalid_field(result: Result<Config, ConfigError>) -> (String, String) {
+    match result {
+        Err(ConfigError::Invalid { field, constraint }) => (field, constraint),
+        other => panic!("expected ConfigError::Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn example_config_parses_and_validates() {
+    let config = load_str(EXAMPLE_TOML, &[]).unwrap();
+    assert_eq!(config.postgres.slot, "outbox_relay");
+    assert_eq!(config.postgres.publication, "outbox_pub");
+    assert_eq!(
+        config.postgres.table_parts(),
+        ("public".into(), "outbox".into())
+    );
+    assert_eq!(config.kafka.topic, "outbox.event.{aggregatetype}");
+    assert_eq!(config.kafka.properties["compression.type"], "zstd");
+    assert_eq!(config.cloudevents.mode, ContentMode::Binary);
+    assert_eq!(
+        config.relay.metrics_addr,
+        Some("127.0.0.1:9187".parse().unwrap())
+    );
+    assert_eq!(config.relay.log_format, LogFormat::Text);
+    assert_eq!(config.postgres.columns, OutboxColumns::default());
+}
+
+#[test]
+fn minimal_config_gets_debezium_compatible_defaults() {
+    let config = minimal();
+    let columns = &config.postgres.columns;
+    assert_eq!(
+        [
+            &columns.id,
+            &columns.aggregate_type,
+            &columns.aggregate_id,
+            &columns.event_type,
+            &columns.payload,
+            &columns.timestamp,
+            &columns.tracing_span_context,
+        ],
+        [
+            "id",
+            "aggregatetype",
+            "aggregateid",
+            "type",
+            "payload",
+            "timestamp",
+            "tracingspancontext"
+        ]
+    );
+    assert_eq!(columns.source_column(), None);
+    assert_eq!(config.postgres.table, "public.outbox");
+    assert_eq!(config.postgres.status_interval(), Duration::from_secs(10));
+    assert_eq!(config.postgres.connect_timeout(), Duration::from_secs(10));
+    assert_eq!(
+        config.postgres.heartbeat_interval(),
+        Some(Duration::from_secs(30))
+    );
+    assert_eq!(config.kafka.topic, DEFAULT_TOPIC_TEMPLATE);
+    assert_eq!(config.kafka.dlq_topic, "outbox.dlq");
+    assert_eq!(
+        (
+            config.kafka.linger_ms,
+            config.kafka.message_timeout_ms,
+            config.kafka.queue_max_messages
+        ),
+        (5, 30_000, 100_000)
+    );
+    assert_eq!(config.kafka.shutdown_drain(), Duration::from_secs(30));
+    assert_eq!(config.relay.channel_capacity, 10_000);
+    assert_eq!(config.relay.metrics_addr, None);
+    assert_eq!(
+        config.envelope_settings(),
+        EnvelopeSettings {
+            source: "/orders-service".into(),
+            mode: ContentMode::Binary,
+            topic_template: DEFAULT_TOPIC_TEMPLATE.into(),
+        }
+    );
+}
+
+#[test]
+fn environment_overrides_every_level() {
+    let config = load_str(
+        MINIMAL,
+        &[
+            (
+                "OUTBOX_RELAY__POSTGRES__URL",
+                "host=/run/postgresql dbname=app user=relay",
+            ),
+            ("OUTBOX_RELAY__POSTGRES__SLOT", "slot_2"),
+            ("OUTBOX_RELAY__POSTGRES__HEARTBEAT_INTERVAL_SECS", "0"),
+            ("OUTBOX_RELAY__POSTGRES__COLUMNS__SOURCE", "origin"),
+            ("OUTBOX_RELAY__POSTGRES__COLUMNS__TIMESTAMP", ""),
+            (
+                "OUTBOX_RELAY__POSTGRES__HEADER_COLUMNS__TENANT_ID",
+                "tenant",
+            ),
+            ("OUTBOX_RELAY__KAFKA__LINGER_MS", "2"),
+            ("OUTBOX_RELAY__KAFKA__PROPERTIES__COMPRESSION_TYPE", "lz4"),
+            ("OUTBOX_RELAY__CLOUDEVENTS__MODE", "structured"),
+            ("outbox_relay__relay__log_format", "json"),
+            ("OUTBOX_RELAY__RELAY__METRICS_ADDR", "0.0.0.0:9187"),
+            // Not ours: ignored.
+            ("PATH", "/usr/bin"),
+            ("OUTBOX_RELAYX__KAFKA__BROKERS", "nope"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        config.postgres.url,
+        "host=/run/postgresql dbname=app user=relay"
+    );
+    assert_eq!(config.postgres.slot, "slot_2");
+    assert_eq!(config.postgres.heartbeat_interval(), None);
+    assert_eq!(config.postgres.columns.source_column(), Some("origin"));
+    assert_eq!(config.postgres.columns.timestamp_column(), None);
+    assert_eq!(
+        config.postgres.header_column_pairs(),
+        vec![("tenant_id".to_owned(), "tenant".to_owned())]
+    );
+    assert_eq!(config.kafka.linger_ms, 2);
+    assert_eq!(config.kafka.brokers, "127.0.0.1:9092", "file value kept");
+    assert_eq!(
+        config.kafka.property_pairs(),
+        vec![("compression.type".into(), "lz4".into())]
+    );
+    assert_eq!(config.cloudevents.mode, ContentMode::Structured);
+    assert_eq!(config.relay.log_format, LogFormat::Json);
+    assert_eq!(
+        config.relay.metrics_addr,
+        Some("0.0.0.0:9187".parse().unwrap())
+    );
+}
+
+#[test]
+fn environment_alone_is_a_complete_source() {
+    let vars = env(&[
+        ("OUTBOX_RELAY__POSTGRES__URL", "postgres://relay@db/app"),
+        ("OUTBOX_RELAY__POSTGRES__SLOT", "s"),
+        ("OUTBOX_RELAY__POSTGRES__PUBLICATION", "p"),
+        ("OUTBOX_RELAY__KAFKA__BROKERS", "k1:9092,k2:9092"),
+        ("OUTBOX_RELAY__CLOUDEVENTS__SOURCE", "/svc"),
+    ]);
+    let config = Config::load(None, vars).unwrap();
+    assert_eq!(config.kafka.brokers, "k1:9092,k2:9092");
+}
+
+#[test]
+fn load_reads_the_file_and_reports_a_missing_one() {
+    let path = std::env::temp_dir().join(format!("outbox-relay-{}.toml", uuid::Uuid::new_v4()));
+    std::fs::write(&path, MINIMAL).unwrap();
+    let loaded = Config::load(
+        Some(&path),
+        env(&[("OUTBOX_RELAY__POSTGRES__SLOT", "from_env")]),
+    );
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(loaded.unwrap().postgres.slot, "from_env");
+
+    let err = Config::load(Some(&path), Vec::new()).unwrap_err();
+    assert!(matches!(err, ConfigError::Read { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn unknown_keys_are_refused_and_named() {
+    type Vars<'a> = &'a [(&'a str, &'a str)];
+    let cases: [(String, Vars, &str); 4] = [
+        (
+            format!("{MINIMAL}\n[postgres.columns]\nagregate_id = \"x\"\n"),
+            &[],
+            "agregate_id",
+        ),
+        (MINIMAL.replace("slot =", "slott ="), &[], "slott"),
+        (
+            format!("{MINIMAL}\n[kafkaa]\nbrokers = \"x\"\n"),
+            &[],
+            "kafkaa",
+        ),
+        (
+            MINIMAL.to_owned(),
+            &[("OUTBOX_RELAY__KAFKA__LINGERMS", "3")],
+            "lingerms",
+        ),
+    ];
+    for (toml, vars, key) in cases {
+        let err = load_str(&toml, vars).unwrap_err();
+        assert!(matches!(err, ConfigError::Parse(_)), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains(&format!("unknown key `{key}`")), "{text}");
+    }
+    let err = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA__LINGERMS", "3")]).unwrap_err();
+    assert!(err.to_string().contains("kafka"), "{err}");
+}
+
+#[test]
+fn wrong_types_name_the_field_and_origin() {
+    let err = load_str(
+        &MINIMAL.replace("[kafka]", "[kafka]\nlinger_ms = \"soon\""),
+        &[],
+    )
+    .unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("kafka.linger_ms"), "{text}");
+
+    let err = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA__LINGER_MS", "soon")]).unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("kafka.linger_ms"), "{text}");
+    assert!(text.contains("OUTBOX_RELAY__KAFKA__LINGER_MS"), "{text}");
+
+    let err = load_str(MINIMAL, &[("OUTBOX_RELAY__CLOUDEVENTS__MODE", "binaryish")]).unwrap_err();
+    assert!(err.to_string().contains("`binary`, `structured`"), "{err}");
+
+    let err = load_str(
+        MINIMAL,
+        &[("OUTBOX_RELAY__RELAY__METRICS_ADDR", "localhost")],
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("relay.metrics_addr"), "{err}");
+}
+
+#[test]
+fn env_variable_with_empty_segment_is_an_error() {
+    let err = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA____BROKERS", "x")]).unwrap_err();
+    assert!(
+        err.to_string().contains("OUTBOX_RELAY__KAFKA____BROKERS"),
+        "{err}"
+    );
+    let err = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA", "x")]).unwrap_err();
+    assert!(matches!(err, ConfigError::Parse(_)), "{err:?}");
+}
+
+#[test]
+fn properties_accept_numbers_and_booleans_as_text() {
+    let toml = format!(
+        "{MINIMAL}\n[kafka.properties]\n\"batch.num.messages\" = 1000\n\
+         \"enable.ssl.certificate.verification\" = false\n\"max.in.flight\" = 5\n"
+    );
+    let config = load_str(&toml, &[]).unwrap();
+    assert_eq!(config.kafka.properties["batch.num.messages"], "1000");
+    assert_eq!(
+        config.kafka.properties["enable.ssl.certificate.verification"],
+        "false"
+    );
+}
+
+#[test]
+fn unquoted_dotted_property_gets_a_hint() {
+    let toml = format!("{MINIMAL}\n[kafka.properties]\ncompression.type = \"zstd\"\n");
+    let err = load_str(&toml, &[]).unwrap_err();
+    assert!(
+        err.to_string().contains("quote dotted property names"),
+        "{err}"
+    );
+}
+
+/// Applies `edit` to a valid config and returns the field `validate` names.
+fn rule(edit: impl FnOnce(&mut Config)) -> (String, String) {
+    let mut config = minimal();
+    edit(&mut config);
+    invalid_field(config.validate().map(|()| config))
+}
+
+#[test]
+fn every_validation_rule_names_its_field() {
+    type Edit = Box<dyn FnOnce(&mut Config)>;
+    let cases: Vec<(&str, Edit)> = vec![
+        ("postgres.url", Box::new(|c| c.postgres.url.clear())),
+        (
+            "postgres.url",
+            Box::new(|c| c.postgres.url = "localhost".into()),
+        ),
+        ("postgres.slot", Box::new(|c| c.postgres.slot.clear())),
+        (
+            "postgres.slot",
+            Box::new(|c| c.postgres.slot = "Outbox".into()),
+        ),
+        (
+            "postgres.slot",
+            Box::new(|c| c.postgres.slot = "outbox-relay".into()),
+        ),
+        (
+            "postgres.slot",
+            Box::new(|c| c.postgres.slot = "s".repeat(64)),
+        ),
+        (
+            "postgres.publication",
+            Box::new(|c| c.postgres.publication.clear()),
+        ),
+        (
+            "postgres.publication",
+            Box::new(|c| c.postgres.publication = "p".repeat(64)),
+        ),
+        (
+            "postgres.table",
+            Box::new(|c| c.postgres.table = "a.b.c".into()),
+        ),
+        (
+            "postgres.table",
+            Box::new(|c| c.postgres.table = ".outbox".into()),
+        ),
+        (
+            "postgres.table",
+            Box::new(|c| c.postgres.table = "out box".into()),
+        ),
+        (
+            "postgres.table",
+            Box::new(|c| c.postgres.table = String::new()),
+        ),
+        (
+            "postgres.status_interval_secs",
+            Box::new(|c| c.postgres.status_interval_secs = 0),
+        ),
+        (
+            "postgres.status_interval_secs",
+            Box::new(|c| c.postgres.status_interval_secs = 11),
+        ),
+        (
+            "postgres.connect_timeout_secs",
+            Box::new(|c| c.postgres.connect_timeout_secs = 0),
+        ),
+        (
+            "postgres.columns.id",
+            Box::new(|c| c.postgres.columns.id.clear()),
+        ),
+        (
+            "postgres.columns.aggregate_type",
+            Box::new(|c| c.postgres.columns.aggregate_type.clear()),
+        ),
+        (
+            "postgres.columns.aggregate_id",
+            Box::new(|c| c.postgres.columns.aggregate_id.clear()),
+        ),
+        (
+            "postgres.columns.event_type",
+            Box::new(|c| c.postgres.columns.event_type.clear()),
+        ),
+        (
+            "postgres.columns.payload",
+            Box::new(|c| c.postgres.columns.payload.clear()),
+        ),
+        (
+            "postgres.header_columns.tenant",
+            Box::new(|c| {
+                c.postgres
+                    .header_columns
+                    .insert("tenant".into(), "ce_tenant".into());
+            }),
+        ),
+        (
+            "postgres.header_columns.tenant",
+            Box::new(|c| {
+                c.postgres
+                    .header_columns
+                    .insert("tenant".into(), String::new());
+            }),
+        ),
+        (
+            "postgres.header_columns.x",
+            Box::new(|c| {
+                c.postgres
+                    .header_columns
+                    .insert("x".into(), "Content-Type".into());
+            }),
+        ),
+        ("kafka.brokers", Box::new(|c| c.kafka.brokers = " ".into())),
+        (
+            "kafka.brokers",
+            Box::new(|c| c.kafka.brokers = "a:1,,b:2".into()),
+        ),
+        (
+            "kafka.topic",
+            Box::new(|c| c.kafka.topic = "outbox/{aggregatetype}".into()),
+        ),
+        (
+            "kafka.topic",
+            Box::new(|c| c.kafka.topic = "outbox.{aggregate}".into()),
+        ),
+        ("kafka.topic", Box::new(|c| c.kafka.topic = String::new())),
+        ("kafka.topic", Box::new(|c| c.kafka.topic = "t".repeat(250))),
+        (
+            "kafka.dlq_topic",
+            Box::new(|c| c.kafka.dlq_topic = "dead letters".into()),
+        ),
+        (
+            "kafka.dlq_topic",
+            Box::new(|c| c.kafka.dlq_topic = "..".into()),
+        ),
+        (
+            "kafka.dlq_topic",
+            Box::new(|c| {
+                c.kafka.topic = "events".into();
+                c.kafka.dlq_topic = "events".into();
+            }),
+        ),
+        ("kafka.linger_ms", Box::new(|c| c.kafka.linger_ms = 900_001)),
+        (
+            "kafka.message_timeout_ms",
+            Box::new(|c| c.kafka.message_timeout_ms = 0),
+        ),
+        (
+            "kafka.message_timeout_ms",
+            Box::new(|c| c.kafka.message_timeout_ms = 1 << 31),
+        ),
+        (
+            "kafka.message_timeout_ms",
+            Box::new(|c| {
+                c.kafka.linger_ms = 100;
+                c.kafka.message_timeout_ms = 100;
+            }),
+        ),
+        (
+            "kafka.queue_max_messages",
+            Box::new(|c| c.kafka.queue_max_messages = 0),
+        ),
+        (
+            "kafka.queue_max_messages",
+            Box::new(|c| c.kafka.queue_max_messages = 1 << 31),
+        ),
+        (
+            "cloudevents.source",
+            Box::new(|c| c.cloudevents.source = "  ".into()),
+        ),
+        (
+            "relay.channel_capacity",
+            Box::new(|c| c.relay.channel_capacity = 0),
+        ),
+    ];
+    for (expected, edit) in cases {
+        let (field, constraint) = rule(edit);
+        assert_eq!(field, expected, "{constraint}");
+        assert!(!constraint.is_empty());
+    }
+}
+
+#[test]
+fn validation_accepts_edge_values() {
+    let mut config = minimal();
+    config.postgres.slot = "a".repeat(63);
+    config.postgres.table = "outbox".into();
+    config.postgres.status_interval_secs = 1;
+    config.postgres.heartbeat_interval_secs = 0;
+    config.kafka.topic = "fixed".into();
+    config.kafka.linger_ms = 0;
+    config.kafka.message_timeout_ms = 1;
+    config.relay.channel_capacity = 1;
+    config
+        .postgres
+        .header_columns
+        .insert("tenant".into(), "tenant".into());
+    config.validate().unwrap();
+    assert_eq!(
+        config.postgres.table_parts(),
+        ("public".into(), "outbox".into())
+    );
+}
+
+#[test]
+fn validation_errors_render_field_then_constraint() {
+    let mut config = minimal();
+    config.kafka.topic = "bad topic".into();
+    let text = config.validate().unwrap_err().to_string();
+    assert!(text.starts_with("kafka.topic: "), "{text}");
+}
+
+#[test]
+fn properties_that_weaken_guarantees_are_refused() {
+    let refused = [
+        ("acks", "1"),
+        ("ACKS", "all"),
+        ("request.required.acks", "all"),
+        ("enable.idempotence", "false"),
+        ("partitioner", "consistent_random"),
+        ("bootstrap.servers", "x:9092"),
+        ("metadata.broker.list", "x:9092"),
+        ("linger.ms", "1"),
+        ("queue.buffering.max.ms", "1"),
+        ("message.timeout.ms", "1"),
+        ("delivery.timeout.ms", "1"),
+        ("queue.buffering.max.messages", "1"),
+        ("transactional.id", "relay-1"),
+        ("max.in.flight.requests.per.connection", "6"),
+        ("max.in.flight", "many"),
+        ("max.in.flight", "0"),
+        ("retries", "0"),
+        ("enable.auto.commit", "false"),
+        ("group.id", "g"),
+        ("auto.offset.reset", "earliest"),
+        ("isolation.level", "read_committed"),
+        ("fetch.max.bytes", "1"),
+    ];
+    for (name, value) in refused {
+        let (field, constraint) = rule(|c| {
+            c.kafka.properties.insert(name.into(), value.into());
+        });
+        assert_eq!(field, format!("kafka.properties.{name}"));
+        assert!(!constraint.is_empty());
+    }
+    let (_, constraint) = rule(|c| {
+        c.kafka.properties.insert("acks".into(), "1".into());
+    });
+    assert_eq!(
+        constraint,
+        "set by the relay (acks=all is required for the idempotent producer); remove it"
+    );
+    let (_, constraint) = rule(|c| {
+        c.kafka.properties.insert("linger.ms".into(), "1".into());
+    });
+    assert!(constraint.contains("kafka.linger_ms"), "{constraint}");
+
+    let mut config = minimal();
+    for (name, value) in [
+        ("max.in.flight.requests.per.connection", "5"),
+        ("retries", "10"),
+        ("compression.type", "zstd"),
+        ("security.protocol", "sasl_ssl"),
+        ("client.id", "relay"),
+    ] {
+        config.kafka.properties.insert(name.into(), value.into());
+    }
+    config.validate().unwrap();
+}
+
+#[test]
+fn validation_never_quotes_a_bad_url() {
+    let mut config = minimal();
+    config.postgres.url = CANARY.into();
+    let err = config.validate().unwrap_err();
+    assert!(!err.to_string().contains(CANARY) && !format!("{err:?}").contains(CANARY));
+}
+
+fn secret_config() -> Config {
+    let toml = format!(
+        r#"
+[postgres]
+url = "postgres://relay:{CANARY}@127.0.0.1:5432/app?sslpassword={CANARY}"
+slot = "s"
+publication = "p"
+
+[kafka]
+brokers = "127.0.0.1:9092"
+
+[kafka.properties]
+"sasl.username" = "relay"
+"sasl.password" = "{CANARY}"
+"ssl.key.password" = "{CANARY}"
+"ssl.key.pem" = "{CANARY}"
+"sasl.jaas.config" = "org.apache.kafka.common.security.scram.ScramLoginModule required password=\"{CANARY}\";"
+"sasl.oauthbearer.client.secret" = "{CANARY}"
+
+[cloudevents]
+source = "/svc"
+"#
+    );
+    load_str(&toml, &[]).unwrap()
+}
+
+fn assert_hidden(text: &str) {
+    assert!(!text.contains(CANARY), "secret leaked: {text}");
+}
+
+#[test]
+fn secrets_never_appear_in_debug_or_display() {
+    let config = secret_config();
+    assert_hidden(&format!("{config:?}"));
+    assert_hidden(&format!("{config:#?}"));
+    assert_hidden(&format!("{config}"));
+    assert_hidden(&format!("{:?}", config.postgres));
+    assert_hidden(&format!("{:?}", config.kafka));
+    // The values are still there for the modules that need them.
+    assert!(config.postgres.url.contains(CANARY));
+    assert_eq!(config.kafka.properties["sasl.password"], CANARY);
+    // And what is not secret is still shown.
+    let shown = format!("{config:?}");
+    assert!(
+        shown.contains("relay:***@127.0.0.1:5432/app") && shown.contains("sasl.username"),
+        "{shown}"
+    );
+
+    let mut config = secret_config();
+    config.postgres.url = format!("host=/run/postgresql user=relay password={CANARY}");
+    assert_hidden(&format!("{config:?}"));
+    assert_hidden(&format!("{config}"));
+}
+
+#[test]
+fn secrets_never_appear_in_errors() {
+    // A validation failure elsewhere in a config holding secrets.
+    let mut config = secret_config();
+    config.postgres.slot = "Bad-Slot".into();
+    let err = config.validate().unwrap_err();
+    assert_hidden(&err.to_string());
+    assert_hidden(&format!("{err:?}"));
+
+    // TOML syntax error on the line with the password (unquoted URL).
+    let toml = MINIMAL.replace(
+        "url = \"postgres://relay:pw@127.0.0.1:5432/app\"",
+        &format!("url = postgres://relay:{CANARY}@127.0.0.1/app"),
+    );
+    let err = load_str(&toml, &[]).unwrap_err();
+    assert!(matches!(err, ConfigError::Parse(_)), "{err:?}");
+    assert_hidden(&err.to_string());
+    assert_hidden(&format!("{err:?}"));
+    assert!(err.to_string().contains("line"), "position kept: {err}");
+
+    // A secret in the wrong place, of the wrong type.
+    let err = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA__LINGER_MS", CANARY)]).unwrap_err();
+    assert_hidden(&err.to_string());
+    assert_hidden(&format!("{err:?}"));
+    let err = load_str(MINIMAL, &[("OUTBOX_RELAY__CLOUDEVENTS__MODE", CANARY)]).unwrap_err();
+    assert_hidden(&err.to_string());
+    assert_hidden(&format!("{err:?}"));
+}
+
+#[test]
+fn every_property_the_producer_sets_is_refused() {
+    for name in crate::sink::RELAY_OWNED_PROPERTIES {
+        let (field, _) = rule(|c| {
+            c.kafka.properties.insert((*name).into(), "x".into());
+        });
+        assert_eq!(field, format!("kafka.properties.{name}"));
+    }
+}

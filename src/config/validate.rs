@@ -1,0 +1,312 @@
+//! The rules a [`Config`] must satisfy, each failure naming the field path
+//! and the constraint, and the policy for pass-through Kafka properties.
+
+use crate::envelope::{render_topic, topic_name_problem};
+
+use super::{Config, ConfigError};
+
+/// librdkafka's upper bound for `linger.ms`.
+const MAX_LINGER_MS: u64 = 900_000;
+/// librdkafka's upper bound for `message.timeout.ms` and
+/// `queue.buffering.max.messages` (`INT32_MAX`).
+const MAX_LIBRDKAFKA_INT: u64 = i32::MAX as u64;
+/// The design sends a status update at least every `min(10 s,
+/// wal_sender_timeout / 2)`; PostgreSQL's default `wal_sender_timeout` is
+/// 60 s, and a longer interval risks the server dropping the connection.
+const MAX_STATUS_INTERVAL_SECS: u64 = 10;
+/// PostgreSQL's `NAMEDATALEN - 1`: longer identifiers are truncated.
+const MAX_IDENTIFIER_LEN: usize = 63;
+/// The idempotent producer keeps ordering only with at most this many
+/// in-flight requests per connection (KIP-98; librdkafka enforces it).
+const MAX_IN_FLIGHT_IDEMPOTENT: u64 = 5;
+
+fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        constraint: constraint.into(),
+    }
+}
+
+pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
+    validate_postgres(config)?;
+    validate_kafka(config)?;
+    validate_properties(config)?;
+    if config.cloudevents.source.trim().is_empty() {
+        return Err(invalid(
+            "cloudevents.source",
+            "required: the CloudEvents `source` of every event, a URI reference such as \
+             \"/orders-service\" (also the fallback when the source column is NULL)",
+        ));
+    }
+    if config.relay.channel_capacity == 0 {
+        return Err(invalid("relay.channel_capacity", "must be at least 1"));
+    }
+    Ok(())
+}
+
+fn validate_postgres(config: &Config) -> Result<(), ConfigError> {
+    let pg = &config.postgres;
+    let url = pg.url.trim();
+    if url.is_empty() {
+        return Err(invalid(
+            "postgres.url",
+            "required: a postgres:// URL or key=value connection string \
+             (set it in the file or in OUTBOX_RELAY__POSTGRES__URL)",
+        ));
+    }
+    let lower = url.to_ascii_lowercase();
+    if !(lower.starts_with("postgres://")
+        || lower.starts_with("postgresql://")
+        || url.contains('='))
+    {
+        // The value itself is never quoted: it may be a password.
+        return Err(invalid(
+            "postgres.url",
+            "must be a postgres:// URL or a key=value connection string \
+             (e.g. \"host=/run/postgresql dbname=app user=relay\")",
+        ));
+    }
+    if !is_slot_name(&pg.slot) {
+        return Err(invalid(
+            "postgres.slot",
+            "required: 1 to 63 of lower-case letters, digits and underscores \
+             (PostgreSQL's rule for replication slot names)",
+        ));
+    }
+    if pg.publication.is_empty() || pg.publication.len() > MAX_IDENTIFIER_LEN {
+        return Err(invalid(
+            "postgres.publication",
+            "required: the publication name, 1 to 63 bytes",
+        ));
+    }
+    if !is_table_name(&pg.table) {
+        return Err(invalid(
+            "postgres.table",
+            "must be \"schema.name\" or \"name\": each part 1 to 63 bytes, \
+             without whitespace, dots or quotes",
+        ));
+    }
+    if !(1..=MAX_STATUS_INTERVAL_SECS).contains(&pg.status_interval_secs) {
+        return Err(invalid(
+            "postgres.status_interval_secs",
+            "must be between 1 and 10: the server drops a replication connection that \
+             is silent for wal_sender_timeout (60 s by default)",
+        ));
+    }
+    if pg.connect_timeout_secs == 0 {
+        return Err(invalid(
+            "postgres.connect_timeout_secs",
+            "must be at least 1",
+        ));
+    }
+    let columns = &pg.columns;
+    for (field, column) in [
+        ("postgres.columns.id", &columns.id),
+        ("postgres.columns.aggregate_type", &columns.aggregate_type),
+        ("postgres.columns.aggregate_id", &columns.aggregate_id),
+        ("postgres.columns.event_type", &columns.event_type),
+        ("postgres.columns.payload", &columns.payload),
+    ] {
+        if column.is_empty() {
+            return Err(invalid(field, "must name a column of the outbox table"));
+        }
+    }
+    for (column, header) in &pg.header_columns {
+        let field = format!("postgres.header_columns.{column}");
+        if column.is_empty() {
+            return Err(invalid(field, "the column name must not be empty"));
+        }
+        let lower = header.to_ascii_lowercase();
+        if header.is_empty() {
+            return Err(invalid(field, "the header name must not be empty"));
+        }
+        if lower.starts_with("ce_") || lower == "content-type" || lower == "id" {
+            return Err(invalid(
+                field,
+                "the header name is one the relay sets itself (ce_*, content-type, id); \
+                 choose another",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn validate_kafka(config: &Config) -> Result<(), ConfigError> {
+    let kafka = &config.kafka;
+    if kafka.brokers.trim().is_empty() {
+        return Err(invalid(
+            "kafka.brokers",
+            "required: a comma-separated host:port list",
+        ));
+    }
+    if kafka
+        .brokers
+        .split(',')
+        .any(|b| b.trim().is_empty() || b.trim().contains(char::is_whitespace))
+    {
+        return Err(invalid(
+            "kafka.brokers",
+            "must be a comma-separated host:port list without empty entries or spaces",
+        ));
+    }
+    if let Err(e) = render_topic(&kafka.topic, "SampleAggregate", "SampleType") {
+        return Err(invalid(
+            "kafka.topic",
+            format!(
+                "the template must give a valid Kafka topic name once {{aggregatetype}} and \
+                 {{type}} are replaced (the only placeholders): {e}"
+            ),
+        ));
+    }
+    if let Some(problem) = topic_name_problem(&kafka.dlq_topic) {
+        return Err(invalid(
+            "kafka.dlq_topic",
+            format!("not a valid Kafka topic name: {problem} (use 1 to 249 of [a-zA-Z0-9._-])"),
+        ));
+    }
+    if kafka.dlq_topic == kafka.topic {
+        return Err(invalid(
+            "kafka.dlq_topic",
+            "must differ from kafka.topic: dead letters would mix with events",
+        ));
+    }
+    if kafka.linger_ms > MAX_LINGER_MS {
+        return Err(invalid(
+            "kafka.linger_ms",
+            "must be at most 900000 (librdkafka's limit)",
+        ));
+    }
+    if kafka.message_timeout_ms == 0 || kafka.message_timeout_ms > MAX_LIBRDKAFKA_INT {
+        return Err(invalid(
+            "kafka.message_timeout_ms",
+            "must be between 1 and 2147483647: an unbounded timeout would let one \
+             stuck record stop confirmation forever",
+        ));
+    }
+    if kafka.message_timeout_ms <= kafka.linger_ms {
+        return Err(invalid(
+            "kafka.message_timeout_ms",
+            "must be greater than kafka.linger_ms (librdkafka refuses otherwise)",
+        ));
+    }
+    if kafka.queue_max_messages == 0 || kafka.queue_max_messages > MAX_LIBRDKAFKA_INT {
+        return Err(invalid(
+            "kafka.queue_max_messages",
+            "must be between 1 and 2147483647",
+        ));
+    }
+    Ok(())
+}
+
+/// Why the relay refuses a pass-through property, or `None` if it may pass.
+/// The names are librdkafka's, aliases included.
+pub(super) fn property_refusal(name: &str, value: &str) -> Option<String> {
+    let name = name.to_ascii_lowercase();
+    let owned =
+        |key: &str| format!("set by the relay from {key}; set that instead of this property");
+    let reason = match name.as_str() {
+        "bootstrap.servers" | "metadata.broker.list" => owned("kafka.brokers"),
+        "linger.ms" | "queue.buffering.max.ms" => owned("kafka.linger_ms"),
+        "message.timeout.ms" | "delivery.timeout.ms" => owned("kafka.message_timeout_ms"),
+        "queue.buffering.max.messages" => owned("kafka.queue_max_messages"),
+        "acks" | "request.required.acks" => {
+            "set by the relay (acks=all is required for the idempotent producer); remove it".into()
+        }
+        "enable.idempotence" => "set by the relay (the idempotent producer keeps broker retries \
+             from duplicating or reordering events); remove it"
+            .into(),
+        "partitioner" => "set by the relay (murmur2_random, the Java client's \
+             partitioner, so every producer of a topic sends a key to the same partition); \
+             remove it"
+            .into(),
+        "transactional.id" | "transaction.timeout.ms" => "the relay does not run a \
+             transactional producer from properties: a transactional.id changes how delivery \
+             is confirmed and fences any other relay using it; remove it"
+            .into(),
+        "max.in.flight.requests.per.connection" | "max.in.flight" => {
+            return match value.trim().parse::<u64>() {
+                Ok(n) if (1..=MAX_IN_FLIGHT_IDEMPOTENT).contains(&n) => None,
+                _ => Some(
+                    "must be an integer from 1 to 5: the idempotent producer keeps order \
+                     only with at most 5 requests in flight"
+                        .into(),
+                ),
+            };
+        }
+        "retries" | "message.send.max.retries" => {
+            return match value.trim().parse::<u64>() {
+                Ok(n) if n >= 1 => None,
+                _ => Some(
+                    "must be a positive integer: the idempotent producer retries, and a \
+                     message.timeout.ms bounds the retrying"
+                        .into(),
+                ),
+            };
+        }
+        _ if is_consumer_property(&name) => {
+            "a consumer property; the relay only produces, so it would have no effect; remove it"
+                .into()
+        }
+        _ => return None,
+    };
+    Some(reason)
+}
+
+/// Consumer-only librdkafka properties (CONFIGURATION.md, scope `C`).
+fn is_consumer_property(name: &str) -> bool {
+    const CONSUMER: &[&str] = &[
+        "group.id",
+        "group.instance.id",
+        "group.protocol",
+        "group.protocol.type",
+        "group.remote.assignor",
+        "partition.assignment.strategy",
+        "session.timeout.ms",
+        "heartbeat.interval.ms",
+        "coordinator.query.interval.ms",
+        "max.poll.interval.ms",
+        "enable.auto.commit",
+        "auto.commit.interval.ms",
+        "enable.auto.offset.store",
+        "auto.offset.reset",
+        "isolation.level",
+        "queued.min.messages",
+        "queued.max.messages.kbytes",
+        "enable.partition.eof",
+        "check.crcs",
+        "consume.callback.max.messages",
+        "offset.store.method",
+    ];
+    CONSUMER.contains(&name) || name.starts_with("fetch.")
+}
+
+fn validate_properties(config: &Config) -> Result<(), ConfigError> {
+    for (name, value) in &config.kafka.properties {
+        let field = format!("kafka.properties.{name}");
+        if name.trim().is_empty() {
+            return Err(invalid(field, "the property name must not be empty"));
+        }
+        if let Some(reason) = property_refusal(name, value) {
+            return Err(invalid(field, reason));
+        }
+    }
+    Ok(())
+}
+
+/// PostgreSQL's rule for slot names: `[a-z0-9_]`, at most NAMEDATALEN - 1.
+fn is_slot_name(name: &str) -> bool {
+    (1..=MAX_IDENTIFIER_LEN).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+/// `schema.name` or `name`, each part a plausible identifier.
+fn is_table_name(table: &str) -> bool {
+    let parts: Vec<&str> = table.split('.').collect();
+    parts.len() <= 2
+        && parts.iter().all(|p| {
+            (1..=MAX_IDENTIFIER_LEN).contains(&p.len())
+                && !p.contains(|c: char| c.is_whitespace() || c == '"')
+        })
+}

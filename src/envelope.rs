@@ -1,0 +1,418 @@
+//! CloudEvents 1.0 envelope: turns one [`OutboxRow`] into one [`KafkaRecord`]
+//! following the CloudEvents Kafka protocol binding.
+//!
+//! Role: the pure step between the outbox row and the producer. No I/O, no
+//! clock: the commit time comes from the transaction's Commit message.
+//!
+//! Invariants:
+//! * The payload is never re-serialized. In binary content mode the record
+//!   value *is* the payload bytes as PostgreSQL sent them; in structured mode
+//!   they are embedded verbatim as the `data` member (a JSON value, not a JSON
+//!   string holding JSON). Numbers keep their precision, key order and
+//!   formatting survive, and 4-byte UTF-8, right-to-left text and combining
+//!   marks round trip byte for byte.
+//! * A row that cannot become a valid event (payload not JSON, empty `id` or
+//!   `type`, topic name Kafka would refuse) is an [`EnvelopeError`], never a
+//!   panic; the relay sends such rows to the dead-letter topic.
+//! * The Kafka key is the aggregate id, so every event of one aggregate lands
+//!   on one partition in commit order (design invariant 7).
+//!
+//! Mapping (design.md "CloudEvents mapping"): `id` ← id column, `source` ←
+//! source column or config, `type` ← type column, `subject` and
+//! `partitionkey` ← aggregate id, `time` ← timestamp column or commit time,
+//! `traceparent` ← tracing span context column.
+//! Spec: <https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/bindings/kafka-protocol-binding.md>
+
+use bytes::Bytes;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+/// The CloudEvents version this relay emits.
+pub const SPEC_VERSION: &str = "1.0";
+/// `datacontenttype` of every event: outbox payloads are jsonb.
+pub const DATA_CONTENT_TYPE: &str = "application/json";
+/// Media type of a structured-mode record value (CloudEvents JSON format).
+pub const STRUCTURED_CONTENT_TYPE: &str = "application/cloudevents+json";
+/// Topic template used when the config names none; Debezium's outbox event
+/// router routes to `outbox.event.<aggregatetype>` too.
+pub const DEFAULT_TOPIC_TEMPLATE: &str = "outbox.event.{aggregatetype}";
+/// Kafka's limit on topic name length (`Topic.MAX_NAME_LENGTH`).
+pub const MAX_TOPIC_LEN: usize = 249;
+
+/// Longest topic text kept in an [`EnvelopeError::InvalidTopic`]: the text
+/// comes from row data and ends up in logs and dead-letter headers.
+const MAX_TOPIC_IN_ERROR: usize = 256;
+
+/// What the outbox module extracts from one decoded outbox row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// The event id (uuid text).
+    pub id: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    /// Raw JSON text bytes as PostgreSQL sent them (jsonb text output).
+    pub payload: Bytes,
+    /// The row's timestamp column, if the table has one and it is not NULL.
+    pub timestamp: Option<DateTime<Utc>>,
+    /// The tracing span context column: a W3C `traceparent`, or the Java
+    /// properties text Debezium's tracing writes (`traceparent=00-…`).
+    pub trace_parent: Option<String>,
+    /// Extra columns mapped to Kafka headers, in config order.
+    pub headers: Vec<(String, Bytes)>,
+    /// Per-row CloudEvents `source`, if a source column is configured.
+    pub source: Option<String>,
+}
+
+/// How the event travels in the Kafka record (CloudEvents Kafka binding §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ContentMode {
+    /// Attributes in `ce_*` headers, value = the payload. Debezium-compatible
+    /// consumers read the value unchanged.
+    #[default]
+    Binary,
+    /// Value = a `application/cloudevents+json` object holding attributes and data.
+    Structured,
+}
+
+impl ContentMode {
+    /// The config spelling: `binary` or `structured`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ContentMode::Binary => "binary",
+            ContentMode::Structured => "structured",
+        }
+    }
+}
+
+/// The envelope's share of the validated config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvelopeSettings {
+    /// CloudEvents `source` for rows without a per-row source.
+    pub source: String,
+    pub mode: ContentMode,
+    /// Topic name template; `{aggregatetype}` and `{type}` are substituted.
+    pub topic_template: String,
+}
+
+/// One record for the producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaRecord {
+    pub topic: String,
+    pub key: Bytes,
+    pub value: Bytes,
+    pub headers: Vec<(String, Bytes)>,
+}
+
+/// A CloudEvent built from an outbox row, before it is laid out in a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CloudEvent {
+    pub id: String,
+    pub source: String,
+    pub specversion: &'static str,
+    pub event_type: String,
+    /// `None` when the aggregate id is empty: the spec forbids an empty subject.
+    pub subject: Option<String>,
+    /// RFC 3339, microseconds, `Z`.
+    pub time: String,
+    pub datacontenttype: &'static str,
+    /// The payload, validated as JSON, bytes unchanged.
+    pub data: Bytes,
+    /// `None` when the aggregate id is empty (the partitioning extension
+    /// requires a non-empty value); the Kafka key is still the aggregate id.
+    pub partitionkey: Option<String>,
+    pub traceparent: Option<String>,
+}
+
+/// Why a row cannot become an event. Each maps to a dead-letter reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    /// The payload column does not hold JSON text (the message never quotes
+    /// the payload: logs never carry payloads).
+    #[error("payload is not valid JSON: {reason}")]
+    PayloadNotJson { reason: String },
+    /// A required CloudEvents attribute would be empty.
+    #[error(
+        "CloudEvents attribute `{attribute}` is empty: the spec requires a non-empty value (check the outbox row's column or the config)"
+    )]
+    MissingAttribute { attribute: &'static str },
+    /// The rendered topic is not a name Kafka accepts.
+    #[error(
+        "topic {topic:?} is not a valid Kafka topic name: {reason} (names are 1 to 249 of [a-zA-Z0-9._-], not \".\" or \"..\")"
+    )]
+    InvalidTopic { topic: String, reason: &'static str },
+}
+
+impl EnvelopeError {
+    /// A stable, short reason code for dead-letter headers and metric labels.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            EnvelopeError::PayloadNotJson { .. } => "payload_not_json",
+            EnvelopeError::MissingAttribute { .. } => "missing_attribute",
+            EnvelopeError::InvalidTopic { .. } => "invalid_topic",
+        }
+    }
+}
+
+impl CloudEvent {
+    /// Applies the CloudEvents mapping to `row`.
+    ///
+    /// # Errors
+    /// [`EnvelopeError::PayloadNotJson`] or [`EnvelopeError::MissingAttribute`].
+    pub fn from_row(
+        row: &OutboxRow,
+        commit_time: DateTime<Utc>,
+        default_source: &str,
+    ) -> Result<CloudEvent, EnvelopeError> {
+        validate_json(&row.payload)?;
+        let source = match row.source.as_deref() {
+            Some(s) if !s.is_empty() => s,
+            _ => default_source,
+        };
+        for (attribute, value) in [
+            ("id", &*row.id),
+            ("type", &*row.event_type),
+            ("source", source),
+        ] {
+            if value.is_empty() {
+                return Err(EnvelopeError::MissingAttribute { attribute });
+            }
+        }
+        let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        Ok(CloudEvent {
+            id: row.id.clone(),
+            source: source.to_owned(),
+            specversion: SPEC_VERSION,
+            event_type: row.event_type.clone(),
+            subject: non_empty(&row.aggregate_id),
+            time: format_time(row.timestamp.unwrap_or(commit_time)),
+            datacontenttype: DATA_CONTENT_TYPE,
+            data: row.payload.clone(),
+            partitionkey: non_empty(&row.aggregate_id),
+            traceparent: row
+                .trace_parent
+                .as_deref()
+                .and_then(traceparent_from_span_context)
+                .map(str::to_owned),
+        })
+    }
+
+    /// Binary content mode: attributes as `ce_*` headers, value = data.
+    fn binary_headers(&self) -> Vec<(String, Bytes)> {
+        let mut headers = Vec::with_capacity(10);
+        let mut push = |name: &str, value: &str| {
+            headers.push((name.to_owned(), Bytes::copy_from_slice(value.as_bytes())));
+        };
+        push("ce_specversion", self.specversion);
+        push("ce_id", &self.id);
+        push("ce_source", &self.source);
+        push("ce_type", &self.event_type);
+        if let Some(subject) = &self.subject {
+            push("ce_subject", subject);
+        }
+        push("ce_time", &self.time);
+        if let Some(key) = &self.partitionkey {
+            push("ce_partitionkey", key);
+        }
+        if let Some(tp) = &self.traceparent {
+            push("ce_traceparent", tp);
+        }
+        // The Kafka binding carries `datacontenttype` in `content-type`, not `ce_`.
+        push("content-type", self.datacontenttype);
+        headers
+    }
+
+    /// Structured content mode: the CloudEvents JSON format document.
+    fn to_structured_json(&self) -> Result<Vec<u8>, EnvelopeError> {
+        #[derive(Serialize)]
+        struct Structured<'a> {
+            specversion: &'a str,
+            id: &'a str,
+            source: &'a str,
+            #[serde(rename = "type")]
+            event_type: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            subject: Option<&'a str>,
+            time: &'a str,
+            datacontenttype: &'a str,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            partitionkey: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            traceparent: Option<&'a str>,
+            data: &'a RawValue,
+        }
+        let data = parse_raw(&self.data)?;
+        let doc = Structured {
+            specversion: self.specversion,
+            id: &self.id,
+            source: &self.source,
+            event_type: &self.event_type,
+            subject: self.subject.as_deref(),
+            time: &self.time,
+            datacontenttype: self.datacontenttype,
+            partitionkey: self.partitionkey.as_deref(),
+            traceparent: self.traceparent.as_deref(),
+            data,
+        };
+        // Serializing borrowed strings and a RawValue cannot fail; map anyway
+        // rather than unwrap, so no input can panic here.
+        serde_json::to_vec(&doc).map_err(|e| EnvelopeError::PayloadNotJson {
+            reason: e.to_string(),
+        })
+    }
+}
+
+/// Builds the Kafka record for one outbox row.
+///
+/// # Errors
+/// Any [`EnvelopeError`]; the relay dead-letters the row with its reason.
+pub fn build_record(
+    row: &OutboxRow,
+    commit_time: DateTime<Utc>,
+    settings: &EnvelopeSettings,
+) -> Result<KafkaRecord, EnvelopeError> {
+    let topic = render_topic(
+        &settings.topic_template,
+        &row.aggregate_type,
+        &row.event_type,
+    )?;
+    let event = CloudEvent::from_row(row, commit_time, &settings.source)?;
+    let (value, mut headers) = match settings.mode {
+        ContentMode::Binary => (event.data.clone(), event.binary_headers()),
+        ContentMode::Structured => {
+            let value = Bytes::from(event.to_structured_json()?);
+            let headers = vec![(
+                "content-type".to_owned(),
+                Bytes::from_static(STRUCTURED_CONTENT_TYPE.as_bytes()),
+            )];
+            (value, headers)
+        }
+    };
+    // Debezium's outbox router adds the event id as an `id` header; consumers
+    // written against it deduplicate on that header.
+    headers.push(("id".to_owned(), Bytes::copy_from_slice(row.id.as_bytes())));
+    headers.extend(row.headers.iter().cloned());
+    Ok(KafkaRecord {
+        topic,
+        key: Bytes::copy_from_slice(row.aggregate_id.as_bytes()),
+        value,
+        headers,
+    })
+}
+
+/// Substitutes `{aggregatetype}` and `{type}` in `template` and checks the
+/// result is a topic name Kafka accepts. Any other `{…}` is left in place and
+/// so rejected (braces are not legal in topic names).
+///
+/// # Errors
+/// [`EnvelopeError::InvalidTopic`].
+pub fn render_topic(
+    template: &str,
+    aggregate_type: &str,
+    event_type: &str,
+) -> Result<String, EnvelopeError> {
+    let topic = template
+        .replace("{aggregatetype}", aggregate_type)
+        .replace("{type}", event_type);
+    match topic_name_problem(&topic) {
+        None => Ok(topic),
+        Some(reason) => {
+            let mut shown = topic;
+            if shown.len() > MAX_TOPIC_IN_ERROR {
+                let mut cut = MAX_TOPIC_IN_ERROR;
+                while !shown.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                shown.truncate(cut);
+                shown.push('…');
+            }
+            Err(EnvelopeError::InvalidTopic {
+                topic: shown,
+                reason,
+            })
+        }
+    }
+}
+
+/// Why Kafka would refuse `name` as a topic, or `None` if it is valid
+/// (Kafka's `Topic.validate`: length 1..=249, `[a-zA-Z0-9._-]`, not `.`/`..`).
+pub fn topic_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("empty")
+    } else if name.len() > MAX_TOPIC_LEN {
+        Some("longer than 249 characters")
+    } else if name == "." || name == ".." {
+        Some("\".\" and \"..\" are reserved")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        Some("contains a character outside [a-zA-Z0-9._-]")
+    } else {
+        None
+    }
+}
+
+/// RFC 3339 with microseconds and `Z`: PostgreSQL timestamps have
+/// microsecond resolution, so nothing is lost and nothing is invented.
+pub fn format_time(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+/// Extracts a W3C `traceparent` from the tracing span context column, which
+/// holds either the bare value or the Java properties text Debezium's
+/// OpenTelemetry integration writes (`traceparent=00-…` on its own line).
+/// A malformed value yields `None`: a bad trace context must not dead-letter
+/// an otherwise good event.
+pub fn traceparent_from_span_context(text: &str) -> Option<&str> {
+    let text = text.trim();
+    if is_traceparent(text) {
+        return Some(text);
+    }
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("traceparent"))
+        .filter_map(|rest| rest.trim_start().strip_prefix(['=', ':']))
+        .map(str::trim)
+        .find(|value| is_traceparent(value))
+}
+
+/// `version-traceid-parentid-flags`, lowercase hex, ids not all zero
+/// (W3C Trace Context §3.2).
+fn is_traceparent(s: &str) -> bool {
+    let parts: Vec<&str> = s.split('-').collect();
+    let hex = |p: &str, len: usize| {
+        p.len() == len && p.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let non_zero = |p: &str| p.bytes().any(|b| b != b'0');
+    parts.len() >= 4
+        && hex(parts[0], 2)
+        && parts[0] != "ff"
+        && hex(parts[1], 32)
+        && non_zero(parts[1])
+        && hex(parts[2], 16)
+        && non_zero(parts[2])
+        && hex(parts[3], 2)
+        // Version 00 has exactly four fields; later versions may append more.
+        && (parts.len() == 4 || parts[0] != "00")
+}
+
+fn validate_json(payload: &[u8]) -> Result<(), EnvelopeError> {
+    parse_raw(payload).map(|_| ())
+}
+
+/// Validates `payload` as one JSON value without building it: serde_json
+/// skips a raw value iteratively, so deeply nested jsonb (PostgreSQL allows
+/// far more than serde_json's recursion limit of 128) is accepted.
+fn parse_raw(payload: &[u8]) -> Result<&RawValue, EnvelopeError> {
+    let text = std::str::from_utf8(payload).map_err(|e| EnvelopeError::PayloadNotJson {
+        reason: format!("not UTF-8 at byte {}", e.valid_up_to()),
+    })?;
+    serde_json::from_str::<&RawValue>(text).map_err(|e| EnvelopeError::PayloadNotJson {
+        reason: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,231 @@
+//! The Kafka producer: the one place that talks to the broker.
+//!
+//! An idempotent producer (`enable.idempotence=true`, hence `acks=all` and at
+//! most five requests in flight per partition, which keeps per-partition order
+//! across retries) with the Java client's partitioner (`murmur2_random`), so
+//! that keys land on the partition any other producer of the topic would pick
+//! (design invariant 7).
+//!
+//! Sending never blocks: [`KafkaSink::send`] hands the record to librdkafka's
+//! queue and returns; the broker's answer arrives later as a
+//! [`DeliveryReport`] on the channel returned by [`KafkaSink::new`]. The relay
+//! feeds those reports to the ack tracker: a record counts as delivered only
+//! when the broker acknowledged it (invariant 1). A full local queue is
+//! returned to the caller ([`SendError::QueueFull`]) so the relay stops
+//! reading the slot instead of buffering (invariant 9).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use rdkafka::ClientConfig;
+use rdkafka::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use tokio::sync::mpsc;
+
+use crate::ack::TxnId;
+use crate::envelope::KafkaRecord;
+use crate::lsn::Lsn;
+
+/// Producer properties the relay sets itself; the config refuses overrides.
+pub const RELAY_OWNED_PROPERTIES: &[&str] = &[
+    "bootstrap.servers",
+    "enable.idempotence",
+    "acks",
+    "partitioner",
+    "linger.ms",
+    "message.timeout.ms",
+    "queue.buffering.max.messages",
+];
+
+/// What the relay needs to know about a record when its delivery report
+/// comes back: which transaction it belongs to, and enough to dead-letter it.
+#[derive(Debug, Clone)]
+pub struct DeliveryTag {
+    pub txn: TxnId,
+    /// Outbox id of the event (for dead-letter headers and log lines).
+    pub event_id: String,
+    /// Commit LSN of the transaction the row belongs to.
+    pub lsn: Lsn,
+    /// Aggregate id, the record's key (to keep a dead-lettered record keyed).
+    pub key: Bytes,
+    /// True for a record written to the dead-letter topic.
+    pub dead_letter: bool,
+}
+
+/// The broker's answer for one record.
+#[derive(Debug)]
+pub struct DeliveryReport {
+    pub tag: DeliveryTag,
+    pub result: Result<(), DeliveryError>,
+}
+
+/// Why the broker did not take a record.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DeliveryError {
+    /// The record is larger than the broker or topic accepts: it goes to the
+    /// dead-letter topic instead; nothing else is wrong.
+    #[error("record too large for the broker ({0})")]
+    TooLarge(KafkaError),
+    /// Anything else (timeout, fatal idempotence error, authorization...):
+    /// the relay stops confirming, rebuilds the producer and replays from
+    /// the last confirmed LSN (invariant 6).
+    #[error("delivery failed: {0}")]
+    Failed(KafkaError),
+}
+
+/// Errors from [`KafkaSink::send`].
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// librdkafka's local queue is full: wait for delivery reports, then retry.
+    #[error("producer queue full")]
+    QueueFull(Box<(KafkaRecord, DeliveryTag)>),
+    /// The record exceeds `message.max.bytes` before it even left.
+    #[error("record too large: {0}")]
+    TooLarge(KafkaError, Box<DeliveryTag>),
+    /// Any other immediate error (e.g. the producer hit a fatal error).
+    #[error("producer refused the record: {0}")]
+    Failed(KafkaError),
+}
+
+/// Errors building the producer.
+#[derive(Debug, thiserror::Error)]
+pub enum SinkError {
+    #[error("could not create the Kafka producer: {0} (check kafka.brokers and kafka.properties)")]
+    Create(KafkaError),
+}
+
+/// Plain settings for the producer, taken from the validated config.
+#[derive(Debug, Clone)]
+pub struct SinkSettings {
+    pub brokers: String,
+    pub linger_ms: u64,
+    pub message_timeout_ms: u64,
+    pub queue_max_messages: u64,
+    /// Any other librdkafka property, already checked against
+    /// [`RELAY_OWNED_PROPERTIES`].
+    pub properties: Vec<(String, String)>,
+}
+
+struct ReportingContext {
+    reports: mpsc::UnboundedSender<DeliveryReport>,
+}
+
+impl ClientContext for ReportingContext {}
+
+impl ProducerContext for ReportingContext {
+    type DeliveryOpaque = Box<DeliveryTag>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, tag: Self::DeliveryOpaque) {
+        let result = match result {
+            Ok(_) => Ok(()),
+            Err((err, _msg)) => Err(classify_delivery_error(err.clone())),
+        };
+        // The receiver is gone only when the relay dropped the sink after a
+        // failure; the reports of a discarded producer no longer matter.
+        let _ = self.reports.send(DeliveryReport { tag: *tag, result });
+    }
+}
+
+fn is_too_large(err: &KafkaError) -> bool {
+    matches!(
+        err.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::MessageSizeTooLarge)
+    )
+}
+
+fn classify_delivery_error(err: KafkaError) -> DeliveryError {
+    if is_too_large(&err) {
+        DeliveryError::TooLarge(err)
+    } else {
+        DeliveryError::Failed(err)
+    }
+}
+
+/// The idempotent producer and its delivery-report channel.
+pub struct KafkaSink {
+    producer: ThreadedProducer<ReportingContext>,
+}
+
+impl KafkaSink {
+    /// Builds the producer. Reports for every record sent arrive on the
+    /// returned receiver; its length is bounded by the records in flight,
+    /// which the relay bounds.
+    pub fn new(
+        settings: &SinkSettings,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<DeliveryReport>), SinkError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut cfg = ClientConfig::new();
+        for (k, v) in &settings.properties {
+            cfg.set(k, v);
+        }
+        cfg.set("bootstrap.servers", &settings.brokers)
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            // The Java client's default partitioner: same key, same partition
+            // as every other producer of the topic.
+            .set("partitioner", "murmur2_random")
+            .set("linger.ms", settings.linger_ms.to_string())
+            .set(
+                "message.timeout.ms",
+                settings.message_timeout_ms.to_string(),
+            )
+            .set(
+                "queue.buffering.max.messages",
+                settings.queue_max_messages.to_string(),
+            );
+        let producer = cfg
+            .create_with_context(ReportingContext { reports: tx })
+            .map_err(SinkError::Create)?;
+        Ok((Self { producer }, rx))
+    }
+
+    /// Hands a record to the producer. Returns at once; the outcome arrives
+    /// as a [`DeliveryReport`].
+    pub fn send(&self, record: KafkaRecord, tag: DeliveryTag) -> Result<(), SendError> {
+        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+        for (k, v) in &record.headers {
+            headers = headers.insert(Header {
+                key: k,
+                value: Some(v.as_ref()),
+            });
+        }
+        let base = BaseRecord::with_opaque_to(&record.topic, Box::new(tag))
+            .key(record.key.as_ref())
+            .payload(record.value.as_ref())
+            .headers(headers);
+        match self.producer.send(base) {
+            Ok(()) => Ok(()),
+            Err((err, base)) => {
+                let tag = base.delivery_opaque;
+                match err.rdkafka_error_code() {
+                    Some(RDKafkaErrorCode::QueueFull) => {
+                        Err(SendError::QueueFull(Box::new((record, *tag))))
+                    }
+                    _ if is_too_large(&err) => Err(SendError::TooLarge(err, tag)),
+                    _ => Err(SendError::Failed(err)),
+                }
+            }
+        }
+    }
+
+    /// Records handed over but not yet answered by the broker.
+    pub fn in_flight(&self) -> i32 {
+        self.producer.in_flight_count()
+    }
+
+    /// Discards everything queued or in flight (their reports arrive as
+    /// purged errors). Used when a failed session abandons the producer:
+    /// the slot replays those records into the next one.
+    pub fn purge(&self) {
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+    }
+
+    /// Waits (blocking, up to `timeout`) for everything in flight. Used on
+    /// shutdown, off the async runtime's worker threads.
+    pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
+        self.producer.flush(timeout)
+    }
+}
