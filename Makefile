@@ -4,17 +4,13 @@ SHELL := /bin/bash
 SERVICES := scripts/services
 CARGO ?= cargo
 
-.PHONY: test demo services-up services-down lint bench fmt
+.PHONY: test demo services-up services-down lint bench fmt soak
 
 ## make test: start PostgreSQL + Kafka, run the whole suite, stop them, exit with the suite's status.
 test:
-	$(CARGO) build --all-targets
-	@env_lines="$$($(SERVICES) up)"; eval "$$env_lines"; \
-	  status=0; $(CARGO) test --all-targets -- --test-threads=2 || status=$$?; \
-	  $(CARGO) test --doc || status=$$?; \
-	  $(SERVICES) down; exit $$status
+	@scripts/test
 
-## make demo: start the services and show they are up (the relay joins in later).
+## make demo: services up, outbox set up, the relay turns five orders into CloudEvents on Kafka.
 demo:
 	@scripts/demo
 
@@ -30,3 +26,15 @@ lint:
 
 fmt:
 	$(CARGO) fmt --all
+
+## make bench: decoder microbenchmark, then the backlog drain beside pg_recvlogical.
+bench:
+	$(CARGO) bench --bench decode -- --warm-up-time 1 --measurement-time 5
+	scripts/bench-drain
+
+## make soak: mixed faults under steady load (SOAK_SECS, default 300; SOAK_SEED), then the checker.
+soak:
+	$(CARGO) build --all-targets
+	@env_lines="$$($(SERVICES) up)"; eval "$$env_lines"; \
+	  status=0; $(CARGO) test --test soak -- --ignored --nocapture || status=$$?; \
+	  exit $$status

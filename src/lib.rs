@@ -1,12 +1,23 @@
 //! outbox-relay: turns rows inserted into a PostgreSQL outbox table into
 //! CloudEvents on Kafka, reading a logical replication slot (pgoutput) and
 //! confirming the slot's position only after the broker acknowledged.
+//!
+//! The modules follow the data flow in `design.md`:
+//! replication stream ([`replication`]) → pgoutput decoder ([`pgoutput`]) →
+//! transaction assembler ([`assembler`]) → outbox row ([`outbox`]) →
+//! CloudEvents envelope ([`envelope`]) → Kafka producer ([`sink`]) →
+//! ack tracker ([`ack`]) → flush LSN back to the replication stream.
+//! [`relay`] wires them together; [`config`] is the one validated config.
 
 pub mod ack;
 pub mod assembler;
 pub mod config;
+pub mod deadletter;
 pub mod envelope;
 pub mod lsn;
+pub mod metrics;
+pub mod outbox;
 pub mod pgoutput;
+pub mod relay;
 pub mod replication;
 pub mod sink;

@@ -1,0 +1,487 @@
+//! From a decoded outbox INSERT to an [`OutboxRow`].
+//!
+//! The outbox contract (design.md): Debezium's outbox event router columns by
+//! default (`id`, `aggregatetype`, `aggregateid`, `type`, `payload`, optional
+//! `timestamp` and `tracingspancontext`), names configurable, extra columns
+//! mapped to headers. Column positions are resolved once per relation shape
+//! and cached; a Relation message (ALTER TABLE) brings a new `Arc<Relation>`,
+//! which invalidates the cached positions.
+//!
+//! A row that cannot become an event yields a [`RowError`] whose text is the
+//! dead-letter reason; the relay dead-letters the row and goes on (invariant 10).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, NaiveDateTime, Utc};
+
+use crate::assembler::Relation;
+use crate::envelope::OutboxRow;
+use crate::pgoutput::{TupleData, TupleValue};
+
+/// Which column holds what. Defaults match Debezium's outbox event router.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ColumnMap {
+    pub id: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    pub payload: String,
+    pub timestamp: Option<String>,
+    pub tracing_span_context: Option<String>,
+    pub source: Option<String>,
+    /// `(column, header name)` pairs copied into Kafka headers.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Default for ColumnMap {
+    fn default() -> Self {
+        Self {
+            id: "id".into(),
+            aggregate_type: "aggregatetype".into(),
+            aggregate_id: "aggregateid".into(),
+            event_type: "type".into(),
+            payload: "payload".into(),
+            timestamp: Some("timestamp".into()),
+            tracing_span_context: Some("tracingspancontext".into()),
+            source: None,
+            headers: Vec::new(),
+        }
+    }
+}
+
+/// Why a row cannot become an event: the dead-letter reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RowError {
+    #[error(
+        "column \"{column}\" ({role}) is missing from {table}; was it dropped or renamed? set postgres.columns.{role} to the new name"
+    )]
+    MissingColumn {
+        table: String,
+        column: String,
+        role: &'static str,
+    },
+    #[error("column \"{column}\" ({role}) is NULL")]
+    Null { column: String, role: &'static str },
+    #[error("column \"{column}\" ({role}) is not valid UTF-8")]
+    NotUtf8 { column: String, role: &'static str },
+    #[error(
+        "column \"{column}\" ({role}) holds an unchanged TOAST value, which an INSERT never carries"
+    )]
+    UnchangedToast { column: String, role: &'static str },
+    #[error("row has {got} columns but relation {table} has {expected}")]
+    ShapeMismatch {
+        table: String,
+        got: usize,
+        expected: usize,
+    },
+}
+
+impl RowError {
+    /// A short machine-readable label for metrics and the `dlq_reason_code` header.
+    pub fn reason_code(&self) -> &'static str {
+        match self {
+            RowError::MissingColumn { .. } => "missing_column",
+            RowError::Null {
+                role: "aggregate_id",
+                ..
+            } => "null_key",
+            RowError::Null { .. } => "null_column",
+            RowError::NotUtf8 { .. } => "not_utf8",
+            RowError::UnchangedToast { .. } => "unchanged_toast",
+            RowError::ShapeMismatch { .. } => "shape_mismatch",
+        }
+    }
+}
+
+/// Column positions for one relation shape; `Err` holds the missing column.
+#[derive(Debug, Clone)]
+struct Positions {
+    id: usize,
+    aggregate_type: usize,
+    aggregate_id: usize,
+    event_type: usize,
+    payload: usize,
+    timestamp: Option<usize>,
+    tracing_span_context: Option<usize>,
+    source: Option<usize>,
+    headers: Vec<(usize, String)>,
+}
+
+/// Turns outbox INSERT tuples into [`OutboxRow`]s, caching column positions
+/// per relation shape.
+#[derive(Debug)]
+pub struct RowExtractor {
+    columns: ColumnMap,
+    cached: Option<(Arc<Relation>, Result<Positions, RowError>)>,
+}
+
+impl RowExtractor {
+    pub fn new(columns: ColumnMap) -> Self {
+        Self {
+            columns,
+            cached: None,
+        }
+    }
+
+    /// Extracts the outbox fields of one inserted row.
+    pub fn extract(
+        &mut self,
+        relation: &Arc<Relation>,
+        tuple: &TupleData,
+    ) -> Result<OutboxRow, RowError> {
+        let stale = match &self.cached {
+            Some((rel, _)) => !Arc::ptr_eq(rel, relation),
+            None => true,
+        };
+        if stale {
+            let positions = resolve_positions(&self.columns, relation);
+            self.cached = Some((Arc::clone(relation), positions));
+        }
+        let positions = match &self.cached {
+            Some((_, Ok(p))) => p,
+            Some((_, Err(e))) => return Err(e.clone()),
+            None => unreachable!("cache filled above"),
+        };
+        if tuple.columns.len() != relation.columns.len() {
+            return Err(RowError::ShapeMismatch {
+                table: relation.qualified_name(),
+                got: tuple.columns.len(),
+                expected: relation.columns.len(),
+            });
+        }
+        let cols = &self.columns;
+        let text =
+            |pos: usize, column: &str, role: &'static str| -> Result<Option<&[u8]>, RowError> {
+                match &tuple.columns[pos] {
+                    TupleValue::Null => Ok(None),
+                    TupleValue::Text(b) | TupleValue::Binary(b) => Ok(Some(b.as_ref())),
+                    TupleValue::UnchangedToast => Err(RowError::UnchangedToast {
+                        column: column.to_owned(),
+                        role,
+                    }),
+                }
+            };
+        let required_str =
+            |pos: usize, column: &str, role: &'static str| -> Result<String, RowError> {
+                let bytes = text(pos, column, role)?.ok_or_else(|| RowError::Null {
+                    column: column.to_owned(),
+                    role,
+                })?;
+                utf8(bytes, column, role)
+            };
+        let optional_str = |pos: Option<usize>,
+                            column: &Option<String>,
+                            role: &'static str|
+         -> Result<Option<String>, RowError> {
+            match (pos, column) {
+                (Some(pos), Some(column)) => match text(pos, column, role)? {
+                    Some(bytes) => utf8(bytes, column, role).map(Some),
+                    None => Ok(None),
+                },
+                _ => Ok(None),
+            }
+        };
+
+        let id = required_str(positions.id, &cols.id, "id")?;
+        let aggregate_type = required_str(
+            positions.aggregate_type,
+            &cols.aggregate_type,
+            "aggregate_type",
+        )?;
+        let aggregate_id =
+            required_str(positions.aggregate_id, &cols.aggregate_id, "aggregate_id")?;
+        let event_type = required_str(positions.event_type, &cols.event_type, "event_type")?;
+        let payload = match &tuple.columns[positions.payload] {
+            TupleValue::Text(b) | TupleValue::Binary(b) => b.clone(),
+            TupleValue::Null => {
+                return Err(RowError::Null {
+                    column: cols.payload.clone(),
+                    role: "payload",
+                });
+            }
+            TupleValue::UnchangedToast => {
+                return Err(RowError::UnchangedToast {
+                    column: cols.payload.clone(),
+                    role: "payload",
+                });
+            }
+        };
+        let timestamp = optional_str(positions.timestamp, &cols.timestamp, "timestamp")?
+            .and_then(|t| parse_pg_timestamp(&t));
+        let trace_parent = optional_str(
+            positions.tracing_span_context,
+            &cols.tracing_span_context,
+            "tracing_span_context",
+        )?;
+        let source = optional_str(positions.source, &cols.source, "source")?;
+        let mut headers = Vec::with_capacity(positions.headers.len());
+        for (pos, header) in &positions.headers {
+            if let TupleValue::Text(b) | TupleValue::Binary(b) = &tuple.columns[*pos] {
+                headers.push((header.clone(), b.clone()));
+            }
+        }
+        Ok(OutboxRow {
+            id,
+            aggregate_type,
+            aggregate_id,
+            event_type,
+            payload,
+            timestamp,
+            trace_parent,
+            headers,
+            source,
+        })
+    }
+
+    /// The event id of a row, when it can be read, for dead-letter headers.
+    pub fn event_id(&self, relation: &Relation, tuple: &TupleData) -> Option<String> {
+        let pos = relation.column_index(&self.columns.id)?;
+        match tuple.columns.get(pos)? {
+            TupleValue::Text(b) | TupleValue::Binary(b) => {
+                std::str::from_utf8(b).ok().map(str::to_owned)
+            }
+            _ => None,
+        }
+    }
+
+    /// The aggregate id (Kafka key) of a row, when it can be read.
+    pub fn key(&self, relation: &Relation, tuple: &TupleData) -> Option<Bytes> {
+        let pos = relation.column_index(&self.columns.aggregate_id)?;
+        match tuple.columns.get(pos)? {
+            TupleValue::Text(b) | TupleValue::Binary(b) => Some(b.clone()),
+            _ => None,
+        }
+    }
+}
+
+fn utf8(bytes: &[u8], column: &str, role: &'static str) -> Result<String, RowError> {
+    std::str::from_utf8(bytes)
+        .map(str::to_owned)
+        .map_err(|_| RowError::NotUtf8 {
+            column: column.to_owned(),
+            role,
+        })
+}
+
+fn resolve_positions(cols: &ColumnMap, relation: &Relation) -> Result<Positions, RowError> {
+    let required = |column: &str, role: &'static str| {
+        relation
+            .column_index(column)
+            .ok_or_else(|| RowError::MissingColumn {
+                table: relation.qualified_name(),
+                column: column.to_owned(),
+                role,
+            })
+    };
+    // Optional columns may be absent from the table altogether.
+    let optional =
+        |column: &Option<String>| column.as_deref().and_then(|c| relation.column_index(c));
+    Ok(Positions {
+        id: required(&cols.id, "id")?,
+        aggregate_type: required(&cols.aggregate_type, "aggregate_type")?,
+        aggregate_id: required(&cols.aggregate_id, "aggregate_id")?,
+        event_type: required(&cols.event_type, "event_type")?,
+        payload: required(&cols.payload, "payload")?,
+        timestamp: optional(&cols.timestamp),
+        tracing_span_context: optional(&cols.tracing_span_context),
+        source: optional(&cols.source),
+        headers: cols
+            .headers
+            .iter()
+            .filter_map(|(column, header)| {
+                relation.column_index(column).map(|p| (p, header.clone()))
+            })
+            .collect(),
+    })
+}
+
+/// Parses PostgreSQL's text output of `timestamptz` (`2026-11-29 12:00:00.123456+00`)
+/// or `timestamp` (taken as UTC). An unparseable value yields `None`, and the
+/// event's time falls back to the commit time.
+pub fn parse_pg_timestamp(text: &str) -> Option<DateTime<Utc>> {
+    // timestamptz prints the offset as +HH, +HH:MM or +HH:MM:SS.
+    for fmt in ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%d %H:%M:%S%.f%:z"] {
+        if let Ok(t) = DateTime::parse_from_str(text, fmt) {
+            return Some(t.with_timezone(&Utc));
+        }
+    }
+    NaiveDateTime::parse_from_str(text, "%Y-%m-%d %H:%M:%S%.f")
+        .ok()
+        .map(|t| t.and_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::assembler::Column;
+
+    fn relation(cols: &[&str]) -> Arc<Relation> {
+        Arc::new(Relation {
+            oid: 16384,
+            namespace: "public".into(),
+            name: "outbox".into(),
+            replica_identity: b'd',
+            columns: cols
+                .iter()
+                .map(|c| Column {
+                    flags: 0,
+                    name: (*c).into(),
+                    type_oid: 25,
+                    type_modifier: -1,
+                })
+                .collect(),
+        })
+    }
+
+    fn text(s: &str) -> TupleValue {
+        TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
+    }
+
+    const COLS: &[&str] = &[
+        "id",
+        "aggregatetype",
+        "aggregateid",
+        "type",
+        "payload",
+        "timestamp",
+    ];
+
+    fn row(values: Vec<TupleValue>) -> TupleData {
+        TupleData { columns: values }
+    }
+
+    #[test]
+    fn extracts_debezium_columns() {
+        let rel = relation(COLS);
+        let mut ex = RowExtractor::new(ColumnMap::default());
+        let r = ex
+            .extract(
+                &rel,
+                &row(vec![
+                    text("0b3f6f6e-6f0e-4a43-9b53-3a3b1f4d9a10"),
+                    text("order"),
+                    text("o-1"),
+                    text("OrderPlaced"),
+                    text(r#"{"total": 42}"#),
+                    text("2026-11-29 12:00:00.5+00"),
+                ]),
+            )
+            .unwrap();
+        assert_eq!(r.id, "0b3f6f6e-6f0e-4a43-9b53-3a3b1f4d9a10");
+        assert_eq!(r.aggregate_type, "order");
+        assert_eq!(r.aggregate_id, "o-1");
+        assert_eq!(r.event_type, "OrderPlaced");
+        assert_eq!(r.payload.as_ref(), br#"{"total": 42}"#);
+        assert_eq!(
+            r.timestamp.unwrap().to_rfc3339(),
+            "2026-11-29T12:00:00.500+00:00"
+        );
+        assert_eq!(r.trace_parent, None);
+    }
+
+    #[test]
+    fn null_key_is_a_dead_letter_reason() {
+        let rel = relation(COLS);
+        let mut ex = RowExtractor::new(ColumnMap::default());
+        let err = ex
+            .extract(
+                &rel,
+                &row(vec![
+                    text("id-1"),
+                    text("order"),
+                    TupleValue::Null,
+                    text("OrderPlaced"),
+                    text("{}"),
+                    TupleValue::Null,
+                ]),
+            )
+            .unwrap_err();
+        assert_eq!(err.reason_code(), "null_key");
+        assert!(err.to_string().contains("aggregateid"), "{err}");
+    }
+
+    #[test]
+    fn dropped_column_names_the_column_and_the_fix() {
+        let rel = relation(&["id", "aggregatetype", "type", "payload"]);
+        let mut ex = RowExtractor::new(ColumnMap::default());
+        let err = ex
+            .extract(
+                &rel,
+                &row(vec![text("id-1"), text("order"), text("T"), text("{}")]),
+            )
+            .unwrap_err();
+        assert_eq!(err.reason_code(), "missing_column");
+        let msg = err.to_string();
+        assert!(
+            msg.contains("\"aggregateid\"") && msg.contains("public.outbox"),
+            "{msg}"
+        );
+        assert!(msg.contains("postgres.columns.aggregate_id"), "{msg}");
+    }
+
+    #[test]
+    fn new_relation_shape_is_picked_up() {
+        let mut ex = RowExtractor::new(ColumnMap {
+            headers: vec![("tenant".into(), "tenant".into())],
+            ..ColumnMap::default()
+        });
+        let v1 = relation(&["id", "aggregatetype", "aggregateid", "type", "payload"]);
+        let r = ex
+            .extract(
+                &v1,
+                &row(vec![text("1"), text("a"), text("k"), text("t"), text("{}")]),
+            )
+            .unwrap();
+        assert!(r.headers.is_empty());
+        // ALTER TABLE ... ADD COLUMN tenant: a new Relation arrives.
+        let v2 = relation(&[
+            "id",
+            "aggregatetype",
+            "aggregateid",
+            "type",
+            "payload",
+            "tenant",
+        ]);
+        let r = ex
+            .extract(
+                &v2,
+                &row(vec![
+                    text("2"),
+                    text("a"),
+                    text("k"),
+                    text("t"),
+                    text("{}"),
+                    text("acme"),
+                ]),
+            )
+            .unwrap();
+        assert_eq!(
+            r.headers,
+            vec![("tenant".to_string(), Bytes::from_static(b"acme"))]
+        );
+    }
+
+    #[test]
+    fn timestamps_with_and_without_zone() {
+        assert_eq!(
+            parse_pg_timestamp("2026-01-02 03:04:05.123456+02")
+                .unwrap()
+                .to_rfc3339(),
+            "2026-01-02T01:04:05.123456+00:00"
+        );
+        assert_eq!(
+            parse_pg_timestamp("2026-01-02 03:04:05+05:30")
+                .unwrap()
+                .to_rfc3339(),
+            "2026-01-01T21:34:05+00:00"
+        );
+        assert_eq!(
+            parse_pg_timestamp("2026-01-02 03:04:05.5")
+                .unwrap()
+                .to_rfc3339(),
+            "2026-01-02T03:04:05.500+00:00"
+        );
+        assert_eq!(parse_pg_timestamp("yesterday"), None);
+    }
+}

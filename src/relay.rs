@@ -1,0 +1,184 @@
+//! The relay: connects the replication stream to the Kafka producer, and
+//! recovers from failures without losing or skipping anything.
+//!
+//! [`run`] is the outer loop: connect, stream (a [`session`]), and on a
+//! transient failure (PostgreSQL restarted, walsender killed, a delivery
+//! failed) back off, rebuild what broke and resume from the last confirmed
+//! LSN (invariant 6). Fatal errors (slot missing or invalidated, publication
+//! missing, authentication refused) end it with a message that names the fix.
+//!
+//! What is confirmed to PostgreSQL comes only from the ack tracker inside the
+//! session (invariant 1); this loop carries that LSN from one session to the
+//! next.
+
+mod session;
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::envelope::EnvelopeSettings;
+use crate::lsn::Lsn;
+use crate::metrics::{self as m, Health};
+use crate::outbox::ColumnMap;
+use crate::replication::{
+    self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream,
+};
+use crate::sink::{KafkaSink, SinkError, SinkSettings};
+
+pub use session::SessionError;
+
+/// Everything the relay needs, taken from the validated config.
+#[derive(Debug, Clone)]
+pub struct RelaySettings {
+    pub replication: ReplicationSettings,
+    pub sink: SinkSettings,
+    pub envelope: EnvelopeSettings,
+    pub columns: ColumnMap,
+    /// The outbox table: `(schema, name)`.
+    pub table: (String, String),
+    pub dlq_topic: String,
+    /// Events handed to the producer and not yet acknowledged, at most.
+    /// Reaching it stops reading the slot (backpressure, invariant 9).
+    pub max_in_flight: usize,
+    /// Emit a heartbeat message when the outbox was idle this long.
+    pub heartbeat_interval: Option<Duration>,
+    /// How long a graceful stop waits for outstanding acknowledgements.
+    pub shutdown_drain: Duration,
+}
+
+impl RelaySettings {
+    /// The relay's share of the validated config.
+    pub fn from_config(config: &Config) -> Self {
+        let pg = &config.postgres;
+        let kafka = &config.kafka;
+        let mut replication = ReplicationSettings::new(&pg.url, &pg.slot, &pg.publication);
+        replication.status_interval = pg.status_interval();
+        replication.connect_timeout = pg.connect_timeout();
+        RelaySettings {
+            replication,
+            sink: SinkSettings {
+                brokers: kafka.brokers.clone(),
+                linger_ms: kafka.linger_ms,
+                message_timeout_ms: kafka.message_timeout_ms,
+                queue_max_messages: kafka.queue_max_messages,
+                properties: kafka.property_pairs(),
+            },
+            envelope: config.envelope_settings(),
+            columns: ColumnMap {
+                id: pg.columns.id.clone(),
+                aggregate_type: pg.columns.aggregate_type.clone(),
+                aggregate_id: pg.columns.aggregate_id.clone(),
+                event_type: pg.columns.event_type.clone(),
+                payload: pg.columns.payload.clone(),
+                timestamp: pg.columns.timestamp_column().map(str::to_owned),
+                tracing_span_context: pg.columns.tracing_span_context_column().map(str::to_owned),
+                source: pg.columns.source_column().map(str::to_owned),
+                headers: pg.header_column_pairs(),
+            },
+            table: pg.table_parts(),
+            dlq_topic: kafka.dlq_topic.clone(),
+            max_in_flight: config.relay.channel_capacity,
+            heartbeat_interval: pg.heartbeat_interval(),
+            shutdown_drain: kafka.shutdown_drain(),
+        }
+    }
+}
+
+/// Why the relay stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error("{0}")]
+    Stream(String),
+}
+
+/// Runs the relay until `shutdown` becomes true (graceful: in-flight events
+/// are drained and confirmed) or a fatal error occurs.
+pub async fn run(
+    settings: RelaySettings,
+    mut shutdown: watch::Receiver<bool>,
+    health: Health,
+) -> Result<(), RelayError> {
+    let mut confirmed = Lsn::ZERO;
+    let mut attempt: u32 = 0;
+    loop {
+        if *shutdown.borrow() {
+            return Ok(());
+        }
+        let stream = match ReplicationStream::connect(&settings.replication, confirmed).await {
+            Ok(stream) => stream,
+            Err(e) => {
+                match e.kind() {
+                    ErrorKind::Fatal => return Err(e.into()),
+                    ErrorKind::SlotBusy => tracing::warn!(
+                        error = %e,
+                        "another process reads the slot; waiting for it to let go"
+                    ),
+                    ErrorKind::Transient => {
+                        tracing::warn!(error = %e, attempt, "cannot stream from PostgreSQL; retrying")
+                    }
+                }
+                if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                    return Ok(());
+                }
+                attempt = attempt.saturating_add(1);
+                continue;
+            }
+        };
+        confirmed = confirmed.max(stream.slot_confirmed_flush());
+        let (sink, reports) = KafkaSink::new(&settings.sink)?;
+        tracing::info!(
+            slot = %settings.replication.slot,
+            confirmed = %confirmed,
+            "streaming from the slot's confirmed position"
+        );
+        health.set_streaming(true);
+        let outcome = session::Session::new(&settings, stream, sink, reports, confirmed)
+            .run(&mut shutdown)
+            .await;
+        health.set_streaming(false);
+        match outcome {
+            Ok(final_confirmed) => {
+                tracing::info!(confirmed = %final_confirmed, "stopped after draining in-flight events");
+                return Ok(());
+            }
+            Err((err, last_confirmed)) => {
+                confirmed = confirmed.max(last_confirmed);
+                match err {
+                    SessionError::Replication(e) if e.kind() == ErrorKind::Fatal => {
+                        return Err(e.into());
+                    }
+                    SessionError::Fatal(msg) => return Err(RelayError::Stream(msg)),
+                    SessionError::Replication(e) => {
+                        metrics::counter!(m::RECONNECTS).increment(1);
+                        tracing::warn!(error = %e, confirmed = %confirmed, "replication stream broke; reconnecting from the confirmed position");
+                    }
+                    SessionError::Delivery(e) => {
+                        metrics::counter!(m::DELIVERY_FAILURES).increment(1);
+                        tracing::warn!(error = %e, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
+                    }
+                }
+                // A failure right after a good run starts the backoff over.
+                attempt = 1;
+                if wait_or_shutdown(replication::backoff(0), &mut shutdown).await {
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps for `delay`; returns true if shutdown was requested meanwhile.
+async fn wait_or_shutdown(delay: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+    tokio::select! {
+        biased;
+        // A dropped sender can never ask for a stop again: stop now.
+        _ = shutdown.wait_for(|stop| *stop) => true,
+        () = tokio::time::sleep(delay) => false,
+    }
+}

@@ -1,0 +1,323 @@
+//! The relay end to end against real PostgreSQL and real Kafka: outbox rows
+//! become CloudEvents on the topic, exactly once in a clean run, in
+//! per-aggregate order, and the slot is confirmed behind the broker's acks.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use outbox_relay::envelope::ContentMode;
+use support::*;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// Checks what a consumer of the topic sees against what was committed:
+/// every id exactly once, in per-aggregate commit order, nothing extra.
+fn check_clean_delivery(case: &str, committed: &[Committed], received: &[Received]) {
+    let summary = check_delivery(case, committed, received);
+    assert_eq!(
+        summary.duplicated, 0,
+        "{case}: a clean run delivers exactly once"
+    );
+    assert_eq!(
+        received.len(),
+        committed.len(),
+        "{case}: no unexpected records"
+    );
+}
+
+fn check_binary_cloudevent(r: &Received, committed: &Committed) {
+    assert_eq!(r.header("ce_specversion"), Some("1.0"));
+    assert_eq!(r.header("ce_id"), Some(committed.id.as_str()));
+    assert_eq!(r.header("ce_type"), Some("OrderPlaced"));
+    assert_eq!(r.header("ce_source"), Some("/orders-service"));
+    assert_eq!(r.header("ce_subject"), Some(committed.aggregate.as_str()));
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(r.header("id"), Some(committed.id.as_str()));
+    let time = r.header("ce_time").expect("ce_time");
+    chrono::DateTime::parse_from_rfc3339(time).expect("ce_time is RFC 3339");
+    assert_eq!(r.key.as_deref(), Some(committed.aggregate.as_bytes()));
+    let data: serde_json::Value = serde_json::from_slice(r.value.as_ref().unwrap()).unwrap();
+    assert_eq!(data["seq"], committed.seq);
+    assert_eq!(data["aggregate"], committed.aggregate.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_events_exactly_once_in_order_then_graceful_restart_adds_no_duplicate() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    // Topics are often created ahead with many partitions: never assume one.
+    outbox.create_topic(&topic, 6).await;
+    let relay = RunningRelay::start(outbox.settings());
+
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = Vec::new();
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 1000, 1, 100, &mut seqs)
+            .await,
+    );
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 400, 10, 100, &mut seqs)
+            .await,
+    );
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 5, 1000, 100, &mut seqs)
+            .await,
+    );
+    assert_eq!(committed.len(), 10_000);
+    let after_last_commit = outbox.current_wal_lsn().await;
+
+    let want = committed.len();
+    let received = consume(&topic, DEADLINE, move |r| r.len() >= want).await;
+    check_clean_delivery("clean-run", &committed, &received);
+    let by_id: HashMap<&str, &Committed> = committed.iter().map(|c| (c.id.as_str(), c)).collect();
+    for r in &received {
+        check_binary_cloudevent(r, by_id[r.header("ce_id").unwrap()]);
+    }
+
+    // Everything acknowledged gets confirmed to the slot.
+    wait_until(
+        "the slot to confirm the last transaction",
+        DEADLINE,
+        || async {
+            outbox
+                .confirmed_flush_lsn()
+                .await
+                .is_some_and(|c| c >= after_last_commit)
+        },
+    )
+    .await;
+    relay.stop().await.expect("graceful stop");
+    let confirmed = outbox.confirmed_flush_lsn().await.expect("slot exists");
+    assert!(
+        confirmed >= after_last_commit,
+        "after draining, confirmed_flush_lsn {confirmed} covers the last commit (WAL insert position after it: {after_last_commit})"
+    );
+
+    // Restart after a graceful stop: nothing is sent twice.
+    let relay = RunningRelay::start(outbox.settings());
+    let more = outbox
+        .commit_events(&mut writer, 1, 1, 100, &mut seqs)
+        .await;
+    committed.extend(more);
+    let want = committed.len();
+    consume(&topic, DEADLINE, move |r| r.len() >= want).await;
+    relay.stop().await.expect("graceful stop");
+    let received = consume_to_end(&topic).await;
+    check_clean_delivery("graceful-restart", &committed, &received);
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn structured_mode_writes_cloudevents_json() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let mut settings = outbox.settings();
+    settings.envelope.mode = ContentMode::Structured;
+    let relay = RunningRelay::start(settings);
+    let mut writer = outbox.writer().await;
+    let committed = outbox
+        .commit_events(&mut writer, 10, 5, 7, &mut HashMap::new())
+        .await;
+    let want = committed.len();
+    let received = consume(&topic, DEADLINE, move |r| r.len() >= want).await;
+    assert_eq!(received.len(), committed.len());
+    for (r, c) in received.iter().zip(&committed) {
+        assert_eq!(
+            r.header("content-type"),
+            Some("application/cloudevents+json")
+        );
+        let ce: serde_json::Value = serde_json::from_slice(r.value.as_ref().unwrap()).unwrap();
+        assert_eq!(ce["specversion"], "1.0");
+        assert_eq!(ce["id"], c.id.as_str());
+        assert_eq!(ce["type"], "OrderPlaced");
+        assert_eq!(ce["source"], "/orders-service");
+        assert_eq!(ce["subject"], c.aggregate.as_str());
+        assert_eq!(ce["datacontenttype"], "application/json");
+        chrono::DateTime::parse_from_rfc3339(ce["time"].as_str().unwrap()).unwrap();
+        // data is JSON, not a string holding JSON.
+        assert_eq!(ce["data"]["seq"], c.seq);
+    }
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn updates_deletes_truncates_are_ignored_and_deleted_inserts_still_published() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let relay = RunningRelay::start(outbox.settings());
+    let t = &outbox.table;
+    let ids: Vec<String> = (0..3).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "BEGIN;
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{a}', 'order', 'o1', 'Placed', '{{\"n\":1}}');
+             DELETE FROM public.{t} WHERE id = '{a}';
+             COMMIT;
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{b}', 'order', 'o1', 'Placed', '{{\"n\":2}}');
+             UPDATE public.{t} SET type = 'Changed' WHERE id = '{b}';
+             DELETE FROM public.{t} WHERE id = '{b}';
+             TRUNCATE public.{t};
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{c}', 'order', 'o1', 'Placed', '{{\"n\":3}}');",
+            a = ids[0],
+            b = ids[1],
+            c = ids[2],
+        ))
+        .await
+        .unwrap();
+    let received = consume(&topic, DEADLINE, |r| r.len() >= 3).await;
+    let got: Vec<&str> = received
+        .iter()
+        .map(|r| r.header("ce_id").unwrap())
+        .collect();
+    assert_eq!(got, ids.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        received
+            .iter()
+            .all(|r| r.header("ce_type") == Some("Placed"))
+    );
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_rows_go_to_the_dead_letter_topic_and_the_stream_goes_on() {
+    // A text payload column lets a service write something that is not JSON.
+    let outbox = TestOutbox::create("text").await;
+    let topic = outbox.topic("order");
+    let mut settings = outbox.settings();
+    // A small producer limit stands in for the broker's size limit.
+    settings
+        .sink
+        .properties
+        .push(("message.max.bytes".into(), "20000".into()));
+    let relay = RunningRelay::start(settings);
+    let t = &outbox.table;
+    let not_json = uuid::Uuid::new_v4().to_string();
+    let null_key = uuid::Uuid::new_v4().to_string();
+    let too_large = uuid::Uuid::new_v4().to_string();
+    let good = uuid::Uuid::new_v4().to_string();
+    let big = format!("{{\"blob\":\"{}\"}}", "x".repeat(50_000));
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{not_json}', 'order', 'o1', 'Placed', 'this is not json');
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{null_key}', 'order', NULL, 'Placed', '{{}}');
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{too_large}', 'order', 'o1', 'Placed', '{big}');
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{good}', 'order', 'o1', 'Placed', '{{\"ok\":true}}');"
+        ))
+        .await
+        .unwrap();
+    let after = outbox.current_wal_lsn().await;
+    let good_records = consume(&topic, DEADLINE, |r| !r.is_empty()).await;
+    assert_eq!(good_records.len(), 1);
+    assert_eq!(good_records[0].header("ce_id"), Some(good.as_str()));
+
+    let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| r.len() >= 3).await;
+    assert_eq!(dlq.len(), 3, "three dead letters");
+    let by_id: HashMap<&str, &Received> = dlq
+        .iter()
+        .map(|r| (r.header("id").expect("id header"), r))
+        .collect();
+    let reason = |id: &str| by_id[id].header("dlq_reason").unwrap().to_string();
+    assert!(
+        reason(&not_json).contains("not valid JSON"),
+        "{}",
+        reason(&not_json)
+    );
+    assert!(reason(&null_key).contains("NULL"), "{}", reason(&null_key));
+    assert!(
+        reason(&too_large).contains("too large"),
+        "{}",
+        reason(&too_large)
+    );
+    for r in &dlq {
+        assert_eq!(
+            r.header("source_table"),
+            Some(format!("public.{t}").as_str())
+        );
+        let lsn: outbox_relay::lsn::Lsn = r.header("lsn").unwrap().parse().expect("lsn header");
+        assert!(lsn < after);
+    }
+    // The stream went on and the slot advanced past the bad rows.
+    wait_until(
+        "the slot to advance past the bad rows",
+        DEADLINE,
+        || async {
+            outbox
+                .confirmed_flush_lsn()
+                .await
+                .is_some_and(|c| c >= after)
+        },
+    )
+    .await;
+    relay.stop().await.expect("graceful stop");
+    println!(
+        "summary: case=dead-letters committed=4 delivered=1 lost=0 duplicated=0 dead-lettered=3"
+    );
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_slot_is_a_fatal_error_naming_it() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox
+        .admin
+        .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
+        .await
+        .unwrap();
+    let relay = RunningRelay::start(outbox.settings());
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("a missing slot is fatal");
+    let msg = err.to_string();
+    assert!(msg.contains(&outbox.slot), "{msg}");
+    // And the relay did not create it behind our back.
+    assert!(outbox.confirmed_flush_lsn().await.is_none());
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_outbox_on_a_busy_database_still_advances_the_slot() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let mut settings = outbox.settings();
+    settings.heartbeat_interval = Some(Duration::from_secs(1));
+    let relay = RunningRelay::start(settings);
+    // Other tables write WAL; the outbox writes nothing.
+    let busy = random_name("busy");
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "CREATE TABLE {busy} (id bigserial, v text);
+             INSERT INTO {busy} (v) SELECT md5(i::text) FROM generate_series(1, 20000) i;"
+        ))
+        .await
+        .unwrap();
+    let busy_end = outbox.current_wal_lsn().await;
+    wait_until(
+        "the idle slot to advance past the busy table's WAL",
+        DEADLINE,
+        || async {
+            outbox
+                .confirmed_flush_lsn()
+                .await
+                .is_some_and(|c| c >= busy_end)
+        },
+    )
+    .await;
+    relay.stop().await.expect("graceful stop");
+    outbox
+        .admin
+        .batch_execute(&format!("DROP TABLE {busy}"))
+        .await
+        .unwrap();
+    outbox.drop_all().await;
+}
