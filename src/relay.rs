@@ -148,6 +148,7 @@ pub async fn run(
                 return Ok(());
             }
             Err((err, last_confirmed)) => {
+                let progressed = last_confirmed > confirmed;
                 confirmed = confirmed.max(last_confirmed);
                 match err {
                     SessionError::Replication(e) if e.kind() == ErrorKind::Fatal => {
@@ -163,9 +164,15 @@ pub async fn run(
                         tracing::warn!(error = %e, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
                     }
                 }
-                // A failure right after a good run starts the backoff over.
-                attempt = 1;
-                if wait_or_shutdown(replication::backoff(0), &mut shutdown).await {
+                // A failure right after a good run (something new confirmed)
+                // starts the backoff over. A session that failed before
+                // confirming anything (the broker refuses every record, say)
+                // backs off further each time: otherwise a persistent failure
+                // reconnects to PostgreSQL and builds a producer (a new
+                // producer id on the broker) as fast as sessions can start.
+                let delay = if progressed { 0 } else { attempt };
+                attempt = delay.saturating_add(1);
+                if wait_or_shutdown(replication::backoff(delay), &mut shutdown).await {
                     return Ok(());
                 }
             }

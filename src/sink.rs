@@ -73,6 +73,12 @@ pub enum DeliveryError {
     /// the last confirmed LSN (invariant 6).
     #[error("delivery failed: {0}")]
     Failed(KafkaError),
+    /// The producer hit a fatal error (`rd_kafka_fatal_error`: say, an
+    /// idempotence sequence it can no longer vouch for) and refuses every
+    /// record from now on. Carries librdkafka's reason, which the bare
+    /// `_FATAL` code of the refused record does not tell.
+    #[error("the producer hit a fatal error: {0}")]
+    ProducerFatal(String),
 }
 
 /// Errors from [`KafkaSink::send`].
@@ -84,7 +90,8 @@ pub enum SendError {
     /// The record exceeds `message.max.bytes` before it even left.
     #[error("record too large: {0}")]
     TooLarge(KafkaError, Box<DeliveryTag>),
-    /// Any other immediate error (e.g. the producer hit a fatal error).
+    /// Any other immediate error (e.g. the producer hit a fatal error:
+    /// [`KafkaSink::explain`] tells which).
     #[error("producer refused the record: {0}")]
     Failed(KafkaError),
 }
@@ -207,6 +214,18 @@ impl KafkaSink {
                     _ => Err(SendError::Failed(err)),
                 }
             }
+        }
+    }
+
+    /// `err`, or the producer's fatal error if it has one. After a fatal
+    /// error librdkafka fails records with codes that do not say why
+    /// (`_FATAL` for those sent since, `_PURGE_QUEUE` for those it purged),
+    /// and their reports may arrive before the one of the record that
+    /// caused it; the fatal error's own text names the cause.
+    pub fn explain(&self, err: DeliveryError) -> DeliveryError {
+        match self.producer.client().fatal_error() {
+            Some((code, why)) => DeliveryError::ProducerFatal(format!("{code:?}: {why}")),
+            None => err,
         }
     }
 

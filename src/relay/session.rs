@@ -3,8 +3,10 @@
 //! A single task owns the replication stream, the producer's delivery
 //! reports and the ack tracker, and reacts to whichever is ready:
 //!
-//! * shutdown (first, `biased`): stop reading, wait for outstanding
-//!   acknowledgements up to a deadline, send the final status update;
+//! * shutdown (first, `biased`): stop reading (once the transaction being
+//!   received, if any, has reached its Commit, so that its already-sent
+//!   events become confirmable), wait for outstanding acknowledgements up
+//!   to the drain deadline, send the final status update;
 //! * a delivery report: ack the event in the tracker; confirm what the
 //!   tracker says is the acknowledged prefix (invariant 1);
 //! * the next replication message, only while fewer than `max_in_flight`
@@ -409,7 +411,9 @@ impl<'a> Session<'a> {
             Err(SendError::TooLarge(err, tag)) => {
                 self.dead_letter_too_large(*tag, &err.to_string())
             }
-            Err(SendError::Failed(err)) => Err(SessionError::Delivery(DeliveryError::Failed(err))),
+            Err(SendError::Failed(err)) => Err(SessionError::Delivery(
+                self.sink.explain(DeliveryError::Failed(err)),
+            )),
         }
     }
 
@@ -467,7 +471,7 @@ impl<'a> Session<'a> {
             Err(DeliveryError::TooLarge(err)) => {
                 self.dead_letter_too_large(report.tag, &err.to_string())
             }
-            Err(err) => Err(SessionError::Delivery(err)),
+            Err(err) => Err(SessionError::Delivery(self.sink.explain(err))),
         }
     }
 
@@ -483,7 +487,8 @@ impl<'a> Session<'a> {
     }
 
     /// Graceful stop: read nothing more, wait for outstanding reports up to
-    /// the drain deadline, then send the final status update.
+    /// the drain deadline (counted from the stop request), then send the
+    /// final status update.
     async fn drain_and_stop(mut self, deadline: Instant) -> Result<Lsn, (SessionError, Lsn)> {
         while self.tracker.pending_events() > 0 || self.retry.is_some() {
             let report = tokio::select! {

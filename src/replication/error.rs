@@ -108,7 +108,7 @@ pub enum ReplicationError {
         silent_for: Duration,
     },
 
-    #[error("PostgreSQL at {target} ended the replication stream (CopyDone)")]
+    #[error("PostgreSQL at {target} ended the replication stream (the walsender is stopping)")]
     StreamEnded { target: String },
 
     #[error(

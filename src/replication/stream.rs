@@ -308,6 +308,13 @@ impl ReplicationStream {
                         Ok(None)
                     }
                     Some(Message::ParameterStatus(_)) => Ok(None),
+                    // On a fast shutdown the walsender ends the stream with
+                    // CommandComplete ("COPY 0") and no CopyDone (WalSndDone
+                    // in walsender.c), then exits: the server is going away,
+                    // which a reconnect rides out.
+                    Some(Message::CommandComplete(_)) => Err(ReplicationError::StreamEnded {
+                        target: self.target.clone(),
+                    }),
                     _ => Err(ReplicationError::Protocol {
                         target: self.target.clone(),
                         action: "streaming",

@@ -275,6 +275,16 @@ async fn server_errors_are_classified() {
 }
 
 #[tokio::test]
+async fn command_complete_without_copy_done_is_a_transient_end_of_stream() {
+    // What a walsender sends when PostgreSQL shuts down in fast mode.
+    let (mut stream, mut server) = quiet_stream();
+    server.write_all(&backend(b'C', b"COPY 0\0")).await.unwrap();
+    let err = stream.next().await.unwrap_err();
+    assert!(matches!(err, ReplicationError::StreamEnded { .. }), "{err}");
+    assert_eq!(err.kind(), ErrorKind::Transient);
+}
+
+#[tokio::test]
 async fn garbage_is_a_fatal_protocol_error() {
     let (mut stream, mut server) = quiet_stream();
     server.write_all(&backend(b'd', b"zzz")).await.unwrap();

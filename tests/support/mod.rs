@@ -705,3 +705,5 @@ pub async fn consume_all_ids(
     })
     .await
 }
+pub mod proxy;
+pub mod relay_probe;

@@ -1,0 +1,911 @@
+//! Faults of the shared services, against the relay binary (test-plan cases
+//! 3, 7, 8, 9 and 10): the broker stopped for half a minute, PostgreSQL
+//! restarted fast and immediate, PostgreSQL unreachable behind a stalled
+//! route, the slot dropped while streaming, the slot invalidated by
+//! `max_slot_wal_keep_size` before and during streaming.
+//!
+//! Every test here (but the proxy's own) stops a service, changes a
+//! server-wide setting or invalidates slots, so they hold [`LOCK`] for their
+//! whole run, and a guard restores the service or the setting on every exit
+//! path, a failed assertion included. Children (relay, load generator) are killed when a
+//! test ends without stopping them.
+//!
+//! Each test prints the checker's summary line; the faults themselves (the
+//! broker kept down, PostgreSQL kept down) are timed sleeps, everything else
+//! waits on a condition with a deadline.
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use support::proxy::StallProxy;
+use support::*;
+use tokio::sync::Mutex;
+
+/// One test at a time: they stop the services every test shares.
+static LOCK: Mutex<()> = Mutex::const_new(());
+
+const DEADLINE: Duration = Duration::from_secs(120);
+
+/// How long the broker stays down in case 3: over the 30 s the plan asks for,
+/// and three times the relay's message timeout below.
+const BROKER_OUTAGE: Duration = Duration::from_secs(32);
+
+/// The relay's `kafka.message_timeout_ms` in case 3. Lower than the 30 s
+/// default so that the outage surely expires records and the "delivery
+/// failed → rebuild producer → replay from the confirmed LSN" path runs.
+const CASE3_MESSAGE_TIMEOUT_MS: u64 = 10_000;
+
+// ------------------------------------------------------------------ guards
+
+/// Runs `$OUTBOX_RELAY_SERVICES <args>` (blocking) and says whether it worked.
+fn services(args: &[&str]) -> bool {
+    Command::new(env("OUTBOX_RELAY_SERVICES"))
+        .args(args)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+async fn services_async(args: &[&str]) -> bool {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        services(&args.iter().map(String::as_str).collect::<Vec<_>>())
+    })
+    .await
+    .unwrap()
+}
+
+/// A stopped service; dropping the guard starts it again if the test did
+/// not, so a failing test never leaves the cluster without it.
+struct ServiceDown {
+    start: &'static str,
+    down: bool,
+}
+
+impl ServiceDown {
+    async fn stop(stop: &[&str], start: &'static str) -> Self {
+        // Armed before stopping: a half-done stop is restored too.
+        let guard = ServiceDown { start, down: true };
+        assert!(services_async(stop).await, "{stop:?} failed");
+        guard
+    }
+
+    async fn start(mut self) {
+        assert!(services_async(&[self.start]).await, "{} failed", self.start);
+        self.down = false;
+    }
+}
+
+impl Drop for ServiceDown {
+    fn drop(&mut self) {
+        if self.down && !services(&[self.start]) {
+            eprintln!("could not restore the service with `{}`", self.start);
+        }
+    }
+}
+
+/// `max_slot_wal_keep_size` set for the test; reset (and reloaded) when
+/// dropped, whatever happened.
+struct WalKeepLimit;
+
+impl WalKeepLimit {
+    async fn set(admin: &tokio_postgres::Client, size: &str) -> Self {
+        let guard = WalKeepLimit;
+        admin
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET max_slot_wal_keep_size = '{size}'"
+            ))
+            .await
+            .expect("set max_slot_wal_keep_size");
+        admin
+            .batch_execute("SELECT pg_reload_conf()")
+            .await
+            .unwrap();
+        guard
+    }
+}
+
+impl Drop for WalKeepLimit {
+    fn drop(&mut self) {
+        // psql, not the test's async client: a Drop cannot await, and this
+        // must also run while a panic unwinds.
+        let ok = Command::new("psql")
+            .args([
+                "-X",
+                "-q",
+                "-v",
+                "ON_ERROR_STOP=1",
+                &env("PG_URL"),
+                "-c",
+                "ALTER SYSTEM RESET max_slot_wal_keep_size",
+                "-c",
+                "SELECT pg_reload_conf()",
+            ])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            eprintln!("could not reset max_slot_wal_keep_size");
+        }
+    }
+}
+
+/// The relay binary, killed if the test ends without stopping it.
+struct Relay(RelayProcess);
+
+impl Relay {
+    fn start(config: &Path) -> Self {
+        Relay(RelayProcess::start(config))
+    }
+
+    /// SIGTERM, then the exit status (bounded).
+    async fn terminate(&mut self) -> ExitStatus {
+        let pid = self.0.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        self.0.wait(Duration::from_secs(60)).await
+    }
+
+    async fn wait(&mut self, within: Duration) -> ExitStatus {
+        self.0.wait(within).await
+    }
+
+    fn running(&mut self) -> bool {
+        self.0.child.try_wait().unwrap().is_none()
+    }
+
+    fn log(&self) -> String {
+        self.0.log_text()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        let _ = self.0.child.kill();
+        let _ = self.0.child.wait();
+    }
+}
+
+/// `outbox-loadgen`, killed if still running when dropped.
+struct Loadgen(Child);
+
+impl Loadgen {
+    fn start(outbox: &TestOutbox, args: &[&str]) -> Self {
+        Loadgen(outbox.start_loadgen(args))
+    }
+
+    /// Waits for it to end by itself (bounded); returns the status.
+    async fn wait(&mut self, within: Duration) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "outbox-loadgen still running after {within:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Loadgen {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+// ------------------------------------------------------------------ helpers
+
+/// A relay config for `outbox` with `kafka_extra` lines added to `[kafka]`
+/// and, when given, another PostgreSQL URL.
+fn relay_config(outbox: &TestOutbox, kafka_extra: &str, url: Option<&str>) -> PathBuf {
+    let path = outbox.write_config("");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text = text.replacen("[kafka]\n", &format!("[kafka]\n{kafka_extra}\n"), 1);
+    if let Some(url) = url {
+        text = text.replace(&env("PG_RELAY_URL"), url);
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Reads `topic` until it holds at least `n` records; fails after `within`.
+async fn wait_for_records(topic: &str, n: usize, within: Duration) {
+    let got = consume(topic, within, move |r| r.len() >= n).await;
+    assert!(
+        got.len() >= n,
+        "only {} of {n} records on {topic} after {within:?}",
+        got.len()
+    );
+}
+
+/// Reads until every committed id is on `topic`; fails after `within`.
+async fn wait_for_all(topic: &str, committed: &[Committed], within: Duration) {
+    let got = consume_all_ids(topic, committed, within).await;
+    let seen: std::collections::HashSet<&str> =
+        got.iter().filter_map(|r| r.header("ce_id")).collect();
+    let missing = committed
+        .iter()
+        .filter(|c| !seen.contains(c.id.as_str()))
+        .count();
+    assert_eq!(
+        missing,
+        0,
+        "{missing} of {} events not on {topic} after {within:?}",
+        committed.len()
+    );
+}
+
+/// Polls the slot's `confirmed_flush_lsn` until it passes `above`.
+async fn wait_for_confirmed_above(outbox: &TestOutbox, above: outbox_relay::lsn::Lsn) {
+    wait_until(
+        "the slot's confirmed_flush_lsn to move",
+        DEADLINE,
+        || async {
+            outbox
+                .confirmed_flush_lsn()
+                .await
+                .is_some_and(|l| l > above)
+        },
+    )
+    .await;
+}
+
+async fn slot_exists(outbox: &TestOutbox) -> bool {
+    outbox
+        .admin
+        .query_opt(
+            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
+            &[&outbox.slot],
+        )
+        .await
+        .unwrap()
+        .is_some()
+}
+
+async fn wal_status(outbox: &TestOutbox) -> Option<String> {
+    outbox
+        .admin
+        .query_opt(
+            "SELECT wal_status FROM pg_replication_slots WHERE slot_name = $1",
+            &[&outbox.slot],
+        )
+        .await
+        .unwrap()
+        .and_then(|row| row.get(0))
+}
+
+/// Ends the relay with SIGTERM (it must exit 0), reads the topic to its end
+/// and runs the checker.
+async fn stop_and_check(
+    case: &str,
+    outbox: &TestOutbox,
+    relay: &mut Relay,
+    committed: &[Committed],
+) -> Summary {
+    let status = relay.terminate().await;
+    assert!(
+        status.success(),
+        "{case}: graceful stop exits 0, got {status:?}; log:\n{}",
+        relay.log()
+    );
+    let log = relay.log();
+    assert!(
+        !log.contains("relay-test-password"),
+        "{case}: the password leaked into the log"
+    );
+    let received = consume_to_end(&outbox.topic("order")).await;
+    check_delivery(case, committed, &received)
+}
+
+fn report_wall_time(case: &str, started: Instant) {
+    println!(
+        "wall time: case={case} {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+// ------------------------------------------------------------------ case 3
+
+/// Case 3: the broker stops for 30+ s under a steady 500 events/s and comes
+/// back. While it is down nothing can be acknowledged, so the slot's
+/// confirmed_flush_lsn must stand still (sampled every 500 ms once in-flight
+/// requests had 5 s to die), records expire after the message timeout and the
+/// relay rebuilds its producer and replays from the confirmed LSN, over and
+/// over, without exiting. Once the broker is back it catches up: nothing
+/// lost, order kept, duplicates counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_down_30s_freezes_the_slot_then_catches_up() {
+    let _serial = LOCK.lock().await;
+    let started = Instant::now();
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 4).await;
+    let config = relay_config(
+        &outbox,
+        &format!("message_timeout_ms = {CASE3_MESSAGE_TIMEOUT_MS}"),
+        None,
+    );
+    let mut relay = Relay::start(&config);
+    let mut loadgen = Loadgen::start(
+        &outbox,
+        &[
+            "--events",
+            "0",
+            "--rate",
+            "500",
+            "--connections",
+            "2",
+            "--aggregates",
+            "50",
+        ],
+    );
+    wait_for_records(&topic, 1000, DEADLINE).await;
+    let before_stop = outbox.confirmed_flush_lsn().await.expect("slot");
+
+    let kafka = ServiceDown::stop(&["stop-kafka"], "start-kafka").await;
+    let down_at = Instant::now();
+    // The fault: the broker is gone. Give requests that were in flight when
+    // it stopped time to fail before freezing the reference.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let frozen = outbox.confirmed_flush_lsn().await.expect("slot");
+    assert!(
+        frozen >= before_stop,
+        "the slot went back: {before_stop} -> {frozen}"
+    );
+    let mut samples = 0;
+    while down_at.elapsed() < BROKER_OUTAGE {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = outbox.confirmed_flush_lsn().await.expect("slot");
+        assert_eq!(
+            now,
+            frozen,
+            "confirmed_flush_lsn moved while the broker was down (after {:?})",
+            down_at.elapsed()
+        );
+        assert!(
+            relay.running(),
+            "the relay exited while the broker was down:\n{}",
+            relay.log()
+        );
+        samples += 1;
+    }
+    let wal_during = outbox.current_wal_lsn().await;
+    assert!(
+        wal_during > frozen,
+        "the writer kept writing, so the WAL moved past the frozen slot"
+    );
+    let log = relay.log();
+    let rebuilds = log
+        .matches("delivery failed; rebuilding the producer")
+        .count();
+    assert!(
+        rebuilds >= 1,
+        "records expired after {CASE3_MESSAGE_TIMEOUT_MS} ms must rebuild the producer; log:\n{log}"
+    );
+    println!(
+        "broker down {:.1} s: confirmed_flush_lsn held at {frozen} over {samples} samples while the WAL reached {wal_during}; producer rebuilt {rebuilds} times",
+        down_at.elapsed().as_secs_f64()
+    );
+
+    kafka.start().await;
+    wait_for_confirmed_above(&outbox, frozen).await;
+    // Keep writing a little after the catch-up began, then stop the writer;
+    // the table says what was committed, whatever the writer was doing.
+    wait_for_confirmed_above(&outbox, outbox.current_wal_lsn().await).await;
+    loadgen.kill();
+    let committed = outbox.committed_from_table().await;
+    wait_for_all(&topic, &committed, DEADLINE).await;
+    let summary = stop_and_check("broker-down-30s", &outbox, &mut relay, &committed).await;
+    assert_eq!(summary.lost, 0);
+    outbox.drop_all().await;
+    report_wall_time("broker-down-30s", started);
+}
+
+// ------------------------------------------------------------------ case 7
+
+/// Case 7: PostgreSQL stops (`mode`) under load and starts again. The relay
+/// must neither exit nor lose anything: it reconnects with backoff by itself
+/// and resumes from the slot; the writer dies with the server and is started
+/// again afterwards.
+async fn postgres_restart(mode: &'static str) {
+    let _serial = LOCK.lock().await;
+    let started = Instant::now();
+    let case = format!("pg-restart-{mode}");
+    let mut outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 4).await;
+    let config = relay_config(&outbox, "", None);
+    let mut relay = Relay::start(&config);
+    let mut loadgen = Loadgen::start(
+        &outbox,
+        &[
+            "--events",
+            "0",
+            "--rate",
+            "500",
+            "--connections",
+            "2",
+            "--aggregates",
+            "50",
+        ],
+    );
+    wait_for_records(&topic, 500, DEADLINE).await;
+
+    let pg = ServiceDown::stop(&["stop-pg", mode], "start-pg").await;
+    // The writer loses its server; how it exits does not matter, the table
+    // is the record of what committed.
+    loadgen.wait(Duration::from_secs(30)).await;
+    // The fault: PostgreSQL stays down for a few seconds, long enough for
+    // several reconnect attempts to be refused.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        relay.running(),
+        "{case}: the relay must outlive the outage:\n{}",
+        relay.log()
+    );
+    pg.start().await;
+    // The old admin connection died with the server.
+    outbox.admin = pg_admin().await;
+    wait_until("the relay to hold the slot again", DEADLINE, || {
+        outbox.slot_active()
+    })
+    .await;
+
+    let mut loadgen = Loadgen::start(
+        &outbox,
+        &[
+            "--events",
+            "1000",
+            "--rate",
+            "1000",
+            "--connections",
+            "2",
+            "--aggregates",
+            "50",
+        ],
+    );
+    let status = loadgen.wait(DEADLINE).await;
+    assert!(
+        status.success(),
+        "{case}: writer after the restart: {status:?}"
+    );
+    let committed = outbox.committed_from_table().await;
+    wait_for_all(&topic, &committed, DEADLINE).await;
+    let log = relay.log();
+    assert!(
+        log.contains("reconnecting from the confirmed position")
+            && log.contains("cannot stream from PostgreSQL; retrying"),
+        "{case}: the relay should report the broken stream and its retries; log:\n{log}"
+    );
+    let retries = log
+        .matches("cannot stream from PostgreSQL; retrying")
+        .count();
+    println!("{case}: relay reconnected after {retries} refused attempts");
+    let summary = stop_and_check(&case, &outbox, &mut relay, &committed).await;
+    assert_eq!(summary.lost, 0);
+    outbox.drop_all().await;
+    report_wall_time(&case, started);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_fast_restart_reconnects_and_loses_nothing() {
+    postgres_restart("fast").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_immediate_restart_reconnects_and_loses_nothing() {
+    postgres_restart("immediate").await;
+}
+
+// ------------------------------------------------------------------ case 8
+
+/// Case 8: the route to PostgreSQL goes silent (no RST, no FIN) under a
+/// stalling proxy. The relay's own read timeout must notice (PostgreSQL
+/// meanwhile ends the silent walsender after wal_sender_timeout, freeing the
+/// slot); its reconnects through the still-stalled route must time out too
+/// rather than hang; once the route flows again it catches up. Nothing is
+/// confirmed while stalled, nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_route_to_postgres_times_out_reconnects_and_catches_up() {
+    let _serial = LOCK.lock().await;
+    let started = Instant::now();
+    let case = "pg-stalled-route";
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 4).await;
+    let upstream = format!("127.0.0.1:{}", env("PG_PORT")).parse().unwrap();
+    let proxy = StallProxy::start(upstream).await;
+    let url = format!(
+        "postgres://relay:relay-test-password@127.0.0.1:{}/postgres",
+        proxy.addr().port()
+    );
+    let config = relay_config(&outbox, "", Some(&url));
+    let mut relay = Relay::start(&config);
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = outbox
+        .commit_events(&mut writer, 100, 2, 20, &mut seqs)
+        .await;
+    wait_for_all(&topic, &committed, DEADLINE).await;
+    wait_until("the slot to be held", DEADLINE, || outbox.slot_active()).await;
+
+    proxy.stall();
+    let stalled_at = Instant::now();
+    let frozen = outbox.confirmed_flush_lsn().await.expect("slot");
+    // Written straight to PostgreSQL: the stall is between relay and server.
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 100, 2, 20, &mut seqs)
+            .await,
+    );
+    wait_until(
+        "the relay's read timeout",
+        Duration::from_secs(45),
+        || async { relay.log().contains("did not answer a reply request") },
+    )
+    .await;
+    let detected_after = stalled_at.elapsed();
+    // The server's side: the silent walsender is ended by wal_sender_timeout
+    // and nothing can take the slot through the stalled route.
+    wait_until(
+        "PostgreSQL to free the slot",
+        Duration::from_secs(45),
+        || async { !outbox.slot_active().await },
+    )
+    .await;
+    // A reconnect through the stalled route hangs in the handshake; the
+    // relay's connect timeout must end it (no RST or FIN will).
+    let connect_timed_out = format!(
+        "connecting to PostgreSQL at 127.0.0.1:{} timed out",
+        proxy.addr().port()
+    );
+    wait_until(
+        "a reconnect to time out",
+        Duration::from_secs(45),
+        || async { relay.log().contains(&connect_timed_out) },
+    )
+    .await;
+    assert!(
+        relay.running(),
+        "{case}: the relay must keep trying:\n{}",
+        relay.log()
+    );
+    assert_eq!(
+        outbox.confirmed_flush_lsn().await.expect("slot"),
+        frozen,
+        "{case}: nothing can be confirmed through a stalled route"
+    );
+    println!(
+        "{case}: read timeout fired {:.1} s after the stall; stalled for {:.1} s",
+        detected_after.as_secs_f64(),
+        stalled_at.elapsed().as_secs_f64()
+    );
+    assert!(
+        detected_after < Duration::from_secs(30),
+        "{case}: the read timeout should follow wal_sender_timeout (10 s), took {detected_after:?}"
+    );
+
+    proxy.resume();
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 50, 2, 20, &mut seqs)
+            .await,
+    );
+    wait_for_all(&topic, &committed, DEADLINE).await;
+    let summary = stop_and_check(case, &outbox, &mut relay, &committed).await;
+    assert_eq!(summary.lost, 0);
+    drop(proxy);
+    outbox.drop_all().await;
+    report_wall_time(case, started);
+}
+
+// ------------------------------------------------------------------ case 9
+
+/// Case 9, while running: the slot is dropped under a streaming relay (its
+/// walsender terminated, then the slot dropped, retried until the drop wins
+/// the race with the relay's reconnect). The relay must exit non-zero naming
+/// the slot, and never create it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_dropped_while_streaming_is_fatal_and_never_recreated() {
+    let _serial = LOCK.lock().await;
+    let started = Instant::now();
+    let case = "slot-dropped";
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let config = relay_config(&outbox, "", None);
+    let mut relay = Relay::start(&config);
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let committed = outbox
+        .commit_events(&mut writer, 50, 2, 10, &mut seqs)
+        .await;
+    wait_for_all(&topic, &committed, DEADLINE).await;
+    wait_until("the slot to be held", DEADLINE, || outbox.slot_active()).await;
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        outbox
+            .admin
+            .execute(
+                "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots
+                 WHERE slot_name = $1 AND active_pid IS NOT NULL",
+                &[&outbox.slot],
+            )
+            .await
+            .unwrap();
+        match outbox
+            .admin
+            .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
+            .await
+        {
+            Ok(_) => break,
+            // "is active for PID": the walsender is still exiting, or the
+            // relay's reconnect took the slot back.
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "could not drop the slot in 30 s ({tries} tries): {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = relay.wait(Duration::from_secs(30)).await;
+    let log = relay.log();
+    assert!(
+        !status.success(),
+        "{case}: a dropped slot is fatal; log:\n{log}"
+    );
+    assert_eq!(status.code(), Some(1), "{case}: fatal errors exit 1");
+    assert!(
+        log.contains(&format!(
+            "replication slot \"{}\" does not exist",
+            outbox.slot
+        )),
+        "{case}: the message names the slot; log:\n{log}"
+    );
+    assert!(
+        log.contains("replication stream broke"),
+        "{case}: the drop happened under a streaming relay; log:\n{log}"
+    );
+    assert!(
+        !slot_exists(&outbox).await,
+        "{case}: the relay must never recreate the slot"
+    );
+    println!("{case}: dropped after {tries} terminate+drop rounds; relay exited with {status}");
+    let received = consume_to_end(&topic).await;
+    check_delivery(case, &committed, &received);
+    outbox.drop_all().await;
+    report_wall_time(case, started);
+}
+
+// ------------------------------------------------------------------ case 10
+
+/// Writes WAL, switches segments and checkpoints until the slot's
+/// `wal_status` is `lost` (needs `max_slot_wal_keep_size` below a segment).
+async fn invalidate_slot(outbox: &TestOutbox, scratch: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut rounds = 0;
+    loop {
+        rounds += 1;
+        outbox
+            .admin
+            .batch_execute(&format!(
+                "INSERT INTO public.{scratch} SELECT repeat('x', 1000) FROM generate_series(1, 2000);
+                 SELECT pg_switch_wal();
+                 CHECKPOINT;"
+            ))
+            .await
+            .expect("write WAL and checkpoint");
+        if wal_status(outbox).await.as_deref() == Some("lost") {
+            return rounds;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "slot {} not invalidated after {rounds} rounds (wal_status {:?})",
+            outbox.slot,
+            wal_status(outbox).await
+        );
+    }
+}
+
+/// What a relay that met an invalidated slot must have said and done.
+async fn assert_invalidated_exit(case: &str, outbox: &TestOutbox, relay: &mut Relay) {
+    let status = relay.wait(Duration::from_secs(30)).await;
+    let log = relay.log();
+    assert_eq!(
+        status.code(),
+        Some(1),
+        "{case}: invalidated slot is fatal; log:\n{log}"
+    );
+    let named = format!("replication slot \"{}\" is invalidated", outbox.slot);
+    assert!(
+        log.contains(&named) && log.contains("wal_status = lost"),
+        "{case}: the message names the slot and its wal_status; log:\n{log}"
+    );
+    assert_eq!(
+        wal_status(outbox).await.as_deref(),
+        Some("lost"),
+        "{case}: the relay must not drop and recreate the slot"
+    );
+}
+
+/// Case 10: the slot lost its WAL while no relay was connected. Starting the
+/// relay must fail fast, naming the slot and `wal_status = lost`, and leave
+/// the slot as it is (no silent re-snapshot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_invalidated_while_stopped_is_fatal_at_start() {
+    let _serial = LOCK.lock().await;
+    let started = Instant::now();
+    let case = "slot-invalidated-at-start";
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let scratch = format!("{}_wal", outbox.table);
+    outbox
+        .admin
+        .batch_execute(&format!("CREATE TABLE public.{scratch} (filler text)"))
+        .await
+        .unwrap();
+    let config = relay_config(&outbox, "", None);
+    // A first run delivers what was committed, and stops cleanly.
+    let mut relay = Relay::start(&config);
+    let mut writer = outbox.writer().await;
+    let committed = outbox
+        .commit_events(&mut writer, 50, 2, 10, &mut HashMap::new())
+        .await;
+    wait_for_all(&topic, &committed, DEADLINE).await;
+    let summary = stop_and_check(case, &outbox, &mut relay, &committed).await;
+    assert_eq!(summary.duplicated, 0);
+
+    let limit = WalKeepLimit::set(&outbox.admin, "1MB").await;
+    let rounds = invalidate_slot(&outbox, &scratch).await;
+    let mut relay = Relay::start(&config);
+    let launched = Instant::now();
+    assert_invalidated_exit(case, &outbox, &mut relay).await;
+    let took = launched.elapsed();
+    assert!(
+        took < Duration::from_secs(15),
+        "{case}: exit should be fast, took {took:?}"
+    );
+    println!(
+        "{case}: invalidated after {rounds} WAL rounds; relay exited 1 after {:.1} s",
+        took.as_secs_f64()
+    );
+    drop(limit);
+    let _ = outbox
+        .admin
+        .batch_execute(&format!("DROP TABLE IF EXISTS public.{scratch}"))
+        .await;
+    outbox.drop_all().await;
+    report_wall_time(case, started);
+}
+
+/// Case 10, second variant: the slot is invalidated under a streaming relay.
+/// An open transaction pins the slot's restart_lsn so the invalidation is
+/// certain; the checkpointer then terminates the walsender, and the relay's
+/// reconnect must find `wal_status = lost` and exit fatally.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slot_invalidated_while_streaming_is_fatal() {
+    let _serial = LOCK.lock().await;
+    let started = Instant::now();
+    let case = "slot-invalidated-streaming";
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let scratch = format!("{}_wal", outbox.table);
+    outbox
+        .admin
+        .batch_execute(&format!("CREATE TABLE public.{scratch} (filler text)"))
+        .await
+        .unwrap();
+    let config = relay_config(&outbox, "", None);
+    let mut relay = Relay::start(&config);
+    let mut writer = outbox.writer().await;
+    let committed = outbox
+        .commit_events(&mut writer, 50, 2, 10, &mut HashMap::new())
+        .await;
+    wait_for_all(&topic, &committed, DEADLINE).await;
+    wait_until("the slot to be held", DEADLINE, || outbox.slot_active()).await;
+
+    // Logical decoding restarts at the oldest open transaction, so while
+    // this one stays open the slot's restart_lsn cannot leave its segment.
+    let pin = pg_admin().await;
+    pin.batch_execute(&format!(
+        "BEGIN; INSERT INTO public.{scratch} VALUES ('pin')"
+    ))
+    .await
+    .unwrap();
+    let limit = WalKeepLimit::set(&outbox.admin, "1MB").await;
+    let rounds = invalidate_slot(&outbox, &scratch).await;
+    assert_invalidated_exit(case, &outbox, &mut relay).await;
+    let log = relay.log();
+    assert!(
+        log.contains("replication stream broke"),
+        "{case}: the checkpointer ends the streaming walsender first; log:\n{log}"
+    );
+    println!("{case}: invalidated after {rounds} WAL rounds while streaming");
+    let _ = pin.batch_execute("ROLLBACK").await;
+    drop(limit);
+    let received = consume_to_end(&topic).await;
+    check_delivery(case, &committed, &received);
+    let _ = outbox
+        .admin
+        .batch_execute(&format!("DROP TABLE IF EXISTS public.{scratch}"))
+        .await;
+    outbox.drop_all().await;
+    report_wall_time(case, started);
+}
+
+// ------------------------------------------------------------------ the proxy itself
+
+/// The stalling proxy does what case 8 relies on: while stalled, bytes are
+/// held back in both directions and a peer's close does not leak through
+/// (no FIN, no RST); a connection opened during the stall stalls too;
+/// resume delivers what was held; cut closes. Needs no shared service, so it
+/// does not take [`LOCK`].
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stall_proxy_holds_bytes_and_closes_without_leaking() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = StallProxy::start(upstream.local_addr().unwrap()).await;
+    let short = Duration::from_millis(300);
+    let long = Duration::from_secs(5);
+    let mut buf = [0u8; 16];
+
+    let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+    let (mut server, _) = upstream.accept().await.unwrap();
+    client.write_all(b"ping").await.unwrap();
+    server.read_exact(&mut buf[..4]).await.unwrap();
+    assert_eq!(&buf[..4], b"ping");
+
+    proxy.stall();
+    server.write_all(b"pong").await.unwrap();
+    // The server goes away during the stall: the client must not see it.
+    drop(server);
+    assert!(
+        tokio::time::timeout(short, client.read(&mut buf))
+            .await
+            .is_err(),
+        "nothing, not even EOF, passes a stall"
+    );
+    let _late = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert!(
+        tokio::time::timeout(short, upstream.accept())
+            .await
+            .is_err(),
+        "a connection opened during a stall does not reach the upstream"
+    );
+
+    proxy.resume();
+    tokio::time::timeout(long, client.read_exact(&mut buf[..4]))
+        .await
+        .expect("held bytes arrive on resume")
+        .unwrap();
+    assert_eq!(&buf[..4], b"pong");
+    let eof = tokio::time::timeout(long, client.read(&mut buf))
+        .await
+        .expect("the held close arrives after the bytes");
+    assert!(matches!(eof, Ok(0) | Err(_)), "{eof:?}");
+    tokio::time::timeout(long, upstream.accept())
+        .await
+        .expect("the stalled connection proceeds on resume")
+        .unwrap();
+
+    let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+    let (_server, _) = upstream.accept().await.unwrap();
+    proxy.cut();
+    let closed = tokio::time::timeout(long, client.read(&mut buf))
+        .await
+        .expect("cut closes current connections");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+}
