@@ -38,6 +38,11 @@ use crate::replication::{
 };
 use crate::sink::{DeliveryError, DeliveryReport, DeliveryTag, KafkaSink, SendError};
 
+/// How long a session whose stream broke waits for the acknowledgements of
+/// records already sent before it hands over to the next session. Short:
+/// reconnecting matters more than saving a few duplicates.
+const SETTLE_AFTER_STREAM_FAILURE: Duration = Duration::from_secs(5);
+
 /// Why a session ended without a graceful stop.
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -125,6 +130,13 @@ impl<'a> Session<'a> {
         let drain_deadline = match self.stream_until_shutdown(shutdown).await {
             Ok(deadline) => deadline,
             Err(e) => {
+                if matches!(e, SessionError::Replication(_)) {
+                    // Only the stream broke; the producer is healthy. Let
+                    // what it already sent be acknowledged (briefly) so the
+                    // next session starts past it instead of sending it again.
+                    let deadline = Instant::now() + SETTLE_AFTER_STREAM_FAILURE;
+                    self.settle_acks(deadline).await;
+                }
                 let confirmed = self.confirmed;
                 self.abandon().await;
                 return Err((e, confirmed));
@@ -490,9 +502,20 @@ impl<'a> Session<'a> {
     /// the drain deadline (counted from the stop request), then send the
     /// final status update.
     async fn drain_and_stop(mut self, deadline: Instant) -> Result<Lsn, (SessionError, Lsn)> {
+        // The stream is not read while draining: keep its status updates
+        // going, or a drain longer than wal_sender_timeout loses the
+        // connection before the final update.
+        let mut status_tick = tokio::time::interval(self.stream.status_interval());
+        status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         while self.tracker.pending_events() > 0 || self.retry.is_some() {
             let report = tokio::select! {
                 r = self.reports.recv() => r,
+                _ = status_tick.tick() => {
+                    if let Err(e) = self.stream.send_status(false).await {
+                        tracing::warn!(error = %e, "status update while draining failed");
+                    }
+                    continue;
+                }
                 () = tokio::time::sleep_until(deadline) => {
                     tracing::warn!(
                         pending = self.tracker.pending_events(),
@@ -514,6 +537,22 @@ impl<'a> Session<'a> {
         }
         drop_sink(self.sink).await;
         Ok(confirmed)
+    }
+
+    /// Takes delivery reports until nothing is pending or `deadline`
+    /// passes, without reading the (broken) stream. A delivery failure here
+    /// just ends the wait: the next session replays from the slot.
+    async fn settle_acks(&mut self, deadline: Instant) {
+        while self.tracker.pending_events() > 0 && self.retry.is_none() {
+            let report = tokio::select! {
+                r = self.reports.recv() => r,
+                () = tokio::time::sleep_until(deadline) => break,
+            };
+            let Some(report) = report else { break };
+            if self.on_report(report).is_err() {
+                break;
+            }
+        }
     }
 
     /// Drops the stream and the producer after a failure. Unacknowledged
