@@ -155,6 +155,33 @@ impl TestOutbox {
         }
     }
 
+    /// Like [`TestOutbox::create_topic`], with topic configs.
+    pub async fn create_topic_with_config(
+        &self,
+        topic: &str,
+        partitions: i32,
+        config: &[(&str, &str)],
+    ) {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", env("KAFKA_BROKERS"))
+            .create()
+            .expect("admin client");
+        let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
+        for (k, v) in config {
+            new_topic = new_topic.set(k, v);
+        }
+        let res = admin
+            .create_topics(
+                &[new_topic],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            )
+            .await
+            .expect("create topic");
+        for r in res {
+            r.expect("topic created");
+        }
+    }
+
     /// Commits `rows_per_txn`-row transactions, each inserting a business row
     /// and the outbox rows in one transaction. Aggregates are chosen round
     /// robin from `aggregates`; each aggregate's rows carry a rising `seq`.
@@ -705,5 +732,6 @@ pub async fn consume_all_ids(
     })
     .await
 }
+pub mod mock;
 pub mod proxy;
 pub mod relay_probe;

@@ -1,0 +1,686 @@
+//! Broker faults a real broker cannot give on cue (test-plan cases 4 and 5),
+//! injected with librdkafka's mock cluster (`rdkafka::mocking`): a given
+//! error on the next Produce requests, a broker that stops answering.
+//!
+//! The relay runs in-process against real PostgreSQL and the mock cluster;
+//! the checker reads the topic back from the mock. Each test owns its mock
+//! cluster, so the tests need no lock between them. They run on a
+//! current-thread runtime so that a test captures exactly the log lines of
+//! its own relay.
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use outbox_relay::lsn::Lsn;
+use outbox_relay::sink::{DeliveryError, SendError};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use support::mock::*;
+use support::*;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+
+/// What `pg_replication_slots` says about the test's slot: the walsender
+/// holding it (a new pid means the relay reconnected and re-read from the
+/// slot) and its confirmed_flush_lsn.
+async fn slot_state(outbox: &TestOutbox) -> (Option<i32>, Option<Lsn>) {
+    let row = outbox
+        .admin
+        .query_one(
+            "SELECT active_pid, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
+            &[&outbox.slot],
+        )
+        .await
+        .expect("slot exists");
+    let confirmed: Option<String> = row.get(1);
+    (row.get(0), confirmed.map(|t| t.parse().expect("lsn")))
+}
+
+async fn walsender_pid(outbox: &TestOutbox) -> i32 {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Some(pid) = slot_state(outbox).await.0 {
+            return pid;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {DEADLINE:?} waiting for the relay to hold the slot"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_confirmed(outbox: &TestOutbox, at_least: Lsn, what: &str) {
+    wait_until(what, DEADLINE, || async {
+        slot_state(outbox).await.1.is_some_and(|c| c >= at_least)
+    })
+    .await;
+}
+
+/// A temporary `test_decoding` slot of the test's own, opened before the
+/// transactions whose commit position the test needs to know.
+async fn open_commit_watch(outbox: &TestOutbox) -> String {
+    let watch = random_name("watch");
+    outbox
+        .admin
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)",
+            &[&watch],
+        )
+        .await
+        .expect("create the commit-watch slot");
+    watch
+}
+
+/// The end LSN of the first outbox transaction committed since `watch` was
+/// opened: confirming it (or anything past its commit record) would tell
+/// PostgreSQL that transaction is done. Drops the watch slot.
+async fn first_outbox_commit_end(outbox: &TestOutbox, watch: &str) -> Lsn {
+    let row = outbox
+        .admin
+        .query_one(
+            &format!(
+                "WITH c AS (SELECT lsn, xid, data FROM pg_logical_slot_peek_changes($1, NULL, NULL))
+                 SELECT min(lsn)::text FROM c
+                 WHERE data LIKE 'COMMIT%'
+                   AND xid IN (SELECT xid FROM c WHERE data LIKE 'table public.{}:%')",
+                outbox.table
+            ),
+            &[&watch],
+        )
+        .await
+        .expect("peek the commit-watch slot");
+    let end: Option<String> = row.get(0);
+    outbox
+        .admin
+        .execute("SELECT pg_drop_replication_slot($1)", &[&watch])
+        .await
+        .expect("drop the commit-watch slot");
+    end.expect("an outbox transaction committed")
+        .parse()
+        .expect("lsn")
+}
+
+/// A relay wired to the mock cluster with `partitions` partitions on its topic.
+struct MockRig {
+    mock: Mock,
+    outbox: TestOutbox,
+    topic: String,
+}
+
+impl MockRig {
+    async fn start(brokers: i32, partitions: i32) -> Self {
+        let outbox = TestOutbox::create("jsonb").await;
+        let topic = outbox.topic("order");
+        let mock = mock_with_topic(brokers, &topic, partitions);
+        Self {
+            mock,
+            outbox,
+            topic,
+        }
+    }
+
+    fn settings(&self) -> outbox_relay::relay::RelaySettings {
+        let mut settings = self.outbox.settings();
+        settings.sink.brokers = self.mock.bootstrap_servers();
+        // librdkafka's idempotent producer counts on the broker to refuse a
+        // batch whose predecessor it did not write (OUT_OF_ORDER_SEQUENCE_NUMBER):
+        // when a later batch succeeds it acknowledges the earlier ones too
+        // (`rd_kafka_dr_implicit_ack`). The mock checks sequences only for
+        // transactional producers (`rd_kafka_mock_validate_records`), so
+        // with several requests in flight per partition it accepts the later
+        // batch, and records of the failed one are reported delivered yet
+        // never written (seen: 6 of 1197 in case 4), or written twice after
+        // a dropped connection. One request in flight per connection keeps
+        // the mock's answers those of a real broker.
+        settings
+            .sink
+            .properties
+            .push(("max.in.flight.requests.per.connection".into(), "1".into()));
+        settings
+    }
+
+    async fn read_topic(&self) -> Vec<Received> {
+        read_mock_to_end(&self.mock.bootstrap_servers(), &self.topic).await
+    }
+}
+
+/// Streams about 1200 events (3-row transactions over 60 aggregates, 6 partitions
+/// on 3 brokers) while each burst of `bursts` in turn is answered to the
+/// next Produce requests. Returns what the checker found. Asserts that the
+/// relay never rewound (the same walsender held the slot throughout: the
+/// producer retried by itself) and that the relay's requests used up every
+/// injected error.
+async fn stream_through_produce_errors(
+    case: &str,
+    bursts: &[&[RDKafkaRespErr]],
+) -> (Summary, usize) {
+    // The errors are what the case says: an idempotent producer retries
+    // each of them by itself and delivers.
+    let mut kinds: Vec<RDKafkaRespErr> = Vec::new();
+    for error in bursts.iter().flat_map(|b| b.iter().copied()) {
+        if !kinds.contains(&error) {
+            kinds.push(error);
+        }
+    }
+    for error in kinds {
+        let verdict = idempotent_producer_verdict(error).await;
+        assert!(
+            verdict.delivered && verdict.fatal.is_none(),
+            "{error:?} is retried by librdkafka: {verdict:?}"
+        );
+    }
+
+    let (logs, _guard) = LogCapture::start();
+    let rig = MockRig::start(3, 6).await;
+    let relay = RunningRelay::start(rig.settings());
+    let outbox = &rig.outbox;
+    let pid = walsender_pid(outbox).await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = Vec::new();
+    for burst in bursts {
+        // The next Produce requests, whichever broker gets them, fail with
+        // these errors in turn while the transactions below stream in.
+        rig.mock.request_errors(RDKafkaApiKey::Produce, burst);
+        committed.extend(
+            outbox
+                .commit_events(&mut writer, 400 / bursts.len(), 3, 60, &mut seqs)
+                .await,
+        );
+    }
+    let after_last_commit = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        after_last_commit,
+        "the slot to confirm the last transaction",
+    )
+    .await;
+    assert_eq!(
+        slot_state(outbox).await.0,
+        Some(pid),
+        "{case}: the relay never rewound (same walsender throughout); log:\n{}",
+        logs.text()
+    );
+    assert!(
+        logs.lines_with("delivery failed").is_empty(),
+        "{case}: no delivery failed; log:\n{}",
+        logs.text()
+    );
+    assert_produce_errors_used_up(&rig.mock).await;
+
+    relay.stop().await.expect("graceful stop");
+    let received = rig.read_topic().await;
+    let summary = check_delivery(case, &committed, &received);
+    outbox.drop_all().await;
+    (summary, received.len())
+}
+
+/// Case 4: errors a broker answers when leadership moves, a request times
+/// out or replicas lag hit Produce requests in bursts while events stream.
+/// The idempotent producer retries them in order by itself: nothing lost,
+/// nothing duplicated, per-aggregate order kept, no rewind.
+#[tokio::test]
+async fn case4_retriable_broker_errors_lose_nothing_and_duplicate_nothing() {
+    use RDKafkaRespErr::*;
+    let (summary, delivered) = stream_through_produce_errors(
+        "4-retriable-broker-errors",
+        &[
+            &[
+                RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+                RD_KAFKA_RESP_ERR_LEADER_NOT_AVAILABLE,
+            ],
+            &[
+                RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+                RD_KAFKA_RESP_ERR_REQUEST_TIMED_OUT,
+                RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+            ],
+            &[
+                RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+                RD_KAFKA_RESP_ERR_NOT_ENOUGH_REPLICAS,
+                RD_KAFKA_RESP_ERR_KAFKA_STORAGE_ERROR,
+                RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
+            ],
+        ],
+    )
+    .await;
+    assert_eq!(summary.duplicated, 0, "retries add no duplicate");
+    assert_eq!(delivered, summary.committed, "no unexpected records");
+}
+
+/// Case 4 (transport): the broker drops the connection on Produce requests
+/// while events stream. librdkafka reconnects and retries by itself:
+/// nothing lost, nothing duplicated, order kept, no rewind.
+#[tokio::test]
+async fn case4_dropped_connections_lose_nothing_and_duplicate_nothing() {
+    use RDKafkaRespErr::*;
+    let (summary, delivered) = stream_through_produce_errors(
+        "4-dropped-connections",
+        &[
+            &[RD_KAFKA_RESP_ERR__TRANSPORT],
+            &[RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR__TRANSPORT],
+            &[RD_KAFKA_RESP_ERR__TRANSPORT],
+        ],
+    )
+    .await;
+    assert_eq!(summary.duplicated, 0, "retries add no duplicate");
+    assert_eq!(delivered, summary.committed, "no unexpected records");
+}
+
+/// Case 5a: the leader of two of six partitions stops answering for longer
+/// than `message.timeout.ms`. The timed-out records are a failed delivery
+/// (invariant 6): the relay stops confirming, rebuilds the producer and
+/// replays from the confirmed LSN, again and again while the broker is down,
+/// without ever confirming the transactions the broker did not hold. Once the
+/// broker is back everything arrives; duplicates are allowed, loss is not.
+#[tokio::test]
+async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() {
+    let (logs, _guard) = LogCapture::start();
+    let rig = MockRig::start(3, 6).await;
+    // Brokers 1, 2, 3 lead partitions {0, 3}, {1, 4}, {2, 5}.
+    for p in 0..6 {
+        rig.mock
+            .partition_leader(&rig.topic, p, Some(p % 3 + 1))
+            .expect("set partition leader");
+    }
+    let mut settings = rig.settings();
+    settings.sink.message_timeout_ms = 2000;
+    let relay = RunningRelay::start(settings);
+    let outbox = &rig.outbox;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+
+    let mut committed = outbox
+        .commit_events(&mut writer, 50, 2, 60, &mut seqs)
+        .await;
+    let before_fault = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        before_fault,
+        "the slot to confirm the events before the fault",
+    )
+    .await;
+    let pid_before = walsender_pid(outbox).await;
+
+    rig.mock.broker_down(1).expect("broker 1 down");
+    // The first transaction touches all 60 aggregates, hence partitions led
+    // by broker 1: it cannot be fully acknowledged while broker 1 is down, so
+    // the slot must stay below its commit.
+    let watch = open_commit_watch(outbox).await;
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 1, 60, 60, &mut seqs)
+            .await,
+    );
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 40, 2, 60, &mut seqs)
+            .await,
+    );
+    let unacked_end = first_outbox_commit_end(outbox, &watch).await;
+
+    // Watch the slot until the relay rewound twice (two new walsenders).
+    let mut new_sessions = HashSet::new();
+    let mut samples = 0;
+    let (mut lowest, mut highest) = (Lsn(u64::MAX), Lsn::ZERO);
+    let fault_deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    while new_sessions.len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < fault_deadline,
+            "the relay did not rewind twice within 40 s of broker 1 going down; log:\n{}",
+            logs.text()
+        );
+        let (pid, confirmed) = slot_state(outbox).await;
+        samples += 1;
+        let confirmed = confirmed.expect("slot has a confirmed_flush_lsn");
+        assert!(
+            confirmed < unacked_end,
+            "confirmed_flush_lsn {confirmed} reached {unacked_end}, the end of a transaction broker 1 never acknowledged"
+        );
+        lowest = lowest.min(confirmed);
+        highest = highest.max(confirmed);
+        if let Some(pid) = pid.filter(|p| *p != pid_before) {
+            new_sessions.insert(pid);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    rig.mock.broker_up(1).expect("broker 1 up");
+    println!(
+        "broker 1 down: {samples} slot samples, confirmed_flush_lsn in {lowest}..={highest} (first unacknowledged transaction ends at {unacked_end}), {} rewinds seen",
+        new_sessions.len()
+    );
+
+    let after_last_commit = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        after_last_commit,
+        "the slot to confirm the last transaction after recovery",
+    )
+    .await;
+    relay.stop().await.expect("graceful stop");
+    let received = rig.read_topic().await;
+    check_delivery("5a-message-timeout", &committed, &received);
+    let rewinds = logs.lines_with("delivery failed; rebuilding the producer");
+    assert!(
+        rewinds.iter().any(|l| l.contains("MessageTimedOut")),
+        "the rewind names the timeout; log:\n{}",
+        logs.text()
+    );
+    outbox.drop_all().await;
+}
+
+/// Streams 100 two-row transactions, waits until they are confirmed, then
+/// answers `errors` to the next Produce requests while 100 more stream in.
+/// Asserts that the relay rewound (a new walsender holds the slot) and that
+/// everything was confirmed and delivered in the end; returns the relay's
+/// rewind log lines.
+async fn rewind_through_produce_errors(case: &str, errors: &[RDKafkaRespErr]) -> Vec<String> {
+    let (logs, _guard) = LogCapture::start();
+    let rig = MockRig::start(3, 6).await;
+    let relay = RunningRelay::start(rig.settings());
+    let outbox = &rig.outbox;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+
+    let mut committed = outbox
+        .commit_events(&mut writer, 50, 2, 60, &mut seqs)
+        .await;
+    let before_fault = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        before_fault,
+        "the slot to confirm the events before the fault",
+    )
+    .await;
+    let pid_before = walsender_pid(outbox).await;
+
+    rig.mock.request_errors(RDKafkaApiKey::Produce, errors);
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 50, 2, 60, &mut seqs)
+            .await,
+    );
+    let after_last_commit = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        after_last_commit,
+        "the slot to confirm the last transaction after the rewind",
+    )
+    .await;
+    let pid_after = walsender_pid(outbox).await;
+    assert_ne!(
+        pid_after,
+        pid_before,
+        "{case}: the relay rewound through a new session; log:\n{}",
+        logs.text()
+    );
+
+    relay.stop().await.expect("graceful stop");
+    let received = rig.read_topic().await;
+    check_delivery(case, &committed, &received);
+    outbox.drop_all().await;
+    let rewinds = logs.lines_with("delivery failed; rebuilding the producer");
+    println!("{}", rewinds.join("\n"));
+    rewinds
+}
+
+/// Case 5b: an error librdkafka treats as fatal for an idempotent producer
+/// (OUT_OF_ORDER_SEQUENCE_NUMBER on the partition's head-of-line request:
+/// the producer can no longer vouch for order or once-ness). The relay logs
+/// the reason, drops the producer, builds a new one and replays from the
+/// confirmed LSN: nothing is lost.
+#[tokio::test]
+async fn case5_fatal_idempotence_error_rebuilds_the_producer_and_replays() {
+    use RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER as OUT_OF_ORDER;
+    // The fault is what it claims to be: fatal to an idempotent producer.
+    let verdict = idempotent_producer_verdict(OUT_OF_ORDER).await;
+    assert!(!verdict.delivered, "{verdict:?}");
+    let fatal = verdict
+        .fatal
+        .expect("OUT_OF_ORDER_SEQUENCE_NUMBER on the head-of-line request is fatal");
+    println!("librdkafka on the injected error: {fatal}");
+
+    let rewinds =
+        rewind_through_produce_errors("5b-fatal-idempotence-error", &[OUT_OF_ORDER]).await;
+    // Whichever report comes first (the failed batch, a record purged or
+    // refused after the fatal error), the relay names the fatal error.
+    assert!(
+        rewinds
+            .first()
+            .is_some_and(|l| l.contains("the producer hit a fatal error: OutOfOrderSequenceNumber")),
+        "the rewind names the fatal error and its cause: {rewinds:?}"
+    );
+}
+
+/// Case 5 (gap): errors librdkafka does not retry but that are not fatal
+/// either (INVALID_PRODUCER_EPOCH, NETWORK_EXCEPTION): the batch fails, the
+/// producer bumps its epoch and goes on, and later records of the same
+/// partition are acknowledged. The relay must not skip the failed records:
+/// it rewinds to the confirmed LSN and replays, so nothing is lost.
+#[tokio::test]
+async fn case5_permanent_produce_error_leaves_no_gap() {
+    use RDKafkaRespErr::*;
+    let errors = [
+        RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH,
+        RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION,
+    ];
+    // The faults are what they claim to be: the record fails, the producer
+    // survives.
+    for error in errors {
+        let verdict = idempotent_producer_verdict(error).await;
+        assert!(
+            !verdict.delivered && verdict.fatal.is_none(),
+            "{error:?} fails the record without a fatal error: {verdict:?}"
+        );
+    }
+    let rewinds = rewind_through_produce_errors("5-permanent-produce-error", &errors).await;
+    assert!(
+        rewinds
+            .iter()
+            // The broker error by name, or by librdkafka's words when the
+            // gapless guarantee turned it into the producer's fatal error.
+            .any(|l| l.contains("InvalidProducerEpoch")
+                || l.contains("NetworkException")
+                || l.contains("old epoch")
+                || l.contains("Broker disconnected")),
+        "the rewind names the error: {rewinds:?}"
+    );
+}
+
+/// A produce error that persists (topic authorization refused on every
+/// request, as after an ACL change) fails every session at once. The relay
+/// must back off between rebuilds instead of reconnecting to PostgreSQL and
+/// rebuilding the producer as fast as it can; once the error clears it
+/// catches up with nothing lost.
+#[tokio::test]
+async fn case5_persistent_produce_error_backs_off_then_recovers() {
+    let (logs, _guard) = LogCapture::start();
+    let rig = MockRig::start(3, 6).await;
+    let relay = RunningRelay::start(rig.settings());
+    let outbox = &rig.outbox;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+
+    let mut committed = outbox
+        .commit_events(&mut writer, 20, 2, 60, &mut seqs)
+        .await;
+    let before_fault = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        before_fault,
+        "the slot to confirm the events before the fault",
+    )
+    .await;
+
+    rig.mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 500],
+    );
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 20, 2, 60, &mut seqs)
+            .await,
+    );
+    let fault = Duration::from_secs(8);
+    tokio::time::sleep(fault).await;
+    let rebuilds = logs
+        .lines_with("delivery failed; rebuilding the producer")
+        .len();
+    rig.mock.clear_request_errors(RDKafkaApiKey::Produce);
+    println!("persistent produce error: {rebuilds} producer rebuilds in {fault:?}");
+
+    let after_last_commit = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        after_last_commit,
+        "the slot to confirm the last transaction after the error cleared",
+    )
+    .await;
+    relay.stop().await.expect("graceful stop");
+    let received = rig.read_topic().await;
+    check_delivery("5-persistent-produce-error", &committed, &received);
+    assert!(
+        rebuilds >= 1,
+        "the error made the relay rebuild; log:\n{}",
+        logs.text()
+    );
+    // Back-to-back sessions fail every 0.4-0.9 s here (about 12 in 8 s);
+    // doubling from 100 ms allows at most 7 in 8 s.
+    assert!(
+        rebuilds <= 9,
+        "{rebuilds} rebuilds in {fault:?}: the relay does not back off; log:\n{}",
+        logs.text()
+    );
+    outbox.drop_all().await;
+}
+
+/// Case 5 (how a fatal error surfaces): after librdkafka raised a fatal
+/// idempotence error, the failed record's report carries the broker's error,
+/// and the producer refuses the next record with librdkafka's full reason,
+/// which the relay then logs (not merely "Local: Fatal error").
+#[tokio::test]
+async fn case5_fatal_error_surfaces_from_the_producer_with_its_reason() {
+    let topic = random_name("sink_fatal");
+    let mock = mock_with_topic(1, &topic, 1);
+    let mut rig = SinkRig::start(&mock, &topic, 10_000);
+    rig.send(0).expect("first record queued");
+    assert!(
+        rig.next_report().await.is_ok(),
+        "the first record is delivered"
+    );
+
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER],
+    );
+    rig.send(1).expect("second record queued");
+    let report = rig.next_report().await;
+    assert!(
+        matches!(&report, Err(DeliveryError::Failed(e)) if e.to_string().contains("OutOfOrderSequenceNumber")),
+        "the failed record's report names the broker's error: {report:?}"
+    );
+    let refused = match rig.send(2) {
+        Err(SendError::Failed(e)) => DeliveryError::Failed(e),
+        other => panic!("a producer with a fatal error refuses records, got {other:?}"),
+    };
+    println!("refused after the fatal error: {refused}");
+    match rig.sink.explain(refused) {
+        DeliveryError::ProducerFatal(why) => {
+            println!("explained: {why}");
+            assert!(
+                why.contains("OutOfOrderSequenceNumber") && why.contains(&topic),
+                "the reason names the error and the partition: {why}"
+            );
+        }
+        other => panic!("explained as the producer's fatal error, got {other:?}"),
+    }
+    let took = rig.abandon().await;
+    println!("dropped the fatal producer in {took:?}");
+}
+
+/// Dropping a producer whose records are stuck in flight to a broker that
+/// stopped answering (what a failed session does) returns promptly: the
+/// relay does not hang on a dead producer.
+#[tokio::test]
+async fn case5_dropping_a_producer_stuck_on_a_dead_broker_does_not_hang() {
+    let topic = random_name("sink_dead");
+    let mock = mock_with_topic(1, &topic, 3);
+    let mut rig = SinkRig::start(&mock, &topic, 60_000);
+    rig.send(0).expect("first record queued");
+    assert!(
+        rig.next_report().await.is_ok(),
+        "the first record is delivered"
+    );
+
+    mock.broker_down(-1).expect("brokers down");
+    for n in 1..=1000 {
+        rig.send(n).expect("record queued");
+    }
+    assert!(rig.sink.in_flight() > 0, "records are stuck in flight");
+    let took = rig.abandon().await;
+    println!("dropped a producer with 1000 records stuck in flight in {took:?}");
+    assert!(took < Duration::from_secs(10), "dropping took {took:?}");
+    mock.broker_up(-1).expect("brokers up");
+}
+
+/// Case 5 (order after a failure): once a record failed for good, the
+/// producer must write no later record of its partition, or the replay from
+/// the confirmed LSN puts the failed record after its successors (first
+/// occurrences out of commit order, invariant 7). Here the first of two
+/// records of one aggregate fails with a permanent, non-fatal error while
+/// the second waits its turn.
+///
+/// KNOWN HAZARD (ignored; see the issue note): after a permanent error that
+/// is not fatal (INVALID_PRODUCER_EPOCH, NETWORK_EXCEPTION) librdkafka sends
+/// the partition's next batch in the same step that handles the failed
+/// response, before any delivery report can be served. The sink sets
+/// `enable.gapless.guarantee` and purges everything behind a failure from
+/// the delivery callback itself, which stops all but that one batch; only a
+/// transactional producer (the planned exactly-once mode) can hide it from
+/// read_committed consumers.
+#[tokio::test]
+#[ignore = "known hazard: librdkafka sends the next batch before the failure can be reported (needs the transactional exactly-once mode)"]
+async fn case5_no_later_record_is_written_after_a_failed_one() {
+    let topic = random_name("sink_gap");
+    let mock = mock_with_topic(1, &topic, 1);
+    let mut rig = SinkRig::start_with(
+        &mock,
+        &topic,
+        10_000,
+        // As MockRig: the mock then refuses what a real broker refuses.
+        vec![("max.in.flight.requests.per.connection".into(), "1".into())],
+    );
+    rig.send_keyed(0, "agg").expect("queued");
+    assert!(
+        rig.next_report().await.is_ok(),
+        "the first record is delivered"
+    );
+
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH],
+    );
+    // A slow broker: record 2 is queued behind record 1's request.
+    mock.broker_round_trip_time(-1, Duration::from_millis(300))
+        .expect("slow the broker");
+    rig.send_keyed(1, "agg").expect("queued");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    rig.send_keyed(2, "agg").expect("queued");
+    let first = rig.next_report().await;
+    let second = rig.next_report().await;
+    mock.broker_round_trip_time(-1, Duration::ZERO)
+        .expect("restore the broker");
+    rig.abandon().await;
+    let written = read_mock_to_end(&mock.bootstrap_servers(), &topic).await;
+    println!(
+        "reports: {first:?} / {second:?}; {} records in the log",
+        written.len()
+    );
+    assert!(first.is_err(), "record 1 failed: {first:?}");
+    assert!(
+        second.is_err() && written.len() == 1,
+        "record 2 was written after failed record 1: {second:?}"
+    );
+}

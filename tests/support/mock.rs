@@ -1,0 +1,298 @@
+//! Support for tests against librdkafka's mock cluster (`rdkafka::mocking`):
+//! reading a topic back from the mock, checking that every injected request
+//! error was used up, what an idempotent producer makes of an error, the
+//! relay's producer driven alone, and the relay's log lines for one test.
+//!
+//! The mock cluster lives inside the test process and dies with its
+//! `MockCluster` value: keep that value alive longer than the relay and any
+//! consumer pointed at its bootstrap servers.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use outbox_relay::ack::AckTracker;
+use outbox_relay::envelope::KafkaRecord;
+use outbox_relay::lsn::Lsn;
+use outbox_relay::sink::{
+    DeliveryError, DeliveryReport, DeliveryTag, KafkaSink, SendError, SinkSettings,
+};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord, Producer};
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{Received, random_name};
+
+/// The mock cluster type the tests own.
+pub type Mock = MockCluster<'static, DefaultProducerContext>;
+
+/// A mock cluster of `brokers` brokers (ids 1..=brokers) holding `topic`
+/// with `partitions` partitions, created ahead as production teams do.
+pub fn mock_with_topic(brokers: i32, topic: &str, partitions: i32) -> Mock {
+    let mock = MockCluster::new(brokers).expect("start the mock cluster");
+    mock.create_topic(topic, partitions, 1)
+        .expect("create the topic on the mock cluster");
+    mock
+}
+
+/// Reads every record of `topic` on the mock cluster, up to each partition's
+/// high watermark at the time of the call (so, once the relay stopped, the
+/// duplicates it wrote too). Gives up after 60 s with what it has; the
+/// checker then reports the loss.
+pub async fn read_mock_to_end(brokers: &str, topic: &str) -> Vec<Received> {
+    let (brokers, topic) = (brokers.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || read_blocking(&brokers, &topic))
+        .await
+        .expect("mock reader thread")
+}
+
+fn read_blocking(brokers: &str, topic: &str) -> Vec<Received> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", random_name("checker"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("mock consumer");
+    let md = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .expect("mock metadata");
+    let partitions = md.topics()[0].partitions().len() as i32;
+    let mut tpl = TopicPartitionList::new();
+    let mut total = 0;
+    for p in 0..partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(topic, p, Duration::from_secs(10))
+            .expect("mock watermarks");
+        total += (high - low) as usize;
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("partition offset");
+    }
+    consumer.assign(&tpl).expect("assign");
+    let start = std::time::Instant::now();
+    let mut out = Vec::with_capacity(total);
+    while out.len() < total && start.elapsed() < Duration::from_secs(60) {
+        match consumer.poll(Duration::from_millis(200)) {
+            Some(Ok(m)) => out.push(Received {
+                topic: m.topic().to_string(),
+                partition: m.partition(),
+                offset: m.offset(),
+                key: m.key().map(<[u8]>::to_vec),
+                value: m.payload().map(<[u8]>::to_vec),
+                headers: m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            }),
+            Some(Err(e)) => panic!("consume {topic} from the mock cluster: {e}"),
+            None => {}
+        }
+    }
+    out
+}
+
+/// Asserts that no injected Produce error is left on the mock's stack, i.e.
+/// the relay's own requests met every one of them: a probe record sent
+/// without retries to a topic of its own must go through. Call it only once
+/// the relay has nothing more to send.
+pub async fn assert_produce_errors_used_up(mock: &Mock) {
+    let probe_topic = random_name("probe");
+    mock.create_topic(&probe_topic, 1, 1)
+        .expect("create the probe topic");
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("message.send.max.retries", "0")
+        .set("message.timeout.ms", "10000")
+        .create()
+        .expect("probe producer");
+    let sent = producer
+        .send(
+            FutureRecord::to(&probe_topic).key("probe").payload("probe"),
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(
+        sent.is_ok(),
+        "a probe record met an injected error the relay should have used up: {:?}",
+        sent.err().map(|(e, _)| e)
+    );
+}
+
+/// What an idempotent producer makes of one error answered to its first
+/// Produce request.
+#[derive(Debug)]
+pub struct ProducerVerdict {
+    /// The record was delivered in the end (librdkafka retried by itself).
+    pub delivered: bool,
+    /// librdkafka's fatal error (`rd_kafka_fatal_error`), if it raised one.
+    pub fatal: Option<String>,
+}
+
+/// Answers `error` to a fresh idempotent producer's first Produce request,
+/// on a mock cluster of its own, and reports what became of it: a test
+/// shows this way that the fault it injects into the relay is the one it
+/// claims to be (retried, failed, or fatal).
+pub async fn idempotent_producer_verdict(error: RDKafkaRespErr) -> ProducerVerdict {
+    let topic = random_name("verdict");
+    let mock = mock_with_topic(1, &topic, 1);
+    let producer: FutureProducer = ClientConfig::new()
+        .set("bootstrap.servers", mock.bootstrap_servers())
+        .set("enable.idempotence", "true")
+        .set("message.timeout.ms", "10000")
+        .create()
+        .expect("idempotent probe producer");
+    mock.request_errors(RDKafkaApiKey::Produce, &[error]);
+    let sent = producer
+        .send(
+            FutureRecord::to(&topic).key("probe").payload("probe"),
+            Duration::from_secs(10),
+        )
+        .await;
+    ProducerVerdict {
+        delivered: sent.is_ok(),
+        fatal: producer
+            .client()
+            .fatal_error()
+            .map(|(code, text)| format!("{code:?}: {text}")),
+    }
+}
+
+/// The producer alone on a mock cluster: records for `topic`, tagged as the
+/// session tags them.
+pub struct SinkRig {
+    pub sink: KafkaSink,
+    reports: tokio::sync::mpsc::UnboundedReceiver<DeliveryReport>,
+    tracker: AckTracker,
+    topic: String,
+}
+
+impl SinkRig {
+    pub fn start(mock: &Mock, topic: &str, message_timeout_ms: u64) -> Self {
+        Self::start_with(mock, topic, message_timeout_ms, Vec::new())
+    }
+
+    /// With extra librdkafka properties.
+    pub fn start_with(
+        mock: &Mock,
+        topic: &str,
+        message_timeout_ms: u64,
+        properties: Vec<(String, String)>,
+    ) -> Self {
+        let (sink, reports) = KafkaSink::new(&SinkSettings {
+            brokers: mock.bootstrap_servers(),
+            linger_ms: 5,
+            message_timeout_ms,
+            queue_max_messages: 100_000,
+            properties,
+        })
+        .expect("producer");
+        Self {
+            sink,
+            reports,
+            tracker: AckTracker::new(Lsn::ZERO),
+            topic: topic.to_string(),
+        }
+    }
+
+    /// Sends record `n`, keyed `agg-{n}`.
+    pub fn send(&mut self, n: usize) -> Result<(), SendError> {
+        self.send_keyed(n, &format!("agg-{n}"))
+    }
+
+    /// Sends record `n` (event id `event-{n}`) with the given key.
+    pub fn send_keyed(&mut self, n: usize, key: &str) -> Result<(), SendError> {
+        let record = KafkaRecord {
+            topic: self.topic.clone(),
+            key: Bytes::copy_from_slice(key.as_bytes()),
+            value: Bytes::from_static(b"{}"),
+            headers: Vec::new(),
+        };
+        let tag = DeliveryTag {
+            txn: self.tracker.open(),
+            event_id: format!("event-{n}"),
+            lsn: Lsn::ZERO,
+            key: record.key.clone(),
+            dead_letter: false,
+        };
+        self.sink.send(record, tag)
+    }
+
+    pub async fn next_report(&mut self) -> Result<(), DeliveryError> {
+        tokio::time::timeout(Duration::from_secs(30), self.reports.recv())
+            .await
+            .expect("a delivery report within 30 s")
+            .expect("report channel open")
+            .result
+    }
+
+    /// Purges and drops the producer as a failed session does (off the
+    /// async workers); returns how long it took.
+    pub async fn abandon(self) -> Duration {
+        let started = std::time::Instant::now();
+        let sink = self.sink;
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio::task::spawn_blocking(move || {
+                sink.purge();
+                drop(sink);
+            }),
+        )
+        .await
+        .expect("dropping the producer does not hang")
+        .expect("drop thread");
+        started.elapsed()
+    }
+}
+
+/// The log lines emitted on the current thread while the guard lives. With
+/// a current-thread runtime that is everything the in-process relay logs
+/// from its tasks (not librdkafka's own threads), and nothing from tests
+/// running beside it.
+#[derive(Clone, Default)]
+pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// Starts capturing (level INFO and above) until the guard is dropped.
+    pub fn start() -> (Self, tracing::subscriber::DefaultGuard) {
+        let capture = LogCapture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        (capture, tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
+    }
+
+    /// The captured lines that contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
