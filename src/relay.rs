@@ -106,6 +106,7 @@ pub async fn run(
 ) -> Result<(), RelayError> {
     let mut confirmed = Lsn::ZERO;
     let mut attempt: u32 = 0;
+    let mut too_large = session::TooLarge::new();
     loop {
         if *shutdown.borrow() {
             return Ok(());
@@ -138,9 +139,10 @@ pub async fn run(
             "streaming from the slot's confirmed position"
         );
         health.set_streaming(true);
-        let outcome = session::Session::new(&settings, stream, sink, reports, confirmed)
-            .run(&mut shutdown)
-            .await;
+        let outcome =
+            session::Session::new(&settings, stream, sink, reports, confirmed, &mut too_large)
+                .run(&mut shutdown)
+                .await;
         health.set_streaming(false);
         match outcome {
             Ok(final_confirmed) => {

@@ -14,6 +14,7 @@
 //! returned to the caller ([`SendError::QueueFull`]) so the relay stops
 //! reading the slot instead of buffering (invariant 9).
 
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -22,6 +23,7 @@ use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafka;
 use tokio::sync::mpsc;
 
 use crate::ack::TxnId;
@@ -32,6 +34,7 @@ use crate::lsn::Lsn;
 pub const RELAY_OWNED_PROPERTIES: &[&str] = &[
     "bootstrap.servers",
     "enable.idempotence",
+    "enable.gapless.guarantee",
     "acks",
     "partitioner",
     "linger.ms",
@@ -117,6 +120,44 @@ pub struct SinkSettings {
 
 struct ReportingContext {
     reports: mpsc::UnboundedSender<DeliveryReport>,
+    /// The producer's own librdkafka handle, set right after creation, so a
+    /// failed delivery can stop everything queued behind it (see
+    /// [`ReportingContext::purge_behind_failure`]).
+    handle: AtomicPtr<RDKafka>,
+    purged: AtomicBool,
+}
+
+impl ReportingContext {
+    /// A record failed for good: the relay will replay from the confirmed
+    /// LSN, so no later record of this producer may reach the broker, or it
+    /// would land before the failed one's replay and break per-aggregate
+    /// order (invariant 7). After a non-fatal permanent error librdkafka
+    /// bumps the producer epoch and goes on with the queue; purging here, on
+    /// the poll thread that serves this report, wins against that epoch bump
+    /// (a broker round trip), where a purge from the relay's task would race
+    /// it. Once per producer; the purged records report `_PURGE_*` errors.
+    fn purge_behind_failure(&self) {
+        if self.purged.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let rk = self.handle.load(Ordering::Acquire);
+        if rk.is_null() {
+            return;
+        }
+        // SAFETY: `rk` is the handle of the client that owns this context
+        // (stored by `KafkaSink::new` right after creating it); delivery
+        // callbacks run only while that client exists, and librdkafka
+        // allows rd_kafka_purge from any thread, NON_BLOCKING so it never
+        // waits on the broker threads from inside a callback.
+        unsafe {
+            rdkafka::bindings::rd_kafka_purge(
+                rk,
+                rdkafka::bindings::RD_KAFKA_PURGE_F_QUEUE
+                    | rdkafka::bindings::RD_KAFKA_PURGE_F_INFLIGHT
+                    | rdkafka::bindings::RD_KAFKA_PURGE_F_NON_BLOCKING,
+            );
+        }
+    }
 }
 
 impl ClientContext for ReportingContext {}
@@ -127,7 +168,10 @@ impl ProducerContext for ReportingContext {
     fn delivery(&self, result: &DeliveryResult<'_>, tag: Self::DeliveryOpaque) {
         let result = match result {
             Ok(_) => Ok(()),
-            Err((err, _msg)) => Err(classify_delivery_error(err.clone())),
+            Err((err, _msg)) => {
+                self.purge_behind_failure();
+                Err(classify_delivery_error(err.clone()))
+            }
         };
         // The receiver is gone only when the relay dropped the sink after a
         // failure; the reports of a discarded producer no longer matter.
@@ -170,6 +214,14 @@ impl KafkaSink {
         cfg.set("bootstrap.servers", &settings.brokers)
             .set("enable.idempotence", "true")
             .set("acks", "all")
+            // Without it librdkafka keeps writing a partition after one of
+            // its records failed for good (it bumps the epoch and goes on),
+            // and the replay from the confirmed LSN would put the failed
+            // record after its successors (invariant 7). With it, such a
+            // failure is fatal: the relay rebuilds the producer and replays.
+            // (Records that hit message.timeout.ms are not covered by
+            // librdkafka's guarantee; the relay treats them as failed too.)
+            .set("enable.gapless.guarantee", "true")
             // The Java client's default partitioner: same key, same partition
             // as every other producer of the topic.
             .set("partitioner", "murmur2_random")
@@ -182,9 +234,18 @@ impl KafkaSink {
                 "queue.buffering.max.messages",
                 settings.queue_max_messages.to_string(),
             );
-        let producer = cfg
-            .create_with_context(ReportingContext { reports: tx })
+        let producer: ThreadedProducer<ReportingContext> = cfg
+            .create_with_context(ReportingContext {
+                reports: tx,
+                handle: AtomicPtr::new(std::ptr::null_mut()),
+                purged: AtomicBool::new(false),
+            })
             .map_err(SinkError::Create)?;
+        let client = producer.client();
+        client
+            .context()
+            .handle
+            .store(client.native_ptr(), Ordering::Release);
         Ok((Self { producer }, rx))
     }
 

@@ -321,3 +321,52 @@ async fn idle_outbox_on_a_busy_database_still_advances_the_slot() {
         .unwrap();
     outbox.drop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_side_size_limit_dead_letters_the_record_and_keeps_order() {
+    // The topic accepts less than the producer's own limit, so the broker
+    // (not librdkafka) refuses the record: with the gapless guarantee that
+    // stops the producer; the relay rebuilds it and dead-letters the record
+    // on the replay, and the aggregate's later events follow in order.
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox
+        .create_topic_with_config(&topic, 3, &[("max.message.bytes", "20000")])
+        .await;
+    let relay = RunningRelay::start(outbox.settings());
+    let t = &outbox.table;
+    let ids: Vec<String> = (0..4).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let big = format!("{{\"seq\":2,\"blob\":\"{}\"}}", "x".repeat(50_000));
+    let mut sql = String::new();
+    for (i, id) in ids.iter().enumerate() {
+        let payload = if i == 1 {
+            big.clone()
+        } else {
+            format!("{{\"seq\":{}}}", i + 1)
+        };
+        sql.push_str(&format!(
+            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{id}', 'order', 'o1', 'Placed', '{payload}');"
+        ));
+    }
+    outbox.admin.batch_execute(&sql).await.unwrap();
+    let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| !r.is_empty()).await;
+    assert_eq!(dlq.len(), 1, "one dead letter");
+    assert_eq!(dlq[0].header("id"), Some(ids[1].as_str()));
+    assert_eq!(dlq[0].header("dlq_reason_code"), Some("too_large"));
+    consume(&topic, DEADLINE, |r| r.len() >= 3).await;
+    relay.stop().await.expect("graceful stop");
+    let received = consume_to_end(&topic).await;
+    let firsts: Vec<&str> = {
+        let mut seen = std::collections::HashSet::new();
+        received
+            .iter()
+            .filter_map(|r| r.header("ce_id"))
+            .filter(|id| seen.insert(*id))
+            .collect()
+    };
+    assert_eq!(
+        firsts,
+        vec![ids[0].as_str(), ids[2].as_str(), ids[3].as_str()]
+    );
+    outbox.drop_all().await;
+}

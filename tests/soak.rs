@@ -92,8 +92,8 @@ async fn soak_mixed_faults_under_steady_load() {
     let started = Instant::now();
     let (mut kills, mut broker_restarts, mut walsender_kills) = (0, 0, 0);
     while started.elapsed() < Duration::from_secs(secs) {
-        // Next fault in 4..=16 s.
-        tokio::time::sleep(Duration::from_millis(4000 + rng.below(12_000))).await;
+        // Next fault in 3..=11 s.
+        tokio::time::sleep(Duration::from_millis(3000 + rng.below(8_000))).await;
         if started.elapsed() >= Duration::from_secs(secs) {
             break;
         }

@@ -215,6 +215,10 @@ pub(super) fn property_refusal(name: &str, value: &str) -> Option<String> {
         "enable.idempotence" => "set by the relay (the idempotent producer keeps broker retries \
              from duplicating or reordering events); remove it"
             .into(),
+        "enable.gapless.guarantee" => "set by the relay (a record that fails for good must \
+             stop the producer, or later records of its aggregate overtake it when the relay \
+             replays); remove it"
+            .into(),
         "partitioner" => "set by the relay (murmur2_random, the Java client's \
              partitioner, so every producer of a topic sends a key to the same partition); \
              remove it"

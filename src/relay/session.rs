@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
+use std::collections::HashMap;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -88,6 +89,38 @@ pub(super) struct Session<'a> {
     table: String,
     /// When the last outbox row arrived; heartbeats only while idle.
     last_event: Instant,
+    /// Events the broker refused as too large; owned by the relay so it
+    /// outlives this session.
+    too_large: &'a mut TooLarge,
+    /// A suspect being sent alone; reading pauses meanwhile.
+    isolating: Option<Isolation>,
+}
+
+/// Events the broker refused as too large, by outbox id, remembered across
+/// producer rebuilds (with `enable.gapless.guarantee` a refusal stops the
+/// producer, and the relay replays from the slot).
+///
+/// The broker refuses a whole batch when it exceeds the topic's
+/// `max.message.bytes`, so a refusal only makes its records suspects. On the
+/// replay a suspect is sent alone (nothing else in flight, reading paused):
+/// refused again, it is too large and is dead-lettered; delivered, it was an
+/// innocent batch mate and is forgotten. An entry goes once settled.
+pub type TooLarge = HashMap<String, TooLargeEntry>;
+
+/// What is known about an event the broker refused as too large.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TooLargeEntry {
+    /// Refused in a batch: may be innocent.
+    Suspect,
+    /// Refused on its own (or by the producer's own size check): dead-letter
+    /// it with this reason.
+    TooLarge(String),
+}
+
+/// A suspect record waiting to be sent, or sent, alone.
+struct Isolation {
+    record: Option<(KafkaRecord, DeliveryTag)>,
+    event_id: String,
 }
 
 type SessionResult<T> = Result<T, SessionError>;
@@ -99,6 +132,7 @@ impl<'a> Session<'a> {
         sink: KafkaSink,
         reports: mpsc::UnboundedReceiver<DeliveryReport>,
         confirmed: Lsn,
+        too_large: &'a mut TooLarge,
     ) -> Self {
         Self {
             settings,
@@ -118,6 +152,8 @@ impl<'a> Session<'a> {
             confirmed,
             table: format!("{}.{}", settings.table.0, settings.table.1),
             last_event: Instant::now(),
+            too_large,
+            isolating: None,
         }
     }
 
@@ -173,6 +209,7 @@ impl<'a> Session<'a> {
                 return Ok(deadline);
             }
             let can_read = self.retry.is_none()
+                && self.isolating.is_none()
                 && (self.tracker.pending_events() as usize) < self.settings.max_in_flight;
             tokio::select! {
                 biased;
@@ -203,6 +240,7 @@ impl<'a> Session<'a> {
                 Some(report) = self.reports.recv() => {
                     self.on_report(report)?;
                     self.resend_refused()?;
+                    self.send_isolated_when_alone()?;
                 }
                 item = self.stream.next(), if can_read => {
                     self.on_item(item?)?;
@@ -378,6 +416,28 @@ impl<'a> Session<'a> {
             key: Bytes::copy_from_slice(row.aggregate_id.as_bytes()),
             dead_letter: false,
         };
+        match self.too_large.get(&row.id) {
+            Some(TooLargeEntry::TooLarge(why)) => {
+                let record = self.too_large_dead_letter(&tag, why);
+                return self.send(
+                    record,
+                    DeliveryTag {
+                        dead_letter: true,
+                        ..tag
+                    },
+                );
+            }
+            Some(TooLargeEntry::Suspect) => {
+                if let Ok(record) = build_record(&row, commit_time, &self.settings.envelope) {
+                    self.isolating = Some(Isolation {
+                        record: Some((record, tag)),
+                        event_id: row.id.clone(),
+                    });
+                    return self.send_isolated_when_alone();
+                }
+            }
+            None => {}
+        }
         match build_record(&row, commit_time, &self.settings.envelope) {
             Ok(record) => self.send(record, tag),
             Err(e) => {
@@ -436,9 +496,42 @@ impl<'a> Session<'a> {
         Ok(())
     }
 
-    /// The broker (or the producer's own `message.max.bytes`) refused the
-    /// record as too large: the dead-letter record takes its place in the
-    /// transaction, with headers only.
+    /// Sends the suspect being isolated once nothing else is in flight.
+    fn send_isolated_when_alone(&mut self) -> SessionResult<()> {
+        if self.tracker.pending_events() > 0 || self.retry.is_some() {
+            return Ok(());
+        }
+        match self.isolating.as_mut().and_then(|i| i.record.take()) {
+            Some((record, tag)) => self.send(record, tag),
+            None => Ok(()),
+        }
+    }
+
+    /// The broker refused a record as too large, in a delivery report.
+    /// Alone (isolated), it is too large; in a batch, it is a suspect and the
+    /// session ends so the replay can send it alone.
+    fn on_refused_too_large(&mut self, tag: DeliveryTag, why: &str) -> SessionResult<()> {
+        let alone = self
+            .isolating
+            .as_ref()
+            .is_some_and(|i| i.record.is_none() && i.event_id == tag.event_id);
+        if alone || tag.dead_letter {
+            self.isolating = None;
+            return self.dead_letter_too_large(tag, why);
+        }
+        self.too_large
+            .entry(tag.event_id.clone())
+            .or_insert(TooLargeEntry::Suspect);
+        Err(SessionError::Delivery(DeliveryError::Failed(
+            rdkafka::error::KafkaError::MessageProduction(
+                rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge,
+            ),
+        )))
+    }
+
+    /// The record is too large (the producer's own `message.max.bytes`, or
+    /// the broker refused it on its own): the dead-letter record takes its
+    /// place in the transaction, with headers only.
     fn dead_letter_too_large(&mut self, tag: DeliveryTag, why: &str) -> SessionResult<()> {
         if tag.dead_letter {
             return Err(SessionError::Fatal(format!(
@@ -446,16 +539,10 @@ impl<'a> Session<'a> {
                 self.settings.dlq_topic
             )));
         }
-        let record = dead_letter_record(DeadLetter {
-            topic: &self.settings.dlq_topic,
-            reason: format!("record too large for the broker: {why}"),
-            reason_code: "too_large",
-            event_id: Some(&tag.event_id),
-            key: tag.key.clone(),
-            lsn: tag.lsn,
-            source_table: &self.table,
-            value: Bytes::new(),
-        });
+        let why = format!("record too large for the broker: {why}");
+        let record = self.too_large_dead_letter(&tag, &why);
+        self.too_large
+            .insert(tag.event_id.clone(), TooLargeEntry::TooLarge(why));
         // The original was counted once; its replacement takes that count.
         self.send_counted(
             record,
@@ -466,9 +553,35 @@ impl<'a> Session<'a> {
         )
     }
 
+    /// The dead letter of an event refused as too large: headers only.
+    fn too_large_dead_letter(&self, tag: &DeliveryTag, why: &str) -> KafkaRecord {
+        dead_letter_record(DeadLetter {
+            topic: &self.settings.dlq_topic,
+            reason: why.to_owned(),
+            reason_code: "too_large",
+            event_id: Some(&tag.event_id),
+            key: tag.key.clone(),
+            lsn: tag.lsn,
+            source_table: &self.table,
+            value: Bytes::new(),
+        })
+    }
+
     fn on_report(&mut self, report: DeliveryReport) -> SessionResult<()> {
         match report.result {
             Ok(()) => {
+                if report.tag.dead_letter || self.isolating.is_some() {
+                    // A settled too-large event: dead-lettered, or an
+                    // isolated suspect that went through after all.
+                    self.too_large.remove(&report.tag.event_id);
+                    if self
+                        .isolating
+                        .as_ref()
+                        .is_some_and(|i| i.event_id == report.tag.event_id)
+                    {
+                        self.isolating = None;
+                    }
+                }
                 if report.tag.dead_letter {
                     metrics::counter!(m::EVENTS_DEAD_LETTERED).increment(1);
                 } else {
@@ -481,7 +594,7 @@ impl<'a> Session<'a> {
                 Ok(())
             }
             Err(DeliveryError::TooLarge(err)) => {
-                self.dead_letter_too_large(report.tag, &err.to_string())
+                self.on_refused_too_large(report.tag, &err.to_string())
             }
             Err(err) => Err(SessionError::Delivery(self.sink.explain(err))),
         }
@@ -560,6 +673,19 @@ impl<'a> Session<'a> {
     async fn abandon(self) {
         drop(self.stream);
         drop_sink(self.sink).await;
+        // The destroyed producer reported everything it held. Reports that
+        // arrive after the one that ended the session can still say "too
+        // large" (librdkafka may report a fatal error's consequences before
+        // its cause): note those records as suspects, or the replay would
+        // send the same refused batch again.
+        let mut reports = self.reports;
+        while let Ok(report) = reports.try_recv() {
+            if matches!(report.result, Err(DeliveryError::TooLarge(_))) && !report.tag.dead_letter {
+                self.too_large
+                    .entry(report.tag.event_id)
+                    .or_insert(TooLargeEntry::Suspect);
+            }
+        }
     }
 }
 
