@@ -139,20 +139,7 @@ impl TestOutbox {
     /// Creates `topic` with `partitions` partitions ahead of the relay, as
     /// production teams do.
     pub async fn create_topic(&self, topic: &str, partitions: i32) {
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", env("KAFKA_BROKERS"))
-            .create()
-            .expect("admin client");
-        let res = admin
-            .create_topics(
-                &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
-                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-            )
-            .await
-            .expect("create topic");
-        for r in res {
-            r.expect("topic created");
-        }
+        self.create_topic_with_config(topic, partitions, &[]).await;
     }
 
     /// Like [`TestOutbox::create_topic`], with topic configs.
