@@ -416,7 +416,13 @@ impl<'a> Session<'a> {
             key: Bytes::copy_from_slice(row.aggregate_id.as_bytes()),
             dead_letter: false,
         };
-        match self.too_large.get(&row.id) {
+        // Almost always empty: skip hashing the id on the hot path.
+        let known = if self.too_large.is_empty() {
+            None
+        } else {
+            self.too_large.get(&row.id)
+        };
+        match known {
             Some(TooLargeEntry::TooLarge(why)) => {
                 let record = self.too_large_dead_letter(&tag, why);
                 return self.send(
