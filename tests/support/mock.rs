@@ -20,7 +20,6 @@ use outbox_relay::sink::{
 };
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
@@ -77,21 +76,7 @@ fn read_blocking(brokers: &str, topic: &str) -> Vec<Received> {
     let mut out = Vec::with_capacity(total);
     while out.len() < total && start.elapsed() < Duration::from_secs(60) {
         match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => out.push(Received {
-                topic: m.topic().to_string(),
-                partition: m.partition(),
-                offset: m.offset(),
-                key: m.key().map(<[u8]>::to_vec),
-                value: m.payload().map(<[u8]>::to_vec),
-                headers: m
-                    .headers()
-                    .map(|h| {
-                        h.iter()
-                            .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            }),
+            Some(Ok(m)) => out.push(Received::from_message(&m)),
             Some(Err(e)) => panic!("consume {topic} from the mock cluster: {e}"),
             None => {}
         }

@@ -301,6 +301,25 @@ pub struct Received {
 }
 
 impl Received {
+    /// Copies what the checker needs out of a consumed message.
+    pub fn from_message(m: &impl Message) -> Self {
+        Received {
+            topic: m.topic().to_string(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers: m
+                .headers()
+                .map(|h| {
+                    h.iter()
+                        .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .get(name)
@@ -360,21 +379,7 @@ fn consume_blocking(
     let mut out = Vec::new();
     while start.elapsed() < deadline && !until(&out) {
         match consumer.poll(Duration::from_millis(200)) {
-            Some(Ok(m)) => out.push(Received {
-                topic: m.topic().to_string(),
-                partition: m.partition(),
-                offset: m.offset(),
-                key: m.key().map(<[u8]>::to_vec),
-                value: m.payload().map(<[u8]>::to_vec),
-                headers: m
-                    .headers()
-                    .map(|h| {
-                        h.iter()
-                            .map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec()))
-                            .collect()
-                    })
-                    .unwrap_or_default(),
-            }),
+            Some(Ok(m)) => out.push(Received::from_message(&m)),
             Some(Err(e)) => panic!("consume {topic}: {e}"),
             None => {}
         }
