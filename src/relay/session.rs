@@ -190,10 +190,6 @@ impl<'a> Session<'a> {
         &mut self,
         shutdown: &mut watch::Receiver<bool>,
     ) -> SessionResult<Instant> {
-        // While backpressure keeps `next()` from running, status updates
-        // still have to reach the server before wal_sender_timeout.
-        let mut status_tick = tokio::time::interval(self.stream.status_interval());
-        status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let heartbeat_every = self.settings.heartbeat_interval;
         let mut heartbeat_tick =
             tokio::time::interval(heartbeat_every.unwrap_or(Duration::from_secs(3600)));
@@ -208,6 +204,7 @@ impl<'a> Session<'a> {
             {
                 return Ok(deadline);
             }
+            let status_due = self.stream.status_due_at();
             let can_read = self.retry.is_none()
                 && self.isolating.is_none()
                 && (self.tracker.pending_events() as usize) < self.settings.max_in_flight;
@@ -245,8 +242,11 @@ impl<'a> Session<'a> {
                 item = self.stream.next(), if can_read => {
                     self.on_item(item?)?;
                 }
-                _ = status_tick.tick(), if !can_read => {
-                    self.stream.send_status(false).await?;
+                // While backpressure keeps `next()` from running, status
+                // updates (periodic, and prompt reports of progress) still
+                // have to reach the server.
+                () = tokio::time::sleep_until(status_due), if !can_read => {
+                    self.stream.send_due_status().await?;
                 }
                 _ = heartbeat_tick.tick(), if heartbeat_every.is_some() => {
                     let idle = self.last_event.elapsed() >= heartbeat_every.unwrap_or_default();
@@ -624,13 +624,11 @@ impl<'a> Session<'a> {
         // The stream is not read while draining: keep its status updates
         // going, or a drain longer than wal_sender_timeout loses the
         // connection before the final update.
-        let mut status_tick = tokio::time::interval(self.stream.status_interval());
-        status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         while self.tracker.pending_events() > 0 || self.retry.is_some() {
             let report = tokio::select! {
                 r = self.reports.recv() => r,
-                _ = status_tick.tick() => {
-                    if let Err(e) = self.stream.send_status(false).await {
+                () = tokio::time::sleep_until(self.stream.status_due_at()) => {
+                    if let Err(e) = self.stream.send_due_status().await {
                         tracing::warn!(error = %e, "status update while draining failed");
                     }
                     continue;
