@@ -54,6 +54,7 @@ impl RelaySettings {
         let pg = &config.postgres;
         let kafka = &config.kafka;
         let mut replication = ReplicationSettings::new(&pg.url, &pg.slot, &pg.publication);
+        replication.outbox_table = Some(pg.table_parts());
         replication.status_interval = pg.status_interval();
         replication.connect_timeout = pg.connect_timeout();
         RelaySettings {
@@ -100,10 +101,12 @@ pub enum RelayError {
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
 /// are drained and confirmed) or a fatal error occurs.
 pub async fn run(
-    settings: RelaySettings,
+    mut settings: RelaySettings,
     mut shutdown: watch::Receiver<bool>,
     health: Health,
 ) -> Result<(), RelayError> {
+    // The stream resolves the outbox table from the catalog at every connect.
+    settings.replication.outbox_table = Some(settings.table.clone());
     let mut confirmed = Lsn::ZERO;
     let mut attempt: u32 = 0;
     let mut too_large = session::TooLarge::new();
@@ -132,6 +135,11 @@ pub async fn run(
             }
         };
         confirmed = confirmed.max(stream.slot_confirmed_flush());
+        let Some(outbox) = stream.outbox_table().cloned() else {
+            return Err(RelayError::Stream(
+                "the replication stream did not resolve the outbox table".into(),
+            ));
+        };
         let (sink, reports) = KafkaSink::new(&settings.sink)?;
         tracing::info!(
             slot = %settings.replication.slot,
@@ -139,10 +147,17 @@ pub async fn run(
             "streaming from the slot's confirmed position"
         );
         health.set_streaming(true);
-        let outcome =
-            session::Session::new(&settings, stream, sink, reports, confirmed, &mut too_large)
-                .run(&mut shutdown)
-                .await;
+        let outcome = session::Session::new(
+            &settings,
+            stream,
+            sink,
+            reports,
+            confirmed,
+            &mut too_large,
+            outbox,
+        )
+        .run(&mut shutdown)
+        .await;
         health.set_streaming(false);
         match outcome {
             Ok(final_confirmed) => {

@@ -35,7 +35,8 @@ use crate::metrics as m;
 use crate::outbox::RowExtractor;
 use crate::pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
 use crate::replication::{
-    ReplicationError, ReplicationSettings, ReplicationStream, StreamItem, emit_heartbeat,
+    OutboxTable, RelationClass, RelationLookup, ReplicationError, ReplicationSettings,
+    ReplicationStream, SqlConnection, StreamItem, classify, emit_heartbeat, look_up,
 };
 use crate::sink::{DeliveryError, DeliveryReport, DeliveryTag, KafkaSink, SendError};
 
@@ -94,6 +95,12 @@ pub(super) struct Session<'a> {
     too_large: &'a mut TooLarge,
     /// A suspect being sent alone; reading pauses meanwhile.
     isolating: Option<Isolation>,
+    /// The outbox table as resolved at connect.
+    outbox: OutboxTable,
+    /// What each relation described in this session is, by OID.
+    classes: HashMap<u32, RelationClass>,
+    /// For catalog look-ups of relations not known at connect.
+    catalog: Option<SqlConnection>,
 }
 
 /// Events the broker refused as too large, by outbox id, remembered across
@@ -133,6 +140,7 @@ impl<'a> Session<'a> {
         reports: mpsc::UnboundedReceiver<DeliveryReport>,
         confirmed: Lsn,
         too_large: &'a mut TooLarge,
+        outbox: OutboxTable,
     ) -> Self {
         Self {
             settings,
@@ -150,10 +158,13 @@ impl<'a> Session<'a> {
             state: TxnState::Idle,
             retry: None,
             confirmed,
-            table: format!("{}.{}", settings.table.0, settings.table.1),
+            table: outbox.qualified_name(),
             last_event: Instant::now(),
             too_large,
             isolating: None,
+            outbox,
+            classes: HashMap::new(),
+            catalog: None,
         }
     }
 
@@ -240,7 +251,7 @@ impl<'a> Session<'a> {
                     self.send_isolated_when_alone()?;
                 }
                 item = self.stream.next(), if can_read => {
-                    self.on_item(item?)?;
+                    self.on_item(item?).await?;
                 }
                 // While backpressure keeps `next()` from running, status
                 // updates (periodic, and prompt reports of progress) still
@@ -260,12 +271,12 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn on_item(&mut self, item: StreamItem) -> SessionResult<()> {
+    async fn on_item(&mut self, item: StreamItem) -> SessionResult<()> {
         match item {
             StreamItem::XLogData { wal_end, data, .. } => {
                 metrics::counter!(m::BYTES_RECEIVED).increment(data.len() as u64);
                 metrics::gauge!(m::RECEIVED_LSN).set(wal_end.as_u64() as f64);
-                self.on_wal(data)
+                self.on_wal(data).await
             }
             StreamItem::Keepalive { wal_end } => {
                 // The keepalive carries the last LSN *sent*. Only when nothing
@@ -283,7 +294,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn on_wal(&mut self, mut data: Bytes) -> SessionResult<()> {
+    async fn on_wal(&mut self, mut data: Bytes) -> SessionResult<()> {
         let msg = pgoutput::decode(&mut data, &self.decode_ctx).map_err(|e| {
             SessionError::Fatal(format!(
                 "cannot decode a pgoutput message from slot \"{}\": {e}",
@@ -315,6 +326,7 @@ impl<'a> Session<'a> {
                 }
                 Ok(())
             }
+            TxEvent::Relation(relation) => self.on_relation(&relation).await,
             TxEvent::Insert { relation, tuple } => self.on_insert(&relation, &tuple),
             TxEvent::Update { relation } => {
                 self.count_ignored(&relation, "update");
@@ -367,7 +379,83 @@ impl<'a> Session<'a> {
     }
 
     fn is_outbox(&self, relation: &Relation) -> bool {
-        relation.namespace == self.settings.table.0 && relation.name == self.settings.table.1
+        self.classes
+            .get(&relation.oid)
+            .is_some_and(|class| class.is_outbox())
+    }
+
+    /// Decides, when the server describes a table, whether its inserts are
+    /// outbox rows: by OID, from the catalog, never by the name in the
+    /// message (pgoutput names the leaf partition of a partitioned outbox).
+    async fn on_relation(&mut self, relation: &Relation) -> SessionResult<()> {
+        let class = if self.outbox.members.contains(&relation.oid) {
+            RelationClass::Outbox
+        } else {
+            let lookup = self.look_up(relation.oid).await?;
+            classify(lookup)
+        };
+        match class {
+            RelationClass::Outbox => {
+                if relation.oid == self.outbox.oid
+                    && (relation.namespace != self.outbox.schema
+                        || relation.name != self.outbox.name)
+                {
+                    tracing::warn!(
+                        configured = %self.outbox.qualified_name(),
+                        now = %relation.qualified_name(),
+                        oid = relation.oid,
+                        "the outbox table was renamed; streaming on (same table). Set \
+                         postgres.table to the new name before the next restart"
+                    );
+                }
+            }
+            RelationClass::OutboxByPublication => tracing::warn!(
+                relation = %relation.qualified_name(),
+                oid = relation.oid,
+                outbox = %self.outbox.qualified_name(),
+                "relation is not in the outbox's partition tree now, but the publication \
+                 publishes nothing else: taking its rows as outbox rows (a partition detached \
+                 or dropped since)"
+            ),
+            RelationClass::Other => {}
+            RelationClass::Unknown => {
+                metrics::counter!(m::CHANGES_IGNORED, "kind" => "unknown_relation").increment(1);
+                tracing::error!(
+                    relation = %relation.qualified_name(),
+                    oid = relation.oid,
+                    publication = %self.settings.replication.publication,
+                    "a relation in the stream was dropped since and the publication also \
+                     publishes other tables: the catalog cannot tell whether its rows were \
+                     outbox rows, so they are skipped. Give the relay a publication of its own \
+                     (CREATE PUBLICATION ... FOR TABLE <outbox> WITH (publish = 'insert'))"
+                );
+            }
+        }
+        self.classes.insert(relation.oid, class);
+        Ok(())
+    }
+
+    /// One catalog look-up on the session's SQL connection (opened on
+    /// first use, kept for the session).
+    async fn look_up(&mut self, oid: u32) -> SessionResult<RelationLookup> {
+        let connection = match &mut self.catalog {
+            Some(connection) => connection,
+            None => self
+                .catalog
+                .insert(SqlConnection::connect(&self.settings.replication).await?),
+        };
+        let result = look_up(
+            connection,
+            &self.outbox,
+            &self.settings.replication.publication,
+            oid,
+        )
+        .await;
+        if result.is_err() {
+            // A broken connection is not reused.
+            self.catalog = None;
+        }
+        Ok(result?)
     }
 
     fn on_insert(&mut self, relation: &Arc<Relation>, tuple: &TupleData) -> SessionResult<()> {

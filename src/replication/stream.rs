@@ -27,9 +27,10 @@ use postgres_protocol::message::frontend;
 use tokio::time::{Instant, sleep_until, timeout};
 
 use super::auth::{self, read_error, server_error, server_notice};
-use super::catalog::{self, start_replication_command, validate_slot_name};
+use super::catalog::{self, ServerIdentity, start_replication_command, validate_slot_name};
 use super::conninfo::{Conninfo, Endpoint};
 use super::error::{ErrorKind, ReplicationError, ServerError};
+use super::outbox_table::OutboxTable;
 use super::socket::{self, Frame, FramedSocket};
 use super::{ReplicationSettings, StreamItem};
 use crate::lsn::Lsn;
@@ -66,6 +67,8 @@ pub struct ReplicationStream {
     database: String,
     backend_pid: i32,
     slot_confirmed_flush: Lsn,
+    identity: ServerIdentity,
+    outbox: Option<OutboxTable>,
     confirmed: Lsn,
     status_interval: Duration,
     read_timeout: Duration,
@@ -140,8 +143,7 @@ impl ReplicationStream {
         let mut socket = FramedSocket::new(socket);
         let session =
             auth::startup(&mut socket, conninfo, &settings.application_name, &target).await?;
-        let checked =
-            catalog::check(&mut socket, &settings.slot, &settings.publication, &target).await?;
+        let checked = catalog::check(&mut socket, settings, &target).await?;
         let mut stream = ReplicationStream {
             socket,
             target,
@@ -150,6 +152,8 @@ impl ReplicationStream {
             database: conninfo.dbname.clone(),
             backend_pid: session.backend_pid,
             slot_confirmed_flush: checked.confirmed_flush,
+            identity: checked.identity,
+            outbox: checked.outbox,
             confirmed: start_confirmed,
             status_interval: status_interval(settings.status_interval, checked.wal_sender_timeout),
             read_timeout: read_timeout(settings.status_interval, checked.wal_sender_timeout),
@@ -166,6 +170,7 @@ impl ReplicationStream {
             slot = %stream.slot,
             publication = %stream.publication,
             slot_confirmed_flush = %stream.slot_confirmed_flush,
+            server = %stream.identity,
             start_confirmed = %start_confirmed,
             tls = stream.is_tls(),
             backend_pid = stream.backend_pid,
@@ -411,6 +416,16 @@ impl ReplicationStream {
     /// the server began streaming, and the seed for the caller's tracker.
     pub fn slot_confirmed_flush(&self) -> Lsn {
         self.slot_confirmed_flush
+    }
+
+    /// The server this connection reached (`IDENTIFY_SYSTEM`).
+    pub fn identity(&self) -> &ServerIdentity {
+        &self.identity
+    }
+
+    /// The outbox table as resolved at connect, when the settings name one.
+    pub fn outbox_table(&self) -> Option<&OutboxTable> {
+        self.outbox.as_ref()
     }
 
     /// Whether the connection runs over TLS.

@@ -30,6 +30,11 @@ impl ReplicationStream {
             database: "test_db".into(),
             backend_pid: 0,
             slot_confirmed_flush: confirmed,
+            identity: ServerIdentity {
+                system_id: "7000000000000000001".into(),
+                timeline: 1,
+            },
+            outbox: None,
             confirmed,
             status_interval,
             read_timeout,
