@@ -59,6 +59,10 @@ pub struct ReplicationSettings {
     /// connect, and the publication must contain it. `None` skips both
     /// (a stream read for other purposes, as in tests of the connection).
     pub outbox_table: Option<(String, String)>,
+    /// The outbox table's OID from an earlier session, preferred over the
+    /// name: a table renamed while the relay runs is still found after a
+    /// reconnect.
+    pub outbox_oid: Option<u32>,
     /// Upper bound between status updates; the effective interval is
     /// `min(this, wal_sender_timeout / 2)`, read from the server at connect.
     pub status_interval: Duration,
@@ -82,6 +86,7 @@ impl ReplicationSettings {
             slot: slot.into(),
             publication: publication.into(),
             outbox_table: None,
+            outbox_oid: None,
             status_interval: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             application_name: "outbox-relay".to_owned(),
@@ -96,6 +101,7 @@ impl fmt::Debug for ReplicationSettings {
             .field("slot", &self.slot)
             .field("publication", &self.publication)
             .field("outbox_table", &self.outbox_table)
+            .field("outbox_oid", &self.outbox_oid)
             .field("status_interval", &self.status_interval)
             .field("connect_timeout", &self.connect_timeout)
             .field("application_name", &self.application_name)

@@ -68,6 +68,7 @@ pub struct ReplicationStream {
     backend_pid: i32,
     slot_confirmed_flush: Lsn,
     identity: ServerIdentity,
+    timeline_fork: Option<Lsn>,
     outbox: Option<OutboxTable>,
     confirmed: Lsn,
     status_interval: Duration,
@@ -153,6 +154,7 @@ impl ReplicationStream {
             backend_pid: session.backend_pid,
             slot_confirmed_flush: checked.confirmed_flush,
             identity: checked.identity,
+            timeline_fork: checked.timeline_fork,
             outbox: checked.outbox,
             confirmed: start_confirmed,
             status_interval: status_interval(settings.status_interval, checked.wal_sender_timeout),
@@ -421,6 +423,12 @@ impl ReplicationStream {
     /// The server this connection reached (`IDENTIFY_SYSTEM`).
     pub fn identity(&self) -> &ServerIdentity {
         &self.identity
+    }
+
+    /// Where the server's current timeline forked from its parent, when it
+    /// is not the first timeline.
+    pub fn timeline_fork_point(&self) -> Option<Lsn> {
+        self.timeline_fork
     }
 
     /// The outbox table as resolved at connect, when the settings name one.
