@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-pub use conninfo::{Conninfo, SslMode, redact};
+pub use conninfo::{Conninfo, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
 pub use stream::ReplicationStream;
@@ -82,7 +82,7 @@ impl ReplicationSettings {
 impl fmt::Debug for ReplicationSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReplicationSettings")
-            .field("conninfo", &redact(&self.conninfo))
+            .field("conninfo", &conninfo::redacted(&self.conninfo))
             .field("slot", &self.slot)
             .field("publication", &self.publication)
             .field("status_interval", &self.status_interval)
