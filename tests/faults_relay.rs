@@ -1031,6 +1031,79 @@ async fn tls_verify_full_against_a_wrong_host_name_refuses_fast() {
     report_wall_time("tls-wrong-host", started);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_settings_the_relay_cannot_honour_refuse_fast_naming_the_fix() {
+    let started = Instant::now();
+    let outbox = TestOutbox::create("jsonb").await;
+    for (query, says) in [
+        ("sslmode=verify-full", "sslrootcert=<path"),
+        (
+            "sslmode=verify-ca&sslrootcert=system",
+            "sslmode=verify-full",
+        ),
+    ] {
+        let url = pg_url_at("localhost", "relay", "relay-test-password", query);
+        let config = outbox.write_config_with_url(&url, "");
+        let log = expect_fast_refusal(&config).await;
+        assert!(log.contains(says), "{query}: {log}");
+    }
+    assert!(!outbox.slot_active().await);
+    outbox.drop_all().await;
+    report_wall_time("tls-refused-settings", started);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sslrootcert_file_is_the_only_trust_and_system_means_the_system_store() {
+    use support::tls::ThrowawayCa;
+    let started = Instant::now();
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    // The relay's "system trust store" here is the test server's CA
+    // (OpenSSL reads SSL_CERT_FILE), so trusting the system store would let
+    // the server's certificate pass.
+    let system_store = [("SSL_CERT_FILE", env("PG_CA_CERT"))];
+    let system_store: Vec<(&str, &str)> =
+        system_store.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    // sslrootcert=<another CA's file>: the system store must not count.
+    let other = ThrowawayCa::create();
+    let url = pg_url_at(
+        "localhost",
+        "relay",
+        "relay-test-password",
+        &format!(
+            "sslmode=verify-full&sslrootcert={}",
+            other.ca_cert.display()
+        ),
+    );
+    let config = outbox.write_config_with_url(&url, "");
+    let mut relay = RelayProcess::start_with_env(&config, &system_store);
+    let status = relay.wait(FAST_EXIT).await;
+    let log = relay.log_text();
+    assert_eq!(status.code(), Some(1), "refused: {log}");
+    assert!(log.contains("certificate"), "{log}");
+
+    // sslrootcert=system: that store, and verify-full by default.
+    let url = pg_url_at(
+        "localhost",
+        "relay",
+        "relay-test-password",
+        "sslrootcert=system",
+    );
+    let config = outbox.write_config_with_url(&url, "");
+    let relay = RelayProcess::start_with_env(&config, &system_store);
+    let mut writer = outbox.writer().await;
+    let committed = outbox
+        .commit_events(&mut writer, 10, 2, 5, &mut HashMap::new())
+        .await;
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    let (ssl, _) = walsender_ssl(&outbox).await;
+    assert!(ssl);
+    assert!(relay.terminate().await.success());
+    outbox.drop_all().await;
+    report_wall_time("tls-root-cert-trust", started);
+}
+
 // ---------------------------------------------------------------------------
 // Case 21: a canary password never appears in any log line.
 

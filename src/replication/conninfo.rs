@@ -90,12 +90,25 @@ impl FromStr for SslMode {
     }
 }
 
+/// `sslrootcert`: what the server certificate must chain to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootCert {
+    /// A PEM file with the CA certificate(s); nothing else is trusted.
+    File(PathBuf),
+    /// `sslrootcert=system` (libpq 16): the system's trust store, allowed
+    /// only with `verify-full` (any public CA can sign a certificate for some
+    /// name, so the name must be checked too).
+    System,
+}
+
 /// TLS settings from the conninfo.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TlsSettings {
     pub mode: SslMode,
-    /// PEM file with the CA certificate(s) the server certificate must chain to.
-    pub root_cert: Option<PathBuf>,
+    /// `None`: no `sslrootcert`. libpq would then read
+    /// `~/.postgresql/root.crt`; the relay reads nothing from the environment,
+    /// so `verify-ca`/`verify-full` without it are refused (see `tls.rs`).
+    pub root_cert: Option<RootCert>,
     /// Client certificate (PEM) and its key, for `cert` authentication.
     pub cert: Option<PathBuf>,
     pub key: Option<PathBuf>,
@@ -185,14 +198,33 @@ impl Conninfo {
             tokio_postgres::Config::from_str(&rest).map_err(|e| invalid(with_cause(&e)))?;
 
         let mut tls = TlsSettings::default();
+        let mut sslmode_given = false;
         for (key, value) in own {
             match key.as_str() {
-                "sslmode" => tls.mode = value.parse().map_err(invalid)?,
-                "sslrootcert" => tls.root_cert = Some(PathBuf::from(value)),
+                "sslmode" => {
+                    tls.mode = value.parse().map_err(invalid)?;
+                    sslmode_given = true;
+                }
+                "sslrootcert" if value == "system" => tls.root_cert = Some(RootCert::System),
+                "sslrootcert" => tls.root_cert = Some(RootCert::File(PathBuf::from(value))),
                 "sslcert" => tls.cert = Some(PathBuf::from(value)),
                 "sslkey" => tls.key = Some(PathBuf::from(value)),
                 // `replication` is always `database` on this connection.
                 _ => {}
+            }
+        }
+        if tls.root_cert == Some(RootCert::System) {
+            // libpq 16: sslrootcert=system makes verify-full the default and
+            // refuses anything weaker.
+            if !sslmode_given {
+                tls.mode = SslMode::VerifyFull;
+            } else if tls.mode != SslMode::VerifyFull {
+                return Err(invalid(format!(
+                    "sslmode={} may not be used with sslrootcert=system: use sslmode=verify-full \
+                     (any CA in the system store can sign a certificate for some name, so the \
+                     host name must be checked too)",
+                    tls.mode.as_str()
+                )));
             }
         }
         if tls.cert.is_some() != tls.key.is_some() {
@@ -749,7 +781,10 @@ mod tests {
         assert_eq!(c.dbname, "app");
         assert_eq!(c.application_name.as_deref(), Some("x"));
         assert_eq!(c.tls.mode, SslMode::VerifyFull);
-        assert_eq!(c.tls.root_cert, Some(PathBuf::from("/ca.pem")));
+        assert_eq!(
+            c.tls.root_cert,
+            Some(RootCert::File(PathBuf::from("/ca.pem")))
+        );
         assert_eq!(
             c.endpoints,
             vec![Endpoint::Tcp {
@@ -781,6 +816,30 @@ mod tests {
             }
         );
         assert_eq!(c.tls.mode.as_str(), "verify-ca");
+    }
+
+    #[test]
+    fn sslrootcert_system_means_verify_full_and_refuses_weaker_modes_like_libpq() {
+        let c = Conninfo::parse("host=h user=u sslrootcert=system").unwrap();
+        assert_eq!(c.tls.mode, SslMode::VerifyFull, "the default with system");
+        assert_eq!(c.tls.root_cert, Some(RootCert::System));
+        let c = Conninfo::parse("host=h user=u sslmode=verify-full sslrootcert=system").unwrap();
+        assert_eq!(c.tls.mode, SslMode::VerifyFull);
+        for weak in ["disable", "prefer", "require", "verify-ca"] {
+            let err = Conninfo::parse(&format!("host=h user=u sslmode={weak} sslrootcert=system"))
+                .unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains(&format!("sslmode={weak}")) && text.contains("verify-full"),
+                "{text}"
+            );
+        }
+        // Only the exact word: a file may be called anything else.
+        let c = Conninfo::parse("host=h user=u sslrootcert=./system").unwrap();
+        assert_eq!(
+            c.tls.root_cert,
+            Some(RootCert::File(PathBuf::from("./system")))
+        );
     }
 
     #[test]

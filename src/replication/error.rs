@@ -121,6 +121,17 @@ pub enum ReplicationError {
     },
 
     #[error(
+        "sslmode={sslmode} for PostgreSQL at {target} needs a certificate authority to verify \
+         the server against: set sslrootcert=<path to the CA certificate file>, or \
+         sslrootcert=system with sslmode=verify-full for the system trust store (the relay does \
+         not read ~/.postgresql/root.crt)"
+    )]
+    TlsRootCertMissing {
+        target: String,
+        sslmode: &'static str,
+    },
+
+    #[error(
         "TLS certificate of PostgreSQL at {target} (verified as {server_name:?}) was refused: \
          {reason}; check sslrootcert and that the host name is in the certificate, or lower \
          sslmode"
@@ -276,6 +287,7 @@ impl ReplicationError {
             E::Conninfo { .. }
             | E::InvalidSlotName { .. }
             | E::TlsNotOffered { .. }
+            | E::TlsRootCertMissing { .. }
             | E::TlsVerify { .. }
             | E::Tls { .. }
             | E::AuthFailed { .. }

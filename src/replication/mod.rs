@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-pub use conninfo::{Conninfo, SslMode};
+pub use conninfo::{Conninfo, RootCert, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
 pub use stream::ReplicationStream;

@@ -214,12 +214,19 @@ impl TestRole {
 impl RelayProcess {
     /// Starts the relay binary with `RUST_LOG` set to `log_filter`.
     pub fn start_with_log(config: &Path, log_filter: &str) -> Self {
+        Self::start_with_env(config, &[("RUST_LOG", log_filter)])
+    }
+
+    /// Starts the relay binary with `RUST_LOG=info` and the variables `vars`
+    /// (which may set `RUST_LOG` too) in its environment.
+    pub fn start_with_env(config: &Path, vars: &[(&str, &str)]) -> Self {
         let log = config.with_extension(format!("{}.log", random_name("run")));
         let file = std::fs::File::create(&log).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
             .args(["run", "--config"])
             .arg(config)
-            .env("RUST_LOG", log_filter)
+            .env("RUST_LOG", "info")
+            .envs(vars.iter().copied())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .spawn()
