@@ -1036,6 +1036,10 @@ async fn tls_settings_the_relay_cannot_honour_refuse_fast_naming_the_fix() {
     let started = Instant::now();
     let outbox = TestOutbox::create("jsonb").await;
     for (query, says) in [
+        (
+            "sslmode=disable&channel_binding=require",
+            "channel_binding=require needs TLS",
+        ),
         ("sslmode=verify-full", "sslrootcert=<path"),
         (
             "sslmode=verify-ca&sslrootcert=system",

@@ -90,6 +90,31 @@ impl FromStr for SslMode {
     }
 }
 
+/// libpq's `channel_binding`: whether SCRAM authentication is bound to the
+/// TLS channel (SCRAM-SHA-256-PLUS with `tls-server-end-point`), so that a
+/// man in the middle who terminates TLS cannot relay it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ChannelBinding {
+    /// Never bind.
+    Disable,
+    /// Bind when the connection is TLS and the server offers
+    /// SCRAM-SHA-256-PLUS.
+    #[default]
+    Prefer,
+    /// Bind or fail: no other authentication, no plain connection.
+    Require,
+}
+
+impl ChannelBinding {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChannelBinding::Disable => "disable",
+            ChannelBinding::Prefer => "prefer",
+            ChannelBinding::Require => "require",
+        }
+    }
+}
+
 /// `sslrootcert`: what the server certificate must chain to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RootCert {
@@ -175,6 +200,7 @@ pub struct Conninfo {
     pub application_name: Option<String>,
     pub connect_timeout: Option<Duration>,
     pub tls: TlsSettings,
+    pub channel_binding: ChannelBinding,
     redacted: String,
     secrets: Secrets,
 }
@@ -227,6 +253,21 @@ impl Conninfo {
                 )));
             }
         }
+        let channel_binding = match config.get_channel_binding() {
+            tokio_postgres::config::ChannelBinding::Disable => ChannelBinding::Disable,
+            tokio_postgres::config::ChannelBinding::Prefer => ChannelBinding::Prefer,
+            // Require, and whatever a later tokio-postgres may add: the
+            // strictest reading.
+            _ => ChannelBinding::Require,
+        };
+        if channel_binding == ChannelBinding::Require && tls.mode == SslMode::Disable {
+            return Err(invalid(
+                "channel_binding=require needs TLS, but sslmode=disable: set sslmode=require or \
+                 stronger (verify-full also checks the server's name), or drop \
+                 channel_binding=require"
+                    .into(),
+            ));
+        }
         if tls.cert.is_some() != tls.key.is_some() {
             return Err(invalid("sslcert and sslkey must be given together".into()));
         }
@@ -255,6 +296,7 @@ impl Conninfo {
             connect_timeout: config.get_connect_timeout().copied(),
             user,
             tls,
+            channel_binding,
             redacted: secrets.scrub(&redacted),
             secrets,
         })
@@ -291,6 +333,7 @@ impl fmt::Debug for Conninfo {
                     .field("user", &c.user)
                     .field("dbname", &c.dbname)
                     .field("tls", &c.tls)
+                    .field("channel_binding", &c.channel_binding)
                     .finish_non_exhaustive()
             }
         }
@@ -840,6 +883,28 @@ mod tests {
             c.tls.root_cert,
             Some(RootCert::File(PathBuf::from("./system")))
         );
+    }
+
+    #[test]
+    fn channel_binding_is_read_and_require_without_tls_is_refused_at_once() {
+        let c = Conninfo::parse("host=h user=u").unwrap();
+        assert_eq!(c.channel_binding, ChannelBinding::Prefer, "libpq's default");
+        for (value, expected) in [
+            ("disable", ChannelBinding::Disable),
+            ("prefer", ChannelBinding::Prefer),
+            ("require", ChannelBinding::Require),
+        ] {
+            let c = Conninfo::parse(&format!("postgres://u@h/db?channel_binding={value}")).unwrap();
+            assert_eq!(c.channel_binding, expected);
+        }
+        let err =
+            Conninfo::parse("host=h user=u sslmode=disable channel_binding=require").unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("channel_binding=require") && text.contains("sslmode=require"),
+            "{text}"
+        );
+        assert!(Conninfo::parse("host=h user=u channel_binding=maybe").is_err());
     }
 
     #[test]

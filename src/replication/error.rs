@@ -161,6 +161,9 @@ pub enum ReplicationError {
     )]
     PasswordMissing { role: String, target: String },
 
+    #[error("channel binding with PostgreSQL at {target} failed: {reason}")]
+    ChannelBinding { target: String, reason: String },
+
     #[error(
         "PostgreSQL at {target} asked for authentication method {method}, which the relay does \
          not support: configure pg_hba.conf for scram-sha-256, md5, password or trust"
@@ -292,6 +295,7 @@ impl ReplicationError {
             | E::Tls { .. }
             | E::AuthFailed { .. }
             | E::PasswordMissing { .. }
+            | E::ChannelBinding { .. }
             | E::UnsupportedAuth { .. }
             | E::MissingReplicationRole { .. }
             | E::DatabaseMissing { .. }

@@ -2,8 +2,9 @@
 //! walsender (design: "one module owns the I/O of each external system").
 //!
 //! Role: connect with `replication=database` (TLS per `sslmode`, trust /
-//! password / md5 / SCRAM-SHA-256), check the slot and publication, run
-//! `START_REPLICATION ... LOGICAL 0/0` with pgoutput, and hand each CopyData
+//! password / md5 / SCRAM-SHA-256, bound to TLS per `channel_binding`),
+//! check the slot and publication, run `START_REPLICATION ... LOGICAL 0/0`
+//! with pgoutput, and hand each CopyData
 //! payload upward as a [`StreamItem`], raw: transaction framing belongs to the
 //! pgoutput decoder and the assembler, not to the connection. Status updates
 //! flow back from here, carrying only what the caller [`confirmed`].
@@ -36,7 +37,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-pub use conninfo::{Conninfo, RootCert, SslMode};
+pub use conninfo::{ChannelBinding, Conninfo, RootCert, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
 pub use stream::ReplicationStream;

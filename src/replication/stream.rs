@@ -155,6 +155,7 @@ impl ReplicationStream {
             slot_confirmed_flush = %stream.slot_confirmed_flush,
             start_confirmed = %start_confirmed,
             tls = stream.is_tls(),
+            channel_binding = session.channel_bound,
             backend_pid = stream.backend_pid,
             server_version = session.server_version.as_deref().unwrap_or("?"),
             status_interval_ms = stream.status_interval.as_millis() as u64,

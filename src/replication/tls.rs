@@ -22,7 +22,9 @@
 //! would read `~/.postgresql/root.crt`, but the library reads nothing from
 //! the environment, and silently verifying against the system trust store
 //! instead would accept any certificate a public CA signed.
-
+//!
+//! [`server_end_point`] computes the `tls-server-end-point` channel binding
+//! data (RFC 5929) SCRAM-SHA-256-PLUS sends (see `auth.rs`).
 //! * exactly one byte is read after SSLRequest before the handshake, so
 //!   nothing a man in the middle sends ahead of it is taken as plaintext
 //!   (CVE-2021-23222).
@@ -30,9 +32,11 @@
 use std::path::Path;
 use std::pin::Pin;
 
-use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
+use openssl::hash::MessageDigest;
+use openssl::nid::Nid;
+use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslRef, SslVerifyMode};
 use openssl::x509::store::{X509Store, X509StoreBuilder};
-use openssl::x509::{X509, X509VerifyResult};
+use openssl::x509::{X509, X509Ref, X509VerifyResult};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
@@ -198,6 +202,49 @@ fn file_store(path: &Path) -> Result<X509Store, String> {
     Ok(store.build())
 }
 
+/// The `tls-server-end-point` channel binding data of a TLS connection: the
+/// hash of the server's certificate (RFC 5929 section 4.1).
+///
+/// # Errors
+/// No certificate, or one whose hash RFC 5929 does not define; the reason.
+pub fn connection_end_point(ssl: &SslRef) -> Result<Vec<u8>, String> {
+    let cert = ssl
+        .peer_certificate()
+        .ok_or_else(|| "the server sent no certificate".to_owned())?;
+    server_end_point(&cert)
+}
+
+/// RFC 5929 `tls-server-end-point`: the certificate hashed with the hash
+/// function of its signature algorithm, SHA-256 when that is MD5 or SHA-1.
+/// Signature algorithms without a separate hash (Ed25519, ...) have no
+/// defined end-point data; PostgreSQL refuses them the same way.
+pub fn server_end_point(cert: &X509Ref) -> Result<Vec<u8>, String> {
+    let algorithm = cert.signature_algorithm().object().nid();
+    let digest = algorithm
+        .signature_algorithms()
+        .map(|algorithms| algorithms.digest)
+        .filter(|digest| *digest != Nid::UNDEF)
+        .ok_or_else(|| {
+            format!(
+                "the server certificate's signature algorithm {} has no hash for \
+                 tls-server-end-point",
+                algorithm.long_name().unwrap_or("(unknown)")
+            )
+        })?;
+    let digest = match digest {
+        Nid::MD5 | Nid::SHA1 => MessageDigest::sha256(),
+        other => MessageDigest::from_nid(other).ok_or_else(|| {
+            format!(
+                "no hash function {} for tls-server-end-point",
+                other.long_name().unwrap_or("(unknown)")
+            )
+        })?,
+    };
+    cert.digest(digest)
+        .map(|hash| hash.to_vec())
+        .map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,5 +310,54 @@ mod tests {
             ..TlsSettings::default()
         };
         assert!(connector(&system, "h:1").is_ok());
+    }
+
+    /// A self-signed certificate signed with `digest`, or with a key type
+    /// that has no separate hash (`None`: Ed25519).
+    fn certificate(digest: Option<MessageDigest>) -> X509 {
+        use openssl::ec::{EcGroup, EcKey};
+        use openssl::pkey::PKey;
+        let key = match digest {
+            Some(_) => {
+                let group = EcGroup::from_curve_name(Nid::X9_62_PRIME256V1).unwrap();
+                PKey::from_ec_key(EcKey::generate(&group).unwrap()).unwrap()
+            }
+            None => PKey::generate_ed25519().unwrap(),
+        };
+        let mut name = openssl::x509::X509NameBuilder::new().unwrap();
+        name.append_entry_by_text("CN", "localhost").unwrap();
+        let name = name.build();
+        let mut builder = X509::builder().unwrap();
+        builder.set_version(2).unwrap();
+        builder.set_subject_name(&name).unwrap();
+        builder.set_issuer_name(&name).unwrap();
+        builder.set_pubkey(&key).unwrap();
+        let now = openssl::asn1::Asn1Time::days_from_now(0).unwrap();
+        let later = openssl::asn1::Asn1Time::days_from_now(1).unwrap();
+        builder.set_not_before(&now).unwrap();
+        builder.set_not_after(&later).unwrap();
+        builder
+            .sign(&key, digest.unwrap_or_else(MessageDigest::null))
+            .unwrap();
+        builder.build()
+    }
+
+    #[test]
+    fn end_point_hash_follows_the_signature_digest_and_upgrades_sha1_like_rfc_5929() {
+        for (signed_with, hashed_with) in [
+            (MessageDigest::sha1(), MessageDigest::sha256()),
+            (MessageDigest::sha256(), MessageDigest::sha256()),
+            (MessageDigest::sha384(), MessageDigest::sha384()),
+            (MessageDigest::sha512(), MessageDigest::sha512()),
+        ] {
+            let cert = certificate(Some(signed_with));
+            let expected = cert.digest(hashed_with).unwrap().to_vec();
+            let got = server_end_point(&cert).unwrap();
+            assert_eq!(got, expected);
+            assert_eq!(got.len(), hashed_with.size());
+        }
+        let ed25519 = certificate(None);
+        let err = server_end_point(&ed25519).unwrap_err();
+        assert!(err.contains("tls-server-end-point"), "{err}");
     }
 }
