@@ -2,8 +2,9 @@
 //! walsender (design: "one module owns the I/O of each external system").
 //!
 //! Role: connect with `replication=database` (TLS per `sslmode`, trust /
-//! password / md5 / SCRAM-SHA-256), check the slot and publication, run
-//! `START_REPLICATION ... LOGICAL 0/0` with pgoutput, and hand each CopyData
+//! password / md5 / SCRAM-SHA-256, bound to TLS per `channel_binding`),
+//! check the slot and publication, run `START_REPLICATION ... LOGICAL 0/0`
+//! with pgoutput, and hand each CopyData
 //! payload upward as a [`StreamItem`], raw: transaction framing belongs to the
 //! pgoutput decoder and the assembler, not to the connection. Status updates
 //! flow back from here, carrying only what the caller [`confirmed`].
@@ -39,7 +40,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use catalog::ServerIdentity;
-pub use conninfo::{Conninfo, SslMode, redact};
+pub use conninfo::{ChannelBinding, Conninfo, RootCert, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
 pub use outbox_table::{OutboxTable, RelationClass, RelationLookup, classify, look_up};
@@ -97,7 +98,7 @@ impl ReplicationSettings {
 impl fmt::Debug for ReplicationSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReplicationSettings")
-            .field("conninfo", &redact(&self.conninfo))
+            .field("conninfo", &conninfo::redacted(&self.conninfo))
             .field("slot", &self.slot)
             .field("publication", &self.publication)
             .field("outbox_table", &self.outbox_table)

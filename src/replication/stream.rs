@@ -175,6 +175,7 @@ impl ReplicationStream {
             server = %stream.identity,
             start_confirmed = %start_confirmed,
             tls = stream.is_tls(),
+            channel_binding = session.channel_bound,
             backend_pid = stream.backend_pid,
             server_version = session.server_version.as_deref().unwrap_or("?"),
             status_interval_ms = stream.status_interval.as_millis() as u64,

@@ -729,3 +729,4 @@ pub async fn consume_all_ids(
 pub mod mock;
 pub mod proxy;
 pub mod relay_probe;
+pub mod tls;
