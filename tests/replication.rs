@@ -14,7 +14,7 @@ use std::time::Duration;
 use outbox_relay::lsn::Lsn;
 use outbox_relay::pgoutput::{self, DecodeContext, Message, TupleValue};
 use outbox_relay::replication::{
-    ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, StreamItem,
+    ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, SqlConnection, StreamItem,
 };
 use tokio::time::{Instant, sleep, timeout};
 use tokio_postgres::{Client, NoTls};
@@ -225,21 +225,42 @@ impl Drop for Fixture {
             t = self.table,
             o = self.other_table
         );
-        let status = std::process::Command::new("psql")
-            .args([
-                "-X",
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-                &env("PG_URL"),
-                "-c",
-                &sql,
-            ])
-            .status();
-        if !matches!(status, Ok(s) if s.success()) && !std::thread::panicking() {
-            panic!("cleanup of {} failed: {status:?}", self.slot);
-        }
+        psql_cleanup(&sql, &self.slot);
     }
+}
+
+/// Runs `sql` through psql as the superuser of `PG_URL`: cleanup that also
+/// runs while a test panics. Panics (unless already panicking) naming `what`.
+fn psql_cleanup(sql: &str, what: &str) {
+    let status = std::process::Command::new("psql")
+        .args([
+            "-X",
+            "-q",
+            "-v",
+            "ON_ERROR_STOP=1",
+            &env("PG_URL"),
+            "-c",
+            sql,
+        ])
+        .status();
+    if !matches!(status, Ok(s) if s.success()) && !std::thread::panicking() {
+        panic!("cleanup of {what} failed: {status:?}");
+    }
+}
+
+/// Drops what a test created beyond the [`Fixture`], also when it panics.
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        psql_cleanup(&self.0, "extra test objects");
+    }
+}
+
+/// `"name"` with `"` doubled: written here independently of the relay's own
+/// quoting, which the tests check.
+fn sql_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 /// One decoded transaction of the test table.
@@ -778,5 +799,68 @@ async fn channel_binding_is_required_honoured_and_detects_a_tls_man_in_the_middl
             error.to_string().contains("terminates TLS"),
             "says what it means: {error}"
         );
+    }
+}
+
+/// The catalog checks quote names as SQL literals and START_REPLICATION
+/// quotes the publication inside a replication-command literal: names with
+/// a backslash before a quote, a double quote and upper case must reach the
+/// server intact whether the session reads backslashes as escapes
+/// (`standard_conforming_strings = off`) or not.
+#[tokio::test]
+async fn names_with_quotes_and_backslashes_work_whatever_standard_conforming_strings_is() {
+    let fx = Fixture::new().await;
+    let suffix = &fx.slot["repl_slot_".len()..];
+    let table = format!("Out\\'\"box_{suffix}");
+    let publication = format!("Pub\\'\"x_{suffix}");
+    let _cleanup = Cleanup(format!(
+        "DROP PUBLICATION IF EXISTS {}; DROP TABLE IF EXISTS public.{};",
+        sql_ident(&publication),
+        sql_ident(&table)
+    ));
+    fx.admin
+        .batch_execute(&format!(
+            "CREATE TABLE public.{t} (id bigserial PRIMARY KEY, payload text NOT NULL); \
+             CREATE PUBLICATION {p} FOR TABLE public.{t} WITH (publish = 'insert')",
+            t = sql_ident(&table),
+            p = sql_ident(&publication),
+        ))
+        .await
+        .unwrap();
+    for scs in ["off", "on"] {
+        let mut settings = fx.settings(
+            fx.server
+                .relay_conninfo(&format!("options='-c standard_conforming_strings={scs}'")),
+        );
+        settings.publication = publication.clone();
+        // The setting reaches the relay's sessions (else this proves little).
+        let mut sql = SqlConnection::connect(&settings).await.unwrap();
+        let shown = sql
+            .query("SHOW standard_conforming_strings", "test")
+            .await
+            .unwrap();
+        assert_eq!(shown, [[Some(scs.to_owned())]]);
+        sql.close().await;
+
+        // The publication check alone, then the table's resolution with it.
+        connect_when_free(&settings).await.shutdown().await.unwrap();
+        settings.outbox_table = Some(("public".into(), table.clone()));
+        let mut stream = connect_when_free(&settings).await;
+        let resolved = stream.outbox_table().expect("resolved").clone();
+        assert_eq!(resolved.current_name, format!("public.{table}"));
+        fx.admin
+            .execute(
+                &format!(
+                    "INSERT INTO public.{} (payload) VALUES ($1)",
+                    sql_ident(&table)
+                ),
+                &[&scs],
+            )
+            .await
+            .unwrap();
+        let txn = next_txn(&mut stream).await;
+        assert_eq!(txn.payloads, [scs], "standard_conforming_strings={scs}");
+        stream.confirm(txn.end_lsn);
+        stream.shutdown().await.unwrap();
     }
 }
