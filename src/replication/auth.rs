@@ -27,14 +27,13 @@ use postgres_protocol::authentication::md5_hash;
 use postgres_protocol::authentication::sasl::{
     self, SCRAM_SHA_256, SCRAM_SHA_256_PLUS, ScramSha256,
 };
-use postgres_protocol::message::backend::{
-    ErrorFields, ErrorResponseBody, Message, NoticeResponseBody,
-};
+use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 
 use super::conninfo::{ChannelBinding, Conninfo};
 use super::error::{ReplicationError, ServerError};
-use super::socket::{FramedSocket, ReadError};
+use super::protocol::{read_message, server_error};
+use super::socket::FramedSocket;
 
 /// What the server told us during startup that the stream keeps.
 #[derive(Debug, Clone, Default)]
@@ -114,96 +113,6 @@ fn choose_binding(
         // No end-point data for this certificate: the client cannot bind.
         (ChannelBinding::Prefer, Some(Err(_)) | None) => Ok(Binding::None),
     }
-}
-
-/// Maps a frame-reading failure to the error the caller reports.
-pub fn read_error(target: &str, action: &'static str, error: ReadError) -> ReplicationError {
-    match error {
-        ReadError::Io(source) => ReplicationError::Io {
-            target: target.to_owned(),
-            action,
-            source,
-        },
-        ReadError::Closed => ReplicationError::Closed {
-            target: target.to_owned(),
-            action,
-        },
-        ReadError::BadLength(len) => ReplicationError::Protocol {
-            target: target.to_owned(),
-            action,
-            reason: format!("message length {len}"),
-        },
-    }
-}
-
-/// Reads the next backend message of the (non-streaming) protocol.
-pub async fn read_message(
-    socket: &mut FramedSocket,
-    target: &str,
-    action: &'static str,
-) -> Result<Message, ReplicationError> {
-    let mut frame = socket
-        .read_frame()
-        .await
-        .map_err(|e| read_error(target, action, e))?;
-    let tag = frame.tag;
-    match Message::parse(&mut frame.bytes) {
-        Ok(Some(message)) => Ok(message),
-        Ok(None) => unreachable_incomplete(target, action),
-        Err(e) => Err(ReplicationError::Protocol {
-            target: target.to_owned(),
-            action,
-            reason: format!("message {:?}: {e}", char::from(tag)),
-        }),
-    }
-}
-
-/// `read_frame` only returns complete frames, so `parse` cannot ask for more;
-/// reported as a protocol error rather than a panic all the same.
-fn unreachable_incomplete<T>(target: &str, action: &'static str) -> Result<T, ReplicationError> {
-    Err(ReplicationError::Protocol {
-        target: target.to_owned(),
-        action,
-        reason: "incomplete message".into(),
-    })
-}
-
-/// The fields of an ErrorResponse.
-pub fn server_error(body: &ErrorResponseBody) -> ServerError {
-    error_fields(body.fields())
-}
-
-/// The fields of a NoticeResponse (same layout as an ErrorResponse).
-pub fn server_notice(body: &NoticeResponseBody) -> ServerError {
-    error_fields(body.fields())
-}
-
-fn error_fields(mut fields: ErrorFields<'_>) -> ServerError {
-    let mut error = ServerError {
-        severity: String::new(),
-        code: String::new(),
-        message: String::new(),
-        detail: None,
-        hint: None,
-    };
-    let mut localized_severity = String::new();
-    // A malformed field list still leaves whatever was read before it.
-    while let Ok(Some(field)) = fields.next() {
-        let value = String::from_utf8_lossy(field.value_bytes()).into_owned();
-        match field.type_() {
-            b'S' => localized_severity = value,
-            b'V' => error.severity = value,
-            b'C' => error.code = value,
-            b'M' => error.message = value,
-            b'D' => error.detail = Some(value),
-            b'H' => error.hint = Some(value),
-            _ => {}
-        }
-    }
-    if error.severity.is_empty() {
-        error.severity = localized_severity;
-    }
-    error
 }
 
 /// Sends the StartupMessage and authenticates; returns at ReadyForQuery.

@@ -16,16 +16,13 @@
 
 use std::time::Duration;
 
-use fallible_iterator::FallibleIterator;
-use postgres_protocol::message::backend::Message;
-use postgres_protocol::message::frontend;
 use serde::Deserialize;
 
 use super::ReplicationSettings;
-use super::auth::{read_message, server_error};
-use super::error::{ReplicationError, ServerError};
+use super::error::ReplicationError;
 use super::outbox_table::{self, OutboxTable};
 use super::socket::FramedSocket;
+use super::sql::{simple_query, unexpected_shape};
 use crate::lsn::Lsn;
 
 /// PostgreSQL's `NAMEDATALEN - 1`.
@@ -407,70 +404,6 @@ async fn wal_sender_timeout(
         .and_then(|value| value.parse().ok())
         .ok_or_else(|| unexpected_shape(target, action))?;
     Ok((millis > 0).then(|| Duration::from_millis(millis)))
-}
-
-fn unexpected_shape(target: &str, action: &'static str) -> ReplicationError {
-    ReplicationError::Protocol {
-        target: target.to_owned(),
-        action,
-        reason: "unexpected result shape".into(),
-    }
-}
-
-/// Runs one simple query and returns its rows as text.
-pub async fn simple_query(
-    socket: &mut FramedSocket,
-    sql: &str,
-    target: &str,
-    action: &'static str,
-) -> Result<Vec<Vec<Option<String>>>, ReplicationError> {
-    frontend::query(sql, socket.write_buf()).map_err(|e| ReplicationError::Protocol {
-        target: target.to_owned(),
-        action,
-        reason: e.to_string(),
-    })?;
-    socket
-        .flush()
-        .await
-        .map_err(|source| ReplicationError::Io {
-            target: target.to_owned(),
-            action,
-            source,
-        })?;
-    let mut rows = Vec::new();
-    let mut failure: Option<ServerError> = None;
-    loop {
-        match read_message(socket, target, action).await? {
-            Message::DataRow(body) => {
-                let buffer = body.buffer();
-                let row = body
-                    .ranges()
-                    .map(
-                        |range| Ok(range.map(|r| String::from_utf8_lossy(&buffer[r]).into_owned())),
-                    )
-                    .collect()
-                    .map_err(|e| ReplicationError::Protocol {
-                        target: target.to_owned(),
-                        action,
-                        reason: format!("DataRow: {e}"),
-                    })?;
-                rows.push(row);
-            }
-            Message::ErrorResponse(body) => failure = Some(server_error(&body)),
-            Message::ReadyForQuery(_) => break,
-            // RowDescription, CommandComplete, EmptyQueryResponse, notices and
-            // parameter changes carry nothing the checks need.
-            _ => {}
-        }
-    }
-    match failure {
-        Some(server) => Err(ReplicationError::Server {
-            target: target.to_owned(),
-            action,
-            server: Box::new(server),
-        }),
-        None => Ok(rows),
-    }
 }
 
 #[cfg(test)]

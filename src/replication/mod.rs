@@ -29,6 +29,7 @@ pub mod conninfo;
 mod error;
 mod heartbeat;
 mod outbox_table;
+mod protocol;
 mod socket;
 mod sql;
 mod stream;

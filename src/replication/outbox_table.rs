@@ -21,10 +21,10 @@
 
 use std::collections::HashSet;
 
-use super::catalog::{quote_literal, simple_query};
+use super::catalog::quote_literal;
 use super::error::ReplicationError;
 use super::socket::FramedSocket;
-use super::sql::SqlConnection;
+use super::sql::{SqlConnection, simple_query, unexpected_shape};
 
 /// The outbox table as the catalog knew it at connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -245,14 +245,6 @@ fn parse_oid(text: &str, target: &str, action: &'static str) -> Result<u32, Repl
         action,
         reason: format!("OID {text:?} is not a number"),
     })
-}
-
-fn unexpected_shape(target: &str, action: &'static str) -> ReplicationError {
-    ReplicationError::Protocol {
-        target: target.to_owned(),
-        action,
-        reason: "unexpected result shape".into(),
-    }
 }
 
 #[cfg(test)]

@@ -1,22 +1,33 @@
-//! A plain SQL session beside the stream: the same conninfo, TLS and
-//! authentication as the replication connection (`replication=database`
-//! walsenders accept simple queries since PostgreSQL 10), for the few
-//! statements the relay runs while it streams: the idle heartbeat and the
-//! catalog look-up of a relation the stream names but the relay has not
-//! classified yet.
+//! Simple-query execution, and a plain SQL session beside the stream.
 //!
-//! Role: connect (trying the conninfo's endpoints in order, bounded by the
-//! connect timeout), run simple queries, say goodbye. One connection serves
-//! many queries; the caller keeps it for the life of a session.
+//! [`simple_query`] runs one statement of the simple query protocol on any
+//! authenticated socket: the replication connection itself before
+//! START_REPLICATION (a `replication=database` walsender accepts simple
+//! queries since PostgreSQL 10, and replication commands such as
+//! IDENTIFY_SYSTEM the same way), or a [`SqlConnection`].
+//!
+//! [`SqlConnection`]: the same conninfo, TLS and authentication as the
+//! replication connection, for the few statements the relay runs while it
+//! streams: the idle heartbeat and the catalog look-up of a relation the
+//! stream names but the relay has not classified yet. It connects (trying the
+//! conninfo's endpoints in order, bounded by the connect timeout), runs
+//! simple queries, says goodbye. One connection serves many queries; the
+//! caller keeps it for the life of a session.
+//!
+//! Invariant: a statement's rows are returned only when the server ended it
+//! without an ErrorResponse, and its ErrorResponse only after ReadyForQuery,
+//! so after either the connection is ready for the next statement.
 
+use fallible_iterator::FallibleIterator;
+use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::time::timeout;
 
 use super::ReplicationSettings;
 use super::auth;
-use super::catalog::simple_query;
 use super::conninfo::Conninfo;
-use super::error::ReplicationError;
+use super::error::{ReplicationError, ServerError};
+use super::protocol::{read_message, server_error};
 use super::socket::{self, FramedSocket};
 
 /// An authenticated connection that runs simple queries.
@@ -80,5 +91,75 @@ impl SqlConnection {
     pub async fn close(mut self) {
         frontend::terminate(self.socket.write_buf());
         let _ = self.socket.flush().await;
+    }
+}
+
+/// Runs one simple query and returns its rows as text (NULL as `None`).
+///
+/// # Errors
+/// Transient I/O errors; the server's error for a failed statement
+/// ([`ReplicationError::Server`]); a protocol error for a malformed answer.
+pub async fn simple_query(
+    socket: &mut FramedSocket,
+    sql: &str,
+    target: &str,
+    action: &'static str,
+) -> Result<Vec<Vec<Option<String>>>, ReplicationError> {
+    frontend::query(sql, socket.write_buf()).map_err(|e| ReplicationError::Protocol {
+        target: target.to_owned(),
+        action,
+        reason: e.to_string(),
+    })?;
+    socket
+        .flush()
+        .await
+        .map_err(|source| ReplicationError::Io {
+            target: target.to_owned(),
+            action,
+            source,
+        })?;
+    let mut rows = Vec::new();
+    let mut failure: Option<ServerError> = None;
+    loop {
+        match read_message(socket, target, action).await? {
+            Message::DataRow(body) => {
+                let buffer = body.buffer();
+                let row = body
+                    .ranges()
+                    .map(
+                        |range| Ok(range.map(|r| String::from_utf8_lossy(&buffer[r]).into_owned())),
+                    )
+                    .collect()
+                    .map_err(|e| ReplicationError::Protocol {
+                        target: target.to_owned(),
+                        action,
+                        reason: format!("DataRow: {e}"),
+                    })?;
+                rows.push(row);
+            }
+            Message::ErrorResponse(body) => failure = Some(server_error(&body)),
+            Message::ReadyForQuery(_) => break,
+            // RowDescription, CommandComplete, EmptyQueryResponse, notices and
+            // parameter changes carry nothing the checks need.
+            _ => {}
+        }
+    }
+    match failure {
+        Some(server) => Err(ReplicationError::Server {
+            target: target.to_owned(),
+            action,
+            server: Box::new(server),
+        }),
+        None => Ok(rows),
+    }
+}
+
+/// The error for a result that does not have the rows and columns the
+/// statement that produced it always returns.
+pub fn unexpected_shape(target: &str, action: &'static str) -> ReplicationError {
+    ReplicationError::Protocol {
+        target: target.to_owned(),
+        action,
+        reason: "unexpected result shape".into(),
     }
 }

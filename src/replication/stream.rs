@@ -26,11 +26,12 @@ use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::time::{Instant, sleep_until, timeout};
 
-use super::auth::{self, read_error, server_error, server_notice};
+use super::auth;
 use super::catalog::{self, ServerIdentity, start_replication_command, validate_slot_name};
 use super::conninfo::{Conninfo, Endpoint};
 use super::error::{ErrorKind, ReplicationError, ServerError};
 use super::outbox_table::OutboxTable;
+use super::protocol::{read_error, server_error, server_notice};
 use super::socket::{self, Frame, FramedSocket};
 use super::{ReplicationSettings, StreamItem};
 use crate::lsn::Lsn;
