@@ -1,7 +1,7 @@
 //! Pre-flight checks of the slot and the publication, run as simple SQL on
 //! the replication connection itself (a `replication=database` walsender
-//! accepts simple queries since PostgreSQL 10), and the quoting the relay's
-//! SQL and replication commands use.
+//! accepts simple queries since PostgreSQL 10), and the START_REPLICATION
+//! command.
 //!
 //! Role: turn "the stream would fail later, or worse, silently read
 //! nothing" into a fatal error up front that names the object and the fix
@@ -16,11 +16,13 @@
 
 use std::time::Duration;
 
+use postgres_protocol::escape::{escape_identifier, escape_literal};
 use serde::Deserialize;
 
 use super::ReplicationSettings;
 use super::error::ReplicationError;
 use super::outbox_table::{self, OutboxTable};
+use super::quote::replication_literal;
 use super::socket::FramedSocket;
 use super::sql::{simple_query, unexpected_shape};
 use crate::lsn::Lsn;
@@ -50,54 +52,6 @@ pub fn validate_slot_name(slot: &str) -> Result<(), ReplicationError> {
     })
 }
 
-/// `"name"`, with embedded double quotes doubled: an SQL identifier that
-/// keeps its exact spelling (case included).
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
-/// An SQL string literal that means the same whatever
-/// `standard_conforming_strings` is: `E'...'` with `\` and `'` doubled.
-pub fn quote_literal(value: &str) -> String {
-    format!("E'{}'", value.replace('\\', "\\\\").replace('\'', "''"))
-}
-
-/// An identifier as an operator would type it in a fix hint: bare when that
-/// means the same, quoted otherwise (upper case, punctuation, the reserved
-/// words a role or publication is most likely to be named after).
-pub fn display_ident(name: &str) -> String {
-    const RESERVED: [&str; 9] = [
-        "all",
-        "current_role",
-        "current_user",
-        "group",
-        "none",
-        "public",
-        "role",
-        "session_user",
-        "user",
-    ];
-    let bare = name
-        .bytes()
-        .next()
-        .is_some_and(|b| b.is_ascii_lowercase() || b == b'_')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        && !RESERVED.contains(&name);
-    if bare {
-        name.to_owned()
-    } else {
-        quote_ident(name)
-    }
-}
-
-/// A string literal for the replication command grammar, whose scanner knows
-/// only `''` as an escape (no `E''`, no backslashes).
-fn quote_replication_literal(value: &str) -> String {
-    format!("'{}'", value.replace('\'', "''"))
-}
-
 /// `START_REPLICATION` from the slot's own position. Always `0/0`: the server
 /// then starts at the slot's `confirmed_flush_lsn` (design invariant 3), never
 /// at a position we computed. `publication_names` is parsed by the server as
@@ -107,8 +61,8 @@ pub fn start_replication_command(slot: &str, publication: &str) -> String {
     format!(
         "START_REPLICATION SLOT {} LOGICAL 0/0 (proto_version '1', publication_names {}, \
          messages 'true')",
-        quote_ident(slot),
-        quote_replication_literal(&quote_ident(publication)),
+        escape_identifier(slot),
+        replication_literal(&escape_identifier(publication)),
     )
 }
 
@@ -276,7 +230,7 @@ async fn check_slot(
     let sql = format!(
         "SELECT current_database(), (SELECT to_jsonb(s)::text FROM pg_replication_slots s \
          WHERE s.slot_name = {})",
-        quote_literal(slot)
+        escape_literal(slot)
     );
     let rows = simple_query(socket, &sql, target, "checking the replication slot").await?;
     let (database, json) = match rows.as_slice() {
@@ -364,7 +318,7 @@ async fn check_publication(
     let sql = format!(
         "SELECT current_database(), (SELECT pubinsert::text FROM pg_publication \
          WHERE pubname = {})",
-        quote_literal(publication)
+        escape_literal(publication)
     );
     let rows = simple_query(socket, &sql, target, "checking the publication").await?;
     let (database, pubinsert) = match rows.as_slice() {
@@ -513,16 +467,11 @@ mod tests {
     }
 
     #[test]
-    fn quoting() {
-        assert_eq!(quote_ident(r#"My"Pub"#), r#""My""Pub""#);
-        assert_eq!(display_ident("relay_1"), "relay_1");
-        assert_eq!(display_ident("Relay"), "\"Relay\"");
-        assert_eq!(display_ident("user"), "\"user\"");
-        assert_eq!(quote_literal(r"it's a \ back"), r"E'it''s a \\ back'");
+    fn start_replication_quotes_the_publication_as_an_identifier_in_a_literal() {
         assert_eq!(
-            start_replication_command("s", "Out'box"),
+            start_replication_command("s", r#"Out'b\ox"x"#),
             "START_REPLICATION SLOT \"s\" LOGICAL 0/0 (proto_version '1', publication_names \
-             '\"Out''box\"', messages 'true')"
+             '\"Out''b\\ox\"\"x\"', messages 'true')"
         );
     }
 }

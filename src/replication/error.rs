@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::catalog::display_ident;
+use super::quote::display_ident;
 use crate::pgoutput::DecodeError;
 
 /// What the caller should do about a [`ReplicationError`].

@@ -30,6 +30,7 @@ mod error;
 mod heartbeat;
 mod outbox_table;
 mod protocol;
+mod quote;
 mod socket;
 mod sql;
 mod stream;

@@ -21,7 +21,8 @@
 
 use std::collections::HashSet;
 
-use super::catalog::quote_literal;
+use postgres_protocol::escape::escape_literal;
+
 use super::error::ReplicationError;
 use super::socket::FramedSocket;
 use super::sql::{SqlConnection, simple_query, unexpected_shape};
@@ -107,7 +108,7 @@ fn publication_relids(publication: &str) -> String {
     format!(
         "SELECT pg_catalog.format('%I.%I', pt.schemaname, pt.tablename)::regclass::oid AS relid \
          FROM pg_catalog.pg_publication_tables pt WHERE pt.pubname = {}",
-        quote_literal(publication)
+        escape_literal(publication)
     )
 }
 
@@ -147,9 +148,9 @@ pub async fn resolve(
            EXISTS (SELECT 1 FROM rels WHERE relid IN (SELECT relid FROM tree))::text, \
            EXISTS (SELECT 1 FROM rels WHERE relid NOT IN (SELECT relid FROM tree))::text, \
            (SELECT nspname || '.' || relname FROM t)",
-        schema_lit = quote_literal(schema),
-        name_lit = quote_literal(name),
-        pub_lit = quote_literal(publication),
+        schema_lit = escape_literal(schema),
+        name_lit = escape_literal(name),
+        pub_lit = escape_literal(publication),
         relids = publication_relids(publication),
     );
     let action = "resolving the outbox table";
