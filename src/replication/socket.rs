@@ -25,11 +25,10 @@ use std::task::{Context, Poll, Waker};
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
-use tokio_openssl::SslStream;
 
 use super::conninfo::{Endpoint, TlsSettings};
 use super::error::ReplicationError;
-use super::tls;
+use super::tls::{self, Negotiated, TlsStream};
 
 /// Room made in the read buffer before each read: large enough that a busy
 /// stream of ~100–800-byte XLogData frames costs one syscall per many frames.
@@ -43,7 +42,7 @@ const MAX_FRAME_LEN: usize = (1 << 30) + 1024;
 /// The transport. Each variant is `Unpin`, so polling needs no pin projection.
 pub enum Socket {
     Tcp(TcpStream),
-    Tls(Box<SslStream<TcpStream>>),
+    Tls(Box<TlsStream>),
     Unix(UnixStream),
 }
 
@@ -116,7 +115,12 @@ pub async fn open(
             // Status updates are tiny and must not wait for Nagle.
             tcp.set_nodelay(true).map_err(connect_error)?;
             let server_name = endpoint.server_name().unwrap_or_default();
-            tls::establish(tcp, tls_settings, &server_name, target).await
+            Ok(
+                match tls::establish(tcp, tls_settings, &server_name, target).await? {
+                    Negotiated::Plain(tcp) => Socket::Tcp(tcp),
+                    Negotiated::Tls(stream) => Socket::Tls(stream),
+                },
+            )
         }
     }
 }
@@ -169,7 +173,7 @@ impl FramedSocket {
     /// why there is none; `None` without TLS.
     pub fn tls_server_end_point(&self) -> Option<Result<Vec<u8>, String>> {
         match &self.socket {
-            Socket::Tls(stream) => Some(tls::connection_end_point(stream.ssl())),
+            Socket::Tls(stream) => Some(stream.server_end_point()),
             Socket::Tcp(_) | Socket::Unix(_) => None,
         }
     }

@@ -1,8 +1,11 @@
 //! TLS for the replication connection, following libpq's `sslmode`.
 //!
-//! Role: turn a connected TCP stream into the [`Socket`] the connection runs
-//! on: send SSLRequest, read the server's one-byte answer, and run the
-//! OpenSSL handshake with the verification the mode asks for.
+//! Role: turn a connected TCP stream into what the connection runs on
+//! ([`Negotiated`]: the plain stream, or a [`TlsStream`]): send SSLRequest,
+//! read the server's one-byte answer, and run the OpenSSL handshake with the
+//! verification the mode asks for. A [`TlsStream`] is read and written like
+//! any tokio stream and tells its channel binding data; nothing outside this
+//! module sees OpenSSL.
 //!
 //! Invariants (libpq's, relied on by users who copy their conninfo):
 //! * `disable` never sends SSLRequest; `prefer` falls back to plain only when
@@ -15,7 +18,10 @@
 //! * `sslrootcert=<file>` trusts the CAs in that file and nothing else (not
 //!   the system's store as well); `sslrootcert=system` (libpq 16) trusts the
 //!   system's store and comes with `verify-full` (the conninfo refuses it with
-//!   a weaker mode, like libpq).
+//!   a weaker mode, like libpq);
+//! * exactly one byte is read after SSLRequest before the handshake, so
+//!   nothing a man in the middle sends ahead of it is taken as plaintext
+//!   (CVE-2021-23222).
 //!
 //! Unlike libpq: `verify-ca`/`verify-full` without `sslrootcert` are refused
 //! with an error that says to set `sslrootcert=<path>` (or `system`). libpq
@@ -23,27 +29,80 @@
 //! the environment, and silently verifying against the system trust store
 //! instead would accept any certificate a public CA signed.
 //!
-//! [`server_end_point`] computes the `tls-server-end-point` channel binding
-//! data (RFC 5929) SCRAM-SHA-256-PLUS sends (see `auth.rs`).
-//! * exactly one byte is read after SSLRequest before the handshake, so
-//!   nothing a man in the middle sends ahead of it is taken as plaintext
-//!   (CVE-2021-23222).
+//! [`TlsStream::server_end_point`] computes the `tls-server-end-point`
+//! channel binding data (RFC 5929) SCRAM-SHA-256-PLUS sends (see `auth.rs`).
 
+use std::io;
 use std::path::Path;
 use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use openssl::hash::MessageDigest;
 use openssl::nid::Nid;
-use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslRef, SslVerifyMode};
+use openssl::ssl::{SslConnector, SslFiletype, SslMethod, SslVerifyMode};
 use openssl::x509::store::{X509Store, X509StoreBuilder};
 use openssl::x509::{X509, X509Ref, X509VerifyResult};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
 
 use super::conninfo::{RootCert, SslMode, TlsSettings};
 use super::error::ReplicationError;
-use super::socket::Socket;
+
+/// A TCP connection after [`establish`]: plain (`sslmode=disable`, or
+/// `prefer` and the server said no) or TLS.
+pub enum Negotiated {
+    Plain(TcpStream),
+    Tls(Box<TlsStream>),
+}
+
+/// An established TLS session over TCP.
+pub struct TlsStream(SslStream<TcpStream>);
+
+impl TlsStream {
+    /// The `tls-server-end-point` channel binding data of the session: the
+    /// hash of the server's certificate (RFC 5929 section 4.1).
+    ///
+    /// # Errors
+    /// No certificate, or one whose hash RFC 5929 does not define; the reason.
+    pub fn server_end_point(&self) -> Result<Vec<u8>, String> {
+        let cert = self
+            .0
+            .ssl()
+            .peer_certificate()
+            .ok_or_else(|| "the server sent no certificate".to_owned())?;
+        server_end_point(&cert)
+    }
+}
+
+// `SslStream<TcpStream>` is `Unpin`, so plain delegation needs no projection.
+impl AsyncRead for TlsStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for TlsStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
+}
 
 /// How much of the server certificate to check.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -71,9 +130,9 @@ pub async fn establish(
     settings: &TlsSettings,
     server_name: &str,
     target: &str,
-) -> Result<Socket, ReplicationError> {
+) -> Result<Negotiated, ReplicationError> {
     if settings.mode == SslMode::Disable {
-        return Ok(Socket::Tcp(tcp));
+        return Ok(Negotiated::Plain(tcp));
     }
     // Build the connector first: a bad sslrootcert is a configuration error
     // and should be reported as such, not after a round trip.
@@ -95,7 +154,7 @@ pub async fn establish(
         .map_err(|e| io_error("reading the answer to SSLRequest", e))?;
     match answer {
         b'S' => {}
-        b'N' if settings.mode == SslMode::Prefer => return Ok(Socket::Tcp(tcp)),
+        b'N' if settings.mode == SslMode::Prefer => return Ok(Negotiated::Plain(tcp)),
         b'N' => {
             return Err(ReplicationError::TlsNotOffered {
                 target: target.to_owned(),
@@ -138,7 +197,7 @@ pub async fn establish(
             Err(error) => tls_error(error.to_string()),
         });
     }
-    Ok(Socket::Tls(Box::new(stream)))
+    Ok(Negotiated::Tls(Box::new(TlsStream(stream))))
 }
 
 fn connector(settings: &TlsSettings, target: &str) -> Result<SslConnector, ReplicationError> {
@@ -202,23 +261,11 @@ fn file_store(path: &Path) -> Result<X509Store, String> {
     Ok(store.build())
 }
 
-/// The `tls-server-end-point` channel binding data of a TLS connection: the
-/// hash of the server's certificate (RFC 5929 section 4.1).
-///
-/// # Errors
-/// No certificate, or one whose hash RFC 5929 does not define; the reason.
-pub fn connection_end_point(ssl: &SslRef) -> Result<Vec<u8>, String> {
-    let cert = ssl
-        .peer_certificate()
-        .ok_or_else(|| "the server sent no certificate".to_owned())?;
-    server_end_point(&cert)
-}
-
 /// RFC 5929 `tls-server-end-point`: the certificate hashed with the hash
 /// function of its signature algorithm, SHA-256 when that is MD5 or SHA-1.
 /// Signature algorithms without a separate hash (Ed25519, ...) have no
 /// defined end-point data; PostgreSQL refuses them the same way.
-pub fn server_end_point(cert: &X509Ref) -> Result<Vec<u8>, String> {
+fn server_end_point(cert: &X509Ref) -> Result<Vec<u8>, String> {
     let algorithm = cert.signature_algorithm().object().nid();
     let digest = algorithm
         .signature_algorithms()
