@@ -29,6 +29,7 @@ use postgres_protocol::authentication::sasl::{
 };
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
+use tokio_postgres::error::SqlState;
 
 use super::conninfo::{ChannelBinding, Conninfo};
 use super::error::{ReplicationError, ServerError};
@@ -262,7 +263,11 @@ pub async fn startup(
                 // for a malformed binding. A wrong password is 28P01.
                 if binding_claimed
                     && !session.channel_bound
-                    && (server.code == "28000" || server.code == "08P01")
+                    && matches!(
+                        server.sqlstate(),
+                        SqlState::INVALID_AUTHORIZATION_SPECIFICATION
+                            | SqlState::PROTOCOL_VIOLATION
+                    )
                 {
                     return Err(ReplicationError::ChannelBinding {
                         target: target.to_owned(),
@@ -312,21 +317,23 @@ fn unsupported(target: &str, method: &str) -> ReplicationError {
 
 /// Turns a startup ErrorResponse into the error that tells the operator what to fix.
 fn startup_error(server: ServerError, conninfo: &Conninfo, target: &str) -> ReplicationError {
-    match server.code.as_str() {
-        // invalid_password; invalid_authorization_specification (also "no
-        // pg_hba.conf entry", which the server message spells out).
-        "28P01" | "28000" => ReplicationError::AuthFailed {
+    match server.sqlstate() {
+        // Also "no pg_hba.conf entry" (28000), which the server message
+        // spells out.
+        SqlState::INVALID_PASSWORD | SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
+            ReplicationError::AuthFailed {
+                role: conninfo.user.clone(),
+                target: target.to_owned(),
+                server: Box::new(server),
+            }
+        }
+        // "must be superuser or replication role to start walsender" (PG ≤
+        // 15), "permission denied to start WAL sender" (16+).
+        SqlState::INSUFFICIENT_PRIVILEGE => ReplicationError::MissingReplicationRole {
             role: conninfo.user.clone(),
-            target: target.to_owned(),
             server: Box::new(server),
         },
-        // insufficient_privilege: "must be superuser or replication role to
-        // start walsender" (PG ≤ 15), "permission denied to start WAL sender" (16+).
-        "42501" => ReplicationError::MissingReplicationRole {
-            role: conninfo.user.clone(),
-            server: Box::new(server),
-        },
-        "3D000" => ReplicationError::DatabaseMissing {
+        SqlState::UNDEFINED_DATABASE => ReplicationError::DatabaseMissing {
             database: conninfo.dbname.clone(),
             target: target.to_owned(),
             server: Box::new(server),
@@ -420,6 +427,39 @@ mod tests {
     }
 
     /// Runs `startup` for `conninfo` against a fake server that sends
+    #[test]
+    fn startup_errors_name_what_to_fix_by_sqlstate() {
+        let conninfo = Conninfo::parse("host=h user=relay dbname=app").unwrap();
+        let server = |code: &str| ServerError {
+            severity: "FATAL".into(),
+            code: code.into(),
+            message: "m".into(),
+            detail: None,
+            hint: None,
+        };
+        let error = |code| startup_error(server(code), &conninfo, "h:5432");
+        for code in ["28P01", "28000"] {
+            assert!(
+                matches!(error(code), ReplicationError::AuthFailed { ref role, .. } if role == "relay"),
+                "{code}"
+            );
+        }
+        assert!(matches!(
+            error("42501"),
+            ReplicationError::MissingReplicationRole { .. }
+        ));
+        assert!(matches!(
+            error("3D000"),
+            ReplicationError::DatabaseMissing { ref database, .. } if database == "app"
+        ));
+        for code in ["57P03", "53300", "XX000"] {
+            assert!(
+                matches!(error(code), ReplicationError::Server { .. }),
+                "{code}"
+            );
+        }
+    }
+
     /// `server` once the startup message arrived and hangs up; returns the
     /// outcome and everything the client wrote after its startup message.
     async fn startup_against(

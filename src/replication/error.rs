@@ -17,6 +17,7 @@ use std::io;
 use std::time::Duration;
 
 use thiserror::Error;
+use tokio_postgres::error::SqlState;
 
 use super::quote::display_ident;
 use crate::pgoutput::DecodeError;
@@ -59,15 +60,33 @@ impl fmt::Display for ServerError {
     }
 }
 
+/// SQLSTATE classes after which a reconnect can succeed, each named by its
+/// class-wide code (`08000`...): connection exception, transaction rollback,
+/// insufficient resources, operator intervention (admin shutdown, crash
+/// shutdown, cannot connect now, walsender terminated), system error.
+const TRANSIENT_CLASSES: [SqlState; 5] = [
+    SqlState::CONNECTION_EXCEPTION,
+    SqlState::TRANSACTION_ROLLBACK,
+    SqlState::INSUFFICIENT_RESOURCES,
+    SqlState::OPERATOR_INTERVENTION,
+    SqlState::SYSTEM_ERROR,
+];
+
 impl ServerError {
-    /// SQLSTATE classes after which a reconnect can succeed: connection
-    /// exception (08), transaction rollback (40), insufficient resources (53),
-    /// operator intervention (57: admin shutdown, crash shutdown, cannot
-    /// connect now, walsender terminated), system error (58).
+    /// The SQLSTATE as a [`SqlState`] (`SqlState::Other` for a code the
+    /// library does not know), for matching against its constants.
+    pub fn sqlstate(&self) -> SqlState {
+        SqlState::from_code(&self.code)
+    }
+
+    /// Whether the SQLSTATE is in the same class (its first two characters)
+    /// as `class`.
+    fn in_class(&self, class: &SqlState) -> bool {
+        self.code.get(..2) == class.code().get(..2)
+    }
+
     fn is_transient(&self) -> bool {
-        ["08", "40", "53", "57", "58"]
-            .iter()
-            .any(|class| self.code.starts_with(class))
+        TRANSIENT_CLASSES.iter().any(|class| self.in_class(class))
     }
 }
 
@@ -371,6 +390,11 @@ mod tests {
             ("57P03", ErrorKind::Transient),
             ("53300", ErrorKind::Transient),
             ("08006", ErrorKind::Transient),
+            ("40001", ErrorKind::Transient),
+            ("58030", ErrorKind::Transient),
+            ("28P01", ErrorKind::Fatal),
+            ("5", ErrorKind::Fatal),
+            ("", ErrorKind::Fatal),
             ("42704", ErrorKind::Fatal),
             ("55000", ErrorKind::Fatal),
             ("XX000", ErrorKind::Fatal),

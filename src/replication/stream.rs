@@ -25,6 +25,7 @@ use std::time::Duration;
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::time::{Instant, sleep_until, timeout};
+use tokio_postgres::error::SqlState;
 
 use super::auth;
 use super::catalog::{self, ServerIdentity, start_replication_command, validate_slot_name};
@@ -539,21 +540,21 @@ impl ReplicationStream {
 
     /// Maps a server ErrorResponse after startup to the error to report.
     fn server_failure(&self, server: ServerError, action: &'static str) -> ReplicationError {
-        match server.code.as_str() {
-            // undefined_object: the slot vanished after the check, or (while
-            // streaming) the publication was dropped.
-            "42704" if server.message.contains("publication") => {
+        match server.sqlstate() {
+            // The slot vanished after the check, or (while streaming) the
+            // publication was dropped.
+            SqlState::UNDEFINED_OBJECT if server.message.contains("publication") => {
                 ReplicationError::PublicationMissing {
                     publication: self.publication.clone(),
                     database: self.database.clone(),
                 }
             }
-            "42704" => ReplicationError::SlotMissing {
+            SqlState::UNDEFINED_OBJECT => ReplicationError::SlotMissing {
                 slot: self.slot.clone(),
                 database: self.database.clone(),
             },
-            // object_in_use: "replication slot "s" is active for PID 1234".
-            "55006" => ReplicationError::SlotInUse {
+            // "replication slot "s" is active for PID 1234".
+            SqlState::OBJECT_IN_USE => ReplicationError::SlotInUse {
                 slot: self.slot.clone(),
                 active_pid: server
                     .message
@@ -561,9 +562,9 @@ impl ReplicationStream {
                     .next()
                     .and_then(|pid| pid.parse().ok()),
             },
-            // object_not_in_prerequisite_state also covers other misuse, so
-            // only the invalidation wording maps to SlotInvalidated.
-            "55000"
+            // This SQLSTATE also covers other misuse, so only the
+            // invalidation wording maps to SlotInvalidated.
+            SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
                 if server.message.contains("invalidated")
                     || server
                         .detail

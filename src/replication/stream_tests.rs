@@ -282,6 +282,60 @@ async fn server_errors_are_classified() {
     assert_eq!(err.kind(), ErrorKind::Transient, "{err}");
 }
 
+/// Each SQLSTATE the stream gives a meaning to, and the same code with
+/// another message where PostgreSQL reuses it.
+#[tokio::test]
+async fn server_errors_map_to_the_object_they_name() {
+    type Expected = fn(&ReplicationError) -> bool;
+    let cases: [(&str, &str, Expected); 6] = [
+        ("42704", "publication \"test_pub\" does not exist", |e| {
+            matches!(e, ReplicationError::PublicationMissing { .. })
+        }),
+        (
+            "42704",
+            "replication slot \"test_slot\" does not exist",
+            |e| matches!(e, ReplicationError::SlotMissing { .. }),
+        ),
+        (
+            "55006",
+            "replication slot \"test_slot\" is active for PID 77",
+            |e| {
+                matches!(
+                    e,
+                    ReplicationError::SlotInUse {
+                        active_pid: Some(77),
+                        ..
+                    }
+                )
+            },
+        ),
+        (
+            "55000",
+            "cannot read from logical replication slot \"test_slot\": it has been invalidated",
+            |e| matches!(e, ReplicationError::SlotInvalidated { .. }),
+        ),
+        (
+            "55000",
+            "logical decoding requires wal_level >= logical",
+            |e| matches!(e, ReplicationError::Server { .. }),
+        ),
+        (
+            "57P01",
+            "terminating connection due to administrator command",
+            |e| matches!(e, ReplicationError::Server { .. }),
+        ),
+    ];
+    for (code, message, expected) in cases {
+        let (mut stream, mut server) = quiet_stream();
+        server
+            .write_all(&error_response(code, message))
+            .await
+            .unwrap();
+        let err = stream.next().await.unwrap_err();
+        assert!(expected(&err), "{code} {message}: {err:?}");
+    }
+}
+
 #[tokio::test]
 async fn command_complete_without_copy_done_is_a_transient_end_of_stream() {
     // What a walsender sends when PostgreSQL shuts down in fast mode.
