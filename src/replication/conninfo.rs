@@ -26,12 +26,14 @@
 //! `dbname` defaults to the user name. Unlike libpq, nothing is read from the
 //! environment (`PGHOST` etc.): the library takes validated values only.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use tokio_postgres::config::{Host, SslNegotiation};
 
 use super::error::ReplicationError;
@@ -650,67 +652,41 @@ fn push_quoted(out: &mut String, value: &str) {
     out.push('\'');
 }
 
-/// Percent-decodes a URL query key or value. The error does not quote `s`:
-/// it may be a password.
+/// Percent-decodes a URL query key or value: two hex digits after every
+/// `%`, UTF-8 once decoded. The error does not quote `s`: it may be a
+/// password.
 fn percent_decode(s: &str) -> Result<String, String> {
     let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = bytes
-                .get(i + 1..i + 3)
-                .and_then(|h| std::str::from_utf8(h).ok())
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| "invalid percent-encoding in a URL parameter".to_owned())?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
+    let well_formed = s.match_indices('%').all(|(at, _)| {
+        bytes
+            .get(at + 1..at + 3)
+            .is_some_and(|hex| hex.iter().all(u8::is_ascii_hexdigit))
+    });
+    if !well_formed {
+        return Err("invalid percent-encoding in a URL parameter".into());
     }
-    String::from_utf8(out).map_err(|_| "a URL parameter is not UTF-8 once percent-decoded".into())
+    percent_decode_str(s)
+        .decode_utf8()
+        .map(Cow::into_owned)
+        .map_err(|_| "a URL parameter is not UTF-8 once percent-decoded".into())
 }
 
-/// Percent-decodes what decodes and keeps the rest, like tokio-postgres
-/// does for the URL password.
+/// Percent-decodes what decodes and keeps the rest, as tokio-postgres does
+/// for the URL password (with the same library).
 fn percent_decode_lossy(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .filter(|_| bytes[i] == b'%')
-            .and_then(|h| std::str::from_utf8(h).ok())
-            .and_then(|h| u8::from_str_radix(h, 16).ok());
-        match hex {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
+
+/// Every byte but RFC 3986's unreserved ones.
+const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Every byte but RFC 3986's unreserved ones as `%XX`.
 fn percent_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                out.push(char::from(b));
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+    utf8_percent_encode(s, NOT_UNRESERVED).to_string()
 }
 
 #[cfg(test)]
@@ -799,6 +775,28 @@ mod tests {
         // A libpq parameter the relay does not support is named.
         let err = Conninfo::parse("host=h user=u sslcrl=/crl.pem").unwrap_err();
         assert!(err.to_string().contains("sslcrl"), "{err}");
+    }
+
+    #[test]
+    fn own_url_parameters_are_percent_decoded_strictly() {
+        let c =
+            Conninfo::parse("postgres://u@h/db?ssl%6Dode=require&sslrootcert=%2Fca%20dir%2Fr.pem")
+                .unwrap();
+        assert_eq!(c.tls.mode, SslMode::Require);
+        assert_eq!(
+            c.tls.root_cert,
+            Some(RootCert::File(PathBuf::from("/ca dir/r.pem")))
+        );
+        // Two hex digits after every '%', nothing else (not a sign either).
+        for bad in ["%", "%4", "%zz", "%+1", "%-1", "x%4"] {
+            let err = Conninfo::parse(&format!("postgres://u@h/db?sslrootcert={bad}")).unwrap_err();
+            assert!(
+                err.to_string().contains("invalid percent-encoding"),
+                "{bad}: {err}"
+            );
+        }
+        let err = Conninfo::parse("postgres://u@h/db?sslrootcert=%FF").unwrap_err();
+        assert!(err.to_string().contains("not UTF-8"), "{err}");
     }
 
     #[test]
