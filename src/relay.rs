@@ -52,10 +52,14 @@ pub struct RelaySettings {
 
 impl RelaySettings {
     /// The relay's share of the validated config.
+    ///
+    /// # Panics
+    /// When `postgres.url` does not parse, which [`Config::validate`] rules out.
     pub fn from_config(config: &Config) -> Self {
         let pg = &config.postgres;
         let kafka = &config.kafka;
-        let mut replication = ReplicationSettings::new(&pg.url, &pg.slot, &pg.publication);
+        let conninfo = replication::Conninfo::parse(&pg.url).expect("validated postgres.url");
+        let mut replication = ReplicationSettings::new(conninfo, &pg.slot, &pg.publication);
         replication.outbox_table = Some(pg.table_parts());
         replication.status_interval = pg.status_interval();
         replication.connect_timeout = pg.connect_timeout();

@@ -841,9 +841,21 @@ async fn tricky_payloads_round_trip_verbatim_in_structured_mode() {
 // ---------------------------------------------------------------------------
 // Case 19: authentication.
 
-/// Starts the relay with `config`, expects a non-zero exit within
+/// The relay's exit code for a fatal runtime error (slot missing,
+/// authentication refused, ...).
+const EXIT_FATAL: i32 = 1;
+/// The relay's exit code for a config it refuses before connecting.
+const EXIT_CONFIG: i32 = 2;
+
+/// Starts the relay with `config`, expects exit code [`EXIT_FATAL`] within
 /// [`FAST_EXIT`] and no retry; returns the log.
 async fn expect_fast_refusal(config: &std::path::Path) -> String {
+    expect_fast_exit(config, EXIT_FATAL).await
+}
+
+/// Starts the relay with `config`, expects exit code `code` within
+/// [`FAST_EXIT`] and no retry; returns the log.
+async fn expect_fast_exit(config: &std::path::Path, code: i32) -> String {
     let started = Instant::now();
     let mut relay = RelayProcess::start(config);
     let status = relay.wait(FAST_EXIT).await;
@@ -852,11 +864,7 @@ async fn expect_fast_refusal(config: &std::path::Path) -> String {
         !status.success(),
         "refused start exits non-zero: {status:?}\n{log}"
     );
-    assert_eq!(
-        status.code(),
-        Some(1),
-        "fatal runtime error exit code\n{log}"
-    );
+    assert_eq!(status.code(), Some(code), "exit code\n{log}");
     assert!(
         !log.contains("retrying"),
         "no retry for a fatal error:\n{log}"
@@ -1035,21 +1043,29 @@ async fn tls_verify_full_against_a_wrong_host_name_refuses_fast() {
 async fn tls_settings_the_relay_cannot_honour_refuse_fast_naming_the_fix() {
     let started = Instant::now();
     let outbox = TestOutbox::create("jsonb").await;
-    for (query, says) in [
+    // What the conninfo alone rules out is a config error; a verify mode
+    // without a root certificate only at connect (over a Unix socket,
+    // where sslmode does not apply, it is fine).
+    for (query, says, code) in [
         (
             "sslmode=disable&channel_binding=require",
             "channel_binding=require needs TLS",
+            EXIT_CONFIG,
         ),
-        ("sslmode=verify-full", "sslrootcert=<path"),
+        ("sslmode=verify-full", "sslrootcert=<path", EXIT_FATAL),
         (
             "sslmode=verify-ca&sslrootcert=system",
             "sslmode=verify-full",
+            EXIT_CONFIG,
         ),
     ] {
         let url = pg_url_at("localhost", "relay", "relay-test-password", query);
         let config = outbox.write_config_with_url(&url, "");
-        let log = expect_fast_refusal(&config).await;
+        let log = expect_fast_exit(&config, code).await;
         assert!(log.contains(says), "{query}: {log}");
+        if code == EXIT_CONFIG {
+            assert!(log.contains("postgres.url"), "names the field: {log}");
+        }
     }
     assert!(!outbox.slot_active().await);
     outbox.drop_all().await;
@@ -1152,13 +1168,13 @@ fn edit_config(path: &std::path::Path, line: &str, replacement: &str) {
     std::fs::write(path, text.replace(line, replacement)).unwrap();
 }
 
-/// Starts a relay at trace level with `config`, waits for it to exit
-/// (fatally) within [`FAST_EXIT`], returns its output.
-async fn refused_run(config: &std::path::Path, says: &str) -> String {
+/// Starts a relay at trace level with `config`, waits for it to exit with
+/// `code` within [`FAST_EXIT`], returns its output.
+async fn refused_run(config: &std::path::Path, code: i32, says: &str) -> String {
     let mut relay = RelayProcess::start_with_log(config, "trace");
     let status = relay.wait(FAST_EXIT).await;
     let log = relay.log_text();
-    assert_eq!(status.code(), Some(1), "fatal exit\n{log}");
+    assert_eq!(status.code(), Some(code), "exit code\n{log}");
     assert!(log.contains(says), "says {says:?}:\n{log}");
     log
 }
@@ -1259,12 +1275,13 @@ async fn canary_secrets_never_appear_in_trace_logs() {
         let config = outbox.write_config_with_url(&conninfo, &kafka_secrets);
         check(
             "wrong password",
-            refused_run(&config, "authentication failed").await,
+            refused_run(&config, EXIT_FATAL, "authentication failed").await,
         );
     }
 
-    // Fatal path: a conninfo the relay refuses, which its error echoes
-    // (redacted): an unsupported sslmode, and a raw '@' in the password.
+    // Config path: a conninfo the relay refuses, whose error names the
+    // field and the fix: an unsupported sslmode, and a raw '@' in the
+    // password.
     for (conninfo, says) in [
         (
             pg_key_value_for(&role.name, &pg.text, "sslmode=allow"),
@@ -1272,11 +1289,14 @@ async fn canary_secrets_never_appear_in_trace_logs() {
         ),
         (
             pg_url_written("127.0.0.1", &role.name, &pg.text, "sslmode=disable"),
-            "invalid replication conninfo",
+            "more than one '@'",
         ),
     ] {
         let config = outbox.write_config_with_url(&conninfo, &kafka_secrets);
-        check("refused conninfo", refused_run(&config, says).await);
+        check(
+            "refused conninfo",
+            refused_run(&config, EXIT_CONFIG, says).await,
+        );
     }
 
     // And the config check, which prints the whole config.

@@ -590,7 +590,10 @@ brokers = "127.0.0.1:9092"
 source = "/svc"
 "#
     );
-    load_str(&toml, &[]).unwrap()
+    // Extracted without validation: the relay refuses `sslpassword` (it
+    // has no client key passwords), but a config holding one must still
+    // never show it.
+    sources::extract(&Config::figment_from_str(&toml, env(&[]))).unwrap()
 }
 
 fn assert_hidden(text: &str) {
@@ -763,5 +766,42 @@ fn every_duration_has_an_upper_bound_naming_its_field() {
                 "{name}: the constraint names the bound: {constraint}"
             );
         }
+    }
+}
+
+/// The conninfo is parsed when the config is validated, by the replication
+/// connection's own parser: what the relay could not connect with is a
+/// config error naming `postgres.url` and the fix, never quoting the value.
+#[test]
+fn a_conninfo_the_relay_cannot_use_is_refused_naming_the_fix_not_the_value() {
+    for (url, fix) in [
+        (
+            format!("postgres://relay:{CANARY}@db/app?sslmode=disable&channel_binding=require"),
+            "channel_binding=require needs TLS",
+        ),
+        (
+            format!("host=db user=relay password={CANARY} sslmode=verify-ca sslrootcert=system"),
+            "use sslmode=verify-full",
+        ),
+        (
+            format!("postgres://relay:{CANARY}@db/app?sslmode=allow"),
+            "sslmode \"allow\" is not supported",
+        ),
+        (format!("host=db password={CANARY}"), "no user given"),
+        (
+            format!("postgres://relay:{CANARY}@x@db/app"),
+            "more than one '@'",
+        ),
+    ] {
+        let mut config = minimal();
+        config.postgres.url = url.clone();
+        let (field, constraint) = invalid_field(config.validate().map(|()| config.clone()));
+        assert_eq!(field, "postgres.url", "{url}");
+        assert!(constraint.contains(fix), "{url}: {constraint}");
+        assert!(!constraint.contains(CANARY), "{constraint}");
+        assert!(
+            !constraint.contains("db/app"),
+            "the value is not quoted: {constraint}"
+        );
     }
 }

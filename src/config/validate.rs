@@ -2,6 +2,7 @@
 //! and the constraint, and the policy for pass-through Kafka properties.
 
 use crate::envelope::{render_topic, topic_name_problem};
+use crate::replication::Conninfo;
 
 use super::{Config, ConfigError};
 
@@ -82,6 +83,13 @@ fn validate_postgres(config: &Config) -> Result<(), ConfigError> {
             "must be a postgres:// URL or a key=value connection string \
              (e.g. \"host=/run/postgresql dbname=app user=relay\")",
         ));
+    }
+    // The replication connection's own parser, on the value as given (the
+    // relay parses the same string again into its settings): what it could
+    // not connect with is refused here, before anything runs. Its reason
+    // names the fix and never the password; the string is not shown at all.
+    if let Err(error) = Conninfo::parse(&pg.url) {
+        return Err(invalid("postgres.url", error.reason()));
     }
     if !is_slot_name(&pg.slot) {
         return Err(invalid(

@@ -211,12 +211,12 @@ impl Conninfo {
     /// Parses a libpq URL or key=value string.
     ///
     /// # Errors
-    /// [`ReplicationError::Conninfo`] (fatal) naming the problem; the string
-    /// in it is redacted, and the reason never quotes the password.
-    pub fn parse(conninfo: &str) -> Result<Conninfo, ReplicationError> {
+    /// [`ConninfoError`] naming the problem; the string in it is redacted,
+    /// and the reason never quotes the password.
+    pub fn parse(conninfo: &str) -> Result<Conninfo, ConninfoError> {
         let mut secrets = Secrets::of(conninfo);
         let redacted = secrets.scrub(&redact_conninfo(conninfo));
-        let invalid = |reason: String| ReplicationError::Conninfo {
+        let invalid = |reason: String| ConninfoError {
             conninfo: redacted.clone(),
             reason: secrets.scrub(&reason),
         };
@@ -348,12 +348,30 @@ impl fmt::Debug for Conninfo {
     }
 }
 
-/// A conninfo string as logs and errors may show it, for places that hold
-/// the string rather than a parsed [`Conninfo`].
-pub(super) fn redacted(conninfo: &str) -> String {
-    match Conninfo::parse(conninfo) {
-        Ok(parsed) => parsed.redacted,
-        Err(_) => Secrets::of(conninfo).scrub(&redact_conninfo(conninfo)),
+/// Why a conninfo string cannot be used. Shows the string redacted; the
+/// reason names the problem and the fix and never quotes the password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid replication conninfo {conninfo}: {reason}")]
+pub struct ConninfoError {
+    conninfo: String,
+    reason: String,
+}
+
+impl ConninfoError {
+    /// The problem and the fix, without the conninfo: for messages that
+    /// must not show the string at all (the config check).
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+}
+
+/// Fatal, like every configuration mistake.
+impl From<ConninfoError> for ReplicationError {
+    fn from(error: ConninfoError) -> Self {
+        ReplicationError::Conninfo {
+            conninfo: error.conninfo,
+            reason: error.reason,
+        }
     }
 }
 
@@ -954,8 +972,9 @@ mod tests {
             "postgres://u@h/db?password=topsecret&sslmode=%zz",
         ] {
             let err = Conninfo::parse(s).unwrap_err();
+            let text = format!("{err} {err:?} {}", err.reason());
+            let err = ReplicationError::from(err);
             assert_eq!(err.kind(), super::super::ErrorKind::Fatal);
-            let text = format!("{err} {err:?}");
             for secret in ["topsecret", "tops3cr", "et9x"] {
                 assert!(!text.contains(secret), "{text}");
             }

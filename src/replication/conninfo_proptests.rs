@@ -201,17 +201,19 @@ fn shown(conninfo: &str) -> Vec<(&'static str, String)> {
             out.push(("parse error Debug", format!("{error:?}")));
         }
     }
-    let mut settings = ReplicationSettings::new(conninfo, "s", "p");
-    settings.connect_timeout = Duration::from_secs(2);
-    out.push(("ReplicationSettings Debug", format!("{settings:?}")));
-    // Port 1 on loopback refuses at once: the error of a real connect attempt.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    if let Err(error) = runtime.block_on(ReplicationStream::connect(&settings, Lsn::ZERO)) {
-        out.push(("connect error Display", error.to_string()));
-        out.push(("connect error Debug", format!("{error:?}")));
+    if let Ok(parsed) = Conninfo::parse(conninfo) {
+        let mut settings = ReplicationSettings::new(parsed, "s", "p");
+        settings.connect_timeout = Duration::from_secs(2);
+        out.push(("ReplicationSettings Debug", format!("{settings:?}")));
+        // Port 1 on loopback refuses at once: the error of a real connect attempt.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        if let Err(error) = runtime.block_on(ReplicationStream::connect(&settings, Lsn::ZERO)) {
+            out.push(("connect error Display", error.to_string()));
+            out.push(("connect error Debug", format!("{error:?}")));
+        }
     }
 
     let mut config = Config::default();

@@ -36,13 +36,12 @@ mod sql;
 mod stream;
 mod tls;
 
-use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
 
 pub use catalog::ServerIdentity;
-pub use conninfo::{ChannelBinding, Conninfo, RootCert, SslMode};
+pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, RootCert, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
 pub use outbox_table::{OutboxTable, RelationClass, RelationLookup, classify, look_up};
@@ -52,10 +51,11 @@ pub use stream::ReplicationStream;
 use crate::lsn::Lsn;
 
 /// Everything the replication connection needs, as validated plain data.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct ReplicationSettings {
-    /// libpq URL or key=value string; may hold the password (never logged).
-    pub conninfo: String,
+    /// Where and as whom to connect, parsed once (the config check does it
+    /// for the relay). Holds the password; shows itself redacted.
+    pub conninfo: Conninfo,
     pub slot: String,
     pub publication: String,
     /// The outbox table `(schema, name)`: resolved from the catalog at
@@ -80,12 +80,12 @@ impl ReplicationSettings {
     /// Settings with the documented defaults: status every 10 s, 10 s to
     /// connect, application name `outbox-relay`.
     pub fn new(
-        conninfo: impl Into<String>,
+        conninfo: Conninfo,
         slot: impl Into<String>,
         publication: impl Into<String>,
     ) -> Self {
         ReplicationSettings {
-            conninfo: conninfo.into(),
+            conninfo,
             slot: slot.into(),
             publication: publication.into(),
             outbox_table: None,
@@ -94,21 +94,6 @@ impl ReplicationSettings {
             connect_timeout: Duration::from_secs(10),
             application_name: "outbox-relay".to_owned(),
         }
-    }
-}
-
-impl fmt::Debug for ReplicationSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ReplicationSettings")
-            .field("conninfo", &conninfo::redacted(&self.conninfo))
-            .field("slot", &self.slot)
-            .field("publication", &self.publication)
-            .field("outbox_table", &self.outbox_table)
-            .field("outbox_oid", &self.outbox_oid)
-            .field("status_interval", &self.status_interval)
-            .field("connect_timeout", &self.connect_timeout)
-            .field("application_name", &self.application_name)
-            .finish()
     }
 }
 
@@ -176,7 +161,8 @@ mod tests {
 
     #[test]
     fn settings_debug_hides_the_password() {
-        let settings = ReplicationSettings::new("postgres://relay:hunter2@db/app", "s", "p");
+        let conninfo = Conninfo::parse("postgres://relay:hunter2@db/app").unwrap();
+        let settings = ReplicationSettings::new(conninfo, "s", "p");
         let debug = format!("{settings:?}");
         assert!(!debug.contains("hunter2"), "{debug}");
         assert!(debug.contains("postgres://relay:***@db/app"), "{debug}");

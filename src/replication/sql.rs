@@ -25,7 +25,6 @@ use tokio::time::timeout;
 
 use super::ReplicationSettings;
 use super::auth;
-use super::conninfo::Conninfo;
 use super::error::{ReplicationError, ServerError};
 use super::protocol::{read_message, server_error};
 use super::socket::{self, FramedSocket};
@@ -43,14 +42,14 @@ impl SqlConnection {
     /// The stream's classification: transient for network trouble, fatal
     /// for a refused login.
     pub async fn connect(settings: &ReplicationSettings) -> Result<Self, ReplicationError> {
-        let conninfo = Conninfo::parse(&settings.conninfo)?;
+        let conninfo = &settings.conninfo;
         let mut last_error = None;
         for endpoint in &conninfo.endpoints {
             let target = endpoint.to_string();
             let attempt = async {
                 let socket = socket::open(endpoint, &conninfo.tls, &target).await?;
                 let mut socket = FramedSocket::new(socket);
-                auth::startup(&mut socket, &conninfo, &settings.application_name, &target).await?;
+                auth::startup(&mut socket, conninfo, &settings.application_name, &target).await?;
                 Ok::<_, ReplicationError>(socket)
             };
             match timeout(settings.connect_timeout, attempt).await {

@@ -92,7 +92,7 @@ impl ReplicationStream {
     /// conninfo order; a fatal error on one stops the attempt.
     ///
     /// # Errors
-    /// Fatal: bad conninfo or slot name, TLS refused, authentication failed,
+    /// Fatal: bad slot name, TLS refused, authentication failed,
     /// missing REPLICATION attribute or database, slot missing / not pgoutput
     /// / invalidated, publication missing. `SlotBusy`: another process
     /// streams from the slot. Transient: network, timeouts, server shutdown.
@@ -100,7 +100,7 @@ impl ReplicationStream {
         settings: &ReplicationSettings,
         start_confirmed: Lsn,
     ) -> Result<Self, ReplicationError> {
-        let conninfo = Conninfo::parse(&settings.conninfo)?;
+        let conninfo = &settings.conninfo;
         validate_slot_name(&settings.slot)?;
         let connect_timeout = conninfo
             .connect_timeout
@@ -112,7 +112,7 @@ impl ReplicationStream {
             let target = endpoint.to_string();
             let attempt = Self::connect_endpoint(
                 settings,
-                &conninfo,
+                conninfo,
                 endpoint,
                 target.clone(),
                 start_confirmed,

@@ -12,7 +12,7 @@ use outbox_relay::lsn::Lsn;
 use outbox_relay::metrics::Health;
 use outbox_relay::outbox::ColumnMap;
 use outbox_relay::relay::{self, RelayError, RelaySettings};
-use outbox_relay::replication::ReplicationSettings;
+use outbox_relay::replication::{Conninfo, ReplicationSettings};
 use outbox_relay::sink::SinkSettings;
 use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -108,7 +108,7 @@ impl TestOutbox {
     pub fn settings(&self) -> RelaySettings {
         RelaySettings {
             replication: ReplicationSettings {
-                conninfo: env("PG_RELAY_URL"),
+                conninfo: Conninfo::parse(&env("PG_RELAY_URL")).expect("PG_RELAY_URL"),
                 slot: self.slot.clone(),
                 publication: self.publication.clone(),
                 outbox_table: Some(("public".into(), self.table.clone())),
