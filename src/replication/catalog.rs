@@ -4,9 +4,9 @@
 //! command.
 //!
 //! Role: turn "the stream would fail later, or worse, silently read
-//! nothing" into a fatal error up front that names the object and the fix
-//! (design invariant 8): a missing slot is never created here, a slot whose
-//! WAL is lost is never used, a slot another process reads is never shared.
+//! nothing" into a fatal error up front that names the object and the fix:
+//! a missing slot is never created here, a slot whose WAL is lost is never
+//! used, a slot another process reads is never shared.
 //!
 //! Invariants: slot names are validated to PostgreSQL's own rule
 //! (`[a-z0-9_]{1,63}`) before they reach any command; every other name is
@@ -20,7 +20,7 @@ use postgres_protocol::escape::{escape_identifier, escape_literal};
 use serde::Deserialize;
 
 use super::ReplicationSettings;
-use super::error::ReplicationError;
+use super::error::{ErrorKind, ReplicationError};
 use super::outbox_table::{self, OutboxTable};
 use super::quote::replication_literal;
 use super::socket::FramedSocket;
@@ -53,8 +53,8 @@ pub fn validate_slot_name(slot: &str) -> Result<(), ReplicationError> {
 }
 
 /// `START_REPLICATION` from the slot's own position. Always `0/0`: the server
-/// then starts at the slot's `confirmed_flush_lsn` (design invariant 3), never
-/// at a position we computed. `publication_names` is parsed by the server as
+/// then starts at the slot's `confirmed_flush_lsn` (start where the slot
+/// says), never at a position we computed. `publication_names` is parsed by the server as
 /// an identifier list, so the name is quoted as an identifier inside the
 /// literal: this keeps upper case and commas intact.
 pub fn start_replication_command(slot: &str, publication: &str) -> String {
@@ -176,7 +176,7 @@ async fn timeline_fork_point(
             .first()
             .and_then(|row| row.get(1).cloned().flatten())
             .unwrap_or_default(),
-        Err(error) if error.kind() == super::ErrorKind::Transient => return Err(error),
+        Err(error) if error.kind() == ErrorKind::Transient => return Err(error),
         Err(_) => return Ok(None),
     };
     Ok(parse_fork_point(&content))

@@ -1,18 +1,22 @@
 //! The idle heartbeat: a `pg_logical_emit_message` written on its own short
 //! connection, so the slot has something to advance on while the outbox is
-//! quiet (design.md pitfalls: idle slots pin WAL until the disk fills).
+//! quiet (an idle slot on a busy database pins WAL until the disk fills).
 //!
 //! It runs on a `replication=database` connection, which accepts simple SQL
 //! and authenticates exactly like the stream does (same conninfo, TLS and
 //! SCRAM), so the relay needs no second client library. The message is
-//! non-transactional and carries no payload; the relay recognizes its prefix
-//! and never publishes it.
+//! non-transactional and carries no payload. The relay does not look at its
+//! prefix: it publishes no logical decoding message at all, whatever the
+//! prefix, and any non-transactional message (this one or anyone's) arriving
+//! while nothing is in flight lets the slot move up to it.
 
 use super::ReplicationSettings;
 use super::error::ReplicationError;
 use super::sql::SqlConnection;
 
-/// The logical message prefix of heartbeats.
+/// The logical message prefix of heartbeats: names them for other readers
+/// of the WAL (`pg_logical_slot_peek_changes`, other slots); the relay itself
+/// treats every logical message alike.
 pub const HEARTBEAT_PREFIX: &str = "outbox-relay-heartbeat";
 
 /// Writes one heartbeat message to the WAL.

@@ -1,5 +1,5 @@
 //! The replication connection: the one place that talks to PostgreSQL's
-//! walsender (design: "one module owns the I/O of each external system").
+//! walsender (one module owns the I/O of each external system).
 //!
 //! Role: connect with `replication=database` (TLS per `sslmode`, trust /
 //! password / md5 / SCRAM-SHA-256, bound to TLS per `channel_binding`),
@@ -11,15 +11,34 @@
 //!
 //! Invariants:
 //! * the flush LSN sent is the caller's confirmed LSN (or the start value),
-//!   never anything received, never lower than before (design invariants 1, 5);
+//!   never anything received, never lower than before: confirm only what the
+//!   broker holds, and a position merely received only when nothing is in
+//!   flight (both the caller's to decide);
 //! * the stream starts at the slot (`0/0`), never at a computed position
-//!   (invariant 3); a missing slot is a fatal error, never created here
-//!   (invariant 8);
+//!   (start where the slot says); a missing slot is a fatal error, never
+//!   created here (never create a slot behind the operator's back);
 //! * keepalives that ask for a reply are answered at once, and a status
 //!   update goes out at least every `min(status_interval,
 //!   wal_sender_timeout / 2)` while the caller keeps calling `next`;
 //! * [`ReplicationStream::next`] is cancel-safe (see `socket.rs`);
 //! * no password in any log line or error (see `conninfo.rs`).
+//!
+//! Modules, and which others each uses (no cycles; `mod` is this file,
+//! for [`ReplicationSettings`]; tests aside):
+//! * `quote`: none (quoting for fix hints and replication commands);
+//! * `error`: quote;
+//! * `conninfo`: error (and the crate's conninfo redactor in `config`);
+//! * `tls`: conninfo, error;
+//! * `socket`: conninfo, error, tls;
+//! * `protocol`: error, socket (one backend message, ErrorResponse fields);
+//! * `auth`: conninfo, error, protocol, socket;
+//! * `sql`: mod, auth, error, protocol, socket (simple queries, [`SqlConnection`]);
+//! * `outbox_table`: error, socket, sql;
+//! * `catalog`: mod, error, outbox_table, quote, socket, sql;
+//! * `heartbeat`: mod, error, sql;
+//! * `stream`: mod, auth, catalog, conninfo, error, outbox_table, protocol,
+//!   socket;
+//! * `mod`: conninfo (the settings hold a [`Conninfo`]).
 //!
 //! [`confirmed`]: ReplicationStream::confirm
 
