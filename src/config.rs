@@ -32,6 +32,7 @@ use figment::Figment;
 use serde::Deserialize;
 
 use crate::envelope::{ContentMode, DEFAULT_TOPIC_TEMPLATE, EnvelopeSettings};
+use crate::sink::OnUnroutable;
 
 pub use redact::{is_secret_property, redact_conninfo};
 pub use sources::ENV_PREFIX;
@@ -172,6 +173,8 @@ pub struct KafkaConfig {
     pub message_timeout_ms: u64,
     pub queue_max_messages: u64,
     pub shutdown_drain_secs: u64,
+    /// What to do with an event the broker cannot route to its topic.
+    pub on_unroutable: OnUnroutable,
     /// Other librdkafka properties, as text. May hold secrets: see
     /// [`is_secret_property`].
     #[serde(deserialize_with = "sources::deserialize_properties")]
@@ -188,6 +191,7 @@ impl Default for KafkaConfig {
             message_timeout_ms: 30_000,
             queue_max_messages: 100_000,
             shutdown_drain_secs: 30,
+            on_unroutable: OnUnroutable::Stop,
             properties: BTreeMap::new(),
         }
     }
@@ -208,6 +212,9 @@ pub struct RelayConfig {
     pub channel_capacity: usize,
     pub metrics_addr: Option<SocketAddr>,
     pub log_format: LogFormat,
+    /// /health turns 503 once a retry loop has gone on this long without
+    /// progress.
+    pub unhealthy_after_secs: u64,
 }
 
 impl Default for RelayConfig {
@@ -216,6 +223,7 @@ impl Default for RelayConfig {
             channel_capacity: 10_000,
             metrics_addr: None,
             log_format: LogFormat::Text,
+            unhealthy_after_secs: 120,
         }
     }
 }
@@ -369,6 +377,12 @@ impl KafkaConfig {
     }
 }
 
+impl RelayConfig {
+    pub fn unhealthy_after(&self) -> Duration {
+        Duration::from_secs(self.unhealthy_after_secs)
+    }
+}
+
 // `Debug` is written by hand for the structs that hold secrets.
 
 impl fmt::Debug for Config {
@@ -408,6 +422,7 @@ impl fmt::Debug for KafkaConfig {
             .field("message_timeout_ms", &self.message_timeout_ms)
             .field("queue_max_messages", &self.queue_max_messages)
             .field("shutdown_drain_secs", &self.shutdown_drain_secs)
+            .field("on_unroutable", &self.on_unroutable)
             .field("properties", &RedactedProperties(&self.properties))
             .finish()
     }

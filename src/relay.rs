@@ -5,7 +5,14 @@
 //! transient failure (PostgreSQL restarted, walsender killed, a delivery
 //! failed) back off, rebuild what broke and resume from the last confirmed
 //! LSN (invariant 6). Fatal errors (slot missing or invalidated, publication
-//! missing, authentication refused) end it with a message that names the fix.
+//! missing, authentication refused, Kafka refusing the relay's credentials or
+//! permissions, an unroutable event under `kafka.on_unroutable = "stop"`, a
+//! missing dead-letter topic) end it with a message that names the fix.
+//!
+//! Each time round the retry loop it logs the reason at warn, counts it in
+//! [`m::DELIVERY_FAILURES`] or [`m::RECONNECTS`] by reason label, and tells
+//! [`Health`], which turns /health 503 once the loop has gone on for
+//! `relay.unhealthy_after_secs` without progress.
 //!
 //! What is confirmed to PostgreSQL comes only from the ack tracker inside the
 //! session (invariant 1); this loop carries that LSN from one session to the
@@ -25,7 +32,7 @@ use crate::outbox::ColumnMap;
 use crate::replication::{
     self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream,
 };
-use crate::sink::{KafkaSink, SinkError, SinkSettings};
+use crate::sink::{KafkaSink, OnUnroutable, SinkError, SinkSettings, TopicCheck};
 
 pub use session::SessionError;
 
@@ -46,6 +53,10 @@ pub struct RelaySettings {
     pub heartbeat_interval: Option<Duration>,
     /// How long a graceful stop waits for outstanding acknowledgements.
     pub shutdown_drain: Duration,
+    /// What to do with an event the broker cannot route to its topic.
+    pub on_unroutable: OnUnroutable,
+    /// /health turns 503 once a retry loop went on this long without progress.
+    pub unhealthy_after: Duration,
 }
 
 impl RelaySettings {
@@ -82,6 +93,8 @@ impl RelaySettings {
             max_in_flight: config.relay.channel_capacity,
             heartbeat_interval: pg.heartbeat_interval(),
             shutdown_drain: kafka.shutdown_drain(),
+            on_unroutable: kafka.on_unroutable,
+            unhealthy_after: config.relay.unhealthy_after(),
         }
     }
 }
@@ -106,7 +119,9 @@ pub async fn run(
 ) -> Result<(), RelayError> {
     let mut confirmed = Lsn::ZERO;
     let mut attempt: u32 = 0;
-    let mut too_large = session::TooLarge::new();
+    let mut refusals = session::Refusals::new();
+    let mut dead_letter_topic_checked = false;
+    health.set_unhealthy_after(settings.unhealthy_after);
     loop {
         if *shutdown.borrow() {
             return Ok(());
@@ -114,16 +129,23 @@ pub async fn run(
         let stream = match ReplicationStream::connect(&settings.replication, confirmed).await {
             Ok(stream) => stream,
             Err(e) => {
-                match e.kind() {
+                let reason = match e.kind() {
                     ErrorKind::Fatal => return Err(e.into()),
-                    ErrorKind::SlotBusy => tracing::warn!(
-                        error = %e,
-                        "another process reads the slot; waiting for it to let go"
-                    ),
-                    ErrorKind::Transient => {
-                        tracing::warn!(error = %e, attempt, "cannot stream from PostgreSQL; retrying")
+                    ErrorKind::SlotBusy => {
+                        tracing::warn!(
+                            reason = m::reason::SLOT_BUSY,
+                            error = %e,
+                            "another process reads the slot; waiting for it to let go"
+                        );
+                        m::reason::SLOT_BUSY
                     }
-                }
+                    ErrorKind::Transient => {
+                        tracing::warn!(reason = m::reason::CONNECT_FAILED, error = %e, attempt, "cannot stream from PostgreSQL; retrying");
+                        m::reason::CONNECT_FAILED
+                    }
+                };
+                metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+                health.retrying(reason, &e);
                 if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
                     return Ok(());
                 }
@@ -132,17 +154,28 @@ pub async fn run(
             }
         };
         confirmed = confirmed.max(stream.slot_confirmed_flush());
-        let (sink, reports) = KafkaSink::new(&settings.sink)?;
+        let (mut sink, reports) = KafkaSink::new(&settings.sink)?;
+        if !dead_letter_topic_checked {
+            check_dead_letter_topic(&mut sink, &settings).await?;
+            dead_letter_topic_checked = true;
+        }
         tracing::info!(
             slot = %settings.replication.slot,
             confirmed = %confirmed,
             "streaming from the slot's confirmed position"
         );
         health.set_streaming(true);
-        let outcome =
-            session::Session::new(&settings, stream, sink, reports, confirmed, &mut too_large)
-                .run(&mut shutdown)
-                .await;
+        let outcome = session::Session::new(
+            &settings,
+            stream,
+            sink,
+            reports,
+            confirmed,
+            &mut refusals,
+            health.clone(),
+        )
+        .run(&mut shutdown)
+        .await;
         health.set_streaming(false);
         match outcome {
             Ok(final_confirmed) => {
@@ -157,13 +190,17 @@ pub async fn run(
                         return Err(e.into());
                     }
                     SessionError::Fatal(msg) => return Err(RelayError::Stream(msg)),
+                    SessionError::Refused(refused) => return Err(SinkError::from(refused).into()),
                     SessionError::Replication(e) => {
-                        metrics::counter!(m::RECONNECTS).increment(1);
-                        tracing::warn!(error = %e, confirmed = %confirmed, "replication stream broke; reconnecting from the confirmed position");
+                        let reason = m::reason::STREAM_BROKE;
+                        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+                        tracing::warn!(reason, error = %e, confirmed = %confirmed, "replication stream broke; reconnecting from the confirmed position");
+                        health.retrying(reason, &e);
                     }
-                    SessionError::Delivery(e) => {
-                        metrics::counter!(m::DELIVERY_FAILURES).increment(1);
-                        tracing::warn!(error = %e, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
+                    SessionError::Delivery { reason, error } => {
+                        metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
+                        tracing::warn!(reason, error = %error, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
+                        health.retrying(reason, &error);
                     }
                 }
                 // A failure right after a good run (something new confirmed)
@@ -178,6 +215,34 @@ pub async fn run(
                     return Ok(());
                 }
             }
+        }
+    }
+}
+
+/// Longest wait for the broker's answer about the dead-letter topic at start.
+const DEAD_LETTER_TOPIC_CHECK: Duration = Duration::from_secs(10);
+
+/// Asks the cluster about the dead-letter topic before the first event, so
+/// that a missing one (on a broker that does not create topics) or one the
+/// relay may not write to stops the relay now, not at the first bad row,
+/// which could be weeks away. A broker that does not answer in time only
+/// gets a warning: the first dead letter will tell.
+async fn check_dead_letter_topic(
+    sink: &mut KafkaSink,
+    settings: &RelaySettings,
+) -> Result<(), SinkError> {
+    let timeout =
+        DEAD_LETTER_TOPIC_CHECK.min(Duration::from_millis(settings.sink.message_timeout_ms));
+    match sink.check_topic(&settings.dlq_topic, true, timeout).await {
+        TopicCheck::Exists => Ok(()),
+        TopicCheck::Refused(refused) => Err(refused.into()),
+        TopicCheck::Unknown(why) => {
+            tracing::warn!(
+                topic = %settings.dlq_topic,
+                why = %why,
+                "could not check the dead-letter topic at start; a missing one will stop the relay at the first dead letter"
+            );
+            Ok(())
         }
     }
 }

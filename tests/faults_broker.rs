@@ -489,11 +489,12 @@ async fn case5_permanent_produce_error_leaves_no_gap() {
     );
 }
 
-/// A produce error that persists (topic authorization refused on every
-/// request, as after an ACL change) fails every session at once. The relay
-/// must back off between rebuilds instead of reconnecting to PostgreSQL and
-/// rebuilding the producer as fast as it can; once the error clears it
-/// catches up with nothing lost.
+/// A produce error that persists (the broker answers NETWORK_EXCEPTION to
+/// every request) fails every session at once. The relay must back off
+/// between rebuilds instead of reconnecting to PostgreSQL and rebuilding the
+/// producer as fast as it can; once the error clears it catches up with
+/// nothing lost. (Authorization refused is no such error: it stops the
+/// relay, see `topic_authorization_refused_is_fatal_naming_the_topic_and_the_grant`.)
 #[tokio::test]
 async fn case5_persistent_produce_error_backs_off_then_recovers() {
     let (logs, _guard) = LogCapture::start();
@@ -516,7 +517,7 @@ async fn case5_persistent_produce_error_backs_off_then_recovers() {
 
     rig.mock.request_errors(
         RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 500],
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION; 500],
     );
     committed.extend(
         outbox

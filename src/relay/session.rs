@@ -10,10 +10,19 @@
 //! * a delivery report: ack the event in the tracker; confirm what the
 //!   tracker says is the acknowledged prefix (invariant 1);
 //! * the next replication message, only while fewer than `max_in_flight`
-//!   events await acknowledgement (backpressure, invariant 9).
+//!   events await acknowledgement (backpressure, invariant 9);
+//! * the producer's client-level refusal (SASL refused), which is fatal.
 //!
 //! Nothing here sleeps or polls: every wake-up is a socket becoming readable,
 //! a delivery report, a timer the stream owns, or shutdown.
+//!
+//! Refused records (see [`crate::sink::classify`]): one refused as too large
+//! or unroutable on the spot (by the producer's own checks) is replaced by
+//! its dead letter in place. One the broker refuses stops the producer
+//! (`enable.gapless.guarantee`), so the session ends and notes in
+//! [`Refusals`] what the replay has to do with its row. Authorization and
+//! authentication refusals, and unroutable events under
+//! `kafka.on_unroutable = "stop"`, end the relay instead.
 
 use std::sync::Arc;
 
@@ -28,16 +37,19 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::RelaySettings;
 use crate::ack::{AckTracker, TxnId};
 use crate::assembler::{Relation, TransactionAssembler, TxEvent};
-use crate::deadletter::{DeadLetter, dead_letter_record};
-use crate::envelope::{KafkaRecord, build_record};
+use crate::deadletter::{self, DeadLetter, dead_letter_record, row_columns};
+use crate::envelope::{KafkaRecord, OutboxRow, build_record};
 use crate::lsn::Lsn;
-use crate::metrics as m;
+use crate::metrics::{self as m, Health};
 use crate::outbox::RowExtractor;
 use crate::pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
 use crate::replication::{
     ReplicationError, ReplicationSettings, ReplicationStream, StreamItem, emit_heartbeat,
 };
-use crate::sink::{DeliveryError, DeliveryReport, DeliveryTag, KafkaSink, SendError};
+use crate::sink::{
+    DeliveryError, DeliveryReport, DeliveryTag, KafkaSink, OnUnroutable, RefusalClass, RefusalKind,
+    Refused, SendError,
+};
 
 /// How long a session whose stream broke waits for the acknowledgements of
 /// records already sent before it hands over to the next session. Short:
@@ -49,12 +61,31 @@ const SETTLE_AFTER_STREAM_FAILURE: Duration = Duration::from_secs(5);
 pub enum SessionError {
     #[error(transparent)]
     Replication(#[from] ReplicationError),
-    #[error("{0}")]
-    Delivery(DeliveryError),
+    /// A delivery failed: the relay rebuilds the producer and replays from
+    /// the confirmed LSN. `reason` is one of [`m::reason`]'s labels.
+    #[error("{error}")]
+    Delivery {
+        reason: &'static str,
+        error: DeliveryError,
+    },
+    /// Kafka refuses the relay in a way retrying cannot cure.
+    #[error(transparent)]
+    Refused(Refused),
     /// The stream cannot be understood (a decoder or framing error): retrying
     /// would read the same bytes again, so the relay stops and says why.
     #[error("{0}")]
     Fatal(String),
+}
+
+impl SessionError {
+    /// Whether the relay stops for good on this error.
+    fn is_fatal(&self) -> bool {
+        match self {
+            SessionError::Replication(e) => e.kind() == crate::replication::ErrorKind::Fatal,
+            SessionError::Delivery { .. } => false,
+            SessionError::Refused(_) | SessionError::Fatal(_) => true,
+        }
+    }
 }
 
 /// The transaction whose messages are arriving.
@@ -89,38 +120,158 @@ pub(super) struct Session<'a> {
     table: String,
     /// When the last outbox row arrived; heartbeats only while idle.
     last_event: Instant,
-    /// Events the broker refused as too large; owned by the relay so it
+    /// Rows whose records a broker refused; owned by the relay so it
     /// outlives this session.
-    too_large: &'a mut TooLarge,
+    refusals: &'a mut Refusals,
     /// A suspect being sent alone; reading pauses meanwhile.
     isolating: Option<Isolation>,
+    health: Health,
 }
 
-/// Events the broker refused as too large, by outbox id, remembered across
-/// producer rebuilds (with `enable.gapless.guarantee` a refusal stops the
-/// producer, and the relay replays from the slot).
+/// Rows whose records a broker refused, by row key (the outbox id, or
+/// [`anonymous_row_key`] for a row whose id cannot be read), remembered
+/// across producer rebuilds: with `enable.gapless.guarantee` a refusal stops
+/// the producer, and the relay replays from the slot, where the row comes
+/// back and is sent as its [`RowFate`] says.
 ///
-/// The broker refuses a whole batch when it exceeds the topic's
-/// `max.message.bytes`, so a refusal only makes its records suspects. On the
+/// The broker refuses a whole batch when one record breaks a rule (it
+/// exceeds the topic's `max.message.bytes`, a policy or validation refuses
+/// it), so a refusal in a batch only makes its records suspects. On the
 /// replay a suspect is sent alone (nothing else in flight, reading paused):
-/// refused again, it is too large and is dead-lettered; delivered, it was an
-/// innocent batch mate and is forgotten. An entry goes once settled.
-pub type TooLarge = HashMap<String, TooLargeEntry>;
+/// refused again, it is dead-lettered; delivered, it was an innocent batch
+/// mate and is forgotten. The same goes for a dead letter the dead-letter
+/// topic refuses as too large: alone, it is sent again without its payload.
+/// An entry goes once its row settled (its record or dead letter delivered).
+pub type Refusals = HashMap<String, RowFate>;
 
-/// What is known about an event the broker refused as too large.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TooLargeEntry {
-    /// Refused in a batch: may be innocent.
+/// What the replay does with a row whose record was refused.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RowFate {
+    pub event: EventFate,
+    pub dead_letter: DeadLetterFate,
+}
+
+/// What becomes of the row's event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum EventFate {
+    /// Sent as usual.
+    #[default]
+    Send,
+    /// Refused in a batch: may be innocent; sent alone.
     Suspect,
-    /// Refused on its own (or by the producer's own size check): dead-letter
-    /// it with this reason.
-    TooLarge(String),
+    /// Refused on its own (or for a reason that is its own, like a missing
+    /// topic): dead-lettered with this reason.
+    DeadLetter { reason: String, code: &'static str },
+}
+
+/// What becomes of the row's dead letter.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum DeadLetterFate {
+    /// Sent whole, payload included.
+    #[default]
+    Send,
+    /// The dead-letter topic refused it as too large in a batch: sent alone.
+    Suspect,
+    /// Refused as too large on its own: sent as [`deadletter::headers_only`].
+    Truncate,
+    /// Even the headers-only stand-in was refused: [`deadletter::minimal`].
+    Minimal,
 }
 
 /// A suspect record waiting to be sent, or sent, alone.
 struct Isolation {
     record: Option<(KafkaRecord, DeliveryTag)>,
-    event_id: String,
+    /// Its row key and whether it is the row's dead letter.
+    row_key: String,
+    dead_letter: bool,
+    /// Already counted in its transaction (a dead letter replacing an event
+    /// refused on the spot): then it is alone when it is the one pending.
+    counted: bool,
+}
+
+/// The row key of a dead-lettered row whose id cannot be read: stable across
+/// replays (same commit, same key, same payload), which is all the
+/// [`Refusals`] need; identical rows share a fate, rightly.
+fn anonymous_row_key(lsn: Lsn, key: &[u8], value: &[u8]) -> String {
+    let mut hasher = openssl::sha::Sha256::new();
+    hasher.update(&(key.len() as u64).to_be_bytes());
+    hasher.update(key);
+    hasher.update(value);
+    let digest: String = hasher.finish()[..12]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("@{lsn}/{digest}")
+}
+
+/// The error that ends the relay for `refused`, if it does: authorization
+/// and authentication always; an unroutable record under
+/// `on_unroutable = "stop"`, or a dead letter (there is nowhere else to send
+/// it).
+fn fatal_refusal(
+    on_unroutable: OnUnroutable,
+    tag: &DeliveryTag,
+    refused: &Refused,
+) -> Option<SessionError> {
+    let fatal = match refused.kind.class() {
+        RefusalClass::Unauthorized => true,
+        RefusalClass::Unroutable => tag.dead_letter || on_unroutable == OnUnroutable::Stop,
+        RefusalClass::TooLarge => false,
+    };
+    fatal.then(|| SessionError::Refused(refused.clone()))
+}
+
+/// Notes in `refusals` what the replay does with the row of a refused
+/// record (`alone`: it was sent alone, or refused on the spot); returns the
+/// error that ends the relay instead, if the refusal is fatal.
+fn note_refusal(
+    refusals: &mut Refusals,
+    on_unroutable: OnUnroutable,
+    tag: &DeliveryTag,
+    refused: &Refused,
+    alone: bool,
+) -> Option<SessionError> {
+    if let Some(fatal) = fatal_refusal(on_unroutable, tag, refused) {
+        return Some(fatal);
+    }
+    let fate = refusals.entry(tag.event_id.clone()).or_default();
+    if tag.dead_letter {
+        // Only "too large" gets here (see fatal_refusal).
+        fate.dead_letter = match fate.dead_letter {
+            DeadLetterFate::Send | DeadLetterFate::Suspect if !alone => DeadLetterFate::Suspect,
+            DeadLetterFate::Send | DeadLetterFate::Suspect => DeadLetterFate::Truncate,
+            DeadLetterFate::Truncate => DeadLetterFate::Minimal,
+            DeadLetterFate::Minimal => return Some(SessionError::Refused(refused.clone())),
+        };
+    } else if alone || refused.kind == RefusalKind::TopicMissing {
+        // A missing topic is no batch's fault: every record for it fails.
+        fate.event = EventFate::DeadLetter {
+            reason: refused.reason(),
+            code: refused.kind.reason_code(),
+        };
+    } else if fate.event == EventFate::Send {
+        fate.event = EventFate::Suspect;
+    }
+    None
+}
+
+/// The metric label of a failed delivery.
+fn failure_reason(error: &DeliveryError) -> &'static str {
+    match error {
+        DeliveryError::Refused(r) => match r.kind.class() {
+            RefusalClass::TooLarge => m::reason::TOO_LARGE,
+            RefusalClass::Unroutable => m::reason::UNROUTABLE,
+            RefusalClass::Unauthorized => m::reason::BROKER_ERROR,
+        },
+        DeliveryError::Failed(e)
+            if e.rdkafka_error_code()
+                == Some(rdkafka::types::RDKafkaErrorCode::MessageTimedOut) =>
+        {
+            m::reason::MESSAGE_TIMEOUT
+        }
+        DeliveryError::Failed(_) => m::reason::BROKER_ERROR,
+        DeliveryError::ProducerFatal(_) => m::reason::PRODUCER_FATAL,
+    }
 }
 
 type SessionResult<T> = Result<T, SessionError>;
@@ -132,7 +283,8 @@ impl<'a> Session<'a> {
         sink: KafkaSink,
         reports: mpsc::UnboundedReceiver<DeliveryReport>,
         confirmed: Lsn,
-        too_large: &'a mut TooLarge,
+        refusals: &'a mut Refusals,
+        health: Health,
     ) -> Self {
         Self {
             settings,
@@ -152,8 +304,9 @@ impl<'a> Session<'a> {
             confirmed,
             table: format!("{}.{}", settings.table.0, settings.table.1),
             last_event: Instant::now(),
-            too_large,
+            refusals,
             isolating: None,
+            health,
         }
     }
 
@@ -165,16 +318,18 @@ impl<'a> Session<'a> {
     ) -> Result<Lsn, (SessionError, Lsn)> {
         let drain_deadline = match self.stream_until_shutdown(shutdown).await {
             Ok(deadline) => deadline,
-            Err(e) => {
+            Err(mut e) => {
                 if matches!(e, SessionError::Replication(_)) {
                     // Only the stream broke; the producer is healthy. Let
                     // what it already sent be acknowledged (briefly) so the
                     // next session starts past it instead of sending it again.
                     let deadline = Instant::now() + SETTLE_AFTER_STREAM_FAILURE;
-                    self.settle_acks(deadline).await;
+                    if let Some(fatal) = self.settle_acks(deadline).await {
+                        e = fatal;
+                    }
                 }
                 let confirmed = self.confirmed;
-                self.abandon().await;
+                let e = self.abandon(e).await;
                 return Err((e, confirmed));
             }
         };
@@ -237,6 +392,9 @@ impl<'a> Session<'a> {
                     );
                     return Ok(Instant::now());
                 }
+                refused = self.sink.unauthorized() => {
+                    return Err(SessionError::Refused(refused));
+                }
                 Some(report) = self.reports.recv() => {
                     self.on_report(report)?;
                     self.resend_refused()?;
@@ -277,6 +435,11 @@ impl<'a> Session<'a> {
                     && self.tracker.idle_advance(wal_end)
                 {
                     self.confirm();
+                }
+                // Nothing newer than what is confirmed, nothing in flight:
+                // caught up, which counts as progress for /health.
+                if wal_end <= self.confirmed && self.tracker.pending_events() == 0 {
+                    self.health.progress();
                 }
                 Ok(())
             }
@@ -389,24 +552,32 @@ impl<'a> Session<'a> {
         let row = match self.extractor.extract(relation, tuple) {
             Ok(row) => row,
             Err(e) => {
+                // Keep what can be read: the payload is often the only copy.
+                let salvaged = self.extractor.salvage(relation, tuple);
+                let key = self.extractor.key(relation, tuple).unwrap_or_default();
+                let value = salvaged.payload.unwrap_or_default();
+                let row_key = self
+                    .extractor
+                    .event_id(relation, tuple)
+                    .unwrap_or_else(|| anonymous_row_key(lsn, &key, &value));
                 let record = dead_letter_record(DeadLetter {
                     topic: &self.settings.dlq_topic,
                     reason: e.to_string(),
                     reason_code: e.reason_code(),
-                    event_id: self.extractor.event_id(relation, tuple).as_deref(),
-                    key: self.extractor.key(relation, tuple).unwrap_or_default(),
+                    key,
                     lsn,
                     source_table: &self.table,
-                    value: Bytes::new(),
+                    value,
+                    columns: salvaged.columns,
                 });
                 let tag = DeliveryTag {
                     txn,
-                    event_id: String::new(),
+                    event_id: row_key,
                     lsn,
                     key: record.key.clone(),
                     dead_letter: true,
                 };
-                return self.send(record, tag);
+                return self.send_dead_letter(record, tag, false);
             }
         };
         let tag = DeliveryTag {
@@ -417,159 +588,223 @@ impl<'a> Session<'a> {
             dead_letter: false,
         };
         // Almost always empty: skip hashing the id on the hot path.
-        let known = if self.too_large.is_empty() {
-            None
+        let fate = if self.refusals.is_empty() {
+            EventFate::Send
         } else {
-            self.too_large.get(&row.id)
+            self.refusals
+                .get(&row.id)
+                .map_or(EventFate::Send, |f| f.event.clone())
         };
-        match known {
-            Some(TooLargeEntry::TooLarge(why)) => {
-                let record = self.too_large_dead_letter(&tag, why);
-                return self.send(
-                    record,
-                    DeliveryTag {
-                        dead_letter: true,
-                        ..tag
-                    },
-                );
-            }
-            Some(TooLargeEntry::Suspect) => {
-                if let Ok(record) = build_record(&row, commit_time, &self.settings.envelope) {
-                    self.isolating = Some(Isolation {
-                        record: Some((record, tag)),
-                        event_id: row.id.clone(),
-                    });
-                    return self.send_isolated_when_alone();
-                }
-            }
-            None => {}
+        if let EventFate::DeadLetter { reason, code } = fate {
+            return self.dead_letter_row(&row, reason, code, tag, false);
         }
-        match build_record(&row, commit_time, &self.settings.envelope) {
-            Ok(record) => self.send(record, tag),
+        let record = match build_record(&row, commit_time, &self.settings.envelope) {
+            Ok(record) => record,
             Err(e) => {
-                let record = dead_letter_record(DeadLetter {
-                    topic: &self.settings.dlq_topic,
-                    reason: e.to_string(),
-                    reason_code: e.reason_code(),
-                    event_id: Some(&row.id),
-                    key: tag.key.clone(),
-                    lsn,
-                    source_table: &self.table,
-                    value: row.payload.clone(),
-                });
-                self.send(
-                    record,
-                    DeliveryTag {
-                        dead_letter: true,
-                        ..tag
-                    },
-                )
+                return self.dead_letter_row(&row, e.to_string(), e.reason_code(), tag, false);
             }
+        };
+        if fate == EventFate::Suspect {
+            self.isolate(record, tag, false);
+            return self.send_isolated_when_alone();
+        }
+        self.count(&tag)?;
+        match self.send_counted(record, tag)? {
+            None => Ok(()),
+            // Refused before it left (larger than message.max.bytes, or its
+            // topic is known not to exist): its dead letter takes its place
+            // in the transaction.
+            Some((refused, tag)) => self.dead_letter_row(
+                &row,
+                refused.reason(),
+                refused.kind.reason_code(),
+                tag,
+                true,
+            ),
         }
     }
 
-    /// Hands a record to the producer and counts it in its transaction.
-    fn send(&mut self, record: KafkaRecord, tag: DeliveryTag) -> SessionResult<()> {
-        let txn = tag.txn;
+    /// Counts a record in its transaction, before it is handed over.
+    fn count(&mut self, tag: &DeliveryTag) -> SessionResult<()> {
         self.tracker
-            .add_event(txn)
-            .map_err(|e| SessionError::Fatal(format!("ack tracker: {e}")))?;
-        self.send_counted(record, tag)
+            .add_event(tag.txn)
+            .map_err(|e| SessionError::Fatal(format!("ack tracker: {e}")))
     }
 
-    /// Sends a record already counted in the tracker.
-    fn send_counted(&mut self, record: KafkaRecord, tag: DeliveryTag) -> SessionResult<()> {
+    /// Dead-letters an extracted row: its payload as the value, its columns
+    /// as headers. `counted`: it replaces an event already counted.
+    fn dead_letter_row(
+        &mut self,
+        row: &OutboxRow,
+        reason: String,
+        reason_code: &'static str,
+        tag: DeliveryTag,
+        counted: bool,
+    ) -> SessionResult<()> {
+        let record = dead_letter_record(DeadLetter {
+            topic: &self.settings.dlq_topic,
+            reason,
+            reason_code,
+            key: tag.key.clone(),
+            lsn: tag.lsn,
+            source_table: &self.table,
+            value: row.payload.clone(),
+            columns: row_columns(row),
+        });
+        let tag = DeliveryTag {
+            dead_letter: true,
+            ..tag
+        };
+        self.send_dead_letter(record, tag, counted)
+    }
+
+    /// Sends a dead letter as its row's fate says: whole, alone, or as a
+    /// stand-in without its payload.
+    fn send_dead_letter(
+        &mut self,
+        record: KafkaRecord,
+        tag: DeliveryTag,
+        counted: bool,
+    ) -> SessionResult<()> {
+        let fate = if self.refusals.is_empty() {
+            DeadLetterFate::Send
+        } else {
+            self.refusals
+                .get(&tag.event_id)
+                .map_or(DeadLetterFate::Send, |f| f.dead_letter)
+        };
+        let record = match fate {
+            DeadLetterFate::Send => record,
+            DeadLetterFate::Truncate => deadletter::headers_only(&record),
+            DeadLetterFate::Minimal => deadletter::minimal(&record),
+            DeadLetterFate::Suspect => {
+                self.isolate(record, tag, counted);
+                return self.send_isolated_when_alone();
+            }
+        };
+        if !counted {
+            self.count(&tag)?;
+        }
+        match self.send_counted(record, tag)? {
+            None => Ok(()),
+            Some((refused, tag)) => Err(self.replay_for(&tag, refused, true)),
+        }
+    }
+
+    /// Hands a record already counted in its transaction to the producer.
+    /// A dead letter refused on the spot as too large goes again as its
+    /// smaller stand-in; an event refused on the spot comes back to the
+    /// caller (which knows its row); a fatal refusal ends the session.
+    fn send_counted(
+        &mut self,
+        record: KafkaRecord,
+        tag: DeliveryTag,
+    ) -> SessionResult<Option<(Refused, DeliveryTag)>> {
         match self.sink.send(record, tag) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(None),
             Err(SendError::QueueFull(refused)) => {
                 // Stop reading until a report frees room (invariant 9).
                 self.retry = Some(*refused);
-                Ok(())
+                Ok(None)
             }
-            Err(SendError::TooLarge(err, tag)) => {
-                self.dead_letter_too_large(*tag, &err.to_string())
+            Err(SendError::Refused(refused, sent)) => {
+                let (record, tag) = *sent;
+                if let Some(fatal) = fatal_refusal(self.settings.on_unroutable, &tag, &refused) {
+                    return Err(fatal);
+                }
+                if !tag.dead_letter {
+                    return Ok(Some((refused, tag)));
+                }
+                // Larger than message.max.bytes: the payload cannot go.
+                match deadletter::smaller(&record) {
+                    Some(smaller) => self.send_counted(smaller, tag),
+                    None => Err(SessionError::Refused(refused)),
+                }
             }
-            Err(SendError::Failed(err)) => Err(SessionError::Delivery(
-                self.sink.explain(DeliveryError::Failed(err)),
-            )),
+            Err(SendError::Failed(err)) => Err(self.delivery_failed(DeliveryError::Failed(err))),
+        }
+    }
+
+    /// Notes a refusal for the replay and returns the error that ends the
+    /// session: a replay, or the fatal error.
+    fn replay_for(&mut self, tag: &DeliveryTag, refused: Refused, alone: bool) -> SessionError {
+        if let Some(fatal) = note_refusal(
+            self.refusals,
+            self.settings.on_unroutable,
+            tag,
+            &refused,
+            alone,
+        ) {
+            return fatal;
+        }
+        let error = DeliveryError::Refused(refused);
+        SessionError::Delivery {
+            reason: failure_reason(&error),
+            error,
+        }
+    }
+
+    /// The session error for a failed delivery: a replay, unless the
+    /// producer's fatal error is a refusal that retrying cannot cure.
+    fn delivery_failed(&self, err: DeliveryError) -> SessionError {
+        match self.sink.explain(err) {
+            DeliveryError::Refused(refused)
+                if refused.kind.class() == RefusalClass::Unauthorized =>
+            {
+                SessionError::Refused(refused)
+            }
+            error => SessionError::Delivery {
+                reason: failure_reason(&error),
+                error,
+            },
         }
     }
 
     fn resend_refused(&mut self) -> SessionResult<()> {
-        if let Some((record, tag)) = self.retry.take() {
-            self.send_counted(record, tag)?;
+        if let Some((record, tag)) = self.retry.take()
+            && let Some((refused, tag)) = self.send_counted(record, tag)?
+        {
+            return Err(self.replay_for(&tag, refused, true));
         }
         Ok(())
     }
 
+    /// Holds `record` back until it can go alone; reading pauses meanwhile.
+    fn isolate(&mut self, record: KafkaRecord, tag: DeliveryTag, counted: bool) {
+        self.isolating = Some(Isolation {
+            row_key: tag.event_id.clone(),
+            dead_letter: tag.dead_letter,
+            counted,
+            record: Some((record, tag)),
+        });
+    }
+
     /// Sends the suspect being isolated once nothing else is in flight.
     fn send_isolated_when_alone(&mut self) -> SessionResult<()> {
-        if self.tracker.pending_events() > 0 || self.retry.is_some() {
+        let Some(isolation) = &self.isolating else {
+            return Ok(());
+        };
+        let others = self.tracker.pending_events() - u64::from(isolation.counted);
+        if others > 0 || self.retry.is_some() {
             return Ok(());
         }
-        match self.isolating.as_mut().and_then(|i| i.record.take()) {
-            Some((record, tag)) => self.send(record, tag),
+        let counted = isolation.counted;
+        let Some((record, tag)) = self.isolating.as_mut().and_then(|i| i.record.take()) else {
+            return Ok(());
+        };
+        if !counted {
+            self.count(&tag)?;
+        }
+        match self.send_counted(record, tag)? {
             None => Ok(()),
+            Some((refused, tag)) => Err(self.replay_for(&tag, refused, true)),
         }
     }
 
-    /// The broker refused a record as too large, in a delivery report.
-    /// Alone (isolated), it is too large; in a batch, it is a suspect and the
-    /// session ends so the replay can send it alone.
-    fn on_refused_too_large(&mut self, tag: DeliveryTag, why: &str) -> SessionResult<()> {
-        let alone = self
-            .isolating
-            .as_ref()
-            .is_some_and(|i| i.record.is_none() && i.event_id == tag.event_id);
-        if alone || tag.dead_letter {
-            self.isolating = None;
-            return self.dead_letter_too_large(tag, why);
-        }
-        self.too_large
-            .entry(tag.event_id.clone())
-            .or_insert(TooLargeEntry::Suspect);
-        Err(SessionError::Delivery(DeliveryError::Failed(
-            rdkafka::error::KafkaError::MessageProduction(
-                rdkafka::types::RDKafkaErrorCode::MessageSizeTooLarge,
-            ),
-        )))
-    }
-
-    /// The record is too large (the producer's own `message.max.bytes`, or
-    /// the broker refused it on its own): the dead-letter record takes its
-    /// place in the transaction, with headers only.
-    fn dead_letter_too_large(&mut self, tag: DeliveryTag, why: &str) -> SessionResult<()> {
-        if tag.dead_letter {
-            return Err(SessionError::Fatal(format!(
-                "the dead-letter topic \"{}\" refused a record as too large: {why}",
-                self.settings.dlq_topic
-            )));
-        }
-        let why = format!("record too large for the broker: {why}");
-        let record = self.too_large_dead_letter(&tag, &why);
-        self.too_large
-            .insert(tag.event_id.clone(), TooLargeEntry::TooLarge(why));
-        // The original was counted once; its replacement takes that count.
-        self.send_counted(
-            record,
-            DeliveryTag {
-                dead_letter: true,
-                ..tag
-            },
-        )
-    }
-
-    /// The dead letter of an event refused as too large: headers only.
-    fn too_large_dead_letter(&self, tag: &DeliveryTag, why: &str) -> KafkaRecord {
-        dead_letter_record(DeadLetter {
-            topic: &self.settings.dlq_topic,
-            reason: why.to_owned(),
-            reason_code: "too_large",
-            event_id: Some(&tag.event_id),
-            key: tag.key.clone(),
-            lsn: tag.lsn,
-            source_table: &self.table,
-            value: Bytes::new(),
+    /// Whether `tag` is the isolated record, sent alone.
+    fn is_isolated(&self, tag: &DeliveryTag) -> bool {
+        self.isolating.as_ref().is_some_and(|i| {
+            i.record.is_none() && i.row_key == tag.event_id && i.dead_letter == tag.dead_letter
         })
     }
 
@@ -577,14 +812,12 @@ impl<'a> Session<'a> {
         match report.result {
             Ok(()) => {
                 if report.tag.dead_letter || self.isolating.is_some() {
-                    // A settled too-large event: dead-lettered, or an
-                    // isolated suspect that went through after all.
-                    self.too_large.remove(&report.tag.event_id);
-                    if self
-                        .isolating
-                        .as_ref()
-                        .is_some_and(|i| i.event_id == report.tag.event_id)
-                    {
+                    // A settled row: dead-lettered, or an isolated suspect
+                    // that went through after all.
+                    if !self.refusals.is_empty() {
+                        self.refusals.remove(&report.tag.event_id);
+                    }
+                    if self.is_isolated(&report.tag) {
                         self.isolating = None;
                     }
                 }
@@ -599,10 +832,11 @@ impl<'a> Session<'a> {
                 self.confirm();
                 Ok(())
             }
-            Err(DeliveryError::TooLarge(err)) => {
-                self.on_refused_too_large(report.tag, &err.to_string())
+            Err(DeliveryError::Refused(refused)) => {
+                let alone = self.is_isolated(&report.tag);
+                Err(self.replay_for(&report.tag, refused, alone))
             }
-            Err(err) => Err(SessionError::Delivery(self.sink.explain(err))),
+            Err(err) => Err(self.delivery_failed(err)),
         }
     }
 
@@ -614,6 +848,7 @@ impl<'a> Session<'a> {
             self.confirmed = confirmed;
             self.stream.confirm(confirmed);
             metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
+            self.health.progress();
         }
     }
 
@@ -646,7 +881,7 @@ impl<'a> Session<'a> {
             let Some(report) = report else { break };
             if let Err(e) = self.on_report(report).and_then(|()| self.resend_refused()) {
                 let confirmed = self.confirmed;
-                self.abandon().await;
+                let e = self.abandon(e).await;
                 return Err((e, confirmed));
             }
         }
@@ -660,38 +895,55 @@ impl<'a> Session<'a> {
 
     /// Takes delivery reports until nothing is pending or `deadline`
     /// passes, without reading the (broken) stream. A delivery failure here
-    /// just ends the wait: the next session replays from the slot.
-    async fn settle_acks(&mut self, deadline: Instant) {
+    /// just ends the wait: the next session replays from the slot; a fatal
+    /// one is returned.
+    async fn settle_acks(&mut self, deadline: Instant) -> Option<SessionError> {
         while self.tracker.pending_events() > 0 && self.retry.is_none() {
             let report = tokio::select! {
                 r = self.reports.recv() => r,
                 () = tokio::time::sleep_until(deadline) => break,
             };
             let Some(report) = report else { break };
-            if self.on_report(report).is_err() {
-                break;
+            if let Err(e) = self.on_report(report) {
+                return e.is_fatal().then_some(e);
             }
         }
+        None
     }
 
     /// Drops the stream and the producer after a failure. Unacknowledged
     /// records are discarded; the next session replays them from the slot.
-    async fn abandon(self) {
+    /// Returns the error the session ends with: `error`, or a fatal refusal
+    /// found among the last reports.
+    async fn abandon(self, error: SessionError) -> SessionError {
         drop(self.stream);
         drop_sink(self.sink).await;
         // The destroyed producer reported everything it held. Reports that
-        // arrive after the one that ended the session can still say "too
-        // large" (librdkafka may report a fatal error's consequences before
-        // its cause): note those records as suspects, or the replay would
-        // send the same refused batch again.
+        // arrive after the one that ended the session can still carry a
+        // refusal (librdkafka may report a fatal error's consequences,
+        // `_FATAL` and purges, before its cause): note those rows, or the
+        // replay would send the same refused batch again, and stop on a
+        // refusal that is fatal whatever ended the session.
+        let mut error = error;
         let mut reports = self.reports;
         while let Ok(report) = reports.try_recv() {
-            if matches!(report.result, Err(DeliveryError::TooLarge(_))) && !report.tag.dead_letter {
-                self.too_large
-                    .entry(report.tag.event_id)
-                    .or_insert(TooLargeEntry::Suspect);
+            let Err(DeliveryError::Refused(refused)) = report.result else {
+                continue;
+            };
+            let alone = self.isolating.as_ref().is_some_and(|i| {
+                i.record.is_none()
+                    && i.row_key == report.tag.event_id
+                    && i.dead_letter == report.tag.dead_letter
+            });
+            let on_unroutable = self.settings.on_unroutable;
+            if let Some(fatal) =
+                note_refusal(self.refusals, on_unroutable, &report.tag, &refused, alone)
+                && !error.is_fatal()
+            {
+                error = fatal;
             }
         }
+        error
     }
 }
 
@@ -716,4 +968,165 @@ async fn drop_sink(sink: KafkaSink) {
         drop(sink);
     })
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ack::AckTracker;
+
+    fn tag(dead_letter: bool) -> DeliveryTag {
+        DeliveryTag {
+            txn: AckTracker::new(Lsn::ZERO).open(),
+            event_id: "row-1".into(),
+            lsn: Lsn(1),
+            key: Bytes::from_static(b"k"),
+            dead_letter,
+        }
+    }
+
+    fn refused(kind: RefusalKind, dead_letter: bool) -> Refused {
+        Refused {
+            kind,
+            topic: Some("t".into()),
+            dead_letter_topic: dead_letter,
+            detail: "Broker: no".into(),
+        }
+    }
+
+    fn note(
+        refusals: &mut Refusals,
+        on_unroutable: OnUnroutable,
+        kind: RefusalKind,
+        dead_letter: bool,
+        alone: bool,
+    ) -> Option<SessionError> {
+        note_refusal(
+            refusals,
+            on_unroutable,
+            &tag(dead_letter),
+            &refused(kind, dead_letter),
+            alone,
+        )
+    }
+
+    #[test]
+    fn an_event_refused_in_a_batch_is_a_suspect_then_dead_lettered_alone() {
+        for kind in [
+            RefusalKind::TooLarge,
+            RefusalKind::PolicyViolation,
+            RefusalKind::InvalidRecord,
+        ] {
+            let mut r = Refusals::new();
+            let dl = OnUnroutable::DeadLetter;
+            assert!(note(&mut r, dl, kind, false, false).is_none());
+            assert_eq!(r["row-1"].event, EventFate::Suspect, "{kind:?}");
+            assert!(note(&mut r, dl, kind, false, true).is_none());
+            assert!(
+                matches!(&r["row-1"].event, EventFate::DeadLetter { code, .. } if *code == kind.reason_code()),
+                "{kind:?}: {:?}",
+                r["row-1"]
+            );
+            // A later batch refusal does not undo what is known.
+            assert!(note(&mut r, dl, kind, false, false).is_none());
+            assert!(matches!(r["row-1"].event, EventFate::DeadLetter { .. }));
+        }
+        // A missing topic is the event's own: dead-lettered at once.
+        let mut r = Refusals::new();
+        let missing = RefusalKind::TopicMissing;
+        assert!(note(&mut r, OnUnroutable::DeadLetter, missing, false, false).is_none());
+        assert!(matches!(r["row-1"].event, EventFate::DeadLetter { .. }));
+    }
+
+    #[test]
+    fn a_dead_letter_too_large_goes_alone_then_without_payload_then_minimal() {
+        let mut r = Refusals::new();
+        let too_large = RefusalKind::TooLarge;
+        let stop = OnUnroutable::Stop;
+        assert!(note(&mut r, stop, too_large, true, false).is_none());
+        assert_eq!(r["row-1"].dead_letter, DeadLetterFate::Suspect);
+        assert!(note(&mut r, stop, too_large, true, false).is_none());
+        assert_eq!(r["row-1"].dead_letter, DeadLetterFate::Suspect);
+        assert!(note(&mut r, stop, too_large, true, true).is_none());
+        assert_eq!(r["row-1"].dead_letter, DeadLetterFate::Truncate);
+        assert!(note(&mut r, stop, too_large, true, false).is_none());
+        assert_eq!(r["row-1"].dead_letter, DeadLetterFate::Minimal);
+        // Nothing smaller left: the dead-letter topic is misconfigured.
+        assert!(matches!(
+            note(&mut r, stop, too_large, true, true),
+            Some(SessionError::Refused(_))
+        ));
+        assert_eq!(
+            r["row-1"].event,
+            EventFate::Send,
+            "the event's fate is untouched"
+        );
+    }
+
+    #[test]
+    fn refusals_that_end_the_relay() {
+        use RefusalKind::*;
+        for kind in [TopicUnauthorized, ClusterUnauthorized, AuthenticationFailed] {
+            for on_unroutable in [OnUnroutable::Stop, OnUnroutable::DeadLetter] {
+                for dead_letter in [false, true] {
+                    let mut r = Refusals::new();
+                    assert!(
+                        note(&mut r, on_unroutable, kind, dead_letter, false).is_some(),
+                        "{kind:?} is fatal"
+                    );
+                    assert!(r.is_empty());
+                }
+            }
+        }
+        for kind in [TopicMissing, PolicyViolation, InvalidRecord] {
+            let mut r = Refusals::new();
+            assert!(note(&mut r, OnUnroutable::Stop, kind, false, true).is_some());
+            // A dead letter that cannot be routed has nowhere else to go.
+            assert!(note(&mut r, OnUnroutable::DeadLetter, kind, true, true).is_some());
+            assert!(r.is_empty());
+            assert!(note(&mut r, OnUnroutable::DeadLetter, kind, false, true).is_none());
+        }
+    }
+
+    #[test]
+    fn anonymous_row_keys_are_stable_and_tell_rows_apart() {
+        let a = anonymous_row_key(Lsn(5), b"k", b"{}");
+        assert_eq!(a, anonymous_row_key(Lsn(5), b"k", b"{}"));
+        assert_ne!(a, anonymous_row_key(Lsn(6), b"k", b"{}"));
+        assert_ne!(a, anonymous_row_key(Lsn(5), b"k2", b"{}"));
+        assert_ne!(a, anonymous_row_key(Lsn(5), b"k", b"{ }"));
+        // Key and value boundaries do not blur.
+        assert_ne!(
+            anonymous_row_key(Lsn(5), b"ab", b"c"),
+            anonymous_row_key(Lsn(5), b"a", b"bc")
+        );
+    }
+
+    #[test]
+    fn failures_get_their_metric_label() {
+        use rdkafka::error::KafkaError;
+        use rdkafka::types::RDKafkaErrorCode as C;
+        let failed = |c| DeliveryError::Failed(KafkaError::MessageProduction(c));
+        assert_eq!(
+            failure_reason(&failed(C::MessageTimedOut)),
+            m::reason::MESSAGE_TIMEOUT
+        );
+        assert_eq!(
+            failure_reason(&failed(C::NetworkException)),
+            m::reason::BROKER_ERROR
+        );
+        assert_eq!(
+            failure_reason(&DeliveryError::ProducerFatal("x".into())),
+            m::reason::PRODUCER_FATAL
+        );
+        let refusal = |k| DeliveryError::Refused(refused(k, false));
+        assert_eq!(
+            failure_reason(&refusal(RefusalKind::TooLarge)),
+            m::reason::TOO_LARGE
+        );
+        assert_eq!(
+            failure_reason(&refusal(RefusalKind::TopicMissing)),
+            m::reason::UNROUTABLE
+        );
+    }
 }

@@ -133,6 +133,8 @@ impl TestOutbox {
             max_in_flight: 10_000,
             heartbeat_interval: None,
             shutdown_drain: Duration::from_secs(30),
+            on_unroutable: Default::default(),
+            unhealthy_after: Duration::from_secs(120),
         }
     }
 
@@ -426,8 +428,13 @@ pub struct RunningRelay {
 
 impl RunningRelay {
     pub fn start(settings: RelaySettings) -> Self {
+        Self::start_with_health(settings, Health::default())
+    }
+
+    /// With a /health state the test reads.
+    pub fn start_with_health(settings: RelaySettings, health: Health) -> Self {
         let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(relay::run(settings, rx, Health::default()));
+        let task = tokio::spawn(relay::run(settings, rx, health));
         Self { stop, task }
     }
 
