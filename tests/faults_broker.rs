@@ -685,3 +685,198 @@ async fn case5_no_later_record_is_written_after_a_failed_one() {
         "record 2 was written after failed record 1: {second:?}"
     );
 }
+
+/// Streams a few events and waits until they are confirmed, then answers
+/// `error` to the next Produce requests and commits one single-row
+/// transaction. Returns the relay, the refused transaction's commit end and
+/// the writer state, for the caller to watch what the relay does with it.
+async fn refuse_next_event(
+    rig: &MockRig,
+    relay_settings: outbox_relay::relay::RelaySettings,
+    errors: &[RDKafkaRespErr],
+) -> (RunningRelay, Lsn, Vec<Committed>, HashMap<String, i64>) {
+    let relay = RunningRelay::start(relay_settings);
+    let outbox = &rig.outbox;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = outbox.commit_events(&mut writer, 5, 2, 4, &mut seqs).await;
+    let before = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        before,
+        "the slot to confirm the events before the refusal",
+    )
+    .await;
+    rig.mock.request_errors(RDKafkaApiKey::Produce, errors);
+    let watch = open_commit_watch(outbox).await;
+    committed.extend(outbox.commit_events(&mut writer, 1, 1, 4, &mut seqs).await);
+    let refused_end = first_outbox_commit_end(outbox, &watch).await;
+    (relay, refused_end, committed, seqs)
+}
+
+/// The broker refuses every Produce request with `error`: the relay must end
+/// by itself, quickly, with an error naming the topic, and never confirm
+/// the refused event. Returns the error text.
+async fn refused_produce_stops_the_relay(case: &str, error: RDKafkaRespErr) -> String {
+    let rig = MockRig::start(1, 3).await;
+    let (relay, refused_end, _, _) = refuse_next_event(&rig, rig.settings(), &[error; 50]).await;
+    let started = std::time::Instant::now();
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("the refusal is fatal");
+    let msg = err.to_string();
+    println!(
+        "{case}: the relay stopped after {:?}: {msg}",
+        started.elapsed()
+    );
+    assert!(
+        msg.contains(&format!("\"{}\"", rig.topic)),
+        "{case}: the error names the topic: {msg}"
+    );
+    let confirmed = slot_state(&rig.outbox).await.1.expect("slot confirmed");
+    assert!(
+        confirmed < refused_end,
+        "{case}: confirmed_flush_lsn {confirmed} reached the refused transaction's end {refused_end}"
+    );
+    rig.mock.clear_request_errors(RDKafkaApiKey::Produce);
+    rig.outbox.drop_all().await;
+    msg
+}
+
+#[tokio::test]
+async fn topic_authorization_refused_is_fatal_naming_the_topic_and_the_grant() {
+    let rig_topic_hint = "kafka-acls.sh";
+    let msg = refused_produce_stops_the_relay(
+        "topic-authorization",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+    )
+    .await;
+    assert!(msg.contains("not authorized to write"), "{msg}");
+    assert!(
+        msg.contains(rig_topic_hint) && msg.contains("--operation Write"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn cluster_authorization_refused_is_fatal_naming_the_topic_and_the_grant() {
+    let msg = refused_produce_stops_the_relay(
+        "cluster-authorization",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED,
+    )
+    .await;
+    assert!(msg.contains("cluster permission"), "{msg}");
+    assert!(msg.contains("IdempotentWrite --cluster"), "{msg}");
+}
+
+#[tokio::test]
+async fn policy_violation_stops_the_relay_by_default_naming_the_topic() {
+    let msg = refused_produce_stops_the_relay(
+        "policy-violation",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION,
+    )
+    .await;
+    assert!(msg.contains("policy refused"), "{msg}");
+    assert!(msg.contains("on_unroutable = \"dead-letter\""), "{msg}");
+}
+
+#[tokio::test]
+async fn invalid_record_stops_the_relay_by_default_naming_the_topic() {
+    let msg = refused_produce_stops_the_relay(
+        "invalid-record",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD,
+    )
+    .await;
+    assert!(msg.contains("as invalid"), "{msg}");
+    assert!(msg.contains("on_unroutable = \"dead-letter\""), "{msg}");
+}
+
+/// Cluster authorization refused when the idempotent producer asks for its
+/// producer id: librdkafka raises a fatal error and fails every record with
+/// `_FATAL`; the relay must see through that to the refusal and stop.
+#[tokio::test]
+async fn cluster_authorization_refused_for_the_producer_id_is_fatal() {
+    let rig = MockRig::start(1, 3).await;
+    rig.mock.request_errors(
+        RDKafkaApiKey::InitProducerId,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED; 20],
+    );
+    let relay = RunningRelay::start(rig.settings());
+    let outbox = &rig.outbox;
+    let mut writer = outbox.writer().await;
+    outbox
+        .commit_events(&mut writer, 1, 1, 1, &mut HashMap::new())
+        .await;
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("the refusal is fatal");
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(
+        msg.contains("cluster permission") && msg.contains("IdempotentWrite"),
+        "{msg}"
+    );
+    rig.mock.clear_request_errors(RDKafkaApiKey::InitProducerId);
+    outbox.drop_all().await;
+}
+
+/// With `kafka.on_unroutable = "dead-letter"`, an event the broker refuses
+/// for its own sake (here a policy violation, refused again when sent alone)
+/// goes to the dead-letter topic with its payload and the reason; the
+/// stream goes on and nothing else is lost.
+#[tokio::test]
+async fn policy_violation_with_on_unroutable_dead_letter_goes_to_the_dead_letter_topic() {
+    let rig = MockRig::start(1, 3).await;
+    let mut settings = rig.settings();
+    settings.on_unroutable = outbox_relay::sink::OnUnroutable::DeadLetter;
+    // Refused in its batch, then again alone: the broker means it.
+    let (relay, refused_end, mut committed, mut seqs) = refuse_next_event(
+        &rig,
+        settings,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION; 2],
+    )
+    .await;
+    let refused = committed.pop().expect("the refused event");
+    let outbox = &rig.outbox;
+    let dlq_topic = outbox.dlq_topic.clone();
+    let brokers = rig.mock.bootstrap_servers();
+    wait_confirmed(
+        outbox,
+        refused_end,
+        "the slot to confirm the dead-lettered event",
+    )
+    .await;
+    let mut writer = outbox.writer().await;
+    committed.extend(outbox.commit_events(&mut writer, 10, 2, 4, &mut seqs).await);
+    let after = outbox.current_wal_lsn().await;
+    wait_confirmed(outbox, after, "the slot to confirm the events after it").await;
+    relay.stop().await.expect("graceful stop");
+
+    let dlq = read_mock_to_end(&brokers, &dlq_topic).await;
+    assert_eq!(dlq.len(), 1, "one dead letter: {dlq:?}");
+    let d = &dlq[0];
+    assert_eq!(d.header("id"), Some(refused.id.as_str()));
+    assert_eq!(d.header("dlq_reason_code"), Some("policy_violation"));
+    assert!(
+        d.header("dlq_reason")
+            .is_some_and(|r| r.contains(&rig.topic)),
+        "{:?}",
+        d.header("dlq_reason")
+    );
+    let payload: serde_json::Value =
+        serde_json::from_slice(d.value.as_deref().expect("payload")).expect("the payload");
+    assert_eq!(payload["seq"], refused.seq);
+    assert_eq!(payload["aggregate"], refused.aggregate.as_str());
+    let received = rig.read_topic().await;
+    assert!(
+        received
+            .iter()
+            .all(|r| r.header("ce_id") != Some(refused.id.as_str())),
+        "the refused event is not on its topic"
+    );
+    check_delivery("dead-lettered-policy-violation", &committed, &received);
+    assert_produce_errors_used_up(&rig.mock).await;
+    rig.outbox.drop_all().await;
+}
