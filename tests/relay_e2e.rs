@@ -589,3 +589,168 @@ async fn too_large_for_the_dead_letter_topic_too_goes_headers_only_and_the_strea
     relay.stop().await.expect("graceful stop");
     outbox.drop_all().await;
 }
+
+/// The producer may not create topics (as with a broker that does not), and
+/// learns a topic is missing after 2 s instead of librdkafka's 30 s default
+/// (`topic.metadata.propagation.max.ms`), to keep the tests short.
+fn without_topic_auto_creation(settings: &mut outbox_relay::relay::RelaySettings) {
+    settings.sink.properties.extend([
+        ("allow.auto.create.topics".to_string(), "false".to_string()),
+        (
+            "topic.metadata.propagation.max.ms".to_string(),
+            "2000".to_string(),
+        ),
+    ]);
+}
+
+/// Inserts one outbox row for `aggregate_type` in its own transaction;
+/// returns its id and the transaction's commit end.
+async fn insert_watched(
+    outbox: &TestOutbox,
+    aggregate_type: &str,
+) -> (String, outbox_relay::lsn::Lsn) {
+    let watch = outbox.open_commit_watch().await;
+    let id = uuid::Uuid::new_v4().to_string();
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload)
+             VALUES ('{id}', '{aggregate_type}', 'g1', 'Placed', '{{\"where\": \"{aggregate_type}\"}}')",
+            outbox.table
+        ))
+        .await
+        .unwrap();
+    (id, outbox.first_outbox_commit_end(&watch).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_topic_without_auto_creation_stops_the_relay_naming_it_and_the_fix() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let mut settings = outbox.settings();
+    without_topic_auto_creation(&mut settings);
+    let relay = RunningRelay::start(settings);
+    let ghost = outbox.topic("ghost");
+    let (_, commit_end) = insert_watched(&outbox, "ghost").await;
+    let err = relay
+        .join(Duration::from_secs(60))
+        .await
+        .expect_err("a missing topic stops the relay by default");
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(
+        msg.contains(&format!("topic \"{ghost}\" does not exist")),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("--create --topic {ghost}")), "{msg}");
+    assert!(msg.contains("on_unroutable"), "{msg}");
+    let confirmed = outbox.confirmed_flush_lsn().await.expect("slot");
+    assert!(
+        confirmed < commit_end,
+        "confirmed {confirmed} >= {commit_end}"
+    );
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_topic_with_on_unroutable_dead_letter_dead_letters_the_event_and_goes_on() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    outbox.create_topic(&topic, 1).await;
+    let mut settings = outbox.settings();
+    without_topic_auto_creation(&mut settings);
+    settings.on_unroutable = outbox_relay::sink::OnUnroutable::DeadLetter;
+    let relay = RunningRelay::start(settings);
+    let (ghost_id, _) = insert_watched(&outbox, "ghost").await;
+    let (order_id, _) = insert_watched(&outbox, "order").await;
+    let after = outbox.current_wal_lsn().await;
+    let expected = payload_text(&outbox, &ghost_id).await;
+
+    let dlq = consume(&outbox.dlq_topic, Duration::from_secs(60), |r| {
+        !r.is_empty()
+    })
+    .await;
+    assert_eq!(dlq.len(), 1, "one dead letter");
+    let d = &dlq[0];
+    assert_eq!(d.header("id"), Some(ghost_id.as_str()));
+    assert_eq!(d.header("dlq_reason_code"), Some("topic_missing"));
+    let ghost = outbox.topic("ghost");
+    assert!(
+        d.header("dlq_reason").is_some_and(|r| r.contains(&ghost)),
+        "{:?}",
+        d.header("dlq_reason")
+    );
+    assert_eq!(d.value.as_deref(), Some(expected.as_bytes()));
+    let received = consume(&topic, DEADLINE, |r| !r.is_empty()).await;
+    assert_eq!(received[0].header("ce_id"), Some(order_id.as_str()));
+    wait_slot_past(&outbox, after, "the slot to advance past the dead letter").await;
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_dead_letter_topic_stops_the_relay_at_start_naming_it_and_the_fix() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let mut settings = outbox.settings();
+    without_topic_auto_creation(&mut settings);
+    let before = outbox.confirmed_flush_lsn().await;
+    // No row at all: the relay must find out before the first dead letter.
+    let relay = RunningRelay::start(settings);
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("a missing dead-letter topic stops the relay at start");
+    let msg = err.to_string();
+    println!("{msg}");
+    let dlq = &outbox.dlq_topic;
+    assert!(
+        msg.contains(&format!("the dead-letter topic \"{dlq}\" does not exist")),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("--create --topic {dlq}")), "{msg}");
+    assert!(
+        !msg.contains("on_unroutable"),
+        "no dead-letter way out for the dead-letter topic: {msg}"
+    );
+    assert_eq!(
+        outbox.confirmed_flush_lsn().await,
+        before,
+        "the slot is untouched"
+    );
+    outbox.drop_all().await;
+}
+
+/// The client speaks SASL to a listener that does not: the broker refuses
+/// the handshake, which librdkafka reports as an authentication failure.
+/// The relay stops at once, saying so, without quoting the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_refused_by_the_broker_stops_the_relay() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let mut settings = outbox.settings();
+    settings.sink.properties.extend(
+        [
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanisms", "PLAIN"),
+            ("sasl.username", "relay"),
+            ("sasl.password", "Canary-Not-The-Password"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let relay = RunningRelay::start(settings);
+    let (_, commit_end) = insert_watched(&outbox, "order").await;
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("refused credentials stop the relay");
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(
+        msg.contains("SASL credentials") && msg.contains("sasl.password"),
+        "{msg}"
+    );
+    assert!(!msg.contains("Canary-Not-The-Password"), "{msg}");
+    let confirmed = outbox.confirmed_flush_lsn().await.expect("slot");
+    assert!(confirmed < commit_end);
+    outbox.drop_all().await;
+}

@@ -734,3 +734,47 @@ pub async fn consume_all_ids(
 pub mod mock;
 pub mod proxy;
 pub mod relay_probe;
+
+impl TestOutbox {
+    /// A temporary `test_decoding` slot of the test's own, opened before the
+    /// transactions whose commit position the test needs to know.
+    pub async fn open_commit_watch(&self) -> String {
+        let watch = random_name("watch");
+        self.admin
+            .execute(
+                "SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)",
+                &[&watch],
+            )
+            .await
+            .expect("create the commit-watch slot");
+        watch
+    }
+
+    /// The end LSN of the first outbox transaction committed since `watch`
+    /// was opened: confirming it (or anything past its commit record) would
+    /// tell PostgreSQL that transaction is done. Drops the watch slot.
+    pub async fn first_outbox_commit_end(&self, watch: &str) -> Lsn {
+        let row = self
+            .admin
+            .query_one(
+                &format!(
+                    "WITH c AS (SELECT lsn, xid, data FROM pg_logical_slot_peek_changes($1, NULL, NULL))
+                     SELECT min(lsn)::text FROM c
+                     WHERE data LIKE 'COMMIT%'
+                       AND xid IN (SELECT xid FROM c WHERE data LIKE 'table public.{}:%')",
+                    self.table
+                ),
+                &[&watch],
+            )
+            .await
+            .expect("peek the commit-watch slot");
+        let end: Option<String> = row.get(0);
+        self.admin
+            .execute("SELECT pg_drop_replication_slot($1)", &[&watch])
+            .await
+            .expect("drop the commit-watch slot");
+        end.expect("an outbox transaction committed")
+            .parse()
+            .expect("lsn")
+    }
+}
