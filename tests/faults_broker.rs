@@ -58,50 +58,6 @@ async fn wait_confirmed(outbox: &TestOutbox, at_least: Lsn, what: &str) {
     .await;
 }
 
-/// A temporary `test_decoding` slot of the test's own, opened before the
-/// transactions whose commit position the test needs to know.
-async fn open_commit_watch(outbox: &TestOutbox) -> String {
-    let watch = random_name("watch");
-    outbox
-        .admin
-        .execute(
-            "SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)",
-            &[&watch],
-        )
-        .await
-        .expect("create the commit-watch slot");
-    watch
-}
-
-/// The end LSN of the first outbox transaction committed since `watch` was
-/// opened: confirming it (or anything past its commit record) would tell
-/// PostgreSQL that transaction is done. Drops the watch slot.
-async fn first_outbox_commit_end(outbox: &TestOutbox, watch: &str) -> Lsn {
-    let row = outbox
-        .admin
-        .query_one(
-            &format!(
-                "WITH c AS (SELECT lsn, xid, data FROM pg_logical_slot_peek_changes($1, NULL, NULL))
-                 SELECT min(lsn)::text FROM c
-                 WHERE data LIKE 'COMMIT%'
-                   AND xid IN (SELECT xid FROM c WHERE data LIKE 'table public.{}:%')",
-                outbox.table
-            ),
-            &[&watch],
-        )
-        .await
-        .expect("peek the commit-watch slot");
-    let end: Option<String> = row.get(0);
-    outbox
-        .admin
-        .execute("SELECT pg_drop_replication_slot($1)", &[&watch])
-        .await
-        .expect("drop the commit-watch slot");
-    end.expect("an outbox transaction committed")
-        .parse()
-        .expect("lsn")
-}
-
 /// A relay wired to the mock cluster with `partitions` partitions on its topic.
 struct MockRig {
     mock: Mock,
@@ -308,7 +264,7 @@ async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() 
     // The first transaction touches all 60 aggregates, hence partitions led
     // by broker 1: it cannot be fully acknowledged while broker 1 is down, so
     // the slot must stay below its commit.
-    let watch = open_commit_watch(outbox).await;
+    let watch = outbox.open_commit_watch().await;
     committed.extend(
         outbox
             .commit_events(&mut writer, 1, 60, 60, &mut seqs)
@@ -319,7 +275,7 @@ async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() 
             .commit_events(&mut writer, 40, 2, 60, &mut seqs)
             .await,
     );
-    let unacked_end = first_outbox_commit_end(outbox, &watch).await;
+    let unacked_end = outbox.first_outbox_commit_end(&watch).await;
 
     // Watch the slot until the relay rewound twice (two new walsenders).
     let mut new_sessions = HashSet::new();
@@ -708,9 +664,9 @@ async fn refuse_next_event(
     )
     .await;
     rig.mock.request_errors(RDKafkaApiKey::Produce, errors);
-    let watch = open_commit_watch(outbox).await;
+    let watch = outbox.open_commit_watch().await;
     committed.extend(outbox.commit_events(&mut writer, 1, 1, 4, &mut seqs).await);
-    let refused_end = first_outbox_commit_end(outbox, &watch).await;
+    let refused_end = outbox.first_outbox_commit_end(&watch).await;
     (relay, refused_end, committed, seqs)
 }
 
@@ -879,4 +835,93 @@ async fn policy_violation_with_on_unroutable_dead_letter_goes_to_the_dead_letter
     check_delivery("dead-lettered-policy-violation", &committed, &received);
     assert_produce_errors_used_up(&rig.mock).await;
     rig.outbox.drop_all().await;
+}
+
+/// The process-wide metrics recorder, installed once for this test binary.
+fn metrics_handle() -> metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| outbox_relay::metrics::install_recorder().expect("install the recorder"))
+        .clone()
+}
+
+/// The only broker stops answering: records time out, the relay rebuilds and
+/// replays over and over. Each round logs its reason and counts it by
+/// reason; once that went on for `unhealthy_after` without progress /health
+/// answers 503 with the reason, and 200 again once events are confirmed.
+#[tokio::test]
+async fn health_turns_503_after_retrying_without_progress_and_200_after_progress() {
+    use support::relay_probe::http_get;
+    let (logs, _guard) = LogCapture::start();
+    let handle = metrics_handle();
+    let rig = MockRig::start(1, 3).await;
+    let mut settings = rig.settings();
+    settings.sink.message_timeout_ms = 1000;
+    settings.unhealthy_after = Duration::from_secs(3);
+    let health = outbox_relay::metrics::Health::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let port = listener.local_addr().expect("address").port();
+    tokio::spawn(outbox_relay::metrics::serve(
+        listener,
+        handle.clone(),
+        health.clone(),
+    ));
+    let relay = RunningRelay::start_with_health(settings, health);
+    let outbox = &rig.outbox;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = outbox.commit_events(&mut writer, 5, 2, 4, &mut seqs).await;
+    let before = outbox.current_wal_lsn().await;
+    wait_confirmed(outbox, before, "the slot to confirm the first events").await;
+    let health_is = |want: u16, needle: &'static str| async move {
+        http_get(port, "/health")
+            .await
+            .is_some_and(|(status, body)| status == want && body.contains(needle))
+    };
+    wait_until("/health to answer 200", DEADLINE, || {
+        health_is(200, "streaming")
+    })
+    .await;
+
+    rig.mock.broker_down(1).expect("broker down");
+    committed.extend(outbox.commit_events(&mut writer, 2, 2, 4, &mut seqs).await);
+    wait_until("/health to answer 503 naming the reason", DEADLINE, || {
+        health_is(503, "no progress for")
+    })
+    .await;
+    let (_, body) = http_get(port, "/health").await.expect("/health");
+    println!("/health while the broker is down: {body}");
+    assert!(body.contains("message_timeout"), "{body}");
+    let retries = logs.lines_with("delivery failed; rebuilding the producer");
+    assert!(
+        !retries.is_empty() && retries.iter().all(|l| l.contains("reason=")),
+        "every retry logs its reason: {retries:?}"
+    );
+    let rendered = handle.render();
+    let timeouts = support::relay_probe::metric_value(
+        &rendered,
+        "outbox_relay_delivery_failures_total",
+        "reason=\"message_timeout\"",
+    );
+    assert!(timeouts >= 1.0, "{rendered}");
+
+    rig.mock.broker_up(1).expect("broker up");
+    let after = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        after,
+        "the slot to confirm everything after the outage",
+    )
+    .await;
+    wait_until("/health to answer 200 again", DEADLINE, || {
+        health_is(200, "streaming")
+    })
+    .await;
+    relay.stop().await.expect("graceful stop");
+    let received = rig.read_topic().await;
+    check_delivery("health-after-outage", &committed, &received);
+    outbox.drop_all().await;
 }
