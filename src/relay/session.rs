@@ -784,7 +784,10 @@ impl<'a> Session<'a> {
         let Some(isolation) = &self.isolating else {
             return Ok(());
         };
-        let others = self.tracker.pending_events() - u64::from(isolation.counted);
+        let others = self
+            .tracker
+            .pending_events()
+            .saturating_sub(u64::from(isolation.counted));
         if others > 0 || self.retry.is_some() {
             return Ok(());
         }
