@@ -59,7 +59,9 @@ pub const RELAY_OWNED_PROPERTIES: &[&str] = &[
 #[derive(Debug, Clone)]
 pub struct DeliveryTag {
     pub txn: TxnId,
-    /// Outbox id of the event (for dead-letter headers and log lines).
+    /// The row's key in the relay's record of refusals: the outbox id, or,
+    /// for a dead-lettered row whose id cannot be read, a key derived from
+    /// its commit LSN, key and payload.
     pub event_id: String,
     /// Commit LSN of the transaction the row belongs to.
     pub lsn: Lsn,
