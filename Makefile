@@ -10,7 +10,8 @@ CARGO ?= cargo
 test:
 	@scripts/test
 
-## make demo: services up, outbox set up, the relay turns five orders into CloudEvents on Kafka.
+## make demo: services up, outbox set up, the relay turns five orders into CloudEvents on Kafka;
+## fails, naming the step and its log, unless those five events come back from Kafka.
 demo:
 	@scripts/demo
 

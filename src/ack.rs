@@ -17,14 +17,19 @@
 //!   only when nothing at all is in flight.
 //! * After a failed delivery, [`AckTracker::reset`] forgets everything in
 //!   flight and keeps the confirmed position: the stream rewinds to it.
-//! * Misuse is a typed [`AckError`], never a panic. Every operation is O(1)
-//!   amortized: finished transactions leave the front of a `VecDeque`.
+//! * Misuse is a typed [`AckError`], never a panic.
+//! * Memory is bounded by what is in flight, not by how long the oldest
+//!   event waits: consecutive done transactions (closed, every event acked)
+//!   collapse into one entry with the later end LSN, so thousands of empty
+//!   transactions (a busy database writing to other tables) behind one slow
+//!   acknowledgement take one entry. Every operation is O(log n) in the
+//!   entries held (a `BTreeMap` keyed by the first id of each run).
 //!
 //! Transactions must be opened in commit order. pgoutput without streaming
 //! (protocol version 1) sends each transaction whole, at commit time, so Begin
 //! order is commit order.
 
-use std::collections::VecDeque;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::lsn::Lsn;
@@ -65,16 +70,24 @@ pub enum AckError {
     },
 }
 
-/// One in-flight transaction.
+/// A run of consecutive transactions, held as one entry.
+///
+/// A run of more than one transaction is always *done*: closed, with every
+/// event acknowledged. Nothing about a done transaction matters any more
+/// except that it is done and where the last of them ends, so adjacent done
+/// transactions collapse into one entry carrying the later end LSN.
 #[derive(Debug, Clone, Copy)]
-struct Txn {
+struct Run {
+    /// How many transactions (consecutive ids) this entry stands for.
+    len: u64,
     /// Events handed to the producer and not yet acknowledged.
     unacked: u64,
-    /// The Commit's end LSN, once the Commit arrived.
+    /// The Commit's end LSN (of the last transaction of the run), once the
+    /// Commit arrived.
     end_lsn: Option<Lsn>,
 }
 
-impl Txn {
+impl Run {
     fn is_done(&self) -> bool {
         self.unacked == 0 && self.end_lsn.is_some()
     }
@@ -84,16 +97,18 @@ impl Txn {
 #[derive(Debug, Clone)]
 pub struct AckTracker {
     confirmed: Lsn,
-    /// In-flight transactions in commit order; `queue[i]` has id `front_id + i`.
-    queue: VecDeque<Txn>,
-    /// Id of `queue[0]`, or of the next transaction to open when empty.
-    /// Ids below it (and at or above `reset_floor`) are finished and released.
-    front_id: u64,
+    /// In-flight transactions in commit order, keyed by the first id of each
+    /// run. The runs cover `front..next_id` without gaps, where `front` is
+    /// the first key (`next_id` when empty); two adjacent runs are never
+    /// both done, and the first run is never done (it is released at once).
+    queue: BTreeMap<u64, Run>,
+    /// Id of the next transaction to open.
+    next_id: u64,
     /// Ids below this were forgotten by [`AckTracker::reset`].
     reset_floor: u64,
-    /// Number of transactions at the front of `queue` that are closed.
-    /// Closing is in order, so the closed ones are always a prefix.
-    closed_prefix: usize,
+    /// Id of the oldest transaction not yet closed (`next_id` when all are).
+    /// Closing is in order, so every id below it is closed.
+    next_to_close: u64,
     /// End LSN of the most recent close since the last reset.
     last_end_lsn: Option<Lsn>,
     pending_events: u64,
@@ -104,10 +119,10 @@ impl AckTracker {
     pub fn new(confirmed: Lsn) -> Self {
         AckTracker {
             confirmed,
-            queue: VecDeque::new(),
-            front_id: 0,
+            queue: BTreeMap::new(),
+            next_id: 0,
             reset_floor: 0,
-            closed_prefix: 0,
+            next_to_close: 0,
             last_end_lsn: None,
             pending_events: 0,
         }
@@ -115,11 +130,17 @@ impl AckTracker {
 
     /// Opens the next transaction (at Begin).
     pub fn open(&mut self) -> TxnId {
-        self.queue.push_back(Txn {
-            unacked: 0,
-            end_lsn: None,
-        });
-        TxnId(self.front_id + self.queue.len() as u64 - 1)
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.insert(
+            id,
+            Run {
+                len: 1,
+                unacked: 0,
+                end_lsn: None,
+            },
+        );
+        TxnId(id)
     }
 
     /// Records that one event of `txn` was handed to the producer.
@@ -128,13 +149,14 @@ impl AckTracker {
     /// [`AckError::EventAfterClose`] once `txn` is closed; [`AckError::UnknownTxn`]
     /// or [`AckError::Stale`] for an id this tracker does not hold.
     pub fn add_event(&mut self, txn: TxnId) -> Result<(), AckError> {
-        let Some(entry) = self.lookup(txn)? else {
+        let id = self.known(txn)?;
+        let Some((_, run)) = self.queue.range_mut(..=id).next_back() else {
             return Err(AckError::EventAfterClose(txn));
         };
-        if entry.end_lsn.is_some() {
+        if run.end_lsn.is_some() {
             return Err(AckError::EventAfterClose(txn));
         }
-        entry.unacked += 1;
+        run.unacked += 1;
         self.pending_events += 1;
         Ok(())
     }
@@ -145,15 +167,18 @@ impl AckTracker {
     /// # Errors
     /// [`AckError::TooManyAcks`], [`AckError::UnknownTxn`], [`AckError::Stale`].
     pub fn ack_event(&mut self, txn: TxnId) -> Result<(), AckError> {
-        let Some(entry) = self.lookup(txn)? else {
+        let id = self.known(txn)?;
+        let Some((&first, run)) = self.queue.range_mut(..=id).next_back() else {
             return Err(AckError::TooManyAcks(txn));
         };
-        if entry.unacked == 0 {
+        if run.unacked == 0 {
             return Err(AckError::TooManyAcks(txn));
         }
-        entry.unacked -= 1;
+        run.unacked -= 1;
         self.pending_events -= 1;
-        self.release_done();
+        if run.is_done() {
+            self.finish(first);
+        }
         Ok(())
     }
 
@@ -164,15 +189,12 @@ impl AckTracker {
     /// [`AckError::AlreadyClosed`], [`AckError::CloseOutOfOrder`],
     /// [`AckError::EndLsnBackwards`], [`AckError::UnknownTxn`], [`AckError::Stale`].
     pub fn close(&mut self, txn: TxnId, end_lsn: Lsn) -> Result<(), AckError> {
-        let index = match self.index_of(txn)? {
-            Some(index) => index,
-            None => return Err(AckError::AlreadyClosed(txn)),
-        };
-        if index < self.closed_prefix {
+        let id = self.known(txn)?;
+        if id < self.next_to_close {
             return Err(AckError::AlreadyClosed(txn));
         }
-        if index > self.closed_prefix {
-            let earlier = TxnId(self.front_id + self.closed_prefix as u64);
+        if id > self.next_to_close {
+            let earlier = TxnId(self.next_to_close);
             return Err(AckError::CloseOutOfOrder { txn, earlier });
         }
         if let Some(previous) = self.last_end_lsn.filter(|&p| end_lsn < p) {
@@ -182,10 +204,17 @@ impl AckTracker {
                 previous,
             });
         }
-        self.queue[index].end_lsn = Some(end_lsn);
-        self.closed_prefix += 1;
+        // Not closed yet, so `id` is queued with a run of its own.
+        let Some(run) = self.queue.get_mut(&id) else {
+            return Err(AckError::AlreadyClosed(txn));
+        };
+        run.end_lsn = Some(end_lsn);
+        let done = run.is_done();
+        self.next_to_close += 1;
         self.last_end_lsn = Some(end_lsn);
-        self.release_done();
+        if done {
+            self.finish(id);
+        }
         Ok(())
     }
 
@@ -209,9 +238,19 @@ impl AckTracker {
 
     /// Whether any transaction is open or has unacknowledged events.
     pub fn in_flight(&self) -> bool {
-        // Finished transactions are released at once, so whatever is queued
-        // is still in flight.
+        // A done run at the front is released at once, so whatever is
+        // queued is, or waits behind, something still in flight.
         !self.queue.is_empty()
+    }
+
+    /// Entries held: each open transaction, each closed one with
+    /// unacknowledged events, and one per run of done transactions between
+    /// them. Since two done runs are never adjacent, this is at most twice
+    /// the number of transactions still in flight, however many done ones
+    /// wait behind a slow acknowledgement.
+    #[doc(hidden)]
+    pub fn queued_transactions(&self) -> usize {
+        self.queue.len()
     }
 
     /// Events handed to the producer and not yet acknowledged.
@@ -223,52 +262,67 @@ impl AckTracker {
     /// confirmed position stays; the stream restarts from it, and ids issued
     /// before the reset now answer [`AckError::Stale`].
     pub fn reset(&mut self) {
-        self.front_id += self.queue.len() as u64;
-        self.reset_floor = self.front_id;
+        self.reset_floor = self.next_id;
+        self.next_to_close = self.next_id;
         self.queue.clear();
-        self.closed_prefix = 0;
         // The server re-sends from the confirmed position, so end LSNs start
         // over from there.
         self.last_end_lsn = None;
         self.pending_events = 0;
     }
 
-    /// Pops finished transactions off the front, advancing `confirmed`.
-    fn release_done(&mut self) {
-        while let Some(front) = self.queue.front() {
-            if !front.is_done() {
-                break;
+    /// The run starting at `first` just became done: merges it with a done
+    /// neighbour on either side (keeping the later end LSN), then releases
+    /// the front if it is done, advancing `confirmed`. O(log n).
+    fn finish(&mut self, mut first: u64) {
+        let Some(mut run) = self.queue.get(&first).copied() else {
+            return;
+        };
+        if let Some((&prev_first, prev)) = self.queue.range_mut(..first).next_back()
+            && prev.is_done()
+        {
+            prev.len += run.len;
+            prev.end_lsn = prev.end_lsn.max(run.end_lsn);
+            run = *prev;
+            self.queue.remove(&first);
+            first = prev_first;
+        }
+        let next_first = first + run.len;
+        if let Some(next) = self.queue.get(&next_first).copied()
+            && next.is_done()
+        {
+            self.queue.remove(&next_first);
+            if let Some(merged) = self.queue.get_mut(&first) {
+                merged.len += next.len;
+                merged.end_lsn = merged.end_lsn.max(next.end_lsn);
             }
-            if let Some(end) = front.end_lsn {
+        }
+        // Two done runs are never adjacent, so at most one is released.
+        if let Some(front) = self.queue.first_entry()
+            && front.get().is_done()
+        {
+            let released = front.remove();
+            if let Some(end) = released.end_lsn {
                 // A transaction re-sent after a rewind may end at or below a
                 // position confirmed earlier: never move backwards.
                 self.confirmed = self.confirmed.max(end);
             }
-            self.queue.pop_front();
-            self.front_id += 1;
-            self.closed_prefix -= 1;
         }
     }
 
-    /// The queue index of `txn`, `None` if it was finished and released, or
-    /// an error if it never existed or was forgotten by a reset.
-    fn index_of(&self, txn: TxnId) -> Result<Option<usize>, AckError> {
+    /// The id of `txn` if this tracker issued it since the last reset, or
+    /// the error for an id it never issued or forgot. A known id below the
+    /// first queued run was finished and released; any other is held by
+    /// the last run starting at or below it (the runs have no gaps).
+    fn known(&self, txn: TxnId) -> Result<u64, AckError> {
         let TxnId(id) = txn;
         if id < self.reset_floor {
             return Err(AckError::Stale(txn));
         }
-        if id < self.front_id {
-            return Ok(None);
-        }
-        let index = id - self.front_id;
-        if index >= self.queue.len() as u64 {
+        if id >= self.next_id {
             return Err(AckError::UnknownTxn(txn));
         }
-        Ok(Some(index as usize))
-    }
-
-    fn lookup(&mut self, txn: TxnId) -> Result<Option<&mut Txn>, AckError> {
-        Ok(self.index_of(txn)?.map(|index| &mut self.queue[index]))
+        Ok(id)
     }
 }
 

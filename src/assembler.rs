@@ -77,6 +77,10 @@ pub enum TxEvent {
         relation: Arc<Relation>,
         tuple: TupleData,
     },
+    /// The server described a table (before its first change in this
+    /// session, and again after its shape or publication changed): the
+    /// moment to decide whether it is the outbox.
+    Relation(Arc<Relation>),
     /// Updates, deletes and truncates are not events; the relay counts them.
     Update {
         relation: Arc<Relation>,
@@ -163,8 +167,8 @@ impl TransactionAssembler {
         Self::default()
     }
 
-    /// Feeds one message; returns the event it makes, if any (Relation, Type
-    /// and Origin make none).
+    /// Feeds one message; returns the event it makes, if any (Type and
+    /// Origin make none).
     ///
     /// # Errors
     /// [`AssemblyError`] when the framing is broken; the assembler is then in
@@ -208,8 +212,8 @@ impl TransactionAssembler {
             }
             Message::Relation(body) => {
                 let relation = Arc::new(Relation::from(body));
-                self.relations.insert(relation.oid, relation);
-                return Ok(None);
+                self.relations.insert(relation.oid, Arc::clone(&relation));
+                TxEvent::Relation(relation)
             }
             // Origin names where a replicated transaction came from; Type
             // describes a custom column type. The relay reads text values and
@@ -399,7 +403,12 @@ mod tests {
             })
         );
         assert!(asm.in_transaction());
-        assert_eq!(asm.push(relation_msg(&["id", "payload"])).unwrap(), None);
+        let Some(TxEvent::Relation(described)) =
+            asm.push(relation_msg(&["id", "payload"])).unwrap()
+        else {
+            panic!("expected Relation");
+        };
+        assert_eq!(described.oid, OID);
         let Some(TxEvent::Insert { relation, tuple }) =
             asm.push(insert(OID, &["1", "{}"])).unwrap()
         else {

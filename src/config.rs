@@ -14,6 +14,9 @@
 //!   each failure is a [`ConfigError::Invalid`] naming the field path and the
 //!   constraint, and producer properties that would weaken the relay's
 //!   guarantees (acks, idempotence, partitioner, ...) are refused with why.
+//! * Every duration has an upper bound (see `validate.rs`), so a deadline
+//!   `Instant::now() + duration` built from a valid config never overflows,
+//!   and a typo cannot turn into a week-long wait.
 //! * Secrets never reach `Debug`, `Display` or an error message: the password
 //!   in `postgres.url` and Kafka properties that look secret are shown as
 //!   `***`, and parse errors never quote the offending text.

@@ -65,6 +65,7 @@ impl RelaySettings {
         let pg = &config.postgres;
         let kafka = &config.kafka;
         let mut replication = ReplicationSettings::new(&pg.url, &pg.slot, &pg.publication);
+        replication.outbox_table = Some(pg.table_parts());
         replication.status_interval = pg.status_interval();
         replication.connect_timeout = pg.connect_timeout();
         RelaySettings {
@@ -113,10 +114,12 @@ pub enum RelayError {
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
 /// are drained and confirmed) or a fatal error occurs.
 pub async fn run(
-    settings: RelaySettings,
+    mut settings: RelaySettings,
     mut shutdown: watch::Receiver<bool>,
     health: Health,
 ) -> Result<(), RelayError> {
+    // The stream resolves the outbox table from the catalog at every connect.
+    settings.replication.outbox_table = Some(settings.table.clone());
     let mut confirmed = Lsn::ZERO;
     let mut attempt: u32 = 0;
     let mut refusals = session::Refusals::new();
@@ -154,6 +157,11 @@ pub async fn run(
             }
         };
         confirmed = confirmed.max(stream.slot_confirmed_flush());
+        let Some(outbox) = stream.outbox_table().cloned() else {
+            return Err(RelayError::Stream(
+                "the replication stream did not resolve the outbox table".into(),
+            ));
+        };
         let (mut sink, reports) = KafkaSink::new(&settings.sink)?;
         if !dead_letter_topic_checked {
             check_dead_letter_topic(&mut sink, &settings).await?;
@@ -168,10 +176,10 @@ pub async fn run(
         let outcome = session::Session::new(
             &settings,
             stream,
-            sink,
-            reports,
+            (sink, reports),
             confirmed,
             &mut refusals,
+            outbox,
             health.clone(),
         )
         .run(&mut shutdown)

@@ -130,6 +130,7 @@ impl Fixture {
             conninfo,
             slot: self.slot.clone(),
             publication: self.publication.clone(),
+            outbox_table: None,
             status_interval: Duration::from_secs(10),
             connect_timeout: WAIT,
             application_name: "outbox-relay-test".into(),

@@ -187,12 +187,69 @@ fn a_million_row_transaction_streams_through() {
         t.add_event(a).unwrap();
     }
     assert_eq!(t.pending_events(), 1_000);
+    assert_eq!(t.queued_transactions(), 1, "one transaction, one entry");
     t.close(a, lsn(7)).unwrap();
     for _ in 0..1_000 {
         t.ack_event(a).unwrap();
     }
     assert_eq!(t.confirmed(), lsn(7));
-    assert!(t.queue.capacity() < 16, "one transaction, one slot");
+    assert_eq!(t.queued_transactions(), 0, "one transaction, released");
+}
+
+#[test]
+fn empty_transactions_behind_a_blocked_head_take_constant_space() {
+    let mut t = AckTracker::new(lsn(100));
+    let head = t.open();
+    t.add_event(head).unwrap();
+    t.close(head, lsn(200)).unwrap();
+    // A busy database: transactions on other tables, nothing for the outbox,
+    // while the head's event waits for its broker.
+    let mut end = 200;
+    let mut most = 0;
+    for _ in 0..100_000 {
+        let id = t.open();
+        end += 10;
+        t.close(id, lsn(end)).unwrap();
+        most = most.max(t.queued_transactions());
+    }
+    assert!(most <= 2, "the queue grew to {most} entries");
+    assert_eq!(t.queued_transactions(), 2);
+    assert_eq!(t.confirmed(), lsn(100), "the head is not acked yet");
+    t.ack_event(head).unwrap();
+    assert_eq!(t.confirmed(), lsn(end));
+    assert!(!t.in_flight());
+    assert_eq!(t.queued_transactions(), 0);
+}
+
+#[test]
+fn acked_transactions_behind_a_blocked_head_take_constant_space() {
+    // Transactions with events, each acked after its close (other
+    // partitions answer), interleaved with empty ones: done entries on both
+    // sides of the one that becomes done must merge with it.
+    let mut t = AckTracker::new(lsn(0));
+    let head = t.open();
+    t.add_event(head).unwrap();
+    t.close(head, lsn(10)).unwrap();
+    let mut end = 10;
+    let mut most = 0;
+    for _ in 0..20_000 {
+        let with_event = t.open();
+        t.add_event(with_event).unwrap();
+        end += 10;
+        t.close(with_event, lsn(end)).unwrap();
+        let empty = t.open();
+        end += 10;
+        t.close(empty, lsn(end)).unwrap();
+        most = most.max(t.queued_transactions());
+        t.ack_event(with_event).unwrap();
+        most = most.max(t.queued_transactions());
+    }
+    assert!(most <= 4, "the queue grew to {most} entries");
+    assert_eq!(t.queued_transactions(), 2);
+    assert_eq!(t.confirmed(), lsn(0));
+    t.ack_event(head).unwrap();
+    assert_eq!(t.confirmed(), lsn(end));
+    assert!(!t.in_flight());
 }
 
 // ---- model-based and property tests ----
@@ -206,11 +263,22 @@ enum Op {
     Ack(prop::sample::Index),
     /// Close the oldest unclosed transaction, `step` past the WAL position.
     Close(u64),
+    /// Open and at once close a transaction, `step` past the WAL position:
+    /// one that touched only other tables.
+    Empty(u64),
     /// A keepalive whose WAL end is `pos + delta - 50` (may lag).
     Idle(u64),
     Reset,
     /// Ack a transaction forgotten by a reset.
     StaleAck(prop::sample::Index),
+    /// Call `what` (0 add, 1 ack, 2 close `step` past the WAL position) on
+    /// the n-th transaction ever opened, whatever its state: the result
+    /// (an error, or a change) must be the one the model predicts.
+    Any(u8, prop::sample::Index, u64),
+    /// Close the oldest unclosed transaction below the last end LSN.
+    CloseBackwards(u64),
+    /// Call `what` on an id never issued, `k` past the last.
+    Unknown(u8, u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -219,9 +287,14 @@ fn op() -> impl Strategy<Value = Op> {
         8 => any::<prop::sample::Index>().prop_map(Op::Add),
         8 => any::<prop::sample::Index>().prop_map(Op::Ack),
         3 => (1u64..1000).prop_map(Op::Close),
+        3 => (1u64..1000).prop_map(Op::Empty),
         2 => (0u64..200).prop_map(Op::Idle),
         1 => Just(Op::Reset),
         1 => any::<prop::sample::Index>().prop_map(Op::StaleAck),
+        3 => (0u8..3, any::<prop::sample::Index>(), 1u64..1000)
+            .prop_map(|(what, i, step)| Op::Any(what, i, step)),
+        1 => (0u64..100).prop_map(Op::CloseBackwards),
+        1 => (0u8..3, 0u64..3).prop_map(|(what, k)| Op::Unknown(what, k)),
     ]
 }
 
@@ -234,6 +307,12 @@ struct ModelTxn {
     forgotten: bool,
 }
 
+impl ModelTxn {
+    fn done(&self) -> bool {
+        self.end.is_some() && self.acked == self.events
+    }
+}
+
 #[derive(Debug)]
 struct Model {
     confirmed: u64,
@@ -243,6 +322,10 @@ struct Model {
 impl Model {
     fn live(&self) -> impl Iterator<Item = &(TxnId, ModelTxn)> {
         self.txns.iter().filter(|(_, t)| !t.forgotten)
+    }
+
+    fn get(&mut self, id: TxnId) -> &mut ModelTxn {
+        &mut self.txns.iter_mut().find(|(x, _)| *x == id).unwrap().1
     }
 
     fn recompute(&mut self) {
@@ -257,33 +340,122 @@ impl Model {
     }
 
     fn in_flight(&self) -> bool {
-        self.live()
-            .any(|(_, t)| t.end.is_none() || t.acked < t.events)
+        self.live().any(|(_, t)| !t.done())
     }
 
     fn pending(&self) -> u64 {
         self.live().map(|(_, t)| t.events - t.acked).sum()
     }
+
+    /// The oldest live transaction not yet closed.
+    fn oldest_open(&self) -> Option<TxnId> {
+        self.live()
+            .find(|(_, x)| x.end.is_none())
+            .map(|(id, _)| *id)
+    }
+
+    /// End LSN of the last close since the last reset.
+    fn last_end(&self) -> Option<u64> {
+        self.live().filter_map(|(_, x)| x.end).last()
+    }
+
+    /// The entries a fully collapsed tracker holds: the done prefix is
+    /// released; after it, one per transaction still in flight and one per
+    /// maximal run of done transactions.
+    fn entries(&self) -> usize {
+        let mut entries = 0;
+        let mut previous_done = true; // the released prefix
+        for (_, t) in self.live() {
+            if !t.done() || !previous_done {
+                entries += 1;
+            }
+            previous_done = t.done();
+        }
+        entries
+    }
+
+    /// What `add_event` must answer for `id`.
+    fn add_result(&self, id: TxnId) -> Result<(), AckError> {
+        match self.txns.iter().find(|(x, _)| *x == id) {
+            None => Err(AckError::UnknownTxn(id)),
+            Some((_, x)) if x.forgotten => Err(AckError::Stale(id)),
+            Some((_, x)) if x.end.is_some() => Err(AckError::EventAfterClose(id)),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// What `ack_event` must answer for `id`.
+    fn ack_result(&self, id: TxnId) -> Result<(), AckError> {
+        match self.txns.iter().find(|(x, _)| *x == id) {
+            None => Err(AckError::UnknownTxn(id)),
+            Some((_, x)) if x.forgotten => Err(AckError::Stale(id)),
+            Some((_, x)) if x.acked == x.events => Err(AckError::TooManyAcks(id)),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// What `close` must answer for `id` at `end_lsn`.
+    fn close_result(&self, id: TxnId, end_lsn: u64) -> Result<(), AckError> {
+        match self.txns.iter().find(|(x, _)| *x == id) {
+            None => return Err(AckError::UnknownTxn(id)),
+            Some((_, x)) if x.forgotten => return Err(AckError::Stale(id)),
+            Some((_, x)) if x.end.is_some() => return Err(AckError::AlreadyClosed(id)),
+            Some(_) => {}
+        }
+        let earlier = self.oldest_open().unwrap();
+        if earlier != id {
+            return Err(AckError::CloseOutOfOrder { txn: id, earlier });
+        }
+        match self.last_end() {
+            Some(previous) if end_lsn < previous => Err(AckError::EndLsnBackwards {
+                txn: id,
+                end_lsn: lsn(end_lsn),
+                previous: lsn(previous),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Where a random run left off, for tests that go on from there.
+struct Ran {
+    tracker: AckTracker,
+    model: Model,
+    /// WAL position: end LSNs are issued above it.
+    pos: u64,
+    /// One entry per event handed over and not acked yet.
+    outstanding: Vec<TxnId>,
+}
+
+fn fail(e: AckError) -> TestCaseError {
+    TestCaseError::fail(e.to_string())
 }
 
 /// Runs `ops` against the tracker and the model, checking the properties
-/// after every step. Returns the tracker and model for final checks.
-fn run(start: u64, ops: &[Op]) -> Result<(AckTracker, Model, u64), TestCaseError> {
+/// after every step.
+fn run(start: u64, ops: &[Op]) -> Result<Ran, TestCaseError> {
     let mut t = AckTracker::new(lsn(start));
     let mut m = Model {
         confirmed: start,
         txns: Vec::new(),
     };
-    let mut pos = start; // WAL position: end LSNs are issued above it
+    let mut pos = start;
     let mut outstanding: Vec<TxnId> = Vec::new();
     let mut stale: Vec<TxnId> = Vec::new();
     for op in ops {
         let before = t.confirmed();
         let was_in_flight = t.in_flight();
+        let open = |t: &mut AckTracker, m: &mut Model| {
+            let id = t.open();
+            if let Some((last, _)) = m.txns.last() {
+                prop_assert!(id > *last, "ids are monotonic: {} after {}", id, last);
+            }
+            m.txns.push((id, ModelTxn::default()));
+            Ok(id)
+        };
         match op {
             Op::Open => {
-                let id = t.open();
-                m.txns.push((id, ModelTxn::default()));
+                open(&mut t, &mut m)?;
             }
             Op::Add(i) => {
                 let open: Vec<TxnId> = m
@@ -295,9 +467,8 @@ fn run(start: u64, ops: &[Op]) -> Result<(AckTracker, Model, u64), TestCaseError
                     continue;
                 }
                 let id = open[i.index(open.len())];
-                t.add_event(id)
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                m.txns.iter_mut().find(|(x, _)| *x == id).unwrap().1.events += 1;
+                t.add_event(id).map_err(fail)?;
+                m.get(id).events += 1;
                 outstanding.push(id);
             }
             Op::Ack(i) => {
@@ -305,18 +476,26 @@ fn run(start: u64, ops: &[Op]) -> Result<(AckTracker, Model, u64), TestCaseError
                     continue;
                 }
                 let id = outstanding.swap_remove(i.index(outstanding.len()));
-                t.ack_event(id)
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                m.txns.iter_mut().find(|(x, _)| *x == id).unwrap().1.acked += 1;
+                t.ack_event(id).map_err(fail)?;
+                m.get(id).acked += 1;
             }
             Op::Close(step) => {
-                let Some(id) = m.live().find(|(_, x)| x.end.is_none()).map(|(id, _)| *id) else {
+                let Some(id) = m.oldest_open() else {
                     continue;
                 };
                 pos += step;
-                t.close(id, lsn(pos))
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                m.txns.iter_mut().find(|(x, _)| *x == id).unwrap().1.end = Some(pos);
+                t.close(id, lsn(pos)).map_err(fail)?;
+                m.get(id).end = Some(pos);
+            }
+            Op::Empty(step) => {
+                // Only as the relay does it: with nothing else open.
+                if m.oldest_open().is_some() {
+                    continue;
+                }
+                let id = open(&mut t, &mut m)?;
+                pos += step;
+                t.close(id, lsn(pos)).map_err(fail)?;
+                m.get(id).end = Some(pos);
             }
             Op::Idle(delta) => {
                 let wal_end = (pos + delta).saturating_sub(50);
@@ -345,6 +524,62 @@ fn run(start: u64, ops: &[Op]) -> Result<(AckTracker, Model, u64), TestCaseError
                 let id = stale[i.index(stale.len())];
                 prop_assert_eq!(t.ack_event(id), Err(AckError::Stale(id)));
             }
+            Op::Any(what, i, step) => {
+                if m.txns.is_empty() {
+                    continue;
+                }
+                let id = m.txns[i.index(m.txns.len())].0;
+                match what {
+                    0 => {
+                        let expected = m.add_result(id);
+                        prop_assert_eq!(t.add_event(id), expected.clone(), "add {}", id);
+                        if expected.is_ok() {
+                            m.get(id).events += 1;
+                            outstanding.push(id);
+                        }
+                    }
+                    1 => {
+                        let expected = m.ack_result(id);
+                        prop_assert_eq!(t.ack_event(id), expected.clone(), "ack {}", id);
+                        if expected.is_ok() {
+                            m.get(id).acked += 1;
+                            let k = outstanding.iter().position(|x| *x == id).unwrap();
+                            outstanding.swap_remove(k);
+                        }
+                    }
+                    _ => {
+                        let end = pos + step;
+                        let expected = m.close_result(id, end);
+                        prop_assert_eq!(t.close(id, lsn(end)), expected.clone(), "close {}", id);
+                        if expected.is_ok() {
+                            m.get(id).end = Some(end);
+                            pos = end;
+                        }
+                    }
+                }
+            }
+            Op::CloseBackwards(step) => {
+                let (Some(id), Some(last)) = (m.oldest_open(), m.last_end()) else {
+                    continue;
+                };
+                let end = last.saturating_sub(1 + step);
+                if end >= last {
+                    continue;
+                }
+                let expected = m.close_result(id, end);
+                let backwards = matches!(expected, Err(AckError::EndLsnBackwards { .. }));
+                prop_assert!(backwards, "{:?}", expected);
+                prop_assert_eq!(t.close(id, lsn(end)), expected);
+            }
+            Op::Unknown(what, k) => {
+                let id = TxnId(m.txns.last().map_or(0, |(TxnId(n), _)| n + 1) + k);
+                let result = match what {
+                    0 => t.add_event(id),
+                    1 => t.ack_event(id),
+                    _ => t.close(id, lsn(pos + 1)),
+                };
+                prop_assert_eq!(result, Err(AckError::UnknownTxn(id)));
+            }
         }
         m.recompute();
         let now = t.confirmed();
@@ -362,6 +597,14 @@ fn run(start: u64, ops: &[Op]) -> Result<(AckTracker, Model, u64), TestCaseError
         );
         prop_assert_eq!(t.in_flight(), m.in_flight());
         prop_assert_eq!(t.pending_events(), m.pending());
+        // Fully collapsed: done transactions take no more room than the
+        // runs they form between those still in flight.
+        prop_assert_eq!(
+            t.queued_transactions(),
+            m.entries(),
+            "entries held after {:?}",
+            op
+        );
         // Never past a live transaction that is incomplete: a closed one
         // with unacked events bounds it strictly from above.
         for (_, x) in m.live() {
@@ -377,7 +620,12 @@ fn run(start: u64, ops: &[Op]) -> Result<(AckTracker, Model, u64), TestCaseError
             }
         }
     }
-    Ok((t, m, pos))
+    Ok(Ran {
+        tracker: t,
+        model: m,
+        pos,
+        outstanding,
+    })
 }
 
 proptest! {
@@ -397,37 +645,38 @@ proptest! {
         ops in prop::collection::vec(op(), 0..200),
         ack_order in any::<prop::sample::Index>(),
     ) {
-        let (mut t, _m, mut pos) = run(start, &ops)?;
+        let Ran { tracker: mut t, model, mut pos, mut outstanding } = run(start, &ops)?;
         // Finish: an empty transaction and a few with events, then close
         // every open transaction and ack everything left in a scrambled order.
-        t.open();
+        let mut unclosed: Vec<TxnId> = model
+            .live()
+            .filter(|(_, x)| x.end.is_none())
+            .map(|(id, _)| *id)
+            .collect();
+        unclosed.push(t.open());
         for _ in 0..3 {
             let id = t.open();
             t.add_event(id).unwrap();
             t.add_event(id).unwrap();
+            outstanding.extend([id, id]);
+            unclosed.push(id);
         }
         let mut last = 0;
-        while let Some(i) = t.queue.iter().position(|x| x.end_lsn.is_none()) {
+        for id in unclosed {
             pos += 10;
-            t.close(TxnId(t.front_id + i as u64), lsn(pos)).unwrap();
+            t.close(id, lsn(pos)).unwrap();
             last = pos;
         }
         prop_assert!(t.confirmed().0 < last);
-        // Everything outstanding from the random prefix too.
-        let mut rest: Vec<TxnId> = t
-            .queue
-            .iter()
-            .enumerate()
-            .flat_map(|(i, x)| std::iter::repeat_n(TxnId(t.front_id + i as u64), x.unacked as usize))
-            .collect();
-        let n = rest.len();
-        rest.rotate_left(ack_order.index(n.max(1)) % n.max(1));
-        rest.reverse();
-        for id in rest {
+        let n = outstanding.len();
+        outstanding.rotate_left(ack_order.index(n.max(1)) % n.max(1));
+        outstanding.reverse();
+        for id in outstanding {
             t.ack_event(id).unwrap();
         }
         prop_assert!(!t.in_flight());
         prop_assert_eq!(t.pending_events(), 0);
+        prop_assert_eq!(t.queued_transactions(), 0);
         prop_assert_eq!(t.confirmed(), lsn(last));
     }
 }

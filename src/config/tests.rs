@@ -695,3 +695,109 @@ fn unhealthy_after_is_bounded() {
         config.validate().unwrap();
     }
 }
+
+/// Every duration the relay adds to `Instant::now()` (deadlines, intervals),
+/// built from `config`. Each one must be addable without overflow.
+fn durations(config: &Config) -> Vec<(&'static str, Duration)> {
+    let mut all = vec![
+        (
+            "postgres.status_interval_secs",
+            config.postgres.status_interval(),
+        ),
+        (
+            "postgres.connect_timeout_secs",
+            config.postgres.connect_timeout(),
+        ),
+        ("kafka.message_timeout_ms", config.kafka.message_timeout()),
+        ("kafka.shutdown_drain_secs", config.kafka.shutdown_drain()),
+        (
+            "kafka.linger_ms",
+            Duration::from_millis(config.kafka.linger_ms),
+        ),
+    ];
+    if let Some(heartbeat) = config.postgres.heartbeat_interval() {
+        all.push(("postgres.heartbeat_interval_secs", heartbeat));
+    }
+    all
+}
+
+#[test]
+fn a_drain_of_u64_max_seconds_is_refused_by_name() {
+    // TOML integers stop at i64::MAX; the environment carries any u64.
+    let huge = u64::MAX.to_string();
+    let (field, constraint) = invalid_field(load_str(
+        MINIMAL,
+        &[("OUTBOX_RELAY__KAFKA__SHUTDOWN_DRAIN_SECS", &huge)],
+    ));
+    assert_eq!(field, "kafka.shutdown_drain_secs", "{constraint}");
+    // Why it matters: accepted, the relay's stop deadline
+    // `Instant::now() + shutdown_drain` would panic on the first SIGTERM.
+    assert!(
+        std::time::Instant::now()
+            .checked_add(Duration::from_secs(u64::MAX))
+            .is_none()
+    );
+}
+
+#[test]
+fn every_duration_has_an_upper_bound_naming_its_field() {
+    type Edit = fn(&mut Config, u64);
+    // (field, setter, largest accepted value)
+    let cases: [(&str, Edit, u64); 6] = [
+        (
+            "postgres.status_interval_secs",
+            |c, v| c.postgres.status_interval_secs = v,
+            10,
+        ),
+        (
+            "postgres.connect_timeout_secs",
+            |c, v| c.postgres.connect_timeout_secs = v,
+            300,
+        ),
+        (
+            "postgres.heartbeat_interval_secs",
+            |c, v| c.postgres.heartbeat_interval_secs = v,
+            3_600,
+        ),
+        (
+            "kafka.linger_ms",
+            |c, v| {
+                // librdkafka wants message.timeout.ms above linger.ms.
+                c.kafka.message_timeout_ms = i32::MAX as u64;
+                c.kafka.linger_ms = v;
+            },
+            900_000,
+        ),
+        (
+            "kafka.message_timeout_ms",
+            |c, v| c.kafka.message_timeout_ms = v,
+            i32::MAX as u64,
+        ),
+        (
+            "kafka.shutdown_drain_secs",
+            |c, v| c.kafka.shutdown_drain_secs = v,
+            3_600,
+        ),
+    ];
+    for (name, set, max) in cases {
+        let mut config = minimal();
+        set(&mut config, max);
+        config
+            .validate()
+            .unwrap_or_else(|e| panic!("{name} = {max} must be accepted: {e}"));
+        for (field, d) in durations(&config) {
+            assert!(
+                std::time::Instant::now().checked_add(d).is_some(),
+                "{field}: {d:?} overflows an Instant"
+            );
+        }
+        for above in [max + 1, max * 2, u64::MAX / 1_000, u64::MAX] {
+            let (field, constraint) = rule(|c| set(c, above));
+            assert_eq!(field, name, "{name} = {above}: {constraint}");
+            assert!(
+                constraint.contains(&max.to_string()),
+                "{name}: the constraint names the bound: {constraint}"
+            );
+        }
+    }
+}

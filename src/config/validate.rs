@@ -14,6 +14,23 @@ const MAX_LIBRDKAFKA_INT: u64 = i32::MAX as u64;
 /// wal_sender_timeout / 2)`; PostgreSQL's default `wal_sender_timeout` is
 /// 60 s, and a longer interval risks the server dropping the connection.
 const MAX_STATUS_INTERVAL_SECS: u64 = 10;
+/// Upper bounds of the other durations. Each one is far above any sane value,
+/// low enough that a typo (an extra digit or three, a value in ms where
+/// seconds are meant) is refused instead of becoming a week-long wait, and
+/// small enough that `Instant::now() + duration` can never overflow (which
+/// panics) on any platform.
+///
+/// A connection attempt that has not finished in 5 minutes will not: the
+/// server is unreachable, and retrying with backoff says so sooner.
+const MAX_CONNECT_TIMEOUT_SECS: u64 = 300;
+/// The heartbeat exists so that an idle outbox on a busy database does not
+/// pin WAL; an hour between heartbeats already lets an hour of WAL pile up.
+const MAX_HEARTBEAT_INTERVAL_SECS: u64 = 3_600;
+/// A graceful stop waits at most this long for acknowledgements. Process
+/// supervisors kill a process long before an hour (Kubernetes after 30 s,
+/// systemd after 90 s by default), and what is not drained is only sent
+/// again after the restart, never lost.
+const MAX_SHUTDOWN_DRAIN_SECS: u64 = 3_600;
 /// PostgreSQL's `NAMEDATALEN - 1`: longer identifiers are truncated.
 const MAX_IDENTIFIER_LEN: usize = 63;
 /// The idempotent producer keeps ordering only with at most this many
@@ -103,10 +120,22 @@ fn validate_postgres(config: &Config) -> Result<(), ConfigError> {
              is silent for wal_sender_timeout (60 s by default)",
         ));
     }
-    if pg.connect_timeout_secs == 0 {
+    if !(1..=MAX_CONNECT_TIMEOUT_SECS).contains(&pg.connect_timeout_secs) {
         return Err(invalid(
             "postgres.connect_timeout_secs",
-            "must be at least 1",
+            format!(
+                "must be between 1 and {MAX_CONNECT_TIMEOUT_SECS} (seconds): a connection \
+                 attempt that takes longer will not succeed, the relay retries instead"
+            ),
+        ));
+    }
+    if pg.heartbeat_interval_secs > MAX_HEARTBEAT_INTERVAL_SECS {
+        return Err(invalid(
+            "postgres.heartbeat_interval_secs",
+            format!(
+                "must be at most {MAX_HEARTBEAT_INTERVAL_SECS} (seconds), or 0 for no \
+                 heartbeat: a longer interval lets that much WAL pile up behind an idle outbox"
+            ),
         ));
     }
     let columns = &pg.columns;
@@ -197,6 +226,16 @@ fn validate_kafka(config: &Config) -> Result<(), ConfigError> {
         return Err(invalid(
             "kafka.message_timeout_ms",
             "must be greater than kafka.linger_ms (librdkafka refuses otherwise)",
+        ));
+    }
+    if kafka.shutdown_drain_secs > MAX_SHUTDOWN_DRAIN_SECS {
+        return Err(invalid(
+            "kafka.shutdown_drain_secs",
+            format!(
+                "must be at most {MAX_SHUTDOWN_DRAIN_SECS} (seconds): process supervisors \
+                 kill a stopping relay long before that, and what a stop does not drain \
+                 is sent again after the restart"
+            ),
         ));
     }
     if kafka.queue_max_messages == 0 || kafka.queue_max_messages > MAX_LIBRDKAFKA_INT {

@@ -44,7 +44,8 @@ use crate::metrics::{self as m, Health};
 use crate::outbox::RowExtractor;
 use crate::pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
 use crate::replication::{
-    ReplicationError, ReplicationSettings, ReplicationStream, StreamItem, emit_heartbeat,
+    OutboxTable, RelationClass, RelationLookup, ReplicationError, ReplicationSettings,
+    ReplicationStream, SqlConnection, StreamItem, classify, emit_heartbeat, look_up,
 };
 use crate::sink::{
     DeliveryError, DeliveryReport, DeliveryTag, KafkaSink, OnUnroutable, RefusalClass, RefusalKind,
@@ -126,6 +127,12 @@ pub(super) struct Session<'a> {
     /// A suspect being sent alone; reading pauses meanwhile.
     isolating: Option<Isolation>,
     health: Health,
+    /// The outbox table as resolved at connect.
+    outbox: OutboxTable,
+    /// What each relation described in this session is, by OID.
+    classes: HashMap<u32, RelationClass>,
+    /// For catalog look-ups of relations not known at connect.
+    catalog: Option<SqlConnection>,
 }
 
 /// Rows whose records a broker refused, by row key (the outbox id, or
@@ -280,10 +287,10 @@ impl<'a> Session<'a> {
     pub(super) fn new(
         settings: &'a RelaySettings,
         stream: ReplicationStream,
-        sink: KafkaSink,
-        reports: mpsc::UnboundedReceiver<DeliveryReport>,
+        (sink, reports): (KafkaSink, mpsc::UnboundedReceiver<DeliveryReport>),
         confirmed: Lsn,
         refusals: &'a mut Refusals,
+        outbox: OutboxTable,
         health: Health,
     ) -> Self {
         Self {
@@ -302,11 +309,14 @@ impl<'a> Session<'a> {
             state: TxnState::Idle,
             retry: None,
             confirmed,
-            table: format!("{}.{}", settings.table.0, settings.table.1),
+            table: outbox.qualified_name(),
             last_event: Instant::now(),
             refusals,
             isolating: None,
             health,
+            outbox,
+            classes: HashMap::new(),
+            catalog: None,
         }
     }
 
@@ -345,10 +355,6 @@ impl<'a> Session<'a> {
         &mut self,
         shutdown: &mut watch::Receiver<bool>,
     ) -> SessionResult<Instant> {
-        // While backpressure keeps `next()` from running, status updates
-        // still have to reach the server before wal_sender_timeout.
-        let mut status_tick = tokio::time::interval(self.stream.status_interval());
-        status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let heartbeat_every = self.settings.heartbeat_interval;
         let mut heartbeat_tick =
             tokio::time::interval(heartbeat_every.unwrap_or(Duration::from_secs(3600)));
@@ -363,6 +369,7 @@ impl<'a> Session<'a> {
             {
                 return Ok(deadline);
             }
+            let status_due = self.stream.status_due_at();
             let can_read = self.retry.is_none()
                 && self.isolating.is_none()
                 && (self.tracker.pending_events() as usize) < self.settings.max_in_flight;
@@ -401,10 +408,13 @@ impl<'a> Session<'a> {
                     self.send_isolated_when_alone()?;
                 }
                 item = self.stream.next(), if can_read => {
-                    self.on_item(item?)?;
+                    self.on_item(item?).await?;
                 }
-                _ = status_tick.tick(), if !can_read => {
-                    self.stream.send_status(false).await?;
+                // While backpressure keeps `next()` from running, status
+                // updates (periodic, and prompt reports of progress) still
+                // have to reach the server.
+                () = tokio::time::sleep_until(status_due), if !can_read => {
+                    self.stream.send_due_status().await?;
                 }
                 _ = heartbeat_tick.tick(), if heartbeat_every.is_some() => {
                     let idle = self.last_event.elapsed() >= heartbeat_every.unwrap_or_default();
@@ -418,12 +428,12 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn on_item(&mut self, item: StreamItem) -> SessionResult<()> {
+    async fn on_item(&mut self, item: StreamItem) -> SessionResult<()> {
         match item {
             StreamItem::XLogData { wal_end, data, .. } => {
                 metrics::counter!(m::BYTES_RECEIVED).increment(data.len() as u64);
                 metrics::gauge!(m::RECEIVED_LSN).set(wal_end.as_u64() as f64);
-                self.on_wal(data)
+                self.on_wal(data).await
             }
             StreamItem::Keepalive { wal_end } => {
                 // The keepalive carries the last LSN *sent*. Only when nothing
@@ -446,7 +456,7 @@ impl<'a> Session<'a> {
         }
     }
 
-    fn on_wal(&mut self, mut data: Bytes) -> SessionResult<()> {
+    async fn on_wal(&mut self, mut data: Bytes) -> SessionResult<()> {
         let msg = pgoutput::decode(&mut data, &self.decode_ctx).map_err(|e| {
             SessionError::Fatal(format!(
                 "cannot decode a pgoutput message from slot \"{}\": {e}",
@@ -478,6 +488,7 @@ impl<'a> Session<'a> {
                 }
                 Ok(())
             }
+            TxEvent::Relation(relation) => self.on_relation(&relation).await,
             TxEvent::Insert { relation, tuple } => self.on_insert(&relation, &tuple),
             TxEvent::Update { relation } => {
                 self.count_ignored(&relation, "update");
@@ -530,7 +541,83 @@ impl<'a> Session<'a> {
     }
 
     fn is_outbox(&self, relation: &Relation) -> bool {
-        relation.namespace == self.settings.table.0 && relation.name == self.settings.table.1
+        self.classes
+            .get(&relation.oid)
+            .is_some_and(|class| class.is_outbox())
+    }
+
+    /// Decides, when the server describes a table, whether its inserts are
+    /// outbox rows: by OID, from the catalog, never by the name in the
+    /// message (pgoutput names the leaf partition of a partitioned outbox).
+    async fn on_relation(&mut self, relation: &Relation) -> SessionResult<()> {
+        let class = if self.outbox.members.contains(&relation.oid) {
+            RelationClass::Outbox
+        } else {
+            let lookup = self.look_up(relation.oid).await?;
+            classify(lookup)
+        };
+        match class {
+            RelationClass::Outbox => {
+                if relation.oid == self.outbox.oid
+                    && (relation.namespace != self.outbox.schema
+                        || relation.name != self.outbox.name)
+                {
+                    tracing::warn!(
+                        configured = %self.outbox.qualified_name(),
+                        now = %relation.qualified_name(),
+                        oid = relation.oid,
+                        "the outbox table was renamed; streaming on (same table). Set \
+                         postgres.table to the new name before the next restart"
+                    );
+                }
+            }
+            RelationClass::OutboxByPublication => tracing::warn!(
+                relation = %relation.qualified_name(),
+                oid = relation.oid,
+                outbox = %self.outbox.qualified_name(),
+                "relation is not in the outbox's partition tree now, but the publication \
+                 publishes nothing else: taking its rows as outbox rows (a partition detached \
+                 or dropped since)"
+            ),
+            RelationClass::Other => {}
+            RelationClass::Unknown => {
+                metrics::counter!(m::CHANGES_IGNORED, "kind" => "unknown_relation").increment(1);
+                tracing::error!(
+                    relation = %relation.qualified_name(),
+                    oid = relation.oid,
+                    publication = %self.settings.replication.publication,
+                    "a relation in the stream was dropped since and the publication also \
+                     publishes other tables: the catalog cannot tell whether its rows were \
+                     outbox rows, so they are skipped. Give the relay a publication of its own \
+                     (CREATE PUBLICATION ... FOR TABLE <outbox> WITH (publish = 'insert'))"
+                );
+            }
+        }
+        self.classes.insert(relation.oid, class);
+        Ok(())
+    }
+
+    /// One catalog look-up on the session's SQL connection (opened on
+    /// first use, kept for the session).
+    async fn look_up(&mut self, oid: u32) -> SessionResult<RelationLookup> {
+        let connection = match &mut self.catalog {
+            Some(connection) => connection,
+            None => self
+                .catalog
+                .insert(SqlConnection::connect(&self.settings.replication).await?),
+        };
+        let result = look_up(
+            connection,
+            &self.outbox,
+            &self.settings.replication.publication,
+            oid,
+        )
+        .await;
+        if result.is_err() {
+            // A broken connection is not reused.
+            self.catalog = None;
+        }
+        Ok(result?)
     }
 
     fn on_insert(&mut self, relation: &Arc<Relation>, tuple: &TupleData) -> SessionResult<()> {
@@ -862,13 +949,11 @@ impl<'a> Session<'a> {
         // The stream is not read while draining: keep its status updates
         // going, or a drain longer than wal_sender_timeout loses the
         // connection before the final update.
-        let mut status_tick = tokio::time::interval(self.stream.status_interval());
-        status_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         while self.tracker.pending_events() > 0 || self.retry.is_some() {
             let report = tokio::select! {
                 r = self.reports.recv() => r,
-                _ = status_tick.tick() => {
-                    if let Err(e) = self.stream.send_status(false).await {
+                () = tokio::time::sleep_until(self.stream.status_due_at()) => {
+                    if let Err(e) = self.stream.send_due_status().await {
                         tracing::warn!(error = %e, "status update while draining failed");
                     }
                     continue;

@@ -21,8 +21,10 @@ use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use serde::Deserialize;
 
+use super::ReplicationSettings;
 use super::auth::{read_message, server_error};
 use super::error::{ReplicationError, ServerError};
+use super::outbox_table::{self, OutboxTable};
 use super::socket::FramedSocket;
 use crate::lsn::Lsn;
 
@@ -127,30 +129,93 @@ struct SlotRow {
     conflicting: Option<bool>,
     /// PostgreSQL 17+.
     invalidation_reason: Option<String>,
+    /// PostgreSQL 14+.
+    two_phase: Option<bool>,
+}
+
+/// Which server answered: its system identifier (kept by physical
+/// standbys, so shared by a promoted standby and its old primary) and
+/// timeline (bumped by every promotion). A position confirmed on one
+/// identity means nothing on another: after a failover the new primary's
+/// history forked from the old one's somewhere below it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerIdentity {
+    pub system_id: String,
+    pub timeline: u32,
+}
+
+impl std::fmt::Display for ServerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "system {} timeline {}", self.system_id, self.timeline)
+    }
 }
 
 /// What the checks learned, for the stream.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct CatalogState {
     /// The slot's `confirmed_flush_lsn` at connect: where the stream starts.
     pub confirmed_flush: Lsn,
     /// `wal_sender_timeout`; `None` when disabled (0).
     pub wal_sender_timeout: Option<Duration>,
+    pub identity: ServerIdentity,
+    /// The outbox table, when the settings name one.
+    pub outbox: Option<OutboxTable>,
 }
 
-/// Checks slot and publication and reads `wal_sender_timeout`.
+/// Identifies the server, checks slot, publication and outbox table, and
+/// reads `wal_sender_timeout`.
 pub async fn check(
     socket: &mut FramedSocket,
-    slot: &str,
-    publication: &str,
+    settings: &ReplicationSettings,
     target: &str,
 ) -> Result<CatalogState, ReplicationError> {
-    let confirmed_flush = check_slot(socket, slot, target).await?;
-    check_publication(socket, publication, target).await?;
+    let identity = identify_system(socket, target).await?;
+    let confirmed_flush = check_slot(socket, &settings.slot, target).await?;
+    let outbox = match &settings.outbox_table {
+        Some((schema, name)) => Some(
+            outbox_table::resolve(
+                socket,
+                (schema.as_str(), name.as_str()),
+                &settings.publication,
+                target,
+            )
+            .await?,
+        ),
+        None => {
+            check_publication(socket, &settings.publication, target).await?;
+            None
+        }
+    };
     let wal_sender_timeout = wal_sender_timeout(socket, target).await?;
     Ok(CatalogState {
         confirmed_flush,
         wal_sender_timeout,
+        identity,
+        outbox,
+    })
+}
+
+/// `IDENTIFY_SYSTEM`: the system identifier and timeline.
+async fn identify_system(
+    socket: &mut FramedSocket,
+    target: &str,
+) -> Result<ServerIdentity, ReplicationError> {
+    let action = "identifying the server";
+    let rows = simple_query(socket, "IDENTIFY_SYSTEM", target, action).await?;
+    let row = match rows.as_slice() {
+        [row] if row.len() >= 2 => row,
+        _ => return Err(unexpected_shape(target, action)),
+    };
+    let system_id = row[0]
+        .clone()
+        .ok_or_else(|| unexpected_shape(target, action))?;
+    let timeline = row[1]
+        .as_deref()
+        .and_then(|t| t.parse().ok())
+        .ok_or_else(|| unexpected_shape(target, action))?;
+    Ok(ServerIdentity {
+        system_id,
+        timeline,
     })
 }
 
@@ -205,6 +270,11 @@ fn evaluate_slot(slot: &str, database: &str, row: SlotRow) -> Result<Lsn, Replic
             slot: slot.to_owned(),
             slot_database,
             database: database.to_owned(),
+        });
+    }
+    if row.two_phase == Some(true) {
+        return Err(ReplicationError::SlotTwoPhase {
+            slot: slot.to_owned(),
         });
     }
     let wal_status = row.wal_status.unwrap_or_else(|| "unknown".to_owned());
@@ -401,6 +471,11 @@ mod tests {
             (
                 HEALTHY.replace("\"two_phase\"", r#""conflicting":true,"x""#),
                 "conflicting",
+                ErrorKind::Fatal,
+            ),
+            (
+                HEALTHY.replace(r#""two_phase":false"#, r#""two_phase":true"#),
+                "two_phase",
                 ErrorKind::Fatal,
             ),
             (

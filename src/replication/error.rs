@@ -204,6 +204,16 @@ pub enum ReplicationError {
     },
 
     #[error(
+        "replication slot {slot:?} was created with two_phase = true: PostgreSQL may then \
+         send a prepared transaction at PREPARE and only its COMMIT PREPARED later, while the \
+         relay reads committed transactions only. Create the slot without two-phase: \
+         `SELECT pg_drop_replication_slot('{slot}'); SELECT \
+         pg_create_logical_replication_slot('{slot}', 'pgoutput');` (on a slot that was in \
+         use, note its confirmed_flush_lsn first)"
+    )]
+    SlotTwoPhase { slot: String },
+
+    #[error(
         "replication slot {slot:?} is invalidated (wal_status = {wal_status}{reason}): the WAL \
          it needed is gone and events may be lost. Drop and recreate the slot, then re-publish \
          the outbox from a known position"
@@ -241,6 +251,19 @@ pub enum ReplicationError {
         display_ident(publication)
     )]
     PublicationWithoutInserts { publication: String },
+
+    #[error(
+        "the outbox table {table} does not exist in database {database:?}: check \
+         postgres.table (schema.name), or create the table (sql/outbox.sql)"
+    )]
+    TableMissing { table: String, database: String },
+
+    #[error(
+        "publication {publication:?} does not contain the outbox table {table}, so none of its \
+         rows would ever arrive: `ALTER PUBLICATION {} ADD TABLE {table};`",
+        display_ident(publication)
+    )]
+    PublicationLacksTable { publication: String, table: String },
 
     #[error("PostgreSQL at {target} refused {action}: {server}")]
     Server {
@@ -286,9 +309,12 @@ impl ReplicationError {
             | E::SlotMissing { .. }
             | E::SlotNotPgoutput { .. }
             | E::SlotWrongDatabase { .. }
+            | E::SlotTwoPhase { .. }
             | E::SlotInvalidated { .. }
             | E::PublicationMissing { .. }
             | E::PublicationWithoutInserts { .. }
+            | E::TableMissing { .. }
+            | E::PublicationLacksTable { .. }
             | E::Server { .. }
             | E::Protocol { .. }
             | E::Decode { .. } => ErrorKind::Fatal,

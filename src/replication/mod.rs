@@ -27,7 +27,9 @@ mod catalog;
 pub mod conninfo;
 mod error;
 mod heartbeat;
+mod outbox_table;
 mod socket;
+mod sql;
 mod stream;
 mod tls;
 
@@ -36,9 +38,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+pub use catalog::ServerIdentity;
 pub use conninfo::{Conninfo, SslMode, redact};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
+pub use outbox_table::{OutboxTable, RelationClass, RelationLookup, classify, look_up};
+pub use sql::SqlConnection;
 pub use stream::ReplicationStream;
 
 use crate::lsn::Lsn;
@@ -50,6 +55,10 @@ pub struct ReplicationSettings {
     pub conninfo: String,
     pub slot: String,
     pub publication: String,
+    /// The outbox table `(schema, name)`: resolved from the catalog at
+    /// connect, and the publication must contain it. `None` skips both
+    /// (a stream read for other purposes, as in tests of the connection).
+    pub outbox_table: Option<(String, String)>,
     /// Upper bound between status updates; the effective interval is
     /// `min(this, wal_sender_timeout / 2)`, read from the server at connect.
     pub status_interval: Duration,
@@ -72,6 +81,7 @@ impl ReplicationSettings {
             conninfo: conninfo.into(),
             slot: slot.into(),
             publication: publication.into(),
+            outbox_table: None,
             status_interval: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             application_name: "outbox-relay".to_owned(),
@@ -85,6 +95,7 @@ impl fmt::Debug for ReplicationSettings {
             .field("conninfo", &redact(&self.conninfo))
             .field("slot", &self.slot)
             .field("publication", &self.publication)
+            .field("outbox_table", &self.outbox_table)
             .field("status_interval", &self.status_interval)
             .field("connect_timeout", &self.connect_timeout)
             .field("application_name", &self.application_name)

@@ -27,9 +27,10 @@ use postgres_protocol::message::frontend;
 use tokio::time::{Instant, sleep_until, timeout};
 
 use super::auth::{self, read_error, server_error, server_notice};
-use super::catalog::{self, start_replication_command, validate_slot_name};
+use super::catalog::{self, ServerIdentity, start_replication_command, validate_slot_name};
 use super::conninfo::{Conninfo, Endpoint};
 use super::error::{ErrorKind, ReplicationError, ServerError};
+use super::outbox_table::OutboxTable;
 use super::socket::{self, Frame, FramedSocket};
 use super::{ReplicationSettings, StreamItem};
 use crate::lsn::Lsn;
@@ -42,6 +43,14 @@ const MIN_STATUS_INTERVAL: Duration = Duration::from_millis(100);
 /// Read timeout when the server disables `wal_sender_timeout`: that many
 /// status intervals without an answer to a reply request.
 const READ_TIMEOUT_INTERVALS: u32 = 6;
+
+/// How soon an advanced confirmed position is reported, at the latest, and
+/// how often at most. After a crash the slot re-sends everything above the
+/// last position the server *received*, so reporting only every
+/// `status_interval` (10 s) would re-send up to ten seconds of events;
+/// 100 ms keeps that window small while coalescing a busy stream's
+/// confirmations into at most ten small updates a second.
+pub const PROGRESS_REPORT_DELAY: Duration = Duration::from_millis(100);
 
 /// How long [`ReplicationStream::shutdown`] waits for the server to end the
 /// stream. The final status update is processed before the CopyDone, so a
@@ -58,6 +67,8 @@ pub struct ReplicationStream {
     database: String,
     backend_pid: i32,
     slot_confirmed_flush: Lsn,
+    identity: ServerIdentity,
+    outbox: Option<OutboxTable>,
     confirmed: Lsn,
     status_interval: Duration,
     read_timeout: Duration,
@@ -67,6 +78,9 @@ pub struct ReplicationStream {
     probe_sent_at: Option<Instant>,
     /// Whether anything arrived since the last status update we queued.
     received_since_status: bool,
+    /// The flush LSN of the last status update queued, and when.
+    reported: Lsn,
+    reported_at: Instant,
 }
 
 impl ReplicationStream {
@@ -129,8 +143,7 @@ impl ReplicationStream {
         let mut socket = FramedSocket::new(socket);
         let session =
             auth::startup(&mut socket, conninfo, &settings.application_name, &target).await?;
-        let checked =
-            catalog::check(&mut socket, &settings.slot, &settings.publication, &target).await?;
+        let checked = catalog::check(&mut socket, settings, &target).await?;
         let mut stream = ReplicationStream {
             socket,
             target,
@@ -139,12 +152,16 @@ impl ReplicationStream {
             database: conninfo.dbname.clone(),
             backend_pid: session.backend_pid,
             slot_confirmed_flush: checked.confirmed_flush,
+            identity: checked.identity,
+            outbox: checked.outbox,
             confirmed: start_confirmed,
             status_interval: status_interval(settings.status_interval, checked.wal_sender_timeout),
             read_timeout: read_timeout(settings.status_interval, checked.wal_sender_timeout),
             next_status_at: Instant::now(),
             probe_sent_at: None,
             received_since_status: false,
+            reported: start_confirmed,
+            reported_at: Instant::now(),
         };
         stream.start().await?;
         tracing::info!(
@@ -153,6 +170,7 @@ impl ReplicationStream {
             slot = %stream.slot,
             publication = %stream.publication,
             slot_confirmed_flush = %stream.slot_confirmed_flush,
+            server = %stream.identity,
             start_confirmed = %start_confirmed,
             tls = stream.is_tls(),
             backend_pid = stream.backend_pid,
@@ -226,14 +244,10 @@ impl ReplicationStream {
                 }
                 continue;
             }
-            if Instant::now() >= self.next_status_at {
-                // Asking for a reply when the server has been quiet is the
-                // liveness probe the read timeout relies on.
-                let probe = !self.received_since_status;
-                self.queue_status(probe)?;
-            }
+            self.queue_due_status()?;
             let read_deadline = self.probe_sent_at.map(|sent| sent + self.read_timeout);
-            let wake_at = read_deadline.map_or(self.next_status_at, |d| d.min(self.next_status_at));
+            let status_at = self.status_due_at();
+            let wake_at = read_deadline.map_or(status_at, |d| d.min(status_at));
             // Biased: the socket is polled before the timer, so the timer
             // branch means "nothing to read right now" (a reply that had
             // arrived during a pause of the caller is read first).
@@ -325,20 +339,64 @@ impl ReplicationStream {
         }
     }
 
-    /// Appends a status update carrying the confirmed LSN to the write buffer.
+    /// When the next status update is due: the periodic one, or sooner a
+    /// progress report when the confirmed position moved since the last
+    /// update (at most one per [`PROGRESS_REPORT_DELAY`]).
+    pub fn status_due_at(&self) -> Instant {
+        if self.confirmed > self.reported {
+            self.next_status_at
+                .min(self.reported_at + PROGRESS_REPORT_DELAY)
+        } else {
+            self.next_status_at
+        }
+    }
+
+    /// Queues the status update that is due, if any; returns whether it did.
+    fn queue_due_status(&mut self) -> Result<bool, ReplicationError> {
+        let now = Instant::now();
+        if now >= self.next_status_at {
+            // Asking for a reply when the server has been quiet is the
+            // liveness probe the read timeout relies on.
+            let probe = !self.received_since_status;
+            self.queue_status(probe)?;
+            Ok(true)
+        } else if self.confirmed > self.reported && now >= self.reported_at + PROGRESS_REPORT_DELAY
+        {
+            self.queue_progress_report()?;
+            Ok(true)
+        } else {
+            Ok(false)
+        }
+    }
+
+    /// Appends a status update carrying the confirmed LSN to the write buffer
+    /// and restarts the periodic interval.
     fn queue_status(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
-        let lsn = self.confirmed;
-        let client_time = crate::pgoutput::utc_to_pg_timestamp(chrono::Utc::now());
-        let update = encode_standby_status_update(lsn, lsn, lsn, client_time, reply_requested);
-        frontend::CopyData::new(update)
-            .map_err(|e| self.protocol("sending a status update", e))?
-            .write(self.socket.write_buf());
+        self.write_status_update(reply_requested)?;
         let now = Instant::now();
         self.next_status_at = now + self.status_interval;
         self.received_since_status = false;
         if reply_requested && self.probe_sent_at.is_none() {
             self.probe_sent_at = Some(now);
         }
+        Ok(())
+    }
+
+    /// A status update that only reports progress: it leaves the periodic
+    /// interval and the liveness probe alone.
+    fn queue_progress_report(&mut self) -> Result<(), ReplicationError> {
+        self.write_status_update(false)
+    }
+
+    fn write_status_update(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
+        let lsn = self.confirmed;
+        let client_time = crate::pgoutput::utc_to_pg_timestamp(chrono::Utc::now());
+        let update = encode_standby_status_update(lsn, lsn, lsn, client_time, reply_requested);
+        frontend::CopyData::new(update)
+            .map_err(|e| self.protocol("sending a status update", e))?
+            .write(self.socket.write_buf());
+        self.reported = lsn;
+        self.reported_at = Instant::now();
         Ok(())
     }
 
@@ -360,6 +418,16 @@ impl ReplicationStream {
         self.slot_confirmed_flush
     }
 
+    /// The server this connection reached (`IDENTIFY_SYSTEM`).
+    pub fn identity(&self) -> &ServerIdentity {
+        &self.identity
+    }
+
+    /// The outbox table as resolved at connect, when the settings name one.
+    pub fn outbox_table(&self) -> Option<&OutboxTable> {
+        self.outbox.as_ref()
+    }
+
     /// Whether the connection runs over TLS.
     pub fn is_tls(&self) -> bool {
         self.socket.is_tls()
@@ -373,6 +441,20 @@ impl ReplicationStream {
     /// The effective status interval: `min(status_interval, wal_sender_timeout / 2)`.
     pub fn status_interval(&self) -> Duration {
         self.status_interval
+    }
+
+    /// Sends the status update that is due by [`ReplicationStream::status_due_at`],
+    /// if any. For a caller that is not calling `next` (backpressure, drain).
+    /// Cancel-safe like [`ReplicationStream::send_status`].
+    ///
+    /// # Errors
+    /// Transient I/O errors.
+    pub async fn send_due_status(&mut self) -> Result<(), ReplicationError> {
+        self.queue_due_status()?;
+        self.socket
+            .flush()
+            .await
+            .map_err(|e| self.io("sending a status update", e))
     }
 
     /// Sends a status update with the confirmed LSN now. Cancel-safe: a

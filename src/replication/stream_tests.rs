@@ -30,12 +30,19 @@ impl ReplicationStream {
             database: "test_db".into(),
             backend_pid: 0,
             slot_confirmed_flush: confirmed,
+            identity: ServerIdentity {
+                system_id: "7000000000000000001".into(),
+                timeline: 1,
+            },
+            outbox: None,
             confirmed,
             status_interval,
             read_timeout,
             next_status_at: now + status_interval,
             probe_sent_at: None,
             received_since_status: false,
+            reported: confirmed,
+            reported_at: now,
         }
     }
 }
@@ -321,4 +328,71 @@ fn status_interval_is_bounded_by_half_the_sender_timeout() {
     assert_eq!(status_interval(Duration::ZERO, None), MIN_STATUS_INTERVAL);
     assert_eq!(read_timeout(s(10), Some(s(60))), s(60));
     assert_eq!(read_timeout(s(10), None), s(60));
+}
+
+#[tokio::test]
+async fn an_advanced_confirmation_is_reported_promptly_not_at_the_next_interval() {
+    // A kill -9 re-sends everything above the last *reported* position: a
+    // confirmation that waits for a 60 s interval widens that window.
+    let (mut stream, mut server) = quiet_stream();
+    stream.confirm(Lsn(0x200));
+    let started = Instant::now();
+    let next = tokio::spawn(async move { (stream.next().await, stream) });
+    let (_, flush, _, reply) =
+        tokio::time::timeout(Duration::from_secs(2), read_status(&mut server))
+            .await
+            .expect("the new confirmed position is reported within about 100 ms");
+    assert_eq!(flush, Lsn(0x200));
+    assert!(!reply, "a report of progress is not a liveness probe");
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        started.elapsed()
+    );
+    server.write_all(&keepalive(0x300, false)).await.unwrap();
+    let (item, _stream) = next.await.unwrap();
+    assert!(matches!(item.unwrap(), StreamItem::Keepalive { .. }));
+}
+
+#[tokio::test]
+async fn progress_reports_are_coalesced_and_absent_when_nothing_moved() {
+    let (mut stream, mut server) = quiet_stream();
+    // Nothing moved: no update at all for a while (the interval is 60 s).
+    let quiet = tokio::time::timeout(Duration::from_millis(400), stream.next()).await;
+    assert!(quiet.is_err(), "next() had nothing to return");
+    let mut probe = [0u8; 1];
+    let silent = server.try_read(&mut probe);
+    assert!(
+        matches!(&silent, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "no status update when nothing moved: {silent:?}"
+    );
+
+    // The position moves every 5 ms for 600 ms while the caller keeps
+    // reading: at most one update per 100 ms goes out, the last carrying the
+    // last position.
+    let started = Instant::now();
+    let mut lsn = 0x1000;
+    while started.elapsed() < Duration::from_millis(600) {
+        lsn += 0x10;
+        stream.confirm(Lsn(lsn));
+        let _ = tokio::time::timeout(Duration::from_millis(5), stream.next()).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_millis(250), stream.next()).await;
+    let mut updates = Vec::new();
+    while let Ok((_, flush, _, _)) =
+        tokio::time::timeout(Duration::from_millis(100), read_status(&mut server)).await
+    {
+        updates.push(flush);
+    }
+    assert!(
+        (2..=9).contains(&updates.len()),
+        "about one update per 100 ms over 600-850 ms, got {}: {updates:?}",
+        updates.len()
+    );
+    assert_eq!(
+        updates.last(),
+        Some(&Lsn(lsn)),
+        "the last position is reported"
+    );
+    assert!(updates.windows(2).all(|w| w[0] < w[1]), "{updates:?}");
 }

@@ -111,6 +111,7 @@ impl TestOutbox {
                 conninfo: env("PG_RELAY_URL"),
                 slot: self.slot.clone(),
                 publication: self.publication.clone(),
+                outbox_table: Some(("public".into(), self.table.clone())),
                 status_interval: Duration::from_secs(1),
                 connect_timeout: Duration::from_secs(10),
                 application_name: "outbox-relay-test".into(),

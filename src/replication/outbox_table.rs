@@ -1,0 +1,280 @@
+//! Which relations in the stream are the outbox, by what the catalog says.
+//!
+//! Role: at connect, resolve the configured outbox table to its OID and,
+//! when it is partitioned, the OIDs of its partitions; refuse a publication
+//! that does not contain it. While streaming, classify a relation the stream
+//! names that is not among those OIDs (a partition attached since, a table
+//! renamed or detached) with one catalog look-up.
+//!
+//! Why not by name: pgoutput names the *leaf partition* in its Relation
+//! message unless the publication has `publish_via_partition_root`, so a
+//! name comparison silently skips every row of a partitioned outbox; and a
+//! renamed table keeps its OID, not its name.
+//!
+//! Invariant: a relation is never classified "other" (its rows skipped)
+//! when it may have been the outbox's. pgoutput sends only what the
+//! publication published when the change was decoded, so while the
+//! publication publishes nothing but the outbox's partition tree, every
+//! relation in the stream is the outbox's, even one detached or dropped
+//! since. Only a publication that also publishes other tables leaves the
+//! catalog as the judge, and a start-up warning says so.
+
+use std::collections::HashSet;
+
+use super::catalog::{quote_literal, simple_query};
+use super::error::ReplicationError;
+use super::socket::FramedSocket;
+use super::sql::SqlConnection;
+
+/// The outbox table as the catalog knew it at connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxTable {
+    pub schema: String,
+    pub name: String,
+    /// The table's OID (the partition root's, when partitioned).
+    pub oid: u32,
+    /// The table and every partition below it, at connect.
+    pub members: HashSet<u32>,
+    /// Whether the publication also publishes tables outside the outbox's
+    /// partition tree (`FOR ALL TABLES`, or others listed).
+    pub publication_has_other_tables: bool,
+}
+
+impl OutboxTable {
+    /// `schema.name`.
+    pub fn qualified_name(&self) -> String {
+        format!("{}.{}", self.schema, self.name)
+    }
+}
+
+/// What the catalog says about a relation the stream names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RelationLookup {
+    /// The relation still exists.
+    pub exists: bool,
+    /// It is the outbox table or one of its partitions now.
+    pub in_outbox_tree: bool,
+    /// The publication now publishes tables outside the outbox's tree.
+    pub publication_has_other_tables: bool,
+}
+
+/// Whether a relation's rows are outbox rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RelationClass {
+    /// The outbox table or one of its partitions.
+    Outbox,
+    /// Not in the outbox's tree now, but the publication publishes nothing
+    /// else, so it was the outbox's when its changes were decoded (a
+    /// partition detached or dropped since).
+    OutboxByPublication,
+    /// Another table the publication publishes.
+    Other,
+    /// Dropped since, and the publication publishes other tables too: the
+    /// catalog cannot tell whether it was the outbox's.
+    Unknown,
+}
+
+impl RelationClass {
+    /// Whether its inserts become events.
+    pub fn is_outbox(self) -> bool {
+        matches!(
+            self,
+            RelationClass::Outbox | RelationClass::OutboxByPublication
+        )
+    }
+}
+
+/// The decision, from what the catalog says now.
+pub fn classify(lookup: RelationLookup) -> RelationClass {
+    if lookup.in_outbox_tree {
+        RelationClass::Outbox
+    } else if !lookup.publication_has_other_tables {
+        RelationClass::OutboxByPublication
+    } else if lookup.exists {
+        RelationClass::Other
+    } else {
+        RelationClass::Unknown
+    }
+}
+
+/// The publication's tables as OIDs (`pg_publication_tables` lists leaf
+/// partitions, or the root with `publish_via_partition_root`).
+fn publication_relids(publication: &str) -> String {
+    format!(
+        "SELECT pg_catalog.format('%I.%I', pt.schemaname, pt.tablename)::regclass::oid AS relid \
+         FROM pg_catalog.pg_publication_tables pt WHERE pt.pubname = {}",
+        quote_literal(publication)
+    )
+}
+
+/// Resolves the outbox table and checks the publication, on the
+/// replication connection before START_REPLICATION.
+///
+/// # Errors
+/// Fatal: the table does not exist, the publication does not exist, does
+/// not publish inserts or does not contain the table. Transient: I/O.
+pub async fn resolve(
+    socket: &mut FramedSocket,
+    table: (&str, &str),
+    publication: &str,
+    target: &str,
+) -> Result<OutboxTable, ReplicationError> {
+    let (schema, name) = table;
+    let sql = format!(
+        "WITH t AS (SELECT c.oid FROM pg_catalog.pg_class c \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+           WHERE n.nspname = {schema_lit} AND c.relname = {name_lit}), \
+         tree AS (SELECT oid AS relid FROM t \
+           UNION SELECT p.relid::oid FROM t, pg_catalog.pg_partition_tree(t.oid) p), \
+         pub AS (SELECT pubinsert FROM pg_catalog.pg_publication WHERE pubname = {pub_lit}), \
+         rels AS ({relids}) \
+         SELECT current_database(), (SELECT oid::text FROM t), \
+           (SELECT string_agg(relid::oid::text, ',') FROM tree), \
+           (SELECT pubinsert::text FROM pub), \
+           EXISTS (SELECT 1 FROM rels WHERE relid IN (SELECT relid FROM tree))::text, \
+           EXISTS (SELECT 1 FROM rels WHERE relid NOT IN (SELECT relid FROM tree))::text",
+        schema_lit = quote_literal(schema),
+        name_lit = quote_literal(name),
+        pub_lit = quote_literal(publication),
+        relids = publication_relids(publication),
+    );
+    let action = "resolving the outbox table";
+    let rows = simple_query(socket, &sql, target, action).await?;
+    let row = match rows.as_slice() {
+        [row] if row.len() == 6 => row,
+        _ => return Err(unexpected_shape(target, action)),
+    };
+    let text = |i: usize| row[i].as_deref();
+    let database = text(0).unwrap_or_default().to_owned();
+    let table_name = format!("{schema}.{name}");
+    let Some(oid) = text(1) else {
+        return Err(ReplicationError::TableMissing {
+            table: table_name,
+            database,
+        });
+    };
+    let oid = parse_oid(oid, target, action)?;
+    let members = text(2)
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(|s| parse_oid(s, target, action))
+        .collect::<Result<HashSet<u32>, _>>()?;
+    match text(3) {
+        None => {
+            return Err(ReplicationError::PublicationMissing {
+                publication: publication.to_owned(),
+                database,
+            });
+        }
+        Some("true") => {}
+        Some(_) => {
+            return Err(ReplicationError::PublicationWithoutInserts {
+                publication: publication.to_owned(),
+            });
+        }
+    }
+    if text(4) != Some("true") {
+        return Err(ReplicationError::PublicationLacksTable {
+            publication: publication.to_owned(),
+            table: table_name,
+        });
+    }
+    Ok(OutboxTable {
+        schema: schema.to_owned(),
+        name: name.to_owned(),
+        oid,
+        members,
+        publication_has_other_tables: text(5) == Some("true"),
+    })
+}
+
+/// Asks the catalog about relation `oid` (one query on `connection`).
+///
+/// # Errors
+/// Transient I/O errors; a server error.
+pub async fn look_up(
+    connection: &mut SqlConnection,
+    outbox: &OutboxTable,
+    publication: &str,
+    oid: u32,
+) -> Result<RelationLookup, ReplicationError> {
+    let sql = format!(
+        "WITH tree AS (SELECT {root}::oid AS relid \
+           UNION SELECT p.relid::oid FROM pg_catalog.pg_partition_tree({root}::oid::regclass) p), \
+         rels AS ({relids}) \
+         SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = {oid}::oid)::text, \
+           ({oid}::oid IN (SELECT relid FROM tree))::text, \
+           EXISTS (SELECT 1 FROM rels WHERE relid NOT IN (SELECT relid FROM tree))::text",
+        root = outbox.oid,
+        relids = publication_relids(publication),
+    );
+    let action = "looking up a relation in the catalog";
+    let rows = connection.query(&sql, action).await?;
+    match rows.as_slice() {
+        [row] if row.len() == 3 => {
+            let flag = |i: usize| row[i].as_deref() == Some("true");
+            Ok(RelationLookup {
+                exists: flag(0),
+                in_outbox_tree: flag(1),
+                publication_has_other_tables: flag(2),
+            })
+        }
+        _ => Err(unexpected_shape(connection.target(), action)),
+    }
+}
+
+fn parse_oid(text: &str, target: &str, action: &'static str) -> Result<u32, ReplicationError> {
+    text.parse().map_err(|_| ReplicationError::Protocol {
+        target: target.to_owned(),
+        action,
+        reason: format!("OID {text:?} is not a number"),
+    })
+}
+
+fn unexpected_shape(target: &str, action: &'static str) -> ReplicationError {
+    ReplicationError::Protocol {
+        target: target.to_owned(),
+        action,
+        reason: "unexpected result shape".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(exists: bool, in_tree: bool, others: bool) -> RelationLookup {
+        RelationLookup {
+            exists,
+            in_outbox_tree: in_tree,
+            publication_has_other_tables: others,
+        }
+    }
+
+    #[test]
+    fn a_member_of_the_tree_is_the_outbox_whatever_else_is_published() {
+        for others in [false, true] {
+            assert_eq!(classify(lookup(true, true, others)), RelationClass::Outbox);
+        }
+    }
+
+    #[test]
+    fn with_an_outbox_only_publication_nothing_is_ever_skipped() {
+        // Detached (exists, not in the tree) or dropped since: the
+        // publication published it, and it publishes only the outbox.
+        for exists in [false, true] {
+            let class = classify(lookup(exists, false, false));
+            assert_eq!(class, RelationClass::OutboxByPublication);
+            assert!(class.is_outbox());
+        }
+    }
+
+    #[test]
+    fn with_other_tables_published_the_catalog_decides() {
+        assert_eq!(classify(lookup(true, false, true)), RelationClass::Other);
+        assert_eq!(classify(lookup(false, false, true)), RelationClass::Unknown);
+        assert!(!RelationClass::Other.is_outbox());
+        assert!(!RelationClass::Unknown.is_outbox());
+    }
+}
