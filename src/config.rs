@@ -38,6 +38,7 @@ use crate::envelope::{ContentMode, DEFAULT_TOPIC_TEMPLATE, EnvelopeSettings};
 use crate::sink::OnUnroutable;
 
 pub use redact::{is_secret_property, redact_conninfo};
+pub(crate) use redact::{is_shown_parameter, key_values, split_url_scheme};
 pub use sources::ENV_PREFIX;
 
 /// A complete, commented example configuration (`relay.example.toml`).

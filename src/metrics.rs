@@ -31,6 +31,8 @@ pub const CONFIRMED_LSN: &str = "outbox_relay_confirmed_lsn";
 pub const RECEIVED_LSN: &str = "outbox_relay_received_lsn";
 pub const EVENTS_IN_FLIGHT: &str = "outbox_relay_events_in_flight";
 pub const BYTES_RECEIVED: &str = "outbox_relay_wal_received_bytes_total";
+pub const SERVER_CHANGES: &str = "outbox_relay_server_changes_total";
+pub const SLOT_JUMPS: &str = "outbox_relay_slot_jumps_total";
 
 /// The `reason` label of [`DELIVERY_FAILURES`] and [`RECONNECTS`]: a small
 /// fixed set, so that a dashboard can tell a broker outage from a refusal
@@ -93,6 +95,14 @@ pub fn describe() {
     describe_gauge!(
         EVENTS_IN_FLIGHT,
         "Events handed to the producer and not yet acknowledged."
+    );
+    describe_counter!(
+        SERVER_CHANGES,
+        "Sessions that found another server (system identifier or timeline) than the last one: a failover, or another cluster behind the URL."
+    );
+    describe_counter!(
+        SLOT_JUMPS,
+        "Sessions that found the slot ahead of the position this relay confirmed: someone else advanced or recreated it."
     );
     metrics::describe_counter!(
         BYTES_RECEIVED,

@@ -18,6 +18,7 @@
 //! session (invariant 1); this loop carries that LSN from one session to the
 //! next.
 
+mod position;
 mod session;
 
 use std::time::Duration;
@@ -30,9 +31,10 @@ use crate::lsn::Lsn;
 use crate::metrics::{self as m, Health};
 use crate::outbox::ColumnMap;
 use crate::replication::{
-    self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream,
+    self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, ServerIdentity,
 };
 use crate::sink::{KafkaSink, OnUnroutable, SinkError, SinkSettings, TopicCheck};
+use position::{Position, Resume};
 
 pub use session::SessionError;
 
@@ -120,7 +122,10 @@ pub async fn run(
 ) -> Result<(), RelayError> {
     // The stream resolves the outbox table from the catalog at every connect.
     settings.replication.outbox_table = Some(settings.table.clone());
-    let mut confirmed = Lsn::ZERO;
+    let mut confirmed;
+    // The confirmed position and the server it belongs to, carried from
+    // one session to the next (only to the same server: see `position`).
+    let mut carried: Option<Position> = None;
     let mut attempt: u32 = 0;
     let mut refusals = session::Refusals::new();
     let mut dead_letter_topic_checked = false;
@@ -129,7 +134,9 @@ pub async fn run(
         if *shutdown.borrow() {
             return Ok(());
         }
-        let stream = match ReplicationStream::connect(&settings.replication, confirmed).await {
+        // The stream reports nothing before `confirm` below: the position to
+        // report depends on which server answered.
+        let mut stream = match ReplicationStream::connect(&settings.replication, Lsn::ZERO).await {
             Ok(stream) => stream,
             Err(e) => {
                 let reason = match e.kind() {
@@ -156,12 +163,27 @@ pub async fn run(
                 continue;
             }
         };
-        confirmed = confirmed.max(stream.slot_confirmed_flush());
+        let server = stream.identity().clone();
+        let (start, resumed) =
+            position::resume(carried.as_ref(), &server, stream.slot_confirmed_flush());
+        report_resume(&resumed, &server, &stream, &settings.replication.slot);
+        confirmed = start;
+        stream.confirm(confirmed);
         let Some(outbox) = stream.outbox_table().cloned() else {
             return Err(RelayError::Stream(
                 "the replication stream did not resolve the outbox table".into(),
             ));
         };
+        if outbox.current_name != outbox.qualified_name() {
+            tracing::warn!(
+                configured = %outbox.qualified_name(),
+                now = %outbox.current_name,
+                oid = outbox.oid,
+                "the outbox table was renamed; streaming on (same table). Set postgres.table \
+                 to the new name before the next restart"
+            );
+        }
+        settings.replication.outbox_oid = Some(outbox.oid);
         let (mut sink, reports) = KafkaSink::new(&settings.sink)?;
         if !dead_letter_topic_checked {
             check_dead_letter_topic(&mut sink, &settings).await?;
@@ -193,6 +215,10 @@ pub async fn run(
             Err((err, last_confirmed)) => {
                 let progressed = last_confirmed > confirmed;
                 confirmed = confirmed.max(last_confirmed);
+                carried = Some(Position {
+                    server: server.clone(),
+                    confirmed,
+                });
                 match err {
                     SessionError::Replication(e) if e.kind() == ErrorKind::Fatal => {
                         return Err(e.into());
@@ -251,6 +277,53 @@ async fn check_dead_letter_topic(
                 "could not check the dead-letter topic at start; a missing one will stop the relay at the first dead letter"
             );
             Ok(())
+        }
+    }
+}
+
+/// Says how a session resumes; loud when the position could not be carried.
+fn report_resume(
+    resumed: &Resume,
+    server: &ServerIdentity,
+    stream: &ReplicationStream,
+    slot: &str,
+) {
+    let slot_position = stream.slot_confirmed_flush();
+    match resumed {
+        Resume::First | Resume::Carried => {}
+        Resume::SlotAhead {
+            confirmed,
+            slot: at,
+        } => {
+            metrics::counter!(m::SLOT_JUMPS).increment(1);
+            tracing::warn!(
+                slot,
+                confirmed_by_relay = %confirmed,
+                slot_position = %at,
+                gap_bytes = at.as_u64().saturating_sub(confirmed.as_u64()),
+                "the slot is ahead of the position this relay confirmed: someone else advanced \
+                 or recreated it, and transactions committed in between are not read"
+            );
+        }
+        Resume::ServerChanged { previous } => {
+            metrics::counter!(m::SERVER_CHANGES).increment(1);
+            let fork = stream
+                .timeline_fork_point()
+                .map_or_else(|| "unknown".to_owned(), |lsn| lsn.to_string());
+            tracing::error!(
+                slot,
+                previous_server = %previous.server,
+                previous_confirmed = %previous.confirmed,
+                %server,
+                timeline_fork = %fork,
+                slot_position = %slot_position,
+                "another PostgreSQL server answers (failover or a new cluster behind the URL): \
+                 starting from the new slot's position, not the old server's. Events committed \
+                 on the new server before the slot's position (since the timeline fork, when the \
+                 slot was created after it) were never decoded by this slot and may be missing; \
+                 events the relay confirmed on the old server above the fork may not exist on \
+                 the new one"
+            );
         }
     }
 }

@@ -329,7 +329,9 @@ pub enum SinkError {
 }
 
 /// Plain settings for the producer, taken from the validated config.
-#[derive(Debug, Clone)]
+/// `Debug` shows `***` for every property whose name marks a secret
+/// ([`crate::config::is_secret_property`]).
+#[derive(Clone)]
 pub struct SinkSettings {
     pub brokers: String,
     pub linger_ms: u64,
@@ -338,6 +340,30 @@ pub struct SinkSettings {
     /// Any other librdkafka property, already checked against
     /// [`RELAY_OWNED_PROPERTIES`].
     pub properties: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for SinkSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let properties: Vec<(&str, &str)> = self
+            .properties
+            .iter()
+            .map(|(name, value)| {
+                let shown = if crate::config::is_secret_property(name) {
+                    "***"
+                } else {
+                    value.as_str()
+                };
+                (name.as_str(), shown)
+            })
+            .collect();
+        f.debug_struct("SinkSettings")
+            .field("brokers", &self.brokers)
+            .field("linger_ms", &self.linger_ms)
+            .field("message_timeout_ms", &self.message_timeout_ms)
+            .field("queue_max_messages", &self.queue_max_messages)
+            .field("properties", &properties)
+            .finish()
+    }
 }
 
 struct ReportingContext {
@@ -808,5 +834,45 @@ mod tests {
                 .reason()
                 .contains("too large")
         );
+    }
+}
+
+#[cfg(test)]
+mod settings_tests {
+    use super::SinkSettings;
+
+    #[test]
+    fn debug_hides_every_secret_property() {
+        let canary = "Kc4n4ry/?@#:%='\" x";
+        let properties = [
+            "sasl.password",
+            "ssl.key.password",
+            "ssl.keystore.password",
+            "ssl.key.pem",
+            "SASL.PASSWORD",
+            "sasl.oauthbearer.client.secret",
+            "sasl.jaas.config",
+        ];
+        let settings = SinkSettings {
+            brokers: "b:9092".into(),
+            linger_ms: 5,
+            message_timeout_ms: 30_000,
+            queue_max_messages: 10,
+            properties: properties
+                .iter()
+                .map(|name| ((*name).to_owned(), canary.to_owned()))
+                .chain([("sasl.username".to_owned(), "relay-user".to_owned())])
+                .collect(),
+        };
+        for shown in [format!("{settings:?}"), format!("{settings:#?}")] {
+            assert!(!shown.contains("Kc4n4ry"), "{shown}");
+            for name in properties {
+                assert!(shown.contains(name), "names {name}: {shown}");
+            }
+            assert!(
+                shown.contains("relay-user"),
+                "harmless values stay: {shown}"
+            );
+        }
     }
 }

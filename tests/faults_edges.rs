@@ -6,7 +6,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::relay_probe::topic_len;
+use support::proxy::StallProxy;
+use support::relay_probe::{self, topic_len};
 use support::*;
 
 const DEADLINE: Duration = Duration::from_secs(120);
@@ -313,6 +314,8 @@ async fn a_renamed_outbox_table_keeps_streaming() {
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     let mut committed = outbox.commit_events(&mut writer, 20, 2, 5, &mut seqs).await;
+    // Streaming under the configured name first.
+    consume_all_ids(&topic, &committed, DEADLINE).await;
     let renamed = format!("{}_renamed", outbox.table);
     outbox
         .admin
@@ -330,6 +333,21 @@ async fn a_renamed_outbox_table_keeps_streaming() {
             "ALTER TABLE public.{old_name}_orders RENAME TO {}_orders",
             outbox.table
         ))
+        .await
+        .unwrap();
+    committed.extend(outbox.commit_events(&mut writer, 20, 2, 5, &mut seqs).await);
+    // A reconnect after the rename must still find the table (by its OID;
+    // the configured name is gone).
+    wait_until("the relay to hold the slot", DEADLINE, || {
+        outbox.slot_active()
+    })
+    .await;
+    outbox
+        .admin
+        .execute(
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1",
+            &[&outbox.slot],
+        )
         .await
         .unwrap();
     committed.extend(outbox.commit_events(&mut writer, 20, 2, 5, &mut seqs).await);
@@ -376,5 +394,228 @@ async fn a_publication_for_all_tables_publishes_only_the_outbox() {
         .batch_execute(&format!("DROP PUBLICATION {all}"))
         .await
         .unwrap();
+    outbox.drop_all().await;
+}
+
+/// A relay process behind `proxy`, serving /metrics on a port of its own.
+fn start_relay_behind(outbox: &TestOutbox, proxy: &StallProxy) -> (RelayProcess, u16) {
+    let metrics_port = relay_probe::free_port();
+    let url = format!(
+        "postgres://relay:relay-test-password@127.0.0.1:{}/postgres",
+        proxy.addr().port()
+    );
+    let config = outbox.write_config_with_url(
+        &url,
+        &format!("[relay]\nmetrics_addr = \"127.0.0.1:{metrics_port}\""),
+    );
+    (RelayProcess::start(&config), metrics_port)
+}
+
+async fn metric(port: u16, name: &str) -> f64 {
+    let (_, body) = relay_probe::http_get(port, "/metrics")
+        .await
+        .expect("/metrics answers");
+    relay_probe::metric_value(&body, name, "")
+}
+
+/// An address nothing listens on: connections are refused at once.
+async fn refused_addr() -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    listener.local_addr().unwrap()
+}
+
+fn pg_addr(port: &str) -> std::net::SocketAddr {
+    format!("127.0.0.1:{port}").parse().unwrap()
+}
+
+// Case 24: the slot advanced by someone else while the relay was cut off:
+// the relay says so, with the gap, and counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_advanced_behind_the_relays_back_is_warned_and_counted() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let proxy = StallProxy::start(pg_addr(&env("PG_PORT"))).await;
+    let (relay, metrics_port) = start_relay_behind(&outbox, &proxy);
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    let before = outbox
+        .commit_events(&mut writer, 50, 2, 10, &mut seqs)
+        .await;
+    consume_all_ids(&topic, &before, DEADLINE).await;
+
+    // Cut off: every connection to PostgreSQL is refused for a while.
+    proxy.redirect(refused_addr().await);
+    wait_until("the walsender to let go of the slot", DEADLINE, || async {
+        !outbox.slot_active().await
+    })
+    .await;
+    let skipped = outbox
+        .commit_events(&mut writer, 20, 2, 10, &mut seqs)
+        .await;
+    outbox
+        .admin
+        .execute(
+            "SELECT pg_replication_slot_advance($1, pg_current_wal_lsn())",
+            &[&outbox.slot],
+        )
+        .await
+        .unwrap();
+    proxy.redirect(pg_addr(&env("PG_PORT")));
+
+    let after = outbox
+        .commit_events(&mut writer, 50, 2, 10, &mut seqs)
+        .await;
+    let received = consume_all_ids(&topic, &after, DEADLINE).await;
+    let mut committed = before.clone();
+    committed.extend(after.iter().cloned());
+    check_delivery("slot-advanced", &committed, &received);
+    wait_until("the slot jump to be counted", DEADLINE, || async {
+        metric(metrics_port, "outbox_relay_slot_jumps_total").await >= 1.0
+    })
+    .await;
+    let log = relay.log_text();
+    relay.kill9();
+    let warning = log
+        .lines()
+        .find(|l| l.contains("the slot is ahead of the position this relay confirmed"))
+        .unwrap_or_else(|| panic!("no warning about the slot jump in:\n{log}"));
+    assert!(
+        warning.contains("WARN") && warning.contains("gap_bytes="),
+        "{warning}"
+    );
+    // What the warning is about: the rows in the gap were never read.
+    let delivered: std::collections::HashSet<&str> =
+        received.iter().filter_map(|r| r.header("ce_id")).collect();
+    assert!(
+        skipped.iter().all(|c| !delivered.contains(c.id.as_str())),
+        "the slot was advanced past these rows, so the server never sent them"
+    );
+    outbox.drop_all().await;
+}
+
+/// `scripts/services <args>`; returns its stdout.
+fn services(args: &[&str]) -> String {
+    let out = std::process::Command::new(env("OUTBOX_RELAY_SERVICES"))
+        .args(args)
+        .output()
+        .expect("run scripts/services");
+    assert!(
+        out.status.success(),
+        "scripts/services {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+async fn connect_port(port: &str) -> tokio_postgres::Client {
+    let (client, conn) = tokio_postgres::connect(
+        &format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        tokio_postgres::NoTls,
+    )
+    .await
+    .expect("connect");
+    tokio::spawn(conn);
+    client
+}
+
+async fn wal_lsn(client: &tokio_postgres::Client) -> outbox_relay::lsn::Lsn {
+    let row = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap();
+    row.get::<_, String>(0).parse().unwrap()
+}
+
+// Case 23: failover to a promoted standby, the slot recreated there by
+// failover tooling, the relay's address moved to it. Everything committed on
+// the new primary after its slot was created is delivered, although the
+// relay had confirmed positions on the old primary far above those commits;
+// the logs name the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_failover_to_a_promoted_standby_new_commits_are_not_taken_for_replays() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 3).await;
+    let proxy = StallProxy::start(pg_addr(&env("PG_PORT"))).await;
+    let (relay, metrics_port) = start_relay_behind(&outbox, &proxy);
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    let mut on_old = outbox
+        .commit_events(&mut writer, 50, 2, 10, &mut seqs)
+        .await;
+    consume_all_ids(&topic, &on_old, DEADLINE).await;
+
+    let standby = random_name("failover");
+    let standby_port = services(&["standby-create", &standby]).trim().to_owned();
+    services(&["standby-promote", &standby]);
+    // The old primary goes on for a while (as it does until fenced): the
+    // relay confirms positions there far above the fork.
+    let fork_seqs = seqs.clone();
+    on_old.extend(
+        outbox
+            .commit_events(&mut writer, 40, 50, 10, &mut seqs)
+            .await,
+    );
+    consume_all_ids(&topic, &on_old, DEADLINE).await;
+    let old_confirmed = outbox.confirmed_flush_lsn().await.expect("old slot");
+
+    // On the new primary: rows written before the failover tool recreates
+    // the slot (never decoded by it), then the slot, then new rows.
+    let new_primary = connect_port(&standby_port).await;
+    let mut new_writer = connect_port(&standby_port).await;
+    let mut new_seqs = fork_seqs;
+    // Fresh aggregates on the new primary, so per-aggregate order is judged
+    // on what the new primary committed alone.
+    new_seqs.clear();
+    let new_outbox = TestOutbox {
+        admin: new_primary,
+        table: outbox.table.clone(),
+        publication: outbox.publication.clone(),
+        slot: outbox.slot.clone(),
+        topic_prefix: outbox.topic_prefix.clone(),
+        dlq_topic: outbox.dlq_topic.clone(),
+    };
+    let _before_slot = new_outbox
+        .commit_events(&mut new_writer, 5, 2, 7, &mut new_seqs)
+        .await;
+    new_outbox
+        .admin
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&outbox.slot],
+        )
+        .await
+        .unwrap();
+    let on_new = new_outbox
+        .commit_events(&mut new_writer, 50, 2, 7, &mut new_seqs)
+        .await;
+    let new_position = wal_lsn(&new_outbox.admin).await;
+    assert!(
+        new_position < old_confirmed,
+        "precondition: the new primary's commits ({new_position}) lie below what the relay \
+         confirmed on the old one ({old_confirmed})"
+    );
+
+    proxy.redirect(pg_addr(&standby_port));
+    let received_new = consume_all_ids(&topic, &on_new, DEADLINE).await;
+    check_delivery("failover-new-primary", &on_new, &received_new);
+    check_delivery("failover-old-primary", &on_old, &received_new);
+    wait_until("the server change to be counted", DEADLINE, || async {
+        metric(metrics_port, "outbox_relay_server_changes_total").await >= 1.0
+    })
+    .await;
+    let log = relay.log_text();
+    relay.kill9();
+    let line = log
+        .lines()
+        .find(|l| l.contains("another PostgreSQL server answers"))
+        .unwrap_or_else(|| panic!("no line naming the server change in:\n{log}"));
+    assert!(
+        line.contains("ERROR") && line.contains("timeline 2") && line.contains("timeline_fork="),
+        "{line}"
+    );
+
+    drop(new_outbox);
+    services(&["standby-remove", &standby]);
     outbox.drop_all().await;
 }

@@ -1031,22 +1031,171 @@ async fn tls_verify_full_against_a_wrong_host_name_refuses_fast() {
     report_wall_time("tls-wrong-host", started);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_settings_the_relay_cannot_honour_refuse_fast_naming_the_fix() {
+    let started = Instant::now();
+    let outbox = TestOutbox::create("jsonb").await;
+    for (query, says) in [
+        (
+            "sslmode=disable&channel_binding=require",
+            "channel_binding=require needs TLS",
+        ),
+        ("sslmode=verify-full", "sslrootcert=<path"),
+        (
+            "sslmode=verify-ca&sslrootcert=system",
+            "sslmode=verify-full",
+        ),
+    ] {
+        let url = pg_url_at("localhost", "relay", "relay-test-password", query);
+        let config = outbox.write_config_with_url(&url, "");
+        let log = expect_fast_refusal(&config).await;
+        assert!(log.contains(says), "{query}: {log}");
+    }
+    assert!(!outbox.slot_active().await);
+    outbox.drop_all().await;
+    report_wall_time("tls-refused-settings", started);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sslrootcert_file_is_the_only_trust_and_system_means_the_system_store() {
+    use support::tls::ThrowawayCa;
+    let started = Instant::now();
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    // The relay's "system trust store" here is the test server's CA
+    // (OpenSSL reads SSL_CERT_FILE), so trusting the system store would let
+    // the server's certificate pass.
+    let system_store = [("SSL_CERT_FILE", env("PG_CA_CERT"))];
+    let system_store: Vec<(&str, &str)> =
+        system_store.iter().map(|(k, v)| (*k, v.as_str())).collect();
+
+    // sslrootcert=<another CA's file>: the system store must not count.
+    let other = ThrowawayCa::create();
+    let url = pg_url_at(
+        "localhost",
+        "relay",
+        "relay-test-password",
+        &format!(
+            "sslmode=verify-full&sslrootcert={}",
+            other.ca_cert.display()
+        ),
+    );
+    let config = outbox.write_config_with_url(&url, "");
+    let mut relay = RelayProcess::start_with_env(&config, &system_store);
+    let status = relay.wait(FAST_EXIT).await;
+    let log = relay.log_text();
+    assert_eq!(status.code(), Some(1), "refused: {log}");
+    assert!(log.contains("certificate"), "{log}");
+
+    // sslrootcert=system: that store, and verify-full by default.
+    let url = pg_url_at(
+        "localhost",
+        "relay",
+        "relay-test-password",
+        "sslrootcert=system",
+    );
+    let config = outbox.write_config_with_url(&url, "");
+    let relay = RelayProcess::start_with_env(&config, &system_store);
+    let mut writer = outbox.writer().await;
+    let committed = outbox
+        .commit_events(&mut writer, 10, 2, 5, &mut HashMap::new())
+        .await;
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    let (ssl, _) = walsender_ssl(&outbox).await;
+    assert!(ssl);
+    assert!(relay.terminate().await.success());
+    outbox.drop_all().await;
+    report_wall_time("tls-root-cert-trust", started);
+}
+
 // ---------------------------------------------------------------------------
 // Case 21: a canary password never appears in any log line.
+
+/// A secret with every character that URLs and key=value strings give a
+/// meaning to, between two unique markers: a leak of its beginning or its
+/// end shows even where the middle was cut off or escaped.
+struct Canary {
+    text: String,
+    head: String,
+    tail: String,
+}
+
+impl Canary {
+    fn new(prefix: &str) -> Canary {
+        let marker = || uuid::Uuid::new_v4().simple().to_string()[..12].to_string();
+        let head = format!("{prefix}{}", marker());
+        let tail = format!("{}{prefix}", marker());
+        Canary {
+            text: format!("{head}/?@#:%='\" &x {tail}"),
+            head,
+            tail,
+        }
+    }
+
+    /// What must appear in no output line: the secret, as the URL and the
+    /// key=value string carry it, percent-encoded, and its markers.
+    fn forms(&self) -> Vec<String> {
+        vec![
+            self.text.clone(),
+            percent_encode_all(&self.text),
+            percent_encode_minimal(&self.text),
+            self.head.clone(),
+            self.tail.clone(),
+        ]
+    }
+}
+
+/// Replaces `line` (which must be there) in the config at `path`.
+fn edit_config(path: &std::path::Path, line: &str, replacement: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert!(text.contains(line), "{line:?} not in the config");
+    std::fs::write(path, text.replace(line, replacement)).unwrap();
+}
+
+/// Starts a relay at trace level with `config`, waits for it to exit
+/// (fatally) within [`FAST_EXIT`], returns its output.
+async fn refused_run(config: &std::path::Path, says: &str) -> String {
+    let mut relay = RelayProcess::start_with_log(config, "trace");
+    let status = relay.wait(FAST_EXIT).await;
+    let log = relay.log_text();
+    assert_eq!(status.code(), Some(1), "fatal exit\n{log}");
+    assert!(log.contains(says), "says {says:?}:\n{log}");
+    log
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canary_secrets_never_appear_in_trace_logs() {
     let started = Instant::now();
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
-    let canary = format!("canary{}", uuid::Uuid::new_v4().simple());
-    let kafka_canary = format!("kcanary{}", uuid::Uuid::new_v4().simple());
-    let role = TestRole::create(&outbox, "LOGIN REPLICATION", &canary).await;
-    let kafka_secret = format!("[kafka.properties]\n\"ssl.key.password\" = \"{kafka_canary}\"");
-    let config = outbox.write_config_with_url(&pg_url_for(&role.name, &canary, ""), &kafka_secret);
+    let pg = Canary::new("pgcanary");
+    let kafka = Canary::new("kcanary");
+    let role = TestRole::create(&outbox, "LOGIN REPLICATION", &pg.text).await;
+    let kafka_secrets = format!(
+        "[kafka.properties]\n\"sasl.password\" = {k}\n\"ssl.key.password\" = {k}",
+        k = toml_string(&kafka.text)
+    );
+    // The URL carries '/', '?', '#', ':', '=', quotes and the space raw, as
+    // tokio-postgres accepts them; only '%' and '@' are encoded.
+    let url = pg_url_written(
+        "127.0.0.1",
+        &role.name,
+        &percent_encode_minimal(&pg.text),
+        "",
+    );
+    let key_value = pg_key_value_for(&role.name, &pg.text, "");
+    let config = outbox.write_config_with_url(&url, &kafka_secrets);
+    let forbidden: Vec<String> = pg.forms().into_iter().chain(kafka.forms()).collect();
+    // Each output is checked as soon as it is complete, so the first leak
+    // is what fails the test.
+    let mut lines_checked = 0;
+    let mut check = |what: &str, text: String| {
+        assert_no_secret(what, &text, &forbidden);
+        lines_checked += text.lines().count();
+    };
 
-    // A full cycle: connect, deliver, reconnect after a walsender kill,
-    // graceful stop; everything logged at trace level.
+    // Start path, URL form. A full cycle: connect, deliver, reconnect after a
+    // walsender kill, graceful stop; everything logged at trace level.
     let relay = RelayProcess::start_with_log(&config, "trace");
     let cycle_log = relay.log.clone();
     let mut writer = outbox.writer().await;
@@ -1062,61 +1211,106 @@ async fn canary_secrets_never_appear_in_trace_logs() {
     consume_all_ids(&topic, &committed, DEADLINE).await;
     let status = relay.terminate().await;
     assert!(status.success(), "{status:?}");
+    let cycle = std::fs::read_to_string(&cycle_log).unwrap();
+    // The trace filter took effect (otherwise this proves little).
+    assert!(cycle.contains("TRACE"), "trace-level lines were written");
+    assert!(cycle.contains("replication stream started"), "{cycle}");
+    check("start, URL form", cycle);
+
+    // Start path, key=value form.
+    let kv_config = outbox.write_config_with_url(&key_value, &kafka_secrets);
+    let relay = RelayProcess::start_with_log(&kv_config, "trace");
+    committed.extend(outbox.commit_events(&mut writer, 10, 2, 5, &mut seqs).await);
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    let kv_log = relay.log.clone();
+    assert!(relay.terminate().await.success());
+    check(
+        "start, key=value form",
+        std::fs::read_to_string(&kv_log).unwrap(),
+    );
     let received = consume_to_end(&topic).await;
     check_delivery("canary", &committed, &received);
 
-    // A refused start with a wrong password that contains the canary.
-    let wrong = outbox.write_config_with_url(
-        &pg_url_for(&role.name, &format!("{canary}-wrong"), ""),
-        &kafka_secret,
-    );
-    let mut refused = RelayProcess::start_with_log(&wrong, "trace");
-    let status = refused.wait(FAST_EXIT).await;
-    assert!(!status.success());
-    // And the config check, which prints the whole config.
-    let check = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
-        .args(["check-config", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(check.status.success());
-
-    let logs = [
-        ("full cycle", std::fs::read_to_string(&cycle_log).unwrap()),
-        ("refused start", refused.log_text()),
-        (
-            "check-config",
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&check.stdout),
-                String::from_utf8_lossy(&check.stderr)
-            ),
+    // Failure path: the broker is unreachable; deliveries time out and the
+    // relay rebuilds its producer.
+    let unreachable = outbox.write_config_with_url(&url, &kafka_secrets);
+    edit_config(
+        &unreachable,
+        &format!("brokers = \"{}\"", env("KAFKA_BROKERS")),
+        &format!(
+            "brokers = \"127.0.0.1:{}\"\nmessage_timeout_ms = 2000\nshutdown_drain_secs = 1",
+            free_port()
         ),
-    ];
-    // The trace filter took effect (otherwise this proves little), and the
-    // refused start said why.
-    assert!(
-        logs[0].1.contains("TRACE"),
-        "trace-level lines were written"
     );
-    assert!(logs[1].1.contains("authentication failed"), "{}", logs[1].1);
-    for (what, text) in &logs {
-        // Colour codes sit between a field's name and value; strip them so
-        // that a secret cannot hide behind one.
-        let text = strip_ansi(text);
-        for secret in [&canary, &kafka_canary] {
-            if let Some(line) = text.lines().find(|l| l.contains(secret.as_str())) {
-                panic!("{what}: a secret appears in the output: {line}");
-            }
-        }
+    let relay = RelayProcess::start_with_log(&unreachable, "trace");
+    outbox.commit_events(&mut writer, 4, 2, 2, &mut seqs).await;
+    relay.wait_for_log("delivery failed", DEADLINE).await;
+    let unreachable_log = relay.log.clone();
+    relay.terminate().await;
+    check(
+        "broker unreachable",
+        std::fs::read_to_string(&unreachable_log).unwrap(),
+    );
+
+    // Failure path: a wrong password that contains the canary, both forms.
+    let wrong = format!("{}-wrong", pg.text);
+    let wrong_url = pg_url_written("127.0.0.1", &role.name, &percent_encode_minimal(&wrong), "");
+    for conninfo in [wrong_url, pg_key_value_for(&role.name, &wrong, "")] {
+        let config = outbox.write_config_with_url(&conninfo, &kafka_secrets);
+        check(
+            "wrong password",
+            refused_run(&config, "authentication failed").await,
+        );
     }
-    println!(
-        "canary: {} log lines checked",
-        logs.iter().map(|(_, t)| t.lines().count()).sum::<usize>()
-    );
+
+    // Fatal path: a conninfo the relay refuses, which its error echoes
+    // (redacted): an unsupported sslmode, and a raw '@' in the password.
+    for (conninfo, says) in [
+        (
+            pg_key_value_for(&role.name, &pg.text, "sslmode=allow"),
+            "sslmode",
+        ),
+        (
+            pg_url_written("127.0.0.1", &role.name, &pg.text, "sslmode=disable"),
+            "invalid replication conninfo",
+        ),
+    ] {
+        let config = outbox.write_config_with_url(&conninfo, &kafka_secrets);
+        check("refused conninfo", refused_run(&config, says).await);
+    }
+
+    // And the config check, which prints the whole config.
+    for config in [&config, &kv_config] {
+        let checked = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(["check-config", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "trace")
+            .output()
+            .unwrap();
+        assert!(checked.status.success());
+        let output = format!(
+            "{}{}",
+            String::from_utf8_lossy(&checked.stdout),
+            String::from_utf8_lossy(&checked.stderr)
+        );
+        check("check-config", output);
+    }
+    println!("canary: {lines_checked} log lines checked");
     outbox.drop_all().await;
     role.drop_role(&outbox.admin).await;
     report_wall_time("canary", started);
+}
+
+/// Panics naming the first line of `text` that holds one of `forbidden`.
+fn assert_no_secret(what: &str, text: &str, forbidden: &[String]) {
+    // Colour codes sit between a field's name and value; strip them so that
+    // a secret cannot hide behind one.
+    let text = strip_ansi(text);
+    for secret in forbidden {
+        if let Some(line) = text.lines().find(|l| l.contains(secret.as_str())) {
+            panic!("{what}: a secret ({secret}) appears in the output: {line}");
+        }
+    }
 }
 
 /// `text` without ANSI escape sequences (`ESC [ ... letter`).

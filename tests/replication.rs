@@ -19,6 +19,9 @@ use outbox_relay::replication::{
 use tokio::time::{Instant, sleep, timeout};
 use tokio_postgres::{Client, NoTls};
 
+mod support;
+use support::tls::{ThrowawayCa, tls_man_in_the_middle};
+
 /// Long enough for anything that should happen "at once" on loopback.
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -131,6 +134,7 @@ impl Fixture {
             slot: self.slot.clone(),
             publication: self.publication.clone(),
             outbox_table: None,
+            outbox_oid: None,
             status_interval: Duration::from_secs(10),
             connect_timeout: WAIT,
             application_name: "outbox-relay-test".into(),
@@ -639,4 +643,140 @@ async fn unix_socket_conninfo_connects() {
     assert!(!stream.is_tls(), "sslmode does not apply to Unix sockets");
     assert_eq!(next_txn(&mut stream).await.payloads, ["over-unix"]);
     stream.shutdown().await.expect("clean shutdown");
+}
+
+// ---------------------------------------------------------------------------
+// TLS verification and channel binding, against the real server and a TLS
+// man in the middle.
+
+#[tokio::test]
+async fn tls_verification_needs_the_right_root_certificate() {
+    let fx = Fixture::new().await;
+    let ca = ThrowawayCa::create();
+
+    // (a) The server's certificate does not chain to another CA.
+    let other_ca = fx.server.relay_conninfo(&format!(
+        "host=localhost sslmode=verify-ca sslrootcert={}",
+        ca.ca_cert.display()
+    ));
+    let error = connect_error(&fx.settings(other_ca)).await;
+    assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
+    assert!(
+        matches!(error, ReplicationError::TlsVerify { .. }),
+        "{error}"
+    );
+
+    // (d) verify-ca / verify-full without sslrootcert: refused with the fix,
+    // never verified against the system trust store behind the user's back.
+    for mode in ["verify-ca", "verify-full"] {
+        let started = Instant::now();
+        let error = connect_error(
+            &fx.settings(
+                fx.server
+                    .relay_conninfo(&format!("host=localhost sslmode={mode}")),
+            ),
+        )
+        .await;
+        assert!(started.elapsed() < WAIT);
+        assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains(&format!("sslmode={mode}"))
+                && text.contains("sslrootcert=<path")
+                && text.contains("sslrootcert=system"),
+            "{text}"
+        );
+    }
+
+    // sslrootcert=system: only with verify-full (like libpq 16), which is
+    // then also the default sslmode.
+    for weak in ["verify-ca", "require", "prefer", "disable"] {
+        let error = connect_error(
+            &fx.settings(
+                fx.server
+                    .relay_conninfo(&format!("host=localhost sslmode={weak} sslrootcert=system")),
+            ),
+        )
+        .await;
+        assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
+        assert!(error.to_string().contains("verify-full"), "{weak}: {error}");
+    }
+    // The test server's self-signed certificate is in no system store, so
+    // verification against it fails: proof that it was verified at all.
+    for conninfo in [
+        "host=localhost sslrootcert=system",
+        "host=localhost sslmode=verify-full sslrootcert=system",
+    ] {
+        let error = connect_error(&fx.settings(fx.server.relay_conninfo(conninfo))).await;
+        assert!(
+            matches!(error, ReplicationError::TlsVerify { .. }),
+            "{conninfo}: {error}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn channel_binding_is_required_honoured_and_detects_a_tls_man_in_the_middle() {
+    let fx = Fixture::new().await;
+    fx.insert("bound").await;
+
+    // (b) require without TLS fails fast, naming the fix.
+    let started = Instant::now();
+    let error = connect_error(
+        &fx.settings(
+            fx.server
+                .relay_conninfo("sslmode=disable channel_binding=require"),
+        ),
+    )
+    .await;
+    assert!(started.elapsed() < WAIT);
+    assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
+    let text = error.to_string();
+    assert!(
+        text.contains("channel_binding=require") && text.contains("sslmode=require"),
+        "{text}"
+    );
+
+    // (c) require over TLS: SCRAM-SHA-256-PLUS, and the stream works.
+    let mut stream = connect_when_free(
+        &fx.settings(
+            fx.server
+                .relay_conninfo("sslmode=require channel_binding=require"),
+        ),
+    )
+    .await;
+    assert!(stream.is_tls());
+    assert_eq!(next_txn(&mut stream).await.payloads, ["bound"]);
+    stream.shutdown().await.expect("clean shutdown");
+
+    // Through a man in the middle that terminates TLS with a certificate
+    // of its own: without binding the relay cannot tell...
+    let ca = ThrowawayCa::create();
+    let mitm = tls_man_in_the_middle((fx.server.host.clone(), fx.server.port), &ca).await;
+    let through_mitm = |binding: &str| {
+        fx.settings(format!(
+            "host=127.0.0.1 port={mitm} dbname={} user={} password={} sslmode=require {binding}",
+            fx.server.dbname, fx.server.user, fx.server.password
+        ))
+    };
+    connect_when_free(&through_mitm("channel_binding=disable"))
+        .await
+        .shutdown()
+        .await
+        .unwrap();
+    // ...with it (required, or by default when the server offers it) the
+    // server's certificate hash does not match and the connection is refused.
+    for binding in ["channel_binding=require", "channel_binding=prefer", ""] {
+        let error = connect_error(&through_mitm(binding)).await;
+        println!("through a man in the middle with {binding:?}: {error}");
+        assert_eq!(error.kind(), ErrorKind::Fatal, "{binding}: {error}");
+        assert!(
+            matches!(error, ReplicationError::ChannelBinding { .. }),
+            "{binding}: {error}"
+        );
+        assert!(
+            error.to_string().contains("terminates TLS"),
+            "says what it means: {error}"
+        );
+    }
 }

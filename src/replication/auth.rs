@@ -7,19 +7,32 @@
 //! operator can act on (wrong password, missing REPLICATION attribute,
 //! missing database).
 //!
-//! Invariants: the password is only ever written into the authentication
-//! message; SCRAM uses `n,,` (no channel binding): we never claim the server
-//! lacks SCRAM-SHA-256-PLUS, which would trip its downgrade protection.
+//! Invariants:
+//! * the password is only ever written into the authentication message, and
+//!   never when `channel_binding=require` cannot be met (a cleartext or md5
+//!   request could come from a man in the middle);
+//! * channel binding follows libpq's `channel_binding`: over TLS, when the
+//!   server offers SCRAM-SHA-256-PLUS and binding is not disabled, the
+//!   exchange is bound to the server certificate (`p=tls-server-end-point`,
+//!   RFC 5929), so a man in the middle who terminates TLS cannot relay it;
+//!   over TLS without PLUS on offer the client says it could have bound
+//!   (`y,,`), which lets a server that does offer PLUS detect a downgrade;
+//!   without TLS, or disabled, `n,,`. `require` fails with a fatal error
+//!   naming the fix when there is no TLS, no PLUS, or the server
+//!   authenticates in a way that cannot bind (trust, md5, password): never
+//!   an unbound session.
 
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::authentication::md5_hash;
-use postgres_protocol::authentication::sasl::{ChannelBinding, SCRAM_SHA_256, ScramSha256};
+use postgres_protocol::authentication::sasl::{
+    self, SCRAM_SHA_256, SCRAM_SHA_256_PLUS, ScramSha256,
+};
 use postgres_protocol::message::backend::{
     ErrorFields, ErrorResponseBody, Message, NoticeResponseBody,
 };
 use postgres_protocol::message::frontend;
 
-use super::conninfo::Conninfo;
+use super::conninfo::{ChannelBinding, Conninfo};
 use super::error::{ReplicationError, ServerError};
 use super::socket::{FramedSocket, ReadError};
 
@@ -30,6 +43,77 @@ pub struct Session {
     /// and `pg_replication_slots.active_pid` show for this connection.
     pub backend_pid: i32,
     pub server_version: Option<String>,
+    /// Whether authentication was SCRAM-SHA-256-PLUS bound to the TLS channel.
+    pub channel_bound: bool,
+}
+
+/// The channel binding of one SCRAM exchange: the GS2 header its first
+/// message starts with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Binding {
+    /// `n,,`: no binding (no TLS, or binding disabled or impossible).
+    None,
+    /// `y,,`: the client could bind, but the server offered no
+    /// SCRAM-SHA-256-PLUS.
+    Unrequested,
+    /// `p=tls-server-end-point,,`: SCRAM-SHA-256-PLUS, bound to this hash of
+    /// the server certificate.
+    EndPoint(Vec<u8>),
+}
+
+impl Binding {
+    fn mechanism(&self) -> &'static str {
+        match self {
+            Binding::EndPoint(_) => SCRAM_SHA_256_PLUS,
+            Binding::None | Binding::Unrequested => SCRAM_SHA_256,
+        }
+    }
+
+    fn scram(self, password: &[u8]) -> ScramSha256 {
+        let binding = match self {
+            Binding::None => sasl::ChannelBinding::unsupported(),
+            Binding::Unrequested => sasl::ChannelBinding::unrequested(),
+            Binding::EndPoint(hash) => sasl::ChannelBinding::tls_server_end_point(hash),
+        };
+        ScramSha256::new(password, binding)
+    }
+}
+
+/// libpq's choice of channel binding for a SCRAM exchange. `end_point` is
+/// `None` without TLS, else the connection's end-point data or why there is
+/// none. The error is the reason `channel_binding=require` cannot be met.
+fn choose_binding(
+    mode: ChannelBinding,
+    offered: &[String],
+    end_point: Option<Result<Vec<u8>, String>>,
+) -> Result<Binding, String> {
+    let plus_offered = offered.iter().any(|m| m == SCRAM_SHA_256_PLUS);
+    match (mode, end_point) {
+        (ChannelBinding::Disable, _) => Ok(Binding::None),
+        (ChannelBinding::Require, None) => Err(
+            "channel_binding=require, but the connection is not encrypted (a Unix socket, or \
+             sslmode=prefer and the server offers no TLS): connect over TCP with sslmode=require \
+             or stronger, or lower channel_binding"
+                .into(),
+        ),
+        (ChannelBinding::Require, Some(_)) if !plus_offered => Err(format!(
+            "channel_binding=require, but the server offers only {} and not \
+             SCRAM-SHA-256-PLUS: let pg_hba.conf use scram-sha-256 for this connection over TLS \
+             directly to PostgreSQL (a pooler in between cannot bind), or lower channel_binding",
+            offered.join(", ")
+        )),
+        (ChannelBinding::Require, Some(Err(why))) => {
+            Err(format!("channel_binding=require, but {why}"))
+        }
+        // With `require`, PLUS is on offer here.
+        (ChannelBinding::Require | ChannelBinding::Prefer, Some(Ok(hash))) => Ok(if plus_offered {
+            Binding::EndPoint(hash)
+        } else {
+            Binding::Unrequested
+        }),
+        // No end-point data for this certificate: the client cannot bind.
+        (ChannelBinding::Prefer, Some(Err(_)) | None) => Ok(Binding::None),
+    }
 }
 
 /// Maps a frame-reading failure to the error the caller reports.
@@ -156,10 +240,32 @@ pub async fn startup(
     flush(socket, target, "sending the startup message").await?;
 
     let mut scram: Option<ScramSha256> = None;
+    // The SCRAM exchange under way is SCRAM-SHA-256-PLUS (`p=`), or at least
+    // told the server the client can bind (`p=` or `y,,`).
+    let mut binding_sent = false;
+    let mut binding_claimed = false;
     let mut session = Session::default();
+    let require = conninfo.channel_binding == ChannelBinding::Require;
+    let unbindable = |what: &str| ReplicationError::ChannelBinding {
+        target: target.to_owned(),
+        reason: format!(
+            "channel_binding=require, but the server {what}, which cannot be bound to the TLS \
+             channel (nothing was sent): let pg_hba.conf use scram-sha-256 for this connection, \
+             or lower channel_binding"
+        ),
+    };
     loop {
         match read_message(socket, target, "authenticating").await? {
+            Message::AuthenticationOk if require && !session.channel_bound => {
+                return Err(unbindable("let the relay in without SCRAM (trust or peer)"));
+            }
             Message::AuthenticationOk => {}
+            Message::AuthenticationCleartextPassword if require => {
+                return Err(unbindable("asked for a cleartext password"));
+            }
+            Message::AuthenticationMd5Password(_) if require => {
+                return Err(unbindable("asked for an md5 password"));
+            }
             Message::AuthenticationCleartextPassword => {
                 let password = password(conninfo, target)?;
                 frontend::password_message(password, socket.write_buf())
@@ -174,28 +280,32 @@ pub async fn startup(
                 flush(socket, target, "sending the md5 password").await?;
             }
             Message::AuthenticationSasl(body) => {
-                let mut offers_scram = false;
-                let mut mechanisms = body.mechanisms();
-                while let Some(mechanism) = mechanisms
-                    .next()
-                    .map_err(|e| protocol_error(e.to_string()))?
-                {
-                    offers_scram |= mechanism == SCRAM_SHA_256;
-                }
-                if !offers_scram {
+                let offered: Vec<String> = body
+                    .mechanisms()
+                    .map(|m| Ok(m.to_owned()))
+                    .collect()
+                    .map_err(|e| protocol_error(e.to_string()))?;
+                let binding = choose_binding(
+                    conninfo.channel_binding,
+                    &offered,
+                    socket.tls_server_end_point(),
+                )
+                .map_err(|reason| ReplicationError::ChannelBinding {
+                    target: target.to_owned(),
+                    reason,
+                })?;
+                let mechanism = binding.mechanism();
+                if !offered.iter().any(|m| m == mechanism) {
                     return Err(ReplicationError::UnsupportedAuth {
                         target: target.to_owned(),
-                        method: "SASL without SCRAM-SHA-256".into(),
+                        method: format!("SASL with {}", offered.join(", ")),
                     });
                 }
-                let exchange =
-                    ScramSha256::new(password(conninfo, target)?, ChannelBinding::unsupported());
-                frontend::sasl_initial_response(
-                    SCRAM_SHA_256,
-                    exchange.message(),
-                    socket.write_buf(),
-                )
-                .map_err(|e| protocol_error(e.to_string()))?;
+                binding_sent = matches!(binding, Binding::EndPoint(_));
+                binding_claimed = binding != Binding::None;
+                let exchange = binding.scram(password(conninfo, target)?);
+                frontend::sasl_initial_response(mechanism, exchange.message(), socket.write_buf())
+                    .map_err(|e| protocol_error(e.to_string()))?;
                 scram = Some(exchange);
                 flush(socket, target, "starting SCRAM").await?;
             }
@@ -217,6 +327,8 @@ pub async fn startup(
                     .finish(body.data())
                     // The server could not prove it knows the password.
                     .map_err(|e| protocol_error(format!("SCRAM server proof: {e}")))?;
+                // The server checked the binding data before its proof.
+                session.channel_bound = binding_sent;
             }
             Message::AuthenticationKerberosV5 => return Err(unsupported(target, "Kerberos V5")),
             Message::AuthenticationScmCredential => return Err(unsupported(target, "SCM")),
@@ -233,7 +345,28 @@ pub async fn startup(
             Message::NoticeResponse(_) => {}
             Message::ReadyForQuery(_) => return Ok(session),
             Message::ErrorResponse(body) => {
-                return Err(startup_error(server_error(&body), conninfo, target));
+                let server = server_error(&body);
+                // A bound exchange refused before the server's proof:
+                // PostgreSQL's "SCRAM channel binding check failed" (28000),
+                // or, after `y,,`, "channel binding negotiation error" (the
+                // server does offer PLUS: someone took it off the list); 08P01
+                // for a malformed binding. A wrong password is 28P01.
+                if binding_claimed
+                    && !session.channel_bound
+                    && (server.code == "28000" || server.code == "08P01")
+                {
+                    return Err(ReplicationError::ChannelBinding {
+                        target: target.to_owned(),
+                        reason: format!(
+                            "PostgreSQL refused it ({server}): the TLS channel the relay \
+                             bound to is not the server's, so something in between terminates \
+                             TLS or rewrites the exchange (a proxy, or an attacker). Connect to \
+                             PostgreSQL directly, or set channel_binding=disable if that proxy \
+                             is trusted"
+                        ),
+                    });
+                }
+                return Err(startup_error(server, conninfo, target));
             }
             _ => return Err(protocol_error("unexpected message during startup".into())),
         }
@@ -294,5 +427,167 @@ fn startup_error(server: ServerError, conninfo: &Conninfo, target: &str) -> Repl
             action: "the connection",
             server: Box::new(server),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BufMut;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::UnixStream;
+
+    use super::*;
+    use crate::replication::ErrorKind;
+    use crate::replication::socket::Socket;
+
+    fn offered(mechanisms: &[&str]) -> Vec<String> {
+        mechanisms.iter().map(|m| (*m).to_owned()).collect()
+    }
+
+    #[test]
+    fn binding_follows_libpq_channel_binding() {
+        use ChannelBinding::{Disable, Prefer, Require};
+        let both = offered(&[SCRAM_SHA_256_PLUS, SCRAM_SHA_256]);
+        let plain = offered(&[SCRAM_SHA_256]);
+        let hash = || Some(Ok(vec![7u8; 32]));
+        let no_hash = || Some(Err("no hash for Ed25519".to_owned()));
+        let bound = Ok(Binding::EndPoint(vec![7u8; 32]));
+        for (mode, offer, end_point, expected) in [
+            (Prefer, &both, hash(), bound.clone()),
+            (Require, &both, hash(), bound.clone()),
+            (Disable, &both, hash(), Ok(Binding::None)),
+            (Prefer, &plain, hash(), Ok(Binding::Unrequested)),
+            (Prefer, &both, None, Ok(Binding::None)),
+            (Prefer, &both, no_hash(), Ok(Binding::None)),
+            (Disable, &plain, None, Ok(Binding::None)),
+        ] {
+            assert_eq!(
+                choose_binding(mode, offer, end_point),
+                expected,
+                "{mode:?} {offer:?}"
+            );
+        }
+        for (offer, end_point, says) in [
+            (&both, None, "not encrypted"),
+            (&plain, hash(), "not SCRAM-SHA-256-PLUS"),
+            (&both, no_hash(), "no hash for Ed25519"),
+        ] {
+            let why = choose_binding(Require, offer, end_point).unwrap_err();
+            assert!(
+                why.contains(says) && why.contains("channel_binding"),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_scram_message_names_the_binding() {
+        for (binding, header) in [
+            (Binding::EndPoint(vec![1, 2, 3]), "p=tls-server-end-point,,"),
+            (Binding::Unrequested, "y,,"),
+            (Binding::None, "n,,"),
+        ] {
+            let mechanism = binding.mechanism();
+            let message = binding.scram(b"pw").message().to_vec();
+            let message = String::from_utf8(message).unwrap();
+            assert!(message.starts_with(header), "{message}");
+            assert!(message[header.len()..].starts_with("n=,r="), "{message}");
+            assert_eq!(
+                mechanism == SCRAM_SHA_256_PLUS,
+                header.starts_with("p="),
+                "{mechanism}"
+            );
+        }
+    }
+
+    fn authentication(code: i32, data: &[u8]) -> Vec<u8> {
+        let mut body = bytes::BytesMut::new();
+        body.put_i32(code);
+        body.put_slice(data);
+        let mut out = vec![b'R'];
+        out.extend(i32::try_from(body.len() + 4).unwrap().to_be_bytes());
+        out.extend(&body);
+        out
+    }
+
+    /// Runs `startup` for `conninfo` against a fake server that sends
+    /// `server` once the startup message arrived and hangs up; returns the
+    /// outcome and everything the client wrote after its startup message.
+    async fn startup_against(
+        conninfo: &str,
+        server: Vec<u8>,
+    ) -> (Result<Session, ReplicationError>, Vec<u8>) {
+        let conninfo = Conninfo::parse(conninfo).unwrap();
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let fake = tokio::spawn(async move {
+            let len = theirs.read_i32().await.unwrap();
+            let mut startup = vec![0u8; usize::try_from(len).unwrap() - 4];
+            theirs.read_exact(&mut startup).await.unwrap();
+            theirs.write_all(&server).await.unwrap();
+            // Then hang up (the client's next read ends) and keep what the
+            // client sends until it closes its side.
+            theirs.shutdown().await.unwrap();
+            let mut rest = Vec::new();
+            let _ = theirs.read_to_end(&mut rest).await;
+            rest
+        });
+        let mut socket = FramedSocket::new(Socket::Unix(ours));
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            startup(&mut socket, &conninfo, "test", "fake"),
+        )
+        .await
+        .expect("startup ends once the fake server hangs up");
+        drop(socket);
+        (outcome, fake.await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn require_without_tls_sends_nothing_and_says_how_to_fix() {
+        let sasl = authentication(10, b"SCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0");
+        let md5 = authentication(5, &[1, 2, 3, 4]);
+        let cleartext = authentication(3, b"");
+        let trust = authentication(0, b"");
+        for (server, says) in [
+            (sasl, "not encrypted"),
+            (md5, "md5"),
+            (cleartext, "cleartext"),
+            (trust, "without SCRAM"),
+        ] {
+            let (outcome, sent) = startup_against(
+                "host=/nonexistent user=u password=Pw9x channel_binding=require",
+                server,
+            )
+            .await;
+            let err = outcome.unwrap_err();
+            assert!(
+                matches!(err, ReplicationError::ChannelBinding { .. }),
+                "{err}"
+            );
+            assert_eq!(err.kind(), ErrorKind::Fatal);
+            let text = err.to_string();
+            assert!(
+                text.contains(says) && text.contains("channel_binding"),
+                "{text}"
+            );
+            assert!(
+                sent.is_empty(),
+                "nothing after the startup message: {sent:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn prefer_without_tls_uses_plain_scram_without_binding() {
+        let sasl = authentication(10, b"SCRAM-SHA-256-PLUS\0SCRAM-SHA-256\0\0");
+        let (outcome, sent) = startup_against("host=/nonexistent user=u password=Pw9x", sasl).await;
+        // The fake server hangs up after the mechanisms.
+        assert!(outcome.is_err());
+        assert_eq!(sent.first(), Some(&b'p'), "SASLInitialResponse: {sent:?}");
+        let body = &sent[5..];
+        let mechanism_end = body.iter().position(|b| *b == 0).unwrap();
+        assert_eq!(&body[..mechanism_end], SCRAM_SHA_256.as_bytes());
+        let first_message = &body[mechanism_end + 1 + 4..];
+        assert!(first_message.starts_with(b"n,,n=,r="), "{first_message:?}");
     }
 }

@@ -158,6 +158,9 @@ pub struct CatalogState {
     /// `wal_sender_timeout`; `None` when disabled (0).
     pub wal_sender_timeout: Option<Duration>,
     pub identity: ServerIdentity,
+    /// Where the server's timeline forked from its parent (its last
+    /// promotion), when it is not the first timeline.
+    pub timeline_fork: Option<Lsn>,
     /// The outbox table, when the settings name one.
     pub outbox: Option<OutboxTable>,
 }
@@ -170,12 +173,14 @@ pub async fn check(
     target: &str,
 ) -> Result<CatalogState, ReplicationError> {
     let identity = identify_system(socket, target).await?;
+    let timeline_fork = timeline_fork_point(socket, identity.timeline, target).await?;
     let confirmed_flush = check_slot(socket, &settings.slot, target).await?;
     let outbox = match &settings.outbox_table {
         Some((schema, name)) => Some(
             outbox_table::resolve(
                 socket,
                 (schema.as_str(), name.as_str()),
+                settings.outbox_oid,
                 &settings.publication,
                 target,
             )
@@ -191,8 +196,55 @@ pub async fn check(
         confirmed_flush,
         wal_sender_timeout,
         identity,
+        timeline_fork,
         outbox,
     })
+}
+
+/// `TIMELINE_HISTORY`: the position where `timeline` branched off its
+/// parent (the last line of its history file: parent, switch point, reason).
+/// `None` on the first timeline, or when the history cannot be read (it is
+/// only used to tell the operator which range a failover may have lost).
+async fn timeline_fork_point(
+    socket: &mut FramedSocket,
+    timeline: u32,
+    target: &str,
+) -> Result<Option<Lsn>, ReplicationError> {
+    if timeline <= 1 {
+        return Ok(None);
+    }
+    let rows = simple_query(
+        socket,
+        &format!("TIMELINE_HISTORY {timeline}"),
+        target,
+        "reading the timeline history",
+    )
+    .await;
+    let content = match rows {
+        Ok(rows) => rows
+            .first()
+            .and_then(|row| row.get(1).cloned().flatten())
+            .unwrap_or_default(),
+        Err(error) if error.kind() == super::ErrorKind::Transient => return Err(error),
+        Err(_) => return Ok(None),
+    };
+    Ok(parse_fork_point(&content))
+}
+
+/// The switch point on the last line of a timeline history file, given as
+/// text or as a `\x...` hex bytea.
+fn parse_fork_point(content: &str) -> Option<Lsn> {
+    let text = match content.strip_prefix("\\x") {
+        Some(hex) => {
+            let bytes: Option<Vec<u8>> = (0..hex.len() / 2)
+                .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
+                .collect();
+            String::from_utf8(bytes?).ok()?
+        }
+        None => content.to_owned(),
+    };
+    let last = text.lines().rev().find(|line| !line.trim().is_empty())?;
+    last.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// `IDENTIFY_SYSTEM`: the system identifier and timeline.
@@ -503,6 +555,19 @@ mod tests {
             text.contains("wal_status = lost") && text.contains("recreate"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_fork_point_is_the_switch_point_of_the_last_history_line() {
+        let text = "1\t0/3000060\tno recovery target specified\n\n2\t0/7013BD0\tno recovery target specified\n";
+        assert_eq!(parse_fork_point(text), Some("0/7013BD0".parse().unwrap()));
+        let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            parse_fork_point(&format!("\\x{hex}")),
+            Some("0/7013BD0".parse().unwrap())
+        );
+        assert_eq!(parse_fork_point(""), None);
+        assert_eq!(parse_fork_point("garbage"), None);
     }
 
     #[test]

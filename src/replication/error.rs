@@ -121,6 +121,17 @@ pub enum ReplicationError {
     },
 
     #[error(
+        "sslmode={sslmode} for PostgreSQL at {target} needs a certificate authority to verify \
+         the server against: set sslrootcert=<path to the CA certificate file>, or \
+         sslrootcert=system with sslmode=verify-full for the system trust store (the relay does \
+         not read ~/.postgresql/root.crt)"
+    )]
+    TlsRootCertMissing {
+        target: String,
+        sslmode: &'static str,
+    },
+
+    #[error(
         "TLS certificate of PostgreSQL at {target} (verified as {server_name:?}) was refused: \
          {reason}; check sslrootcert and that the host name is in the certificate, or lower \
          sslmode"
@@ -149,6 +160,9 @@ pub enum ReplicationError {
          none: add `password=...` (or user:password@ in the URL)"
     )]
     PasswordMissing { role: String, target: String },
+
+    #[error("channel binding with PostgreSQL at {target} failed: {reason}")]
+    ChannelBinding { target: String, reason: String },
 
     #[error(
         "PostgreSQL at {target} asked for authentication method {method}, which the relay does \
@@ -299,10 +313,12 @@ impl ReplicationError {
             E::Conninfo { .. }
             | E::InvalidSlotName { .. }
             | E::TlsNotOffered { .. }
+            | E::TlsRootCertMissing { .. }
             | E::TlsVerify { .. }
             | E::Tls { .. }
             | E::AuthFailed { .. }
             | E::PasswordMissing { .. }
+            | E::ChannelBinding { .. }
             | E::UnsupportedAuth { .. }
             | E::MissingReplicationRole { .. }
             | E::DatabaseMissing { .. }

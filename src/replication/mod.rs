@@ -2,8 +2,9 @@
 //! walsender (design: "one module owns the I/O of each external system").
 //!
 //! Role: connect with `replication=database` (TLS per `sslmode`, trust /
-//! password / md5 / SCRAM-SHA-256), check the slot and publication, run
-//! `START_REPLICATION ... LOGICAL 0/0` with pgoutput, and hand each CopyData
+//! password / md5 / SCRAM-SHA-256, bound to TLS per `channel_binding`),
+//! check the slot and publication, run `START_REPLICATION ... LOGICAL 0/0`
+//! with pgoutput, and hand each CopyData
 //! payload upward as a [`StreamItem`], raw: transaction framing belongs to the
 //! pgoutput decoder and the assembler, not to the connection. Status updates
 //! flow back from here, carrying only what the caller [`confirmed`].
@@ -39,7 +40,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use catalog::ServerIdentity;
-pub use conninfo::{Conninfo, SslMode, redact};
+pub use conninfo::{ChannelBinding, Conninfo, RootCert, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
 pub use outbox_table::{OutboxTable, RelationClass, RelationLookup, classify, look_up};
@@ -59,6 +60,10 @@ pub struct ReplicationSettings {
     /// connect, and the publication must contain it. `None` skips both
     /// (a stream read for other purposes, as in tests of the connection).
     pub outbox_table: Option<(String, String)>,
+    /// The outbox table's OID from an earlier session, preferred over the
+    /// name: a table renamed while the relay runs is still found after a
+    /// reconnect.
+    pub outbox_oid: Option<u32>,
     /// Upper bound between status updates; the effective interval is
     /// `min(this, wal_sender_timeout / 2)`, read from the server at connect.
     pub status_interval: Duration,
@@ -82,6 +87,7 @@ impl ReplicationSettings {
             slot: slot.into(),
             publication: publication.into(),
             outbox_table: None,
+            outbox_oid: None,
             status_interval: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             application_name: "outbox-relay".to_owned(),
@@ -92,10 +98,11 @@ impl ReplicationSettings {
 impl fmt::Debug for ReplicationSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReplicationSettings")
-            .field("conninfo", &redact(&self.conninfo))
+            .field("conninfo", &conninfo::redacted(&self.conninfo))
             .field("slot", &self.slot)
             .field("publication", &self.publication)
             .field("outbox_table", &self.outbox_table)
+            .field("outbox_oid", &self.outbox_oid)
             .field("status_interval", &self.status_interval)
             .field("connect_timeout", &self.connect_timeout)
             .field("application_name", &self.application_name)

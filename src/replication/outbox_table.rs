@@ -29,10 +29,14 @@ use super::sql::SqlConnection;
 /// The outbox table as the catalog knew it at connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutboxTable {
+    /// The configured name (`postgres.table`).
     pub schema: String,
     pub name: String,
     /// The table's OID (the partition root's, when partitioned).
     pub oid: u32,
+    /// Its name in the catalog now, `schema.name`: differs from the
+    /// configured one when the table was renamed while the relay ran.
+    pub current_name: String,
     /// The table and every partition below it, at connect.
     pub members: HashSet<u32>,
     /// Whether the publication also publishes tables outside the outbox's
@@ -113,17 +117,26 @@ fn publication_relids(publication: &str) -> String {
 /// # Errors
 /// Fatal: the table does not exist, the publication does not exist, does
 /// not publish inserts or does not contain the table. Transient: I/O.
+///
+/// `known_oid` is the table's OID from an earlier session: a table renamed
+/// since is still found by it (it is preferred over the name).
 pub async fn resolve(
     socket: &mut FramedSocket,
     table: (&str, &str),
+    known_oid: Option<u32>,
     publication: &str,
     target: &str,
 ) -> Result<OutboxTable, ReplicationError> {
     let (schema, name) = table;
+    let by_oid = known_oid.map_or_else(|| "false".to_owned(), |oid| format!("c.oid = {oid}::oid"));
     let sql = format!(
-        "WITH t AS (SELECT c.oid FROM pg_catalog.pg_class c \
-           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+        "WITH found AS (SELECT 0 AS preference, c.oid, n.nspname, c.relname \
+           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+           WHERE {by_oid} \
+           UNION ALL SELECT 1, c.oid, n.nspname, c.relname \
+           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
            WHERE n.nspname = {schema_lit} AND c.relname = {name_lit}), \
+         t AS (SELECT oid, nspname, relname FROM found ORDER BY preference LIMIT 1), \
          tree AS (SELECT oid AS relid FROM t \
            UNION SELECT p.relid::oid FROM t, pg_catalog.pg_partition_tree(t.oid) p), \
          pub AS (SELECT pubinsert FROM pg_catalog.pg_publication WHERE pubname = {pub_lit}), \
@@ -132,7 +145,8 @@ pub async fn resolve(
            (SELECT string_agg(relid::oid::text, ',') FROM tree), \
            (SELECT pubinsert::text FROM pub), \
            EXISTS (SELECT 1 FROM rels WHERE relid IN (SELECT relid FROM tree))::text, \
-           EXISTS (SELECT 1 FROM rels WHERE relid NOT IN (SELECT relid FROM tree))::text",
+           EXISTS (SELECT 1 FROM rels WHERE relid NOT IN (SELECT relid FROM tree))::text, \
+           (SELECT nspname || '.' || relname FROM t)",
         schema_lit = quote_literal(schema),
         name_lit = quote_literal(name),
         pub_lit = quote_literal(publication),
@@ -141,7 +155,7 @@ pub async fn resolve(
     let action = "resolving the outbox table";
     let rows = simple_query(socket, &sql, target, action).await?;
     let row = match rows.as_slice() {
-        [row] if row.len() == 6 => row,
+        [row] if row.len() == 7 => row,
         _ => return Err(unexpected_shape(target, action)),
     };
     let text = |i: usize| row[i].as_deref();
@@ -184,6 +198,7 @@ pub async fn resolve(
         schema: schema.to_owned(),
         name: name.to_owned(),
         oid,
+        current_name: text(6).map_or_else(|| table_name.clone(), str::to_owned),
         members,
         publication_has_other_tables: text(5) == Some("true"),
     })

@@ -165,6 +165,15 @@ impl FramedSocket {
         matches!(self.socket, Socket::Tls(_))
     }
 
+    /// The `tls-server-end-point` channel binding data of the connection, or
+    /// why there is none; `None` without TLS.
+    pub fn tls_server_end_point(&self) -> Option<Result<Vec<u8>, String>> {
+        match &self.socket {
+            Socket::Tls(stream) => Some(tls::connection_end_point(stream.ssl())),
+            Socket::Tcp(_) | Socket::Unix(_) => None,
+        }
+    }
+
     /// The buffer frontend messages are encoded into; sent by
     /// [`FramedSocket::flush`] or while waiting in [`FramedSocket::fill`].
     pub fn write_buf(&mut self) -> &mut BytesMut {

@@ -68,6 +68,7 @@ pub struct ReplicationStream {
     backend_pid: i32,
     slot_confirmed_flush: Lsn,
     identity: ServerIdentity,
+    timeline_fork: Option<Lsn>,
     outbox: Option<OutboxTable>,
     confirmed: Lsn,
     status_interval: Duration,
@@ -153,6 +154,7 @@ impl ReplicationStream {
             backend_pid: session.backend_pid,
             slot_confirmed_flush: checked.confirmed_flush,
             identity: checked.identity,
+            timeline_fork: checked.timeline_fork,
             outbox: checked.outbox,
             confirmed: start_confirmed,
             status_interval: status_interval(settings.status_interval, checked.wal_sender_timeout),
@@ -173,6 +175,7 @@ impl ReplicationStream {
             server = %stream.identity,
             start_confirmed = %start_confirmed,
             tls = stream.is_tls(),
+            channel_binding = session.channel_bound,
             backend_pid = stream.backend_pid,
             server_version = session.server_version.as_deref().unwrap_or("?"),
             status_interval_ms = stream.status_interval.as_millis() as u64,
@@ -421,6 +424,12 @@ impl ReplicationStream {
     /// The server this connection reached (`IDENTIFY_SYSTEM`).
     pub fn identity(&self) -> &ServerIdentity {
         &self.identity
+    }
+
+    /// Where the server's current timeline forked from its parent, when it
+    /// is not the first timeline.
+    pub fn timeline_fork_point(&self) -> Option<Lsn> {
+        self.timeline_fork
     }
 
     /// The outbox table as resolved at connect, when the settings name one.

@@ -34,6 +34,7 @@ impl ReplicationStream {
                 system_id: "7000000000000000001".into(),
                 timeline: 1,
             },
+            timeline_fork: None,
             outbox: None,
             confirmed,
             status_interval,

@@ -112,6 +112,7 @@ impl TestOutbox {
                 slot: self.slot.clone(),
                 publication: self.publication.clone(),
                 outbox_table: Some(("public".into(), self.table.clone())),
+                outbox_oid: None,
                 status_interval: Duration::from_secs(1),
                 connect_timeout: Duration::from_secs(10),
                 application_name: "outbox-relay-test".into(),
@@ -735,6 +736,7 @@ pub async fn consume_all_ids(
 pub mod mock;
 pub mod proxy;
 pub mod relay_probe;
+pub mod tls;
 
 impl TestOutbox {
     /// A temporary `test_decoding` slot of the test's own, opened before the

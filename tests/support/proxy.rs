@@ -30,6 +30,8 @@ const FORWARD_BUFFER: usize = 16 * 1024;
 
 pub struct StallProxy {
     addr: SocketAddr,
+    /// Where new connections are forwarded (see [`StallProxy::redirect`]).
+    upstream: watch::Sender<SocketAddr>,
     stalled: watch::Sender<bool>,
     /// Bumped by [`StallProxy::cut`]; a connection accepted under an older
     /// generation closes.
@@ -46,14 +48,16 @@ impl StallProxy {
         let addr = listener.local_addr().expect("proxy address");
         let (stalled, _) = watch::channel(false);
         let (generation, _) = watch::channel(0u64);
+        let (upstream, _) = watch::channel(upstream);
         let accept = tokio::spawn(accept_loop(
             listener,
-            upstream,
+            upstream.subscribe(),
             stalled.subscribe(),
             generation.subscribe(),
         ));
         Self {
             addr,
+            upstream,
             stalled,
             generation,
             accept,
@@ -80,6 +84,13 @@ impl StallProxy {
     pub fn cut(&self) {
         self.generation.send_modify(|g| *g += 1);
     }
+
+    /// Forwards new connections to `upstream` from now on and closes the
+    /// current ones: a DNS name or virtual IP moved to another server.
+    pub fn redirect(&self, upstream: SocketAddr) {
+        self.upstream.send_replace(upstream);
+        self.cut();
+    }
 }
 
 impl Drop for StallProxy {
@@ -92,7 +103,7 @@ impl Drop for StallProxy {
 
 async fn accept_loop(
     listener: TcpListener,
-    upstream: SocketAddr,
+    upstream: watch::Receiver<SocketAddr>,
     stalled: watch::Receiver<bool>,
     generation: watch::Receiver<u64>,
 ) {
@@ -102,7 +113,8 @@ async fn accept_loop(
             accepted = listener.accept() => {
                 let Ok((client, _)) = accepted else { continue };
                 let born = *generation.borrow();
-                connections.spawn(serve(client, upstream, stalled.clone(), generation.clone(), born));
+                let target = *upstream.borrow();
+                connections.spawn(serve(client, target, stalled.clone(), generation.clone(), born));
             }
             // Reap finished connections so the set does not grow.
             Some(_) = connections.join_next(), if !connections.is_empty() => {}

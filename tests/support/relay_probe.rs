@@ -98,7 +98,7 @@ pub async fn topic_len(topic: &str) -> i64 {
 }
 
 /// A TOML basic string holding `s`.
-fn toml_string(s: &str) -> String {
+pub fn toml_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -120,18 +120,55 @@ pub fn pg_url_for(user: &str, password: &str, query: &str) -> String {
 
 /// As [`pg_url_for`] with another host (e.g. `localhost` for verify-full).
 pub fn pg_url_at(host: &str, user: &str, password: &str, query: &str) -> String {
-    let encoded: String = password
-        .bytes()
+    pg_url_written(host, user, &percent_encode_all(password), query)
+}
+
+/// As [`pg_url_at`] with the password written as given (`written` must
+/// already be encoded where the URL needs it, see [`percent_encode_minimal`]).
+pub fn pg_url_written(host: &str, user: &str, written: &str, query: &str) -> String {
+    let sep = if query.is_empty() { "" } else { "?" };
+    format!(
+        "postgres://{user}:{written}@{host}:{}/postgres{sep}{query}",
+        env("PG_PORT")
+    )
+}
+
+/// Every byte but RFC 3986's unreserved ones as `%XX`.
+pub fn percent_encode_all(s: &str) -> String {
+    s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
                 (b as char).to_string()
             }
             _ => format!("%{b:02X}"),
         })
+        .collect()
+}
+
+/// Only what a URL password cannot hold raw: `%` and `@`. `/ ? # : = ' "`
+/// and spaces stay as they are (tokio-postgres reads the password up to
+/// the `@`).
+pub fn percent_encode_minimal(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            '%' | '@' => percent_encode_all(&c.to_string()),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
+/// A key=value conninfo for 127.0.0.1:<PG_PORT>, the password single-quoted
+/// with `\` escapes, plus `extra`.
+pub fn pg_key_value_for(user: &str, password: &str, extra: &str) -> String {
+    let quoted: String = password
+        .chars()
+        .flat_map(|c| match c {
+            '\'' | '\\' => vec!['\\', c],
+            c => vec![c],
+        })
         .collect();
-    let sep = if query.is_empty() { "" } else { "?" };
     format!(
-        "postgres://{user}:{encoded}@{host}:{}/postgres{sep}{query}",
+        "host=127.0.0.1 port={} dbname=postgres user={user} password='{quoted}' {extra}",
         env("PG_PORT")
     )
 }
@@ -145,14 +182,16 @@ pub struct TestRole {
 
 impl TestRole {
     /// `CREATE ROLE <random> <attributes> PASSWORD '<password>'`, with
-    /// SELECT on the outbox table (what the relay's checks read).
+    /// SELECT on the outbox table (what the relay's checks read). The
+    /// password may hold any character but NUL.
     pub async fn create(outbox: &TestOutbox, attributes: &str, password: &str) -> Self {
         let name = random_name("role");
-        assert!(!password.contains('\''), "keep test passwords quote-free");
+        // A standard SQL string literal: quotes doubled, backslashes literal.
+        let literal = password.replace('\'', "''");
         outbox
             .admin
             .batch_execute(&format!(
-                "CREATE ROLE {name} {attributes} PASSWORD '{password}';
+                "CREATE ROLE {name} {attributes} PASSWORD '{literal}';
                  GRANT SELECT ON public.{} TO {name};",
                 outbox.table
             ))
@@ -175,12 +214,19 @@ impl TestRole {
 impl RelayProcess {
     /// Starts the relay binary with `RUST_LOG` set to `log_filter`.
     pub fn start_with_log(config: &Path, log_filter: &str) -> Self {
+        Self::start_with_env(config, &[("RUST_LOG", log_filter)])
+    }
+
+    /// Starts the relay binary with `RUST_LOG=info` and the variables `vars`
+    /// (which may set `RUST_LOG` too) in its environment.
+    pub fn start_with_env(config: &Path, vars: &[(&str, &str)]) -> Self {
         let log = config.with_extension(format!("{}.log", random_name("run")));
         let file = std::fs::File::create(&log).unwrap();
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
             .args(["run", "--config"])
             .arg(config)
-            .env("RUST_LOG", log_filter)
+            .env("RUST_LOG", "info")
+            .envs(vars.iter().copied())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
             .spawn()
