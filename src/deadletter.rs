@@ -27,8 +27,9 @@
 
 use bytes::Bytes;
 
-use crate::envelope::{KafkaRecord, OutboxRow, format_time};
+use crate::envelope::{KafkaRecord, format_time};
 use crate::lsn::Lsn;
+use crate::outbox::OutboxRow;
 
 /// Longest header value, in bytes.
 pub const MAX_HEADER_VALUE: usize = 1024;

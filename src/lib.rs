@@ -14,6 +14,7 @@ pub mod assembler;
 pub mod config;
 pub mod deadletter;
 pub mod envelope;
+pub mod error;
 pub mod lsn;
 pub mod metrics;
 pub mod outbox;

@@ -16,7 +16,6 @@ use bytes::Bytes;
 use chrono::{DateTime, NaiveDateTime, Utc};
 
 use crate::assembler::Relation;
-use crate::envelope::OutboxRow;
 use crate::pgoutput::{TupleData, TupleValue};
 
 /// Which column holds what. Defaults match Debezium's outbox event router.
@@ -48,6 +47,28 @@ impl Default for ColumnMap {
             headers: Vec::new(),
         }
     }
+}
+
+/// One decoded outbox row, its columns by role: what the envelope turns
+/// into a CloudEvent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// The event id (uuid text).
+    pub id: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    /// Raw JSON text bytes as PostgreSQL sent them (jsonb text output).
+    pub payload: Bytes,
+    /// The row's timestamp column, if the table has one and it is not NULL.
+    pub timestamp: Option<DateTime<Utc>>,
+    /// The tracing span context column: a W3C `traceparent`, or the Java
+    /// properties text Debezium's tracing writes (`traceparent=00-…`).
+    pub trace_parent: Option<String>,
+    /// Extra columns mapped to Kafka headers, in config order.
+    pub headers: Vec<(String, Bytes)>,
+    /// Per-row CloudEvents `source`, if a source column is configured.
+    pub source: Option<String>,
 }
 
 /// Why a row cannot become an event: the dead-letter reason.

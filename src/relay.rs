@@ -18,7 +18,11 @@
 //! session (invariant 1); this loop carries that LSN from one session to the
 //! next.
 
+mod error;
+mod machine;
 mod position;
+mod refusals;
+mod routing;
 mod session;
 
 use std::time::Duration;
@@ -36,7 +40,10 @@ use crate::replication::{
 use crate::sink::{KafkaSink, OnUnroutable, SinkError, SinkSettings, TopicCheck};
 use position::{Position, Resume};
 
-pub use session::SessionError;
+pub use error::{RelayError, SessionError, Side};
+pub use machine::{Producer, SessionMachine, Step};
+pub use refusals::Refusals;
+pub use routing::DeliveryTag;
 
 /// Everything the relay needs, taken from the validated config.
 #[derive(Debug, Clone)]
@@ -77,6 +84,7 @@ impl RelaySettings {
                 linger_ms: kafka.linger_ms,
                 message_timeout_ms: kafka.message_timeout_ms,
                 queue_max_messages: kafka.queue_max_messages,
+                dead_letter_topic: kafka.dlq_topic.clone(),
                 properties: kafka.property_pairs(),
             },
             envelope: config.envelope_settings(),
@@ -102,17 +110,6 @@ impl RelaySettings {
     }
 }
 
-/// Why the relay stopped for good.
-#[derive(Debug, thiserror::Error)]
-pub enum RelayError {
-    #[error(transparent)]
-    Replication(#[from] ReplicationError),
-    #[error(transparent)]
-    Sink(#[from] SinkError),
-    #[error("{0}")]
-    Stream(String),
-}
-
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
 /// are drained and confirmed) or a fatal error occurs.
 pub async fn run(
@@ -127,7 +124,7 @@ pub async fn run(
     // one session to the next (only to the same server: see `position`).
     let mut carried: Option<Position> = None;
     let mut attempt: u32 = 0;
-    let mut refusals = session::Refusals::new();
+    let mut refusals = Refusals::new();
     let mut dead_letter_topic_checked = false;
     health.set_unhealthy_after(settings.unhealthy_after);
     loop {
@@ -170,9 +167,12 @@ pub async fn run(
         confirmed = start;
         stream.confirm(confirmed);
         let Some(outbox) = stream.outbox_table().cloned() else {
-            return Err(RelayError::Stream(
-                "the replication stream did not resolve the outbox table".into(),
-            ));
+            // The settings name the table (above), so the stream resolved it.
+            return Err(ReplicationError::TableMissing {
+                table: format!("{}.{}", settings.table.0, settings.table.1),
+                database: String::new(),
+            }
+            .into());
         };
         if outbox.current_name != outbox.qualified_name() {
             tracing::warn!(
@@ -184,7 +184,7 @@ pub async fn run(
             );
         }
         settings.replication.outbox_oid = Some(outbox.oid);
-        let (mut sink, reports) = KafkaSink::new(&settings.sink)?;
+        let (mut sink, reports) = KafkaSink::<DeliveryTag>::new(&settings.sink)?;
         if !dead_letter_topic_checked {
             check_dead_letter_topic(&mut sink, &settings).await?;
             dead_letter_topic_checked = true;
@@ -199,9 +199,8 @@ pub async fn run(
             &settings,
             stream,
             (sink, reports),
-            confirmed,
+            (outbox, confirmed),
             &mut refusals,
-            outbox,
             health.clone(),
         )
         .run(&mut shutdown)
@@ -219,22 +218,21 @@ pub async fn run(
                     server: server.clone(),
                     confirmed,
                 });
-                match err {
-                    SessionError::Replication(e) if e.kind() == ErrorKind::Fatal => {
-                        return Err(e.into());
-                    }
-                    SessionError::Fatal(msg) => return Err(RelayError::Stream(msg)),
-                    SessionError::Refused(refused) => return Err(SinkError::from(refused).into()),
-                    SessionError::Replication(e) => {
-                        let reason = m::reason::STREAM_BROKE;
-                        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
-                        tracing::warn!(reason, error = %e, confirmed = %confirmed, "replication stream broke; reconnecting from the confirmed position");
-                        health.retrying(reason, &e);
-                    }
+                if err.is_fatal() {
+                    return Err(err.into());
+                }
+                match &err {
                     SessionError::Delivery { reason, error } => {
+                        let reason = *reason;
                         metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
                         tracing::warn!(reason, error = %error, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
-                        health.retrying(reason, &error);
+                        health.retrying(reason, error);
+                    }
+                    other => {
+                        let reason = m::reason::STREAM_BROKE;
+                        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+                        tracing::warn!(reason, error = %other, confirmed = %confirmed, "replication stream broke; reconnecting from the confirmed position");
+                        health.retrying(reason, other);
                     }
                 }
                 // A failure right after a good run (something new confirmed)
@@ -262,7 +260,7 @@ const DEAD_LETTER_TOPIC_CHECK: Duration = Duration::from_secs(10);
 /// which could be weeks away. A broker that does not answer in time only
 /// gets a warning: the first dead letter will tell.
 async fn check_dead_letter_topic(
-    sink: &mut KafkaSink,
+    sink: &mut KafkaSink<DeliveryTag>,
     settings: &RelaySettings,
 ) -> Result<(), SinkError> {
     let timeout =

@@ -26,7 +26,7 @@ mod timestamp;
 #[cfg(test)]
 mod decode_tests;
 #[cfg(test)]
-mod encode;
+pub(crate) mod encode;
 #[cfg(test)]
 mod fixture_tests;
 #[cfg(test)]

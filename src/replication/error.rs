@@ -21,18 +21,7 @@ use thiserror::Error;
 use super::catalog::display_ident;
 use crate::pgoutput::DecodeError;
 
-/// What the caller should do about a [`ReplicationError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// Reconnect with backoff; nothing is lost (the slot re-sends everything
-    /// after its `confirmed_flush_lsn`).
-    Transient,
-    /// Another process streams from the slot; wait and retry, never read
-    /// concurrently.
-    SlotBusy,
-    /// Retrying cannot help; a person has to act on the message.
-    Fatal,
-}
+pub use crate::error::ErrorKind;
 
 /// An ErrorResponse from the server, with the fields the relay shows.
 #[derive(Debug, Clone, PartialEq, Eq)]

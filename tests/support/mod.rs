@@ -122,6 +122,7 @@ impl TestOutbox {
                 linger_ms: 5,
                 message_timeout_ms: 30_000,
                 queue_max_messages: 100_000,
+                dead_letter_topic: self.dlq_topic.clone(),
                 properties: Vec::new(),
             },
             envelope: EnvelopeSettings {
