@@ -1,6 +1,6 @@
 //! Dead-letter records: a row that cannot become an event, or an event no
 //! broker takes, goes to the dead-letter topic with the reason, so the stream
-//! goes on (invariant 10). The dead letter is often the only copy of the
+//! goes on ("bad rows don't stop the stream" in docs/design.md). The dead letter is often the only copy of the
 //! event left (outbox rows are usually deleted right after the insert), so it
 //! keeps everything that can be read of the row.
 //!

@@ -15,9 +15,9 @@
 //!   `type`, topic name Kafka would refuse) is an [`EnvelopeError`], never a
 //!   panic; the relay sends such rows to the dead-letter topic.
 //! * The Kafka key is the aggregate id, so every event of one aggregate lands
-//!   on one partition in commit order (design invariant 7).
+//!   on one partition in commit order ("per-aggregate order" in docs/design.md).
 //!
-//! Mapping (design.md "CloudEvents mapping"): `id` ← id column, `source` ←
+//! Mapping (docs/design.md, "CloudEvents mapping"): `id` ← id column, `source` ←
 //! source column or config, `type` ← type column, `subject` and
 //! `partitionkey` ← aggregate id, `time` ← timestamp column or commit time,
 //! `traceparent` ← tracing span context column.

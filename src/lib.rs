@@ -2,7 +2,7 @@
 //! CloudEvents on Kafka, reading a logical replication slot (pgoutput) and
 //! confirming the slot's position only after the broker acknowledged.
 //!
-//! The modules follow the data flow in `design.md`:
+//! The modules follow the data flow in `docs/design.md`:
 //! replication stream ([`replication`]) → pgoutput decoder ([`pgoutput`]) →
 //! transaction assembler ([`assembler`]) → outbox row ([`outbox`]) →
 //! CloudEvents envelope ([`envelope`]) → Kafka producer ([`sink`]) →

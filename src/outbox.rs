@@ -1,6 +1,6 @@
 //! From a decoded outbox INSERT to an [`OutboxRow`].
 //!
-//! The outbox contract (design.md): Debezium's outbox event router columns by
+//! The outbox contract (docs/design.md, "The outbox contract"): Debezium's outbox event router columns by
 //! default (`id`, `aggregatetype`, `aggregateid`, `type`, `payload`, optional
 //! `timestamp` and `tracingspancontext`), names configurable, extra columns
 //! mapped to headers. Column positions are resolved once per relation shape
@@ -8,7 +8,7 @@
 //! which invalidates the cached positions.
 //!
 //! A row that cannot become an event yields a [`RowError`] whose text is the
-//! dead-letter reason; the relay dead-letters the row and goes on (invariant 10).
+//! dead-letter reason; the relay dead-letters the row and goes on ("bad rows don't stop the stream" in docs/design.md).
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! [`run`] is the outer loop: connect, stream (a [`session`]), and on a
 //! transient failure (PostgreSQL restarted, walsender killed, a delivery
 //! failed) back off, rebuild what broke and resume from the last confirmed
-//! LSN (invariant 6). Fatal errors (slot missing or invalidated, publication
+//! LSN ("a failed delivery rewinds, it never skips" in docs/design.md). Fatal errors (slot missing or invalidated, publication
 //! missing, authentication refused, Kafka refusing the relay's credentials or
 //! permissions, an unroutable event under `kafka.on_unroutable = "stop"`, a
 //! missing dead-letter topic) end it with a message that names the fix.
@@ -15,7 +15,7 @@
 //! `relay.unhealthy_after_secs` without progress.
 //!
 //! What is confirmed to PostgreSQL comes only from the ack tracker inside the
-//! session (invariant 1); this loop carries that LSN from one session to the
+//! session ("confirm only what the broker holds" in docs/design.md); this loop carries that LSN from one session to the
 //! next.
 
 mod error;
@@ -56,7 +56,7 @@ pub struct RelaySettings {
     pub table: (String, String),
     pub dlq_topic: String,
     /// Events handed to the producer and not yet acknowledged, at most.
-    /// Reaching it stops reading the slot (backpressure, invariant 9).
+    /// Reaching it stops reading the slot (backpressure: "bounded memory" in docs/design.md).
     pub max_in_flight: usize,
     /// Emit a heartbeat message when the outbox was idle this long.
     pub heartbeat_interval: Option<Duration>,

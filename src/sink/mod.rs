@@ -4,15 +4,15 @@
 //! most five requests in flight per partition, which keeps per-partition order
 //! across retries) with the Java client's partitioner (`murmur2_random`), so
 //! that keys land on the partition any other producer of the topic would pick
-//! (design invariant 7).
+//! ("per-aggregate order" in docs/design.md).
 //!
 //! Sending never blocks: [`KafkaSink::send`] hands the record to librdkafka's
 //! queue and returns; the broker's answer arrives later as a
 //! [`DeliveryReport`] on the channel returned by [`KafkaSink::new`]. The relay
 //! feeds those reports to the ack tracker: a record counts as delivered only
-//! when the broker acknowledged it (invariant 1). A full local queue is
+//! when the broker acknowledged it ("confirm only what the broker holds" in docs/design.md). A full local queue is
 //! returned to the caller ([`SendError::QueueFull`]) so the relay stops
-//! reading the slot instead of buffering (invariant 9).
+//! reading the slot instead of buffering ("bounded memory" in docs/design.md).
 //!
 //! Every refusal is classified once, in [`refusal`].
 //!
@@ -146,7 +146,7 @@ impl<T> ReportingContext<T> {
     /// A record failed for good: the relay will replay from the confirmed
     /// LSN, so no later record of this producer may reach the broker, or it
     /// would land before the failed one's replay and break per-aggregate
-    /// order (invariant 7). After a non-fatal permanent error librdkafka
+    /// order ("per-aggregate order" in docs/design.md). After a non-fatal permanent error librdkafka
     /// bumps the producer epoch and goes on with the queue; purging here, on
     /// the poll thread that serves this report, wins against that epoch bump
     /// (a broker round trip), where a purge from the relay's task would race
@@ -267,7 +267,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
             // Without it librdkafka keeps writing a partition after one of
             // its records failed for good (it bumps the epoch and goes on),
             // and the replay from the confirmed LSN would put the failed
-            // record after its successors (invariant 7). With it, such a
+            // record after its successors ("per-aggregate order" in docs/design.md). With it, such a
             // failure is fatal: the relay rebuilds the producer and replays.
             // (Records that hit message.timeout.ms are not covered by
             // librdkafka's guarantee; the relay treats them as failed too.)

@@ -84,7 +84,7 @@ impl RefusalKind {
 /// Classifies an error librdkafka reports for a record (delivery report or
 /// refused `send`), for the producer as a whole (its fatal error) or for the
 /// client (the error callback). `None`: transient or unknown; the relay
-/// rebuilds the producer and replays (invariant 6).
+/// rebuilds the producer and replays ("a failed delivery rewinds, it never skips" in docs/design.md).
 ///
 /// Left out on purpose: `UNKNOWN_TOPIC_OR_PART` answered to a Produce request
 /// (librdkafka refreshes metadata and retries it; a topic that really is
@@ -230,7 +230,7 @@ pub enum DeliveryError {
     Refused(Refused),
     /// Anything else (timeout, fatal idempotence error...): the relay stops
     /// confirming, rebuilds the producer and replays from the last confirmed
-    /// LSN (invariant 6).
+    /// LSN ("a failed delivery rewinds, it never skips" in docs/design.md).
     #[error("delivery failed: {0}")]
     Failed(KafkaError),
     /// The producer hit a fatal error (`rd_kafka_fatal_error`: say, an
