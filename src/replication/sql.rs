@@ -8,12 +8,17 @@
 //! Role: connect (trying the conninfo's endpoints in order, bounded by the
 //! connect timeout), run simple queries, say goodbye. One connection serves
 //! many queries; the caller keeps it for the life of a session.
+//!
+//! [`SqlConnection::connect_normal`] opens an ordinary session instead (no
+//! `replication` startup parameter, so no REPLICATION attribute needed),
+//! with the same conninfo, TLS and authentication semantics: the operator
+//! commands (`init`, `check`, `status`) use it.
 
 use postgres_protocol::message::frontend;
 use tokio::time::timeout;
 
 use super::ReplicationSettings;
-use super::auth;
+use super::auth::{self, SessionKind};
 use super::catalog::simple_query;
 use super::conninfo::Conninfo;
 use super::error::ReplicationError;
@@ -26,12 +31,29 @@ pub struct SqlConnection {
 }
 
 impl SqlConnection {
-    /// Connects like the stream does.
+    /// Connects like the stream does (`replication=database`).
     ///
     /// # Errors
     /// The stream's classification: transient for network trouble, fatal
     /// for a refused login.
     pub async fn connect(settings: &ReplicationSettings) -> Result<Self, ReplicationError> {
+        Self::connect_as(settings, SessionKind::Replication).await
+    }
+
+    /// Connects as an ordinary session: same conninfo, TLS and
+    /// authentication, but no walsender, so the role needs no REPLICATION
+    /// attribute and every SQL statement is available.
+    ///
+    /// # Errors
+    /// As [`SqlConnection::connect`].
+    pub async fn connect_normal(settings: &ReplicationSettings) -> Result<Self, ReplicationError> {
+        Self::connect_as(settings, SessionKind::Normal).await
+    }
+
+    async fn connect_as(
+        settings: &ReplicationSettings,
+        kind: SessionKind,
+    ) -> Result<Self, ReplicationError> {
         let conninfo = Conninfo::parse(&settings.conninfo)?;
         let mut last_error = None;
         for endpoint in &conninfo.endpoints {
@@ -39,7 +61,14 @@ impl SqlConnection {
             let attempt = async {
                 let socket = socket::open(endpoint, &conninfo.tls, &target).await?;
                 let mut socket = FramedSocket::new(socket);
-                auth::startup(&mut socket, &conninfo, &settings.application_name, &target).await?;
+                auth::startup_as(
+                    &mut socket,
+                    &conninfo,
+                    &settings.application_name,
+                    &target,
+                    kind,
+                )
+                .await?;
                 Ok::<_, ReplicationError>(socket)
             };
             match timeout(settings.connect_timeout, attempt).await {
