@@ -204,6 +204,20 @@ pub async fn resolve(
     })
 }
 
+/// [`resolve`] on an SQL connection (either kind): the same checks and
+/// errors as at the stream's connect, for the operator commands.
+///
+/// # Errors
+/// As [`resolve`].
+pub async fn resolve_on(
+    connection: &mut SqlConnection,
+    table: (&str, &str),
+    publication: &str,
+) -> Result<OutboxTable, ReplicationError> {
+    let target = connection.target().to_owned();
+    resolve(connection.socket_mut(), table, None, publication, &target).await
+}
+
 /// Asks the catalog about relation `oid` (one query on `connection`).
 ///
 /// # Errors

@@ -100,6 +100,12 @@ impl SqlConnection {
         simple_query(&mut self.socket, sql, &self.target, action).await
     }
 
+    /// The socket, for the catalog checks that run on either kind of
+    /// connection.
+    pub(super) fn socket_mut(&mut self) -> &mut FramedSocket {
+        &mut self.socket
+    }
+
     /// The endpoint connected to, for errors (no credentials in it).
     pub fn target(&self) -> &str {
         &self.target
