@@ -10,6 +10,7 @@
 //! [`relay`] wires them together; [`config`] is the one validated config.
 
 pub mod ack;
+pub mod admin;
 pub mod assembler;
 pub mod config;
 pub mod deadletter;
