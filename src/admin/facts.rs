@@ -52,7 +52,7 @@ pub struct RoleFacts {
     pub login: bool,
     pub replication: bool,
     pub superuser: bool,
-    /// USAGE on the table's schema (`None` when the table does not exist).
+    /// USAGE on the table's schema (`None` when the schema does not exist).
     pub schema_usage: Option<bool>,
     /// SELECT on the table (`None` when the table does not exist).
     pub table_select: Option<bool>,
@@ -151,7 +151,8 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
         "WITH t AS (SELECT c.oid, c.relkind, c.relowner, c.relnamespace \
            FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
            WHERE n.nspname = {schema} AND c.relname = {name}), \
-         tree AS (SELECT p.relid FROM t, pg_catalog.pg_partition_tree(t.oid) p), \
+         tree AS (SELECT t.oid AS relid FROM t \
+           UNION SELECT p.relid::oid FROM t, pg_catalog.pg_partition_tree(t.oid) p), \
          r AS (SELECT oid, rolname, rolcanlogin, rolreplication, rolsuper \
            FROM pg_catalog.pg_roles WHERE rolname = {role}), \
          s AS (SELECT * FROM pg_catalog.pg_replication_slots WHERE slot_name = {slot}) \
@@ -169,10 +170,11 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
               WHERE backend_type = 'walsender'), \
            'role', (SELECT json_build_object('name', r.rolname, 'login', r.rolcanlogin, \
               'replication', r.rolreplication, 'superuser', r.rolsuper, \
-              'schema_usage', (SELECT pg_catalog.has_schema_privilege(r.oid, t.relnamespace, 'USAGE') FROM t), \
+              'schema_usage', (SELECT pg_catalog.has_schema_privilege(r.oid, n.oid, 'USAGE') \
+                 FROM pg_catalog.pg_namespace n WHERE n.nspname = {schema}), \
               'table_select', (SELECT pg_catalog.has_table_privilege(r.oid, t.oid, 'SELECT') FROM t)) \
               FROM r), \
-           'table', (SELECT json_build_object('oid', t.oid, 'partitioned', t.relkind = 'p', \
+           'table', (SELECT json_build_object('oid', t.oid::bigint, 'partitioned', t.relkind = 'p', \
               'partitions', (SELECT count(*) - 1 FROM tree), \
               'owner', pg_catalog.pg_get_userbyid(t.relowner), \
               'columns', (SELECT coalesce(json_agg(json_build_object('name', a.attname, \
@@ -187,7 +189,7 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
               'all_tables', p.puballtables, \
               'has_table', p.puballtables OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables pt \
                  WHERE pt.pubname = p.pubname AND pg_catalog.format('%I.%I', pt.schemaname, \
-                   pt.tablename)::regclass IN (SELECT relid FROM tree))) \
+                   pt.tablename)::regclass::oid IN (SELECT relid FROM tree))) \
               FROM pg_catalog.pg_publication p WHERE p.pubname = {publication}), \
            'slot', (SELECT to_jsonb(s) FROM s), \
            'slot_holder', (SELECT json_build_object('pid', a.pid, \

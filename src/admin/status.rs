@@ -33,6 +33,8 @@
 //! `--watch` interval.
 
 use std::fmt::Write as _;
+use std::future::Future;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -40,7 +42,7 @@ use crate::config::Config;
 use crate::replication::{ReplicationError, SqlConnection, quote_ident, quote_literal};
 
 use super::facts::HolderFacts;
-use super::{human_bytes, human_duration};
+use super::{AdminTarget, human_bytes, human_duration};
 
 /// How the age of the oldest pending row was computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -328,7 +330,11 @@ pub fn render_text(report: &StatusReport) -> String {
         "lag",
         report.lag_bytes.map_or_else(dash, |b| {
             let bytes = u64::try_from(b).unwrap_or(0);
-            format!("{} ({bytes} bytes)", human_bytes(bytes))
+            if bytes < 1024 {
+                human_bytes(bytes)
+            } else {
+                format!("{} ({bytes} bytes)", human_bytes(bytes))
+            }
         }),
     ));
     let safe = match report.safe_wal_size {
@@ -403,6 +409,88 @@ fn table(rows: &[(&str, String)]) -> String {
 /// JSON lines).
 pub fn render_json(report: &StatusReport) -> String {
     serde_json::to_string(report).unwrap_or_else(|_| "{}".to_owned())
+}
+
+/// Prints the status once, or every `watch` interval until `stop`
+/// resolves. Returns whether the slot existed at the last reading.
+///
+/// # Errors
+/// Without `watch`: the connection or a query failed. With `watch`, a
+/// failure is printed and the next reading reconnects.
+pub async fn run(
+    target: &AdminTarget,
+    config: &Config,
+    json: bool,
+    watch: Option<Duration>,
+    stop: impl Future<Output = ()>,
+    out: &mut dyn std::io::Write,
+) -> Result<bool, ReplicationError> {
+    let Some(interval) = watch else {
+        let mut connection = target.connect().await?;
+        let report = gather(&mut connection, config).await;
+        connection.close().await;
+        let report = report?;
+        let _ = write_report(out, &report, json);
+        return Ok(report.exists);
+    };
+    tokio::pin!(stop);
+    let mut connection: Option<SqlConnection> = None;
+    let mut exists = false;
+    loop {
+        let reading = async {
+            let mut live = match connection.take() {
+                Some(live) => live,
+                None => target.connect().await?,
+            };
+            let report = gather(&mut live, config).await;
+            if report.is_ok() {
+                connection = Some(live);
+            }
+            report
+        }
+        .await;
+        if !json {
+            let _ = writeln!(
+                out,
+                "--- {} (every {}; Ctrl-C stops)",
+                chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC"),
+                human_duration(interval.as_secs_f64())
+            );
+        }
+        match reading {
+            Ok(report) => {
+                exists = report.exists;
+                let _ = write_report(out, &report, json);
+            }
+            Err(e) if json => {
+                let _ = writeln!(out, "{}", serde_json::json!({ "error": e.to_string() }));
+            }
+            Err(e) => {
+                let _ = writeln!(out, "error: {e}");
+            }
+        }
+        let _ = out.flush();
+        tokio::select! {
+            () = &mut stop => break,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+    if let Some(live) = connection {
+        live.close().await;
+    }
+    Ok(exists)
+}
+
+fn write_report(
+    out: &mut dyn std::io::Write,
+    report: &StatusReport,
+    json: bool,
+) -> std::io::Result<()> {
+    if json {
+        writeln!(out, "{}", render_json(report))
+    } else {
+        write!(out, "{}", render_text(report))
+    }
 }
 
 #[cfg(test)]
