@@ -734,6 +734,7 @@ pub async fn consume_all_ids(
     })
     .await
 }
+pub mod cluster;
 pub mod mock;
 pub mod proxy;
 pub mod relay_probe;
