@@ -180,8 +180,8 @@ pub enum ReplicationError {
 
     #[error(
         "replication slot {slot:?} does not exist in database {database:?}; the relay never \
-         creates it: run the setup SQL or `SELECT pg_create_logical_replication_slot('{slot}', \
-         'pgoutput');`"
+         creates it: run `outbox-relay init` (which refuses where a slot was lost) or \
+         `SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');`"
     )]
     SlotMissing { slot: String, database: String },
 
