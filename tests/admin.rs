@@ -683,3 +683,82 @@ async fn status_shows_the_lag_falling_while_a_backlog_drains() {
     relay.stop().await.unwrap();
     o.drop_all().await;
 }
+
+/// Whether the cluster has `topic` now (metadata for all topics: asking for
+/// one by name could create it).
+async fn topic_exists(topic: &str) -> bool {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", env("KAFKA_BROKERS"))
+            .create()
+            .unwrap();
+        let metadata = consumer
+            .fetch_metadata(None, Duration::from_secs(10))
+            .unwrap();
+        metadata.topics().iter().any(|t| t.name() == topic)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_reads_topics_and_their_configs_from_the_broker_and_creates_none() {
+    let o = TestOutbox::create("jsonb").await;
+    let order = o.topic("order");
+    let user = o.topic("user");
+    o.create_topic_with_config(&order, 3, &[("max.message.bytes", "200000")])
+        .await;
+    o.create_topic(&o.dlq_topic, 1).await;
+    for aggregate_type in ["order", "user"] {
+        o.admin
+            .execute(
+                &format!(
+                    "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload) \
+                     VALUES (gen_random_uuid(), $1, '1', 'Created', '{{}}')",
+                    o.table
+                ),
+                &[&aggregate_type],
+            )
+            .await
+            .unwrap();
+    }
+    let (code, items, output) = check(&o.write_config("")).await;
+    // Nothing fails: the missing topic is created by the broker on first use.
+    assert_eq!(code, Some(0), "{}", text(&output));
+    let existing = item(&items, &format!("kafka.topic.{order}"));
+    assert_eq!(existing["status"], "ok", "{existing}");
+    assert!(
+        existing["detail"]
+            .as_str()
+            .unwrap()
+            .contains("3 partitions")
+    );
+    let missing = item(&items, &format!("kafka.topic.{user}"));
+    assert_eq!(missing["status"], "warn", "{missing}");
+    assert!(
+        missing["detail"]
+            .as_str()
+            .unwrap()
+            .contains("the broker creates it on first use"),
+        "{missing}"
+    );
+    assert_eq!(item(&items, "kafka.dead_letter_topic")["status"], "ok");
+    // The producer's default 1000000 bytes exceed the topic's 200000.
+    let size = item(&items, &format!("kafka.message_size.{order}"));
+    assert_eq!(size["status"], "warn", "{size}");
+    assert!(
+        size["detail"].as_str().unwrap().contains("200000"),
+        "{size}"
+    );
+    assert!(
+        items
+            .iter()
+            .all(|i| i["name"] != format!("kafka.message_size.{}", o.dlq_topic)),
+        "{items:#?}"
+    );
+    // check only reads: the missing topic is still missing.
+    assert!(!topic_exists(&user).await, "check created {user}");
+    o.drop_all().await;
+}
