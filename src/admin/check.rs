@@ -27,6 +27,7 @@ use crate::replication::{
     ErrorKind, OutboxTable, ReplicationError, SqlConnection, display_ident, evaluate_slot_json,
     quote_ident, resolve_on,
 };
+use crate::sink::OnUnroutable;
 
 use super::AdminTarget;
 use super::facts::{self, PgFacts};
@@ -821,6 +822,12 @@ pub fn evaluate_kafka(
             kafka_config.brokers
         )
     };
+    let dead_letters_unroutable = kafka_config.on_unroutable == OnUnroutable::DeadLetter;
+    let not_created = if producer_creates {
+        "the broker has auto.create.topics.enable = false"
+    } else {
+        "allow.auto.create.topics = false in [kafka.properties]"
+    };
     let missing = |name: String, topic: &str, what: &str| match auto_create {
         Some(true) => Item::warn(
             name,
@@ -830,16 +837,32 @@ pub fn evaluate_kafka(
             ),
         )
         .fix(create_fix(topic)),
+        // An event topic: what happens follows kafka.on_unroutable.
+        Some(false) if what == "topic" && dead_letters_unroutable => Item::warn(
+            name,
+            format!(
+                "{what} {topic:?} does not exist and will not be created automatically \
+                 ({not_created}): its events go to the dead-letter topic \
+                 (kafka.on_unroutable = \"dead-letter\")"
+            ),
+        )
+        .fix(create_fix(topic)),
+        Some(false) if what == "topic" => Item::fail(
+            name,
+            format!(
+                "{what} {topic:?} does not exist and will not be created automatically \
+                 ({not_created}): the relay stops at its first event"
+            ),
+        )
+        .fix(format!(
+            "{}; or set kafka.on_unroutable = \"dead-letter\" to dead-letter such events",
+            create_fix(topic)
+        )),
         Some(false) => Item::fail(
             name,
             format!(
                 "{what} {topic:?} does not exist and will not be created automatically \
-                 ({})",
-                if producer_creates {
-                    "the broker has auto.create.topics.enable = false"
-                } else {
-                    "allow.auto.create.topics = false in [kafka.properties]"
-                }
+                 ({not_created}): the relay refuses to start without it"
             ),
         )
         .fix(create_fix(topic)),
@@ -897,7 +920,12 @@ pub fn evaluate_kafka(
                     format!(
                         "topics come from {template:?} and the rows ({why}), and missing \
                          topics are not created automatically: create each one before the \
-                         first event of its aggregate type"
+                         first event of its aggregate type, or {}",
+                        if dead_letters_unroutable {
+                            "its events go to the dead-letter topic"
+                        } else {
+                            "the relay stops at that event (kafka.on_unroutable)"
+                        }
                     ),
                 )
                 .fix(create_fix(template)),

@@ -606,3 +606,35 @@ fn the_report_passes_unless_an_item_fails_and_prints_fixes() {
     assert_eq!(json[3]["fix"], "do y");
     assert!(json[0].get("fix").is_none());
 }
+
+#[test]
+fn a_missing_event_topic_without_auto_creation_fails_unless_its_events_are_dead_lettered() {
+    let topics = Topics::Fixed("events".into());
+    let facts = cluster(&[("outbox.dlq", 1)], Some(false));
+    let items = evaluate_kafka(&config(), &facts, &topics);
+    let topic = item(&items, "kafka.topic.events");
+    assert_eq!(topic.status, Status::Fail, "{topic:?}");
+    assert!(topic.detail.contains("the relay stops"), "{topic:?}");
+    assert!(
+        topic
+            .fix
+            .as_ref()
+            .unwrap()
+            .contains("kafka.on_unroutable = \"dead-letter\""),
+        "{topic:?}"
+    );
+
+    let mut dead_letter = config();
+    dead_letter.kafka.on_unroutable = crate::sink::OnUnroutable::DeadLetter;
+    let items = evaluate_kafka(&dead_letter, &facts, &topics);
+    let topic = item(&items, "kafka.topic.events");
+    assert_eq!(topic.status, Status::Warn, "{topic:?}");
+    assert!(
+        topic.detail.contains("go to the dead-letter topic"),
+        "{topic:?}"
+    );
+    // The dead-letter topic itself has nowhere else to go.
+    let facts = cluster(&[], Some(false));
+    let items = evaluate_kafka(&dead_letter, &facts, &topics);
+    assert_eq!(item(&items, "kafka.dead_letter_topic").status, Status::Fail);
+}
