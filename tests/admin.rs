@@ -762,3 +762,58 @@ async fn check_reads_topics_and_their_configs_from_the_broker_and_creates_none()
     assert!(!topic_exists(&user).await, "check created {user}");
     o.drop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_session_keeps_the_relays_tls_and_channel_binding() {
+    let o = TestOutbox::create("jsonb").await;
+    let password = "relay-test-password";
+    let ca = env("PG_CA_CERT");
+    // Verified TLS, bound SCRAM: the connection is what the stream's would be.
+    let bound = support::relay_probe::pg_url_at(
+        "localhost",
+        "relay",
+        password,
+        &format!("sslmode=verify-full&sslrootcert={ca}&channel_binding=require"),
+    );
+    let (code, items, output) = check(&o.write_config_with_url(&bound, "")).await;
+    assert_eq!(
+        item(&items, "postgres.connection")["status"],
+        "ok",
+        "{}",
+        text(&output)
+    );
+    assert_eq!(code, Some(0), "{}", text(&output));
+    // And refused for the same reasons: verify-full without a CA to verify against.
+    let unverifiable =
+        support::relay_probe::pg_url_at("localhost", "relay", password, "sslmode=verify-full");
+    let (code, items, output) = check(&o.write_config_with_url(&unverifiable, "")).await;
+    assert_eq!(code, Some(1), "{}", text(&output));
+    let connection = item(&items, "postgres.connection");
+    assert_eq!(connection["status"], "fail");
+    assert!(
+        connection["detail"]
+            .as_str()
+            .unwrap()
+            .contains("set sslrootcert=<path to the CA certificate file>"),
+        "{connection}"
+    );
+    // channel_binding=require without TLS is refused before the password leaves.
+    let plain = support::relay_probe::pg_url_for(
+        "relay",
+        password,
+        "sslmode=disable&channel_binding=require",
+    );
+    let (_, items, _) = check(&o.write_config_with_url(&plain, "")).await;
+    let connection = item(&items, "postgres.connection");
+    assert_eq!(connection["status"], "fail");
+    assert!(
+        connection["detail"]
+            .as_str()
+            .unwrap()
+            .contains("channel_binding"),
+        "{connection}"
+    );
+    // The password never shows.
+    assert!(!String::from_utf8_lossy(&output.stdout).contains(password));
+    o.drop_all().await;
+}
