@@ -15,9 +15,10 @@
 //! * Every refusal is decided before the first statement runs, so a refused
 //!   init changes nothing.
 //! * A slot is never created where one was lost ("Loud on lost history").
-//!   The rule: **when the publication already exists and the slot does
-//!   not, init refuses to create the slot** unless `--allow-new-slot` is
-//!   given. init creates the two together, publication first; a publication
+//!   The rule: **when the publication and the outbox table already exist
+//!   and the slot does not, init refuses to create the slot** unless
+//!   `--allow-new-slot` is given (without the table, no outbox row was ever
+//!   committed, so nothing can be skipped). init creates the two together, publication first; a publication
 //!   without its slot is a setup that has streamed before, whose slot was
 //!   dropped or invalidated, and a new slot would start at the current WAL
 //!   position, silently skipping every outbox row committed since the old
@@ -318,7 +319,9 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
             }
         },
         None => {
-            if facts.publication.is_some() && !options.allow_new_slot {
+            // Without an outbox table, no outbox row was ever committed:
+            // a new slot skips nothing.
+            if facts.publication.is_some() && facts.table.is_some() && !options.allow_new_slot {
                 return Err(InitError::SlotWouldSkip {
                     slot: pg.slot.clone(),
                     publication: pg.publication.clone(),

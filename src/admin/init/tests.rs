@@ -422,3 +422,30 @@ fn a_failed_step_after_creating_the_publication_says_allow_new_slot_is_safe() {
         "{text}"
     );
 }
+
+#[test]
+fn a_publication_without_a_table_had_no_rows_to_skip() {
+    // A hand-made publication (FOR ALL TABLES, say) and no outbox table yet:
+    // no outbox row was ever committed, so a new slot skips nothing.
+    let facts = PgFacts {
+        publication: Some(PublicationFacts {
+            insert: true,
+            all_tables: true,
+            has_table: true,
+            ..PublicationFacts::default()
+        }),
+        ..empty()
+    };
+    let options = InitOptions {
+        create_table: true,
+        ..InitOptions::default()
+    };
+    let plan = plan(&config(), &facts, &options).unwrap();
+    assert_eq!(
+        summaries(&plan),
+        [
+            "create the outbox table public.outbox",
+            "create replication slot \"outbox_relay\" (pgoutput)",
+        ]
+    );
+}
