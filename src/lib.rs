@@ -8,18 +8,22 @@
 //! CloudEvents envelope ([`envelope`]) → Kafka producer ([`sink`]) →
 //! ack tracker ([`ack`]) → flush LSN back to the replication stream.
 //! [`relay`] wires them together; [`config`] is the one validated config.
+//!
+//! The sans-IO part, [`pgoutput`] with [`assembler`] and [`lsn`], is its own
+//! crate (`crates/pgoutput`), so that Cargo keeps I/O out of it; it is
+//! re-exported here under its old paths (`crate::pgoutput::decode`,
+//! `crate::assembler::TxEvent`, `crate::lsn::Lsn`).
 
 pub mod ack;
 pub mod admin;
-pub mod assembler;
 pub mod config;
 pub mod deadletter;
 pub mod envelope;
 pub mod error;
-pub mod lsn;
 pub mod metrics;
 pub mod outbox;
-pub mod pgoutput;
 pub mod relay;
 pub mod replication;
 pub mod sink;
+
+pub use pgoutput::{self, assembler, lsn};
