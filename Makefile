@@ -28,7 +28,7 @@ services-down:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --workspace -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
