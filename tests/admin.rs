@@ -411,6 +411,54 @@ async fn check_reports_a_publication_without_inserts() {
     o.drop_all().await;
 }
 
+/// The publication may hold tables the relay's role cannot see (another
+/// team's schema): reading which tables it publishes must not need USAGE on
+/// their schemas, for `check` or for the relay itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publication_with_tables_the_role_cannot_see_is_read_by_check_and_run() {
+    let o = TestOutbox::create("jsonb").await;
+    let hidden = format!("{}_hidden", o.table);
+    o.admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {hidden}; REVOKE ALL ON SCHEMA {hidden} FROM PUBLIC; \
+             CREATE TABLE {hidden}.t (id int PRIMARY KEY); \
+             ALTER PUBLICATION {} ADD TABLE {hidden}.t",
+            o.publication
+        ))
+        .await
+        .unwrap();
+    let (code, items, output) = check(&o.write_config("")).await;
+    assert_eq!(
+        item(&items, "postgres.publication")["status"],
+        "ok",
+        "{items:#?}"
+    );
+    assert_eq!(failed(&items), Vec::<&str>::new(), "{items:#?}");
+    assert_eq!(code, Some(0), "{}", text(&output));
+
+    // The relay resolves the same publication at start and delivers.
+    let relay = RunningRelay::start(o.settings());
+    let mut writer = o.writer().await;
+    let committed = o
+        .commit_events(&mut writer, 3, 1, 3, &mut Default::default())
+        .await;
+    let received = consume(&o.topic("order"), Duration::from_secs(60), |r| r.len() >= 3).await;
+    let got: Vec<&str> = received.iter().filter_map(|r| r.header("ce_id")).collect();
+    for c in &committed {
+        assert!(
+            got.contains(&c.id.as_str()),
+            "{} missing from {got:?}",
+            c.id
+        );
+    }
+    relay.stop().await.unwrap();
+    o.admin
+        .batch_execute(&format!("DROP SCHEMA {hidden} CASCADE"))
+        .await
+        .unwrap();
+    o.drop_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reports_a_missing_slot() {
     let o = TestOutbox::create("jsonb").await;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::replication::{ReplicationError, SqlConnection, quote_literal};
+use crate::replication::{ReplicationError, SqlConnection, publication_relids, quote_literal};
 
 /// The server and the relay's objects, as the catalog describes them.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -187,9 +187,8 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
            'publication', (SELECT json_build_object('insert', p.pubinsert, 'update', p.pubupdate, \
               'delete', p.pubdelete, 'truncate', p.pubtruncate, 'via_root', p.pubviaroot, \
               'all_tables', p.puballtables, \
-              'has_table', p.puballtables OR EXISTS (SELECT 1 FROM pg_catalog.pg_publication_tables pt \
-                 WHERE pt.pubname = p.pubname AND pg_catalog.format('%I.%I', pt.schemaname, \
-                   pt.tablename)::regclass::oid IN (SELECT relid FROM tree))) \
+              'has_table', p.puballtables OR EXISTS (SELECT 1 FROM ({published}) pt \
+                 WHERE pt.relid IN (SELECT relid FROM tree))) \
               FROM pg_catalog.pg_publication p WHERE p.pubname = {publication}), \
            'slot', (SELECT to_jsonb(s) FROM s), \
            'slot_holder', (SELECT json_build_object('pid', a.pid, \
@@ -206,6 +205,7 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
         slot = quote_literal(slot),
         publication = quote_literal(publication),
         settings = settings.join(", "),
+        published = publication_relids(publication),
     )
 }
 

@@ -43,7 +43,9 @@ pub use catalog::{ServerIdentity, display_ident, evaluate_slot_json, quote_ident
 pub use conninfo::{ChannelBinding, Conninfo, RootCert, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
-pub use outbox_table::{OutboxTable, RelationClass, RelationLookup, classify, look_up, resolve_on};
+pub use outbox_table::{
+    OutboxTable, RelationClass, RelationLookup, classify, look_up, publication_relids, resolve_on,
+};
 pub use sql::SqlConnection;
 pub use stream::ReplicationStream;
 
