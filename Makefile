@@ -4,11 +4,16 @@ SHELL := /bin/bash
 SERVICES := scripts/services
 CARGO ?= cargo
 
-.PHONY: test demo services-up services-down lint bench fmt soak
+.PHONY: test test-matrix demo services-up services-down lint bench fmt soak
 
 ## make test: start PostgreSQL + Kafka, run the whole suite, stop them, exit with the suite's status.
 test:
 	@scripts/test
+
+## make test-matrix: the replication and end-to-end suites on PostgreSQL 14, 15, 16, 17 and 18
+## (fresh cluster each, release builds fetched once), results to docs/compatibility.md. Not in CI.
+test-matrix:
+	@scripts/test-matrix
 
 ## make demo: services up, outbox set up, the relay turns five orders into CloudEvents on Kafka;
 ## fails, naming the step and its log, unless those five events come back from Kafka.
@@ -23,7 +28,7 @@ services-down:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --all-targets --workspace -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,6 +1,6 @@
 //! Decoder + assembler throughput on a captured outbox stream: 1000
 //! single-row transactions (Begin, Relation once, Insert, Commit) from
-//! PostgreSQL 15, `tests/fixtures/pgoutput/outbox.bin`.
+//! PostgreSQL 15, `crates/pgoutput/tests/fixtures/outbox.bin`.
 //!
 //! Reported twice over the same work: in bytes of pgoutput messages, and in
 //! rows (outbox events). The relay needs ≥ 550k rows/s here: 10× what
@@ -16,7 +16,7 @@ use outbox_relay::pgoutput::{DecodeContext, decode};
 fn load_outbox_stream() -> Vec<Bytes> {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/pgoutput/outbox.bin"
+        "/crates/pgoutput/tests/fixtures/outbox.bin"
     );
     let mut stream = Bytes::from(std::fs::read(path).expect("outbox fixture"));
     let mut messages = Vec::new();

@@ -1,6 +1,7 @@
 // Shared by the fuzz target (fuzz/fuzz_targets/decode.rs) and the corpus
 // replay test (tests/fuzz_corpus_replay.rs) through `include!`, so both run
-// the same code over the same inputs.
+// the same code over the same inputs. Both depend on the pgoutput crate
+// (crates/pgoutput) and name it directly.
 //
 // Runs the pgoutput decoder over `data` under every decoder configuration
 // (protocol 1–4, inside or outside a streamed block, parallel streaming or
@@ -8,9 +9,8 @@
 // the same for `data` read as a replication CopyData payload. Returns how many
 // decodes succeeded. Panicking is the only failure.
 fn exercise(data: &[u8]) -> usize {
-    use bytes::Bytes;
-    use outbox_relay::assembler::TransactionAssembler;
-    use outbox_relay::pgoutput::{DecodeContext, ReplicationMessage, decode, decode_copy_data};
+    use pgoutput::assembler::TransactionAssembler;
+    use pgoutput::{Bytes, DecodeContext, ReplicationMessage, decode, decode_copy_data};
 
     fn decode_everywhere(input: &Bytes) -> usize {
         let mut ok = 0;

@@ -6,7 +6,9 @@
 //! through), loses one per broker or dead-letter acknowledgement, in any
 //! order across partitions, and is closed with its Commit's end LSN.
 //!
-//! Invariants (design.md 1, 5, 6; house style 4):
+//! Invariants (docs/design.md: "confirm only what the broker holds",
+//! "keepalives answered, progress reported promptly", "a failed delivery
+//! rewinds, it never skips"):
 //! * [`AckTracker::confirmed`] is the end LSN of the last transaction that,
 //!   like every transaction before it, is closed with all events acked: the
 //!   acknowledged prefix, never what was merely received. It never moves

@@ -35,6 +35,7 @@ use figment::Figment;
 use serde::Deserialize;
 
 use crate::envelope::{ContentMode, DEFAULT_TOPIC_TEMPLATE, EnvelopeSettings};
+use crate::sink::OnUnroutable;
 
 pub use redact::{is_secret_property, redact_conninfo};
 pub(crate) use redact::{is_shown_parameter, key_values, split_url_scheme};
@@ -176,6 +177,8 @@ pub struct KafkaConfig {
     pub message_timeout_ms: u64,
     pub queue_max_messages: u64,
     pub shutdown_drain_secs: u64,
+    /// What to do with an event the broker cannot route to its topic.
+    pub on_unroutable: OnUnroutable,
     /// Other librdkafka properties, as text. May hold secrets: see
     /// [`is_secret_property`].
     #[serde(deserialize_with = "sources::deserialize_properties")]
@@ -192,6 +195,7 @@ impl Default for KafkaConfig {
             message_timeout_ms: 30_000,
             queue_max_messages: 100_000,
             shutdown_drain_secs: 30,
+            on_unroutable: OnUnroutable::Stop,
             properties: BTreeMap::new(),
         }
     }
@@ -212,6 +216,9 @@ pub struct RelayConfig {
     pub channel_capacity: usize,
     pub metrics_addr: Option<SocketAddr>,
     pub log_format: LogFormat,
+    /// /health turns 503 once a retry loop has gone on this long without
+    /// progress.
+    pub unhealthy_after_secs: u64,
 }
 
 impl Default for RelayConfig {
@@ -220,6 +227,7 @@ impl Default for RelayConfig {
             channel_capacity: 10_000,
             metrics_addr: None,
             log_format: LogFormat::Text,
+            unhealthy_after_secs: 120,
         }
     }
 }
@@ -373,6 +381,12 @@ impl KafkaConfig {
     }
 }
 
+impl RelayConfig {
+    pub fn unhealthy_after(&self) -> Duration {
+        Duration::from_secs(self.unhealthy_after_secs)
+    }
+}
+
 // `Debug` is written by hand for the structs that hold secrets.
 
 impl fmt::Debug for Config {
@@ -412,6 +426,7 @@ impl fmt::Debug for KafkaConfig {
             .field("message_timeout_ms", &self.message_timeout_ms)
             .field("queue_max_messages", &self.queue_max_messages)
             .field("shutdown_drain_secs", &self.shutdown_drain_secs)
+            .field("on_unroutable", &self.on_unroutable)
             .field("properties", &RedactedProperties(&self.properties))
             .finish()
     }

@@ -15,9 +15,9 @@
 //!   `type`, topic name Kafka would refuse) is an [`EnvelopeError`], never a
 //!   panic; the relay sends such rows to the dead-letter topic.
 //! * The Kafka key is the aggregate id, so every event of one aggregate lands
-//!   on one partition in commit order (design invariant 7).
+//!   on one partition in commit order ("per-aggregate order" in docs/design.md).
 //!
-//! Mapping (design.md "CloudEvents mapping"): `id` ← id column, `source` ←
+//! Mapping (docs/design.md, "CloudEvents mapping"): `id` ← id column, `source` ←
 //! source column or config, `type` ← type column, `subject` and
 //! `partitionkey` ← aggregate id, `time` ← timestamp column or commit time,
 //! `traceparent` ← tracing span context column.
@@ -27,6 +27,8 @@ use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
+
+use crate::outbox::OutboxRow;
 
 /// The CloudEvents version this relay emits.
 pub const SPEC_VERSION: &str = "1.0";
@@ -43,27 +45,6 @@ pub const MAX_TOPIC_LEN: usize = 249;
 /// Longest topic text kept in an [`EnvelopeError::InvalidTopic`]: the text
 /// comes from row data and ends up in logs and dead-letter headers.
 const MAX_TOPIC_IN_ERROR: usize = 256;
-
-/// What the outbox module extracts from one decoded outbox row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutboxRow {
-    /// The event id (uuid text).
-    pub id: String,
-    pub aggregate_type: String,
-    pub aggregate_id: String,
-    pub event_type: String,
-    /// Raw JSON text bytes as PostgreSQL sent them (jsonb text output).
-    pub payload: Bytes,
-    /// The row's timestamp column, if the table has one and it is not NULL.
-    pub timestamp: Option<DateTime<Utc>>,
-    /// The tracing span context column: a W3C `traceparent`, or the Java
-    /// properties text Debezium's tracing writes (`traceparent=00-…`).
-    pub trace_parent: Option<String>,
-    /// Extra columns mapped to Kafka headers, in config order.
-    pub headers: Vec<(String, Bytes)>,
-    /// Per-row CloudEvents `source`, if a source column is configured.
-    pub source: Option<String>,
-}
 
 /// How the event travels in the Kafka record (CloudEvents Kafka binding §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]

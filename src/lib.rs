@@ -2,22 +2,28 @@
 //! CloudEvents on Kafka, reading a logical replication slot (pgoutput) and
 //! confirming the slot's position only after the broker acknowledged.
 //!
-//! The modules follow the data flow in `design.md`:
+//! The modules follow the data flow in `docs/design.md`:
 //! replication stream ([`replication`]) → pgoutput decoder ([`pgoutput`]) →
 //! transaction assembler ([`assembler`]) → outbox row ([`outbox`]) →
 //! CloudEvents envelope ([`envelope`]) → Kafka producer ([`sink`]) →
 //! ack tracker ([`ack`]) → flush LSN back to the replication stream.
 //! [`relay`] wires them together; [`config`] is the one validated config.
+//!
+//! The sans-IO part, [`pgoutput`] with [`assembler`] and [`lsn`], is its own
+//! crate (`crates/pgoutput`), so that Cargo keeps I/O out of it; it is
+//! re-exported here under its old paths (`crate::pgoutput::decode`,
+//! `crate::assembler::TxEvent`, `crate::lsn::Lsn`).
 
 pub mod ack;
-pub mod assembler;
+pub mod admin;
 pub mod config;
 pub mod deadletter;
 pub mod envelope;
-pub mod lsn;
+pub mod error;
 pub mod metrics;
 pub mod outbox;
-pub mod pgoutput;
 pub mod relay;
 pub mod replication;
 pub mod sink;
+
+pub use pgoutput::{self, assembler, lsn};

@@ -1,14 +1,18 @@
 //! `outbox-relay`: the binary. Parses the command line, loads and validates
 //! the config, sets up logging and metrics, runs the relay until SIGTERM or
-//! SIGINT, and maps the outcome to an exit code. Everything else lives in the
-//! library.
+//! SIGINT, and maps the outcome to an exit code. The operator commands
+//! (`init`, `check`, `status`) load the same config and call
+//! `outbox_relay::admin`. Everything else lives in the library.
 
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use figment::providers::Serialized;
+use outbox_relay::admin::{self, AdminTarget, init::InitOptions};
 use outbox_relay::config::{Config, LogFormat};
 use outbox_relay::metrics::{self, Health};
 use outbox_relay::relay::{self, RelaySettings};
@@ -36,6 +40,76 @@ enum Command {
     Run(RunArgs),
     /// Load and validate the config, print it with secrets redacted, and exit.
     CheckConfig(RunArgs),
+    /// Create the publication and the replication slot (and, with
+    /// --create-table, the outbox table) if missing. Safe to run again.
+    Init(InitArgs),
+    /// Check everything `run` needs, PostgreSQL and Kafka, each item ok / warn
+    /// / fail with its fix. Exit status 0 only when nothing fails.
+    Check(CheckArgs),
+    /// Show how far behind the slot is: lag, WAL status, who reads it,
+    /// pending outbox rows.
+    Status(StatusArgs),
+}
+
+#[derive(Args)]
+struct AdminArgs {
+    /// Run the SQL as this role instead of postgres.url's (a table owner or
+    /// superuser for init). The checks stay about postgres.url's role.
+    #[arg(long, env = "OUTBOX_RELAY_ADMIN_URL", value_name = "URL")]
+    admin_url: Option<String>,
+}
+
+#[derive(Args)]
+struct InitArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Create the outbox table (Debezium-compatible, column names from
+    /// [postgres.columns]) when it does not exist.
+    #[arg(long)]
+    create_table: bool,
+    /// Print the SQL init would run, and run nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Grant ROLE (default: the user of postgres.url) USAGE on the table's
+    /// schema and SELECT on the table; print the ALTER ROLE for LOGIN
+    /// REPLICATION if it lacks them.
+    #[arg(long, value_name = "ROLE", num_args = 0..=1, default_missing_value = "")]
+    grant: Option<String>,
+    /// Create the slot even though the publication exists: a publication
+    /// without its slot means a slot was lost, and a new one skips what was
+    /// committed since.
+    #[arg(long)]
+    allow_new_slot: bool,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Print the items as a JSON array.
+    #[arg(long)]
+    json: bool,
+    /// Seconds to wait for the Kafka brokers.
+    #[arg(long, value_name = "SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=300))]
+    kafka_timeout: u64,
+}
+
+#[derive(Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Print JSON (one object per line with --watch).
+    #[arg(long)]
+    json: bool,
+    /// Refresh every SECS seconds (default 5) until Ctrl-C.
+    #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "5", value_parser = clap::value_parser!(u64).range(1..=3600))]
+    watch: Option<u64>,
 }
 
 #[derive(Args)]
@@ -85,7 +159,12 @@ impl RunArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let (Command::Run(args) | Command::CheckConfig(args)) = &cli.command;
+    let args = match &cli.command {
+        Command::Run(args) | Command::CheckConfig(args) => args,
+        Command::Init(init) => &init.run,
+        Command::Check(check) => &check.run,
+        Command::Status(status) => &status.run,
+    };
     let config = match args.load() {
         Ok(config) => config,
         Err(e) => {
@@ -97,7 +176,9 @@ fn main() -> ExitCode {
         println!("{config:#?}");
         return ExitCode::SUCCESS;
     }
-    init_tracing(config.relay.log_format);
+    if matches!(cli.command, Command::Run(_)) {
+        init_tracing(config.relay.log_format);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -108,11 +189,78 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_FATAL);
         }
     };
-    match runtime.block_on(run(config)) {
+    match cli.command {
+        Command::Run(_) => match runtime.block_on(run(config)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                tracing::error!("{e:#}");
+                eprintln!("outbox-relay: {e:#}");
+                ExitCode::from(EXIT_FATAL)
+            }
+        },
+        Command::Init(init) => runtime.block_on(init_command(&config, init)),
+        Command::Check(check) => runtime.block_on(check_command(&config, check)),
+        Command::Status(status) => runtime.block_on(status_command(&config, status)),
+        Command::CheckConfig(_) => ExitCode::SUCCESS,
+    }
+}
+
+async fn init_command(config: &Config, args: InitArgs) -> ExitCode {
+    let target = AdminTarget::from_config(config, args.admin.admin_url);
+    let grant = match args.grant {
+        Some(role) if role.is_empty() => match target.relay_role() {
+            Ok(role) => Some(role),
+            Err(e) => {
+                eprintln!("outbox-relay init: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        other => other,
+    };
+    let options = InitOptions {
+        create_table: args.create_table,
+        grant,
+        allow_new_slot: args.allow_new_slot,
+    };
+    let mut stdout = std::io::stdout();
+    match admin::init::run(&target, config, &options, args.dry_run, &mut stdout).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("outbox-relay: {e:#}");
+            let _ = stdout.flush();
+            eprintln!("outbox-relay init: {e}");
+            ExitCode::from(EXIT_FATAL)
+        }
+    }
+}
+
+async fn check_command(config: &Config, args: CheckArgs) -> ExitCode {
+    let target = AdminTarget::from_config(config, args.admin.admin_url);
+    let report = admin::check::run(&target, config, Duration::from_secs(args.kafka_timeout)).await;
+    if args.json {
+        println!("{}", report.render_json());
+    } else {
+        print!("{}", report.render_text());
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FATAL)
+    }
+}
+
+async fn status_command(config: &Config, args: StatusArgs) -> ExitCode {
+    let target = AdminTarget::from_config(config, args.admin.admin_url);
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let mut stdout = std::io::stdout();
+    let watch = args.watch.map(Duration::from_secs);
+    match admin::status::run(&target, config, args.json, watch, stop, &mut stdout).await {
+        // A slot that does not exist is worth a non-zero status to a script.
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(EXIT_FATAL),
+        Err(e) => {
+            eprintln!("outbox-relay status: {e}");
             ExitCode::from(EXIT_FATAL)
         }
     }

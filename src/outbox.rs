@@ -1,6 +1,6 @@
 //! From a decoded outbox INSERT to an [`OutboxRow`].
 //!
-//! The outbox contract (design.md): Debezium's outbox event router columns by
+//! The outbox contract (docs/design.md, "The outbox contract"): Debezium's outbox event router columns by
 //! default (`id`, `aggregatetype`, `aggregateid`, `type`, `payload`, optional
 //! `timestamp` and `tracingspancontext`), names configurable, extra columns
 //! mapped to headers. Column positions are resolved once per relation shape
@@ -8,7 +8,7 @@
 //! which invalidates the cached positions.
 //!
 //! A row that cannot become an event yields a [`RowError`] whose text is the
-//! dead-letter reason; the relay dead-letters the row and goes on (invariant 10).
+//! dead-letter reason; the relay dead-letters the row and goes on ("bad rows don't stop the stream" in docs/design.md).
 
 use std::sync::Arc;
 
@@ -16,7 +16,6 @@ use bytes::Bytes;
 use chrono::{DateTime, NaiveDateTime, Utc};
 
 use crate::assembler::Relation;
-use crate::envelope::OutboxRow;
 use crate::pgoutput::{TupleData, TupleValue};
 
 /// Which column holds what. Defaults match Debezium's outbox event router.
@@ -48,6 +47,28 @@ impl Default for ColumnMap {
             headers: Vec::new(),
         }
     }
+}
+
+/// One decoded outbox row, its columns by role: what the envelope turns
+/// into a CloudEvent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutboxRow {
+    /// The event id (uuid text).
+    pub id: String,
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+    pub event_type: String,
+    /// Raw JSON text bytes as PostgreSQL sent them (jsonb text output).
+    pub payload: Bytes,
+    /// The row's timestamp column, if the table has one and it is not NULL.
+    pub timestamp: Option<DateTime<Utc>>,
+    /// The tracing span context column: a W3C `traceparent`, or the Java
+    /// properties text Debezium's tracing writes (`traceparent=00-…`).
+    pub trace_parent: Option<String>,
+    /// Extra columns mapped to Kafka headers, in config order.
+    pub headers: Vec<(String, Bytes)>,
+    /// Per-row CloudEvents `source`, if a source column is configured.
+    pub source: Option<String>,
 }
 
 /// Why a row cannot become an event: the dead-letter reason.
@@ -247,12 +268,67 @@ impl RowExtractor {
 
     /// The aggregate id (Kafka key) of a row, when it can be read.
     pub fn key(&self, relation: &Relation, tuple: &TupleData) -> Option<Bytes> {
-        let pos = relation.column_index(&self.columns.aggregate_id)?;
+        self.column(relation, tuple, &self.columns.aggregate_id)
+    }
+
+    /// What can be read of a row that cannot become an event, for its dead
+    /// letter: the payload column's bytes, and the other mapped columns as
+    /// `(header name, value)` pairs (see [`crate::deadletter`]). A column
+    /// that is missing, NULL or an unchanged TOAST value is left out; the
+    /// timestamp only when it parses, in RFC 3339 like an extracted row's.
+    pub fn salvage(&self, relation: &Relation, tuple: &TupleData) -> Salvaged {
+        use crate::deadletter as dl;
+        let cols = &self.columns;
+        let mut columns = Vec::new();
+        for (header, column) in [
+            (dl::ID_HEADER, &cols.id),
+            (dl::AGGREGATE_TYPE_HEADER, &cols.aggregate_type),
+            (dl::AGGREGATE_ID_HEADER, &cols.aggregate_id),
+            (dl::TYPE_HEADER, &cols.event_type),
+        ] {
+            if let Some(value) = self.column(relation, tuple, column) {
+                columns.push((header.to_owned(), value));
+            }
+        }
+        if let Some(column) = &cols.timestamp
+            && let Some(value) = self.column(relation, tuple, column)
+            && let Some(time) = std::str::from_utf8(&value)
+                .ok()
+                .and_then(parse_pg_timestamp)
+        {
+            columns.push((
+                dl::TIMESTAMP_HEADER.to_owned(),
+                Bytes::from(crate::envelope::format_time(time)),
+            ));
+        }
+        for (column, header) in &cols.headers {
+            if let Some(value) = self.column(relation, tuple, column) {
+                columns.push((header.clone(), value));
+            }
+        }
+        Salvaged {
+            payload: self.column(relation, tuple, &cols.payload),
+            columns,
+        }
+    }
+
+    /// The bytes of the column named `name`, if the row has a value there.
+    fn column(&self, relation: &Relation, tuple: &TupleData, name: &str) -> Option<Bytes> {
+        let pos = relation.column_index(name)?;
         match tuple.columns.get(pos)? {
             TupleValue::Text(b) | TupleValue::Binary(b) => Some(b.clone()),
             _ => None,
         }
     }
+}
+
+/// What [`RowExtractor::salvage`] could read of a row.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Salvaged {
+    /// The payload column's bytes, if it has a value.
+    pub payload: Option<Bytes>,
+    /// The other mapped columns, as `(header name, value)`.
+    pub columns: Vec<(String, Bytes)>,
 }
 
 fn utf8(bytes: &[u8], column: &str, role: &'static str) -> Result<String, RowError> {
@@ -399,6 +475,45 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.reason_code(), "null_key");
         assert!(err.to_string().contains("aggregateid"), "{err}");
+    }
+
+    #[test]
+    fn salvage_reads_what_it_can_of_a_row_that_cannot_be_extracted() {
+        let rel = relation(&[
+            "id",
+            "aggregatetype",
+            "aggregateid",
+            "type",
+            "payload",
+            "timestamp",
+            "tenant",
+        ]);
+        let ex = RowExtractor::new(ColumnMap {
+            headers: vec![("tenant".into(), "tenant_id".into())],
+            ..ColumnMap::default()
+        });
+        let tuple = row(vec![
+            text("id-1"),
+            text("order"),
+            TupleValue::Null,
+            TupleValue::UnchangedToast,
+            text(r#"{"n": 1}"#),
+            text("2026-11-29 12:00:00.5+00"),
+            text("acme"),
+        ]);
+        let s = ex.salvage(&rel, &tuple);
+        assert_eq!(s.payload.as_deref(), Some(&br#"{"n": 1}"#[..]));
+        let names: Vec<&str> = s.columns.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["id", "aggregatetype", "timestamp", "tenant_id"]);
+        assert_eq!(
+            s.columns[2].1,
+            Bytes::from_static(b"2026-11-29T12:00:00.500000Z")
+        );
+        // A row whose payload column was dropped keeps the rest.
+        let rel = relation(&["id", "aggregatetype", "aggregateid", "type"]);
+        let s = ex.salvage(&rel, &row(vec![text("2"), text("a"), text("k"), text("t")]));
+        assert_eq!(s.payload, None);
+        assert_eq!(s.columns.len(), 4);
     }
 
     #[test]

@@ -4,14 +4,25 @@
 //! [`run`] is the outer loop: connect, stream (a [`session`]), and on a
 //! transient failure (PostgreSQL restarted, walsender killed, a delivery
 //! failed) back off, rebuild what broke and resume from the last confirmed
-//! LSN (invariant 6). Fatal errors (slot missing or invalidated, publication
-//! missing, authentication refused) end it with a message that names the fix.
+//! LSN ("a failed delivery rewinds, it never skips" in docs/design.md). Fatal errors (slot missing or invalidated, publication
+//! missing, authentication refused, Kafka refusing the relay's credentials or
+//! permissions, an unroutable event under `kafka.on_unroutable = "stop"`, a
+//! missing dead-letter topic) end it with a message that names the fix.
+//!
+//! Each time round the retry loop it logs the reason at warn, counts it in
+//! [`m::DELIVERY_FAILURES`] or [`m::RECONNECTS`] by reason label, and tells
+//! [`Health`], which turns /health 503 once the loop has gone on for
+//! `relay.unhealthy_after_secs` without progress.
 //!
 //! What is confirmed to PostgreSQL comes only from the ack tracker inside the
-//! session (invariant 1); this loop carries that LSN from one session to the
+//! session ("confirm only what the broker holds" in docs/design.md); this loop carries that LSN from one session to the
 //! next.
 
+mod error;
+mod machine;
 mod position;
+mod refusals;
+mod routing;
 mod session;
 
 use std::time::Duration;
@@ -26,10 +37,13 @@ use crate::outbox::ColumnMap;
 use crate::replication::{
     self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, ServerIdentity,
 };
-use crate::sink::{KafkaSink, SinkError, SinkSettings};
+use crate::sink::{KafkaSink, OnUnroutable, SinkError, SinkSettings, TopicCheck};
 use position::{Position, Resume};
 
-pub use session::SessionError;
+pub use error::{RelayError, SessionError, Side};
+pub use machine::{Producer, SessionMachine, Step};
+pub use refusals::Refusals;
+pub use routing::DeliveryTag;
 
 /// Everything the relay needs, taken from the validated config.
 #[derive(Debug, Clone)]
@@ -42,12 +56,16 @@ pub struct RelaySettings {
     pub table: (String, String),
     pub dlq_topic: String,
     /// Events handed to the producer and not yet acknowledged, at most.
-    /// Reaching it stops reading the slot (backpressure, invariant 9).
+    /// Reaching it stops reading the slot (backpressure: "bounded memory" in docs/design.md).
     pub max_in_flight: usize,
     /// Emit a heartbeat message when the outbox was idle this long.
     pub heartbeat_interval: Option<Duration>,
     /// How long a graceful stop waits for outstanding acknowledgements.
     pub shutdown_drain: Duration,
+    /// What to do with an event the broker cannot route to its topic.
+    pub on_unroutable: OnUnroutable,
+    /// /health turns 503 once a retry loop went on this long without progress.
+    pub unhealthy_after: Duration,
 }
 
 impl RelaySettings {
@@ -70,6 +88,7 @@ impl RelaySettings {
                 linger_ms: kafka.linger_ms,
                 message_timeout_ms: kafka.message_timeout_ms,
                 queue_max_messages: kafka.queue_max_messages,
+                dead_letter_topic: kafka.dlq_topic.clone(),
                 properties: kafka.property_pairs(),
             },
             envelope: config.envelope_settings(),
@@ -89,19 +108,10 @@ impl RelaySettings {
             max_in_flight: config.relay.channel_capacity,
             heartbeat_interval: pg.heartbeat_interval(),
             shutdown_drain: kafka.shutdown_drain(),
+            on_unroutable: kafka.on_unroutable,
+            unhealthy_after: config.relay.unhealthy_after(),
         }
     }
-}
-
-/// Why the relay stopped for good.
-#[derive(Debug, thiserror::Error)]
-pub enum RelayError {
-    #[error(transparent)]
-    Replication(#[from] ReplicationError),
-    #[error(transparent)]
-    Sink(#[from] SinkError),
-    #[error("{0}")]
-    Stream(String),
 }
 
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
@@ -118,7 +128,9 @@ pub async fn run(
     // one session to the next (only to the same server: see `position`).
     let mut carried: Option<Position> = None;
     let mut attempt: u32 = 0;
-    let mut too_large = session::TooLarge::new();
+    let mut refusals = Refusals::new();
+    let mut dead_letter_topic_checked = false;
+    health.set_unhealthy_after(settings.unhealthy_after);
     loop {
         if *shutdown.borrow() {
             return Ok(());
@@ -128,16 +140,23 @@ pub async fn run(
         let mut stream = match ReplicationStream::connect(&settings.replication, Lsn::ZERO).await {
             Ok(stream) => stream,
             Err(e) => {
-                match e.kind() {
+                let reason = match e.kind() {
                     ErrorKind::Fatal => return Err(e.into()),
-                    ErrorKind::SlotBusy => tracing::warn!(
-                        error = %e,
-                        "another process reads the slot; waiting for it to let go"
-                    ),
-                    ErrorKind::Transient => {
-                        tracing::warn!(error = %e, attempt, "cannot stream from PostgreSQL; retrying")
+                    ErrorKind::SlotBusy => {
+                        tracing::warn!(
+                            reason = m::reason::SLOT_BUSY,
+                            error = %e,
+                            "another process reads the slot; waiting for it to let go"
+                        );
+                        m::reason::SLOT_BUSY
                     }
-                }
+                    ErrorKind::Transient => {
+                        tracing::warn!(reason = m::reason::CONNECT_FAILED, error = %e, attempt, "cannot stream from PostgreSQL; retrying");
+                        m::reason::CONNECT_FAILED
+                    }
+                };
+                metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+                health.retrying(reason, &e);
                 if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
                     return Ok(());
                 }
@@ -152,9 +171,12 @@ pub async fn run(
         confirmed = start;
         stream.confirm(confirmed);
         let Some(outbox) = stream.outbox_table().cloned() else {
-            return Err(RelayError::Stream(
-                "the replication stream did not resolve the outbox table".into(),
-            ));
+            // The settings name the table (above), so the stream resolved it.
+            return Err(ReplicationError::TableMissing {
+                table: format!("{}.{}", settings.table.0, settings.table.1),
+                database: String::new(),
+            }
+            .into());
         };
         if outbox.current_name != outbox.qualified_name() {
             tracing::warn!(
@@ -166,7 +188,11 @@ pub async fn run(
             );
         }
         settings.replication.outbox_oid = Some(outbox.oid);
-        let (sink, reports) = KafkaSink::new(&settings.sink)?;
+        let (mut sink, reports) = KafkaSink::<DeliveryTag>::new(&settings.sink)?;
+        if !dead_letter_topic_checked {
+            check_dead_letter_topic(&mut sink, &settings).await?;
+            dead_letter_topic_checked = true;
+        }
         tracing::info!(
             slot = %settings.replication.slot,
             confirmed = %confirmed,
@@ -176,11 +202,10 @@ pub async fn run(
         let outcome = session::Session::new(
             &settings,
             stream,
-            sink,
-            reports,
-            confirmed,
-            &mut too_large,
-            outbox,
+            (sink, reports),
+            (outbox, confirmed),
+            &mut refusals,
+            health.clone(),
         )
         .run(&mut shutdown)
         .await;
@@ -197,18 +222,21 @@ pub async fn run(
                     server: server.clone(),
                     confirmed,
                 });
-                match err {
-                    SessionError::Replication(e) if e.kind() == ErrorKind::Fatal => {
-                        return Err(e.into());
+                if err.is_fatal() {
+                    return Err(err.into());
+                }
+                match &err {
+                    SessionError::Delivery { reason, error } => {
+                        let reason = *reason;
+                        metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
+                        tracing::warn!(reason, error = %error, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
+                        health.retrying(reason, error);
                     }
-                    SessionError::Fatal(msg) => return Err(RelayError::Stream(msg)),
-                    SessionError::Replication(e) => {
-                        metrics::counter!(m::RECONNECTS).increment(1);
-                        tracing::warn!(error = %e, confirmed = %confirmed, "replication stream broke; reconnecting from the confirmed position");
-                    }
-                    SessionError::Delivery(e) => {
-                        metrics::counter!(m::DELIVERY_FAILURES).increment(1);
-                        tracing::warn!(error = %e, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
+                    other => {
+                        let reason = m::reason::STREAM_BROKE;
+                        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+                        tracing::warn!(reason, error = %other, confirmed = %confirmed, "replication stream broke; reconnecting from the confirmed position");
+                        health.retrying(reason, other);
                     }
                 }
                 // A failure right after a good run (something new confirmed)
@@ -223,6 +251,34 @@ pub async fn run(
                     return Ok(());
                 }
             }
+        }
+    }
+}
+
+/// Longest wait for the broker's answer about the dead-letter topic at start.
+const DEAD_LETTER_TOPIC_CHECK: Duration = Duration::from_secs(10);
+
+/// Asks the cluster about the dead-letter topic before the first event, so
+/// that a missing one (on a broker that does not create topics) or one the
+/// relay may not write to stops the relay now, not at the first bad row,
+/// which could be weeks away. A broker that does not answer in time only
+/// gets a warning: the first dead letter will tell.
+async fn check_dead_letter_topic(
+    sink: &mut KafkaSink<DeliveryTag>,
+    settings: &RelaySettings,
+) -> Result<(), SinkError> {
+    let timeout =
+        DEAD_LETTER_TOPIC_CHECK.min(Duration::from_millis(settings.sink.message_timeout_ms));
+    match sink.check_topic(&settings.dlq_topic, true, timeout).await {
+        TopicCheck::Exists => Ok(()),
+        TopicCheck::Refused(refused) => Err(refused.into()),
+        TopicCheck::Unknown(why) => {
+            tracing::warn!(
+                topic = %settings.dlq_topic,
+                why = %why,
+                "could not check the dead-letter topic at start; a missing one will stop the relay at the first dead letter"
+            );
+            Ok(())
         }
     }
 }

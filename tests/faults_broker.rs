@@ -58,50 +58,6 @@ async fn wait_confirmed(outbox: &TestOutbox, at_least: Lsn, what: &str) {
     .await;
 }
 
-/// A temporary `test_decoding` slot of the test's own, opened before the
-/// transactions whose commit position the test needs to know.
-async fn open_commit_watch(outbox: &TestOutbox) -> String {
-    let watch = random_name("watch");
-    outbox
-        .admin
-        .execute(
-            "SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)",
-            &[&watch],
-        )
-        .await
-        .expect("create the commit-watch slot");
-    watch
-}
-
-/// The end LSN of the first outbox transaction committed since `watch` was
-/// opened: confirming it (or anything past its commit record) would tell
-/// PostgreSQL that transaction is done. Drops the watch slot.
-async fn first_outbox_commit_end(outbox: &TestOutbox, watch: &str) -> Lsn {
-    let row = outbox
-        .admin
-        .query_one(
-            &format!(
-                "WITH c AS (SELECT lsn, xid, data FROM pg_logical_slot_peek_changes($1, NULL, NULL))
-                 SELECT min(lsn)::text FROM c
-                 WHERE data LIKE 'COMMIT%'
-                   AND xid IN (SELECT xid FROM c WHERE data LIKE 'table public.{}:%')",
-                outbox.table
-            ),
-            &[&watch],
-        )
-        .await
-        .expect("peek the commit-watch slot");
-    let end: Option<String> = row.get(0);
-    outbox
-        .admin
-        .execute("SELECT pg_drop_replication_slot($1)", &[&watch])
-        .await
-        .expect("drop the commit-watch slot");
-    end.expect("an outbox transaction committed")
-        .parse()
-        .expect("lsn")
-}
-
 /// A relay wired to the mock cluster with `partitions` partitions on its topic.
 struct MockRig {
     mock: Mock,
@@ -308,7 +264,7 @@ async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() 
     // The first transaction touches all 60 aggregates, hence partitions led
     // by broker 1: it cannot be fully acknowledged while broker 1 is down, so
     // the slot must stay below its commit.
-    let watch = open_commit_watch(outbox).await;
+    let watch = outbox.open_commit_watch().await;
     committed.extend(
         outbox
             .commit_events(&mut writer, 1, 60, 60, &mut seqs)
@@ -319,7 +275,7 @@ async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() 
             .commit_events(&mut writer, 40, 2, 60, &mut seqs)
             .await,
     );
-    let unacked_end = first_outbox_commit_end(outbox, &watch).await;
+    let unacked_end = outbox.first_outbox_commit_end(&watch).await;
 
     // Watch the slot until the relay rewound twice (two new walsenders).
     let mut new_sessions = HashSet::new();
@@ -489,11 +445,12 @@ async fn case5_permanent_produce_error_leaves_no_gap() {
     );
 }
 
-/// A produce error that persists (topic authorization refused on every
-/// request, as after an ACL change) fails every session at once. The relay
-/// must back off between rebuilds instead of reconnecting to PostgreSQL and
-/// rebuilding the producer as fast as it can; once the error clears it
-/// catches up with nothing lost.
+/// A produce error that persists (the broker answers NETWORK_EXCEPTION to
+/// every request) fails every session at once. The relay must back off
+/// between rebuilds instead of reconnecting to PostgreSQL and rebuilding the
+/// producer as fast as it can; once the error clears it catches up with
+/// nothing lost. (Authorization refused is no such error: it stops the
+/// relay, see `topic_authorization_refused_is_fatal_naming_the_topic_and_the_grant`.)
 #[tokio::test]
 async fn case5_persistent_produce_error_backs_off_then_recovers() {
     let (logs, _guard) = LogCapture::start();
@@ -516,7 +473,7 @@ async fn case5_persistent_produce_error_backs_off_then_recovers() {
 
     rig.mock.request_errors(
         RDKafkaApiKey::Produce,
-        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 500],
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_NETWORK_EXCEPTION; 500],
     );
     committed.extend(
         outbox
@@ -683,4 +640,288 @@ async fn case5_no_later_record_is_written_after_a_failed_one() {
         second.is_err() && written.len() == 1,
         "record 2 was written after failed record 1: {second:?}"
     );
+}
+
+/// Streams a few events and waits until they are confirmed, then answers
+/// `error` to the next Produce requests and commits one single-row
+/// transaction. Returns the relay, the refused transaction's commit end and
+/// the writer state, for the caller to watch what the relay does with it.
+async fn refuse_next_event(
+    rig: &MockRig,
+    relay_settings: outbox_relay::relay::RelaySettings,
+    errors: &[RDKafkaRespErr],
+) -> (RunningRelay, Lsn, Vec<Committed>, HashMap<String, i64>) {
+    let relay = RunningRelay::start(relay_settings);
+    let outbox = &rig.outbox;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = outbox.commit_events(&mut writer, 5, 2, 4, &mut seqs).await;
+    let before = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        before,
+        "the slot to confirm the events before the refusal",
+    )
+    .await;
+    rig.mock.request_errors(RDKafkaApiKey::Produce, errors);
+    let watch = outbox.open_commit_watch().await;
+    committed.extend(outbox.commit_events(&mut writer, 1, 1, 4, &mut seqs).await);
+    let refused_end = outbox.first_outbox_commit_end(&watch).await;
+    (relay, refused_end, committed, seqs)
+}
+
+/// The broker refuses every Produce request with `error`: the relay must end
+/// by itself, quickly, with an error naming the topic, and never confirm
+/// the refused event. Returns the error text.
+async fn refused_produce_stops_the_relay(case: &str, error: RDKafkaRespErr) -> String {
+    let rig = MockRig::start(1, 3).await;
+    let (relay, refused_end, _, _) = refuse_next_event(&rig, rig.settings(), &[error; 50]).await;
+    let started = std::time::Instant::now();
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("the refusal is fatal");
+    let msg = err.to_string();
+    println!(
+        "{case}: the relay stopped after {:?}: {msg}",
+        started.elapsed()
+    );
+    assert!(
+        msg.contains(&format!("\"{}\"", rig.topic)),
+        "{case}: the error names the topic: {msg}"
+    );
+    let confirmed = slot_state(&rig.outbox).await.1.expect("slot confirmed");
+    assert!(
+        confirmed < refused_end,
+        "{case}: confirmed_flush_lsn {confirmed} reached the refused transaction's end {refused_end}"
+    );
+    rig.mock.clear_request_errors(RDKafkaApiKey::Produce);
+    rig.outbox.drop_all().await;
+    msg
+}
+
+#[tokio::test]
+async fn topic_authorization_refused_is_fatal_naming_the_topic_and_the_grant() {
+    let rig_topic_hint = "kafka-acls.sh";
+    let msg = refused_produce_stops_the_relay(
+        "topic-authorization",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+    )
+    .await;
+    assert!(msg.contains("not authorized to write"), "{msg}");
+    assert!(
+        msg.contains(rig_topic_hint) && msg.contains("--operation Write"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn cluster_authorization_refused_is_fatal_naming_the_topic_and_the_grant() {
+    let msg = refused_produce_stops_the_relay(
+        "cluster-authorization",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED,
+    )
+    .await;
+    assert!(msg.contains("cluster permission"), "{msg}");
+    assert!(msg.contains("IdempotentWrite --cluster"), "{msg}");
+}
+
+#[tokio::test]
+async fn policy_violation_stops_the_relay_by_default_naming_the_topic() {
+    let msg = refused_produce_stops_the_relay(
+        "policy-violation",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION,
+    )
+    .await;
+    assert!(msg.contains("policy refused"), "{msg}");
+    assert!(msg.contains("on_unroutable = \"dead-letter\""), "{msg}");
+}
+
+#[tokio::test]
+async fn invalid_record_stops_the_relay_by_default_naming_the_topic() {
+    let msg = refused_produce_stops_the_relay(
+        "invalid-record",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD,
+    )
+    .await;
+    assert!(msg.contains("as invalid"), "{msg}");
+    assert!(msg.contains("on_unroutable = \"dead-letter\""), "{msg}");
+}
+
+/// Cluster authorization refused when the idempotent producer asks for its
+/// producer id: librdkafka raises a fatal error and fails every record with
+/// `_FATAL`; the relay must see through that to the refusal and stop.
+#[tokio::test]
+async fn cluster_authorization_refused_for_the_producer_id_is_fatal() {
+    let rig = MockRig::start(1, 3).await;
+    rig.mock.request_errors(
+        RDKafkaApiKey::InitProducerId,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED; 20],
+    );
+    let relay = RunningRelay::start(rig.settings());
+    let outbox = &rig.outbox;
+    let mut writer = outbox.writer().await;
+    outbox
+        .commit_events(&mut writer, 1, 1, 1, &mut HashMap::new())
+        .await;
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("the refusal is fatal");
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(
+        msg.contains("cluster permission") && msg.contains("IdempotentWrite"),
+        "{msg}"
+    );
+    rig.mock.clear_request_errors(RDKafkaApiKey::InitProducerId);
+    outbox.drop_all().await;
+}
+
+/// With `kafka.on_unroutable = "dead-letter"`, an event the broker refuses
+/// for its own sake (here a policy violation, refused again when sent alone)
+/// goes to the dead-letter topic with its payload and the reason; the
+/// stream goes on and nothing else is lost.
+#[tokio::test]
+async fn policy_violation_with_on_unroutable_dead_letter_goes_to_the_dead_letter_topic() {
+    let rig = MockRig::start(1, 3).await;
+    let mut settings = rig.settings();
+    settings.on_unroutable = outbox_relay::sink::OnUnroutable::DeadLetter;
+    // Refused in its batch, then again alone: the broker means it.
+    let (relay, refused_end, mut committed, mut seqs) = refuse_next_event(
+        &rig,
+        settings,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION; 2],
+    )
+    .await;
+    let refused = committed.pop().expect("the refused event");
+    let outbox = &rig.outbox;
+    let dlq_topic = outbox.dlq_topic.clone();
+    let brokers = rig.mock.bootstrap_servers();
+    wait_confirmed(
+        outbox,
+        refused_end,
+        "the slot to confirm the dead-lettered event",
+    )
+    .await;
+    let mut writer = outbox.writer().await;
+    committed.extend(outbox.commit_events(&mut writer, 10, 2, 4, &mut seqs).await);
+    let after = outbox.current_wal_lsn().await;
+    wait_confirmed(outbox, after, "the slot to confirm the events after it").await;
+    relay.stop().await.expect("graceful stop");
+
+    let dlq = read_mock_to_end(&brokers, &dlq_topic).await;
+    assert_eq!(dlq.len(), 1, "one dead letter: {dlq:?}");
+    let d = &dlq[0];
+    assert_eq!(d.header("id"), Some(refused.id.as_str()));
+    assert_eq!(d.header("dlq_reason_code"), Some("policy_violation"));
+    assert!(
+        d.header("dlq_reason")
+            .is_some_and(|r| r.contains(&rig.topic)),
+        "{:?}",
+        d.header("dlq_reason")
+    );
+    let payload: serde_json::Value =
+        serde_json::from_slice(d.value.as_deref().expect("payload")).expect("the payload");
+    assert_eq!(payload["seq"], refused.seq);
+    assert_eq!(payload["aggregate"], refused.aggregate.as_str());
+    let received = rig.read_topic().await;
+    assert!(
+        received
+            .iter()
+            .all(|r| r.header("ce_id") != Some(refused.id.as_str())),
+        "the refused event is not on its topic"
+    );
+    check_delivery("dead-lettered-policy-violation", &committed, &received);
+    assert_produce_errors_used_up(&rig.mock).await;
+    rig.outbox.drop_all().await;
+}
+
+/// The process-wide metrics recorder, installed once for this test binary.
+fn metrics_handle() -> metrics_exporter_prometheus::PrometheusHandle {
+    static HANDLE: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    HANDLE
+        .get_or_init(|| outbox_relay::metrics::install_recorder().expect("install the recorder"))
+        .clone()
+}
+
+/// The only broker stops answering: records time out, the relay rebuilds and
+/// replays over and over. Each round logs its reason and counts it by
+/// reason; once that went on for `unhealthy_after` without progress /health
+/// answers 503 with the reason, and 200 again once events are confirmed.
+#[tokio::test]
+async fn health_turns_503_after_retrying_without_progress_and_200_after_progress() {
+    use support::relay_probe::http_get;
+    let (logs, _guard) = LogCapture::start();
+    let handle = metrics_handle();
+    let rig = MockRig::start(1, 3).await;
+    let mut settings = rig.settings();
+    settings.sink.message_timeout_ms = 1000;
+    settings.unhealthy_after = Duration::from_secs(3);
+    let health = outbox_relay::metrics::Health::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("listen");
+    let port = listener.local_addr().expect("address").port();
+    tokio::spawn(outbox_relay::metrics::serve(
+        listener,
+        handle.clone(),
+        health.clone(),
+    ));
+    let relay = RunningRelay::start_with_health(settings, health);
+    let outbox = &rig.outbox;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = outbox.commit_events(&mut writer, 5, 2, 4, &mut seqs).await;
+    let before = outbox.current_wal_lsn().await;
+    wait_confirmed(outbox, before, "the slot to confirm the first events").await;
+    let health_is = |want: u16, needle: &'static str| async move {
+        http_get(port, "/health")
+            .await
+            .is_some_and(|(status, body)| status == want && body.contains(needle))
+    };
+    wait_until("/health to answer 200", DEADLINE, || {
+        health_is(200, "streaming")
+    })
+    .await;
+
+    rig.mock.broker_down(1).expect("broker down");
+    committed.extend(outbox.commit_events(&mut writer, 2, 2, 4, &mut seqs).await);
+    wait_until("/health to answer 503 naming the reason", DEADLINE, || {
+        health_is(503, "no progress for")
+    })
+    .await;
+    let (_, body) = http_get(port, "/health").await.expect("/health");
+    println!("/health while the broker is down: {body}");
+    assert!(body.contains("message_timeout"), "{body}");
+    let retries = logs.lines_with("delivery failed; rebuilding the producer");
+    assert!(
+        !retries.is_empty() && retries.iter().all(|l| l.contains("reason=")),
+        "every retry logs its reason: {retries:?}"
+    );
+    let rendered = handle.render();
+    let timeouts = support::relay_probe::metric_value(
+        &rendered,
+        "outbox_relay_delivery_failures_total",
+        "reason=\"message_timeout\"",
+    );
+    assert!(timeouts >= 1.0, "{rendered}");
+
+    rig.mock.broker_up(1).expect("broker up");
+    let after = outbox.current_wal_lsn().await;
+    wait_confirmed(
+        outbox,
+        after,
+        "the slot to confirm everything after the outage",
+    )
+    .await;
+    wait_until("/health to answer 200 again", DEADLINE, || {
+        health_is(200, "streaming")
+    })
+    .await;
+    relay.stop().await.expect("graceful stop");
+    let received = rig.read_topic().await;
+    check_delivery("health-after-outage", &committed, &received);
+    outbox.drop_all().await;
 }

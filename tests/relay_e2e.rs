@@ -238,6 +238,19 @@ async fn bad_rows_go_to_the_dead_letter_topic_and_the_stream_goes_on() {
         "{}",
         reason(&too_large)
     );
+    // Dead letters keep the payload; one larger than the producer's
+    // message.max.bytes goes without it, saying what it was.
+    assert_eq!(
+        by_id[not_json.as_str()].value.as_deref(),
+        Some(&b"this is not json"[..])
+    );
+    assert_eq!(by_id[null_key.as_str()].value.as_deref(), Some(&b"{}"[..]));
+    let cut = by_id[too_large.as_str()];
+    assert_eq!(cut.header("dlq_truncated"), Some("true"));
+    let size = big.len().to_string();
+    assert_eq!(cut.header("dlq_payload_size"), Some(size.as_str()));
+    let sha = sha256_hex(big.as_bytes());
+    assert_eq!(cut.header("dlq_payload_sha256"), Some(sha.as_str()));
     for r in &dlq {
         assert_eq!(
             r.header("source_table"),
@@ -368,5 +381,376 @@ async fn broker_side_size_limit_dead_letters_the_record_and_keeps_order() {
         firsts,
         vec![ids[0].as_str(), ids[2].as_str(), ids[3].as_str()]
     );
+    outbox.drop_all().await;
+}
+
+/// The payload column's value as the relay receives it from pgoutput (the
+/// type's text output: jsonb normalizes what was inserted).
+async fn payload_text(outbox: &TestOutbox, id: &str) -> String {
+    outbox
+        .admin
+        .query_one(
+            &format!(
+                "SELECT payload::text FROM public.{} WHERE id = $1::text::uuid",
+                outbox.table
+            ),
+            &[&id],
+        )
+        .await
+        .expect("read the payload back")
+        .get(0)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    openssl::sha::sha256(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// Waits until the slot confirmed everything committed up to `after`.
+async fn wait_slot_past(outbox: &TestOutbox, after: outbox_relay::lsn::Lsn, what: &str) {
+    wait_until(what, DEADLINE, || async {
+        outbox
+            .confirmed_flush_lsn()
+            .await
+            .is_some_and(|c| c >= after)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn null_key_dead_letter_keeps_the_payload_and_the_mapped_columns() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let mut settings = outbox.settings();
+    settings.columns.headers = vec![("seq".into(), "seq".into())];
+    let relay = RunningRelay::start(settings);
+    let t = &outbox.table;
+    let bad = uuid::Uuid::new_v4().to_string();
+    let good = uuid::Uuid::new_v4().to_string();
+    // Adversarial: multi-byte text, numbers whose spelling matters, nesting.
+    let payload = r#"{"note": "ünï 🚀 שלום", "total": 42.50, "n": [1, null, {"k": "v"}]}"#;
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload, \"timestamp\", seq)
+               VALUES ('{bad}', 'order', NULL, 'Placed', '{payload}', '2026-03-04 05:06:07.123456+00', 42);
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload)
+               VALUES ('{good}', 'order', 'o1', 'Placed', '{{\"ok\":true}}');"
+        ))
+        .await
+        .unwrap();
+    let after = outbox.current_wal_lsn().await;
+    let expected = payload_text(&outbox, &bad).await;
+
+    let dlq = consume(&outbox.dlq_topic, Duration::from_secs(60), |r| {
+        !r.is_empty()
+    })
+    .await;
+    assert_eq!(dlq.len(), 1, "one dead letter");
+    let d = &dlq[0];
+    assert_eq!(d.header("dlq_reason_code"), Some("null_key"));
+    assert_eq!(
+        d.value.as_deref(),
+        Some(expected.as_bytes()),
+        "the dead letter's value is the row's payload, byte for byte"
+    );
+    assert_eq!(d.header("id"), Some(bad.as_str()));
+    assert_eq!(d.header("aggregatetype"), Some("order"));
+    assert_eq!(d.header("type"), Some("Placed"));
+    assert_eq!(d.header("timestamp"), Some("2026-03-04T05:06:07.123456Z"));
+    assert_eq!(d.header("seq"), Some("42"), "configured header columns too");
+    assert_eq!(d.header("aggregateid"), None, "a NULL column is left out");
+    assert_eq!(d.header("dlq_truncated"), None);
+
+    let good_records = consume(&topic, DEADLINE, |r| !r.is_empty()).await;
+    assert_eq!(good_records[0].header("ce_id"), Some(good.as_str()));
+    wait_slot_past(&outbox, after, "the slot to advance past the dead letter").await;
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
+/// Inserts `big` under a fresh id for aggregate `o1`, then `later` small
+/// events of the same aggregate; returns the big row's id and the later ids.
+async fn insert_big_then_small(
+    outbox: &TestOutbox,
+    big: &str,
+    later: usize,
+) -> (String, Vec<String>) {
+    let t = &outbox.table;
+    let big_id = uuid::Uuid::new_v4().to_string();
+    let mut sql = format!(
+        "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{big_id}', 'order', 'o1', 'Placed', '{big}');"
+    );
+    let ids: Vec<String> = (0..later)
+        .map(|_| uuid::Uuid::new_v4().to_string())
+        .collect();
+    for (i, id) in ids.iter().enumerate() {
+        sql.push_str(&format!(
+            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{id}', 'order', 'o1', 'Placed', '{{\"seq\":{i}}}');"
+        ));
+    }
+    outbox.admin.batch_execute(&sql).await.unwrap();
+    (big_id, ids)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_large_for_its_topic_is_dead_lettered_with_its_payload() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox
+        .create_topic_with_config(&topic, 1, &[("max.message.bytes", "20000")])
+        .await;
+    outbox
+        .create_topic_with_config(&outbox.dlq_topic, 1, &[("max.message.bytes", "400000")])
+        .await;
+    let relay = RunningRelay::start(outbox.settings());
+    let big = format!("{{\"blob\": \"{}\"}}", "y".repeat(60_000));
+    let (big_id, later) = insert_big_then_small(&outbox, &big, 3).await;
+    let after = outbox.current_wal_lsn().await;
+    let expected = payload_text(&outbox, &big_id).await;
+
+    let dlq = consume(&outbox.dlq_topic, Duration::from_secs(60), |r| {
+        !r.is_empty()
+    })
+    .await;
+    assert_eq!(dlq.len(), 1, "one dead letter");
+    let d = &dlq[0];
+    assert_eq!(d.header("id"), Some(big_id.as_str()));
+    assert_eq!(d.header("dlq_reason_code"), Some("too_large"));
+    assert_eq!(
+        d.value.as_deref().map(<[u8]>::len),
+        Some(expected.len()),
+        "the dead letter carries the whole payload"
+    );
+    assert!(d.value.as_deref() == Some(expected.as_bytes()));
+    assert_eq!(
+        d.header("dlq_truncated"),
+        None,
+        "it fits the dead-letter topic"
+    );
+    assert_eq!(d.header("aggregateid"), Some("o1"));
+
+    let want = later.len();
+    let received = consume(&topic, DEADLINE, move |r| r.len() >= want).await;
+    let ids: Vec<&str> = received.iter().filter_map(|r| r.header("ce_id")).collect();
+    for id in &later {
+        assert!(ids.contains(&id.as_str()), "later event {id} delivered");
+    }
+    wait_slot_past(&outbox, after, "the slot to advance past the dead letter").await;
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_large_for_the_dead_letter_topic_too_goes_headers_only_and_the_stream_goes_on() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox
+        .create_topic_with_config(&topic, 1, &[("max.message.bytes", "20000")])
+        .await;
+    outbox
+        .create_topic_with_config(&outbox.dlq_topic, 1, &[("max.message.bytes", "20000")])
+        .await;
+    let relay = RunningRelay::start(outbox.settings());
+    let big = format!("{{\"blob\": \"{}\"}}", "z".repeat(60_000));
+    let (big_id, later) = insert_big_then_small(&outbox, &big, 3).await;
+    let after = outbox.current_wal_lsn().await;
+    let expected = payload_text(&outbox, &big_id).await;
+
+    let dlq = consume(&outbox.dlq_topic, Duration::from_secs(60), |r| {
+        !r.is_empty()
+    })
+    .await;
+    assert_eq!(dlq.len(), 1, "one dead letter");
+    let d = &dlq[0];
+    assert_eq!(d.header("id"), Some(big_id.as_str()));
+    assert_eq!(d.header("dlq_reason_code"), Some("too_large"));
+    assert_eq!(d.header("dlq_truncated"), Some("true"));
+    assert_eq!(d.header("aggregatetype"), Some("order"));
+    let size = expected.len().to_string();
+    assert_eq!(d.header("dlq_payload_size"), Some(size.as_str()));
+    let sha = sha256_hex(expected.as_bytes());
+    assert_eq!(d.header("dlq_payload_sha256"), Some(sha.as_str()));
+    assert!(
+        d.value.as_deref().is_none_or(<[u8]>::is_empty),
+        "headers only"
+    );
+
+    // The stream went on: the later events arrive and the slot advances.
+    let want = later.len();
+    let received = consume(&topic, DEADLINE, move |r| r.len() >= want).await;
+    let ids: Vec<&str> = received.iter().filter_map(|r| r.header("ce_id")).collect();
+    for id in &later {
+        assert!(ids.contains(&id.as_str()), "later event {id} delivered");
+    }
+    wait_slot_past(&outbox, after, "the slot to advance past the dead letter").await;
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
+/// The producer may not create topics (as with a broker that does not), and
+/// learns a topic is missing after 2 s instead of librdkafka's 30 s default
+/// (`topic.metadata.propagation.max.ms`), to keep the tests short.
+fn without_topic_auto_creation(settings: &mut outbox_relay::relay::RelaySettings) {
+    settings.sink.properties.extend([
+        ("allow.auto.create.topics".to_string(), "false".to_string()),
+        (
+            "topic.metadata.propagation.max.ms".to_string(),
+            "2000".to_string(),
+        ),
+    ]);
+}
+
+/// Inserts one outbox row for `aggregate_type` in its own transaction;
+/// returns its id and the transaction's commit end.
+async fn insert_watched(
+    outbox: &TestOutbox,
+    aggregate_type: &str,
+) -> (String, outbox_relay::lsn::Lsn) {
+    let watch = outbox.open_commit_watch().await;
+    let id = uuid::Uuid::new_v4().to_string();
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload)
+             VALUES ('{id}', '{aggregate_type}', 'g1', 'Placed', '{{\"where\": \"{aggregate_type}\"}}')",
+            outbox.table
+        ))
+        .await
+        .unwrap();
+    (id, outbox.first_outbox_commit_end(&watch).await)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_topic_without_auto_creation_stops_the_relay_naming_it_and_the_fix() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let mut settings = outbox.settings();
+    without_topic_auto_creation(&mut settings);
+    let relay = RunningRelay::start(settings);
+    let ghost = outbox.topic("ghost");
+    let (_, commit_end) = insert_watched(&outbox, "ghost").await;
+    let err = relay
+        .join(Duration::from_secs(60))
+        .await
+        .expect_err("a missing topic stops the relay by default");
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(
+        msg.contains(&format!("topic \"{ghost}\" does not exist")),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("--create --topic {ghost}")), "{msg}");
+    assert!(msg.contains("on_unroutable"), "{msg}");
+    let confirmed = outbox.confirmed_flush_lsn().await.expect("slot");
+    assert!(
+        confirmed < commit_end,
+        "confirmed {confirmed} >= {commit_end}"
+    );
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_topic_with_on_unroutable_dead_letter_dead_letters_the_event_and_goes_on() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    outbox.create_topic(&topic, 1).await;
+    let mut settings = outbox.settings();
+    without_topic_auto_creation(&mut settings);
+    settings.on_unroutable = outbox_relay::sink::OnUnroutable::DeadLetter;
+    let relay = RunningRelay::start(settings);
+    let (ghost_id, _) = insert_watched(&outbox, "ghost").await;
+    let (order_id, _) = insert_watched(&outbox, "order").await;
+    let after = outbox.current_wal_lsn().await;
+    let expected = payload_text(&outbox, &ghost_id).await;
+
+    let dlq = consume(&outbox.dlq_topic, Duration::from_secs(60), |r| {
+        !r.is_empty()
+    })
+    .await;
+    assert_eq!(dlq.len(), 1, "one dead letter");
+    let d = &dlq[0];
+    assert_eq!(d.header("id"), Some(ghost_id.as_str()));
+    assert_eq!(d.header("dlq_reason_code"), Some("topic_missing"));
+    let ghost = outbox.topic("ghost");
+    assert!(
+        d.header("dlq_reason").is_some_and(|r| r.contains(&ghost)),
+        "{:?}",
+        d.header("dlq_reason")
+    );
+    assert_eq!(d.value.as_deref(), Some(expected.as_bytes()));
+    let received = consume(&topic, DEADLINE, |r| !r.is_empty()).await;
+    assert_eq!(received[0].header("ce_id"), Some(order_id.as_str()));
+    wait_slot_past(&outbox, after, "the slot to advance past the dead letter").await;
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_dead_letter_topic_stops_the_relay_at_start_naming_it_and_the_fix() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let mut settings = outbox.settings();
+    without_topic_auto_creation(&mut settings);
+    let before = outbox.confirmed_flush_lsn().await;
+    // No row at all: the relay must find out before the first dead letter.
+    let relay = RunningRelay::start(settings);
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("a missing dead-letter topic stops the relay at start");
+    let msg = err.to_string();
+    println!("{msg}");
+    let dlq = &outbox.dlq_topic;
+    assert!(
+        msg.contains(&format!("the dead-letter topic \"{dlq}\" does not exist")),
+        "{msg}"
+    );
+    assert!(msg.contains(&format!("--create --topic {dlq}")), "{msg}");
+    assert!(
+        !msg.contains("on_unroutable"),
+        "no dead-letter way out for the dead-letter topic: {msg}"
+    );
+    assert_eq!(
+        outbox.confirmed_flush_lsn().await,
+        before,
+        "the slot is untouched"
+    );
+    outbox.drop_all().await;
+}
+
+/// The client speaks SASL to a listener that does not: the broker refuses
+/// the handshake, which librdkafka reports as an authentication failure.
+/// The relay stops at once, saying so, without quoting the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sasl_refused_by_the_broker_stops_the_relay() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let mut settings = outbox.settings();
+    settings.sink.properties.extend(
+        [
+            ("security.protocol", "sasl_plaintext"),
+            ("sasl.mechanisms", "PLAIN"),
+            ("sasl.username", "relay"),
+            ("sasl.password", "Canary-Not-The-Password"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let relay = RunningRelay::start(settings);
+    let (_, commit_end) = insert_watched(&outbox, "order").await;
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("refused credentials stop the relay");
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(
+        msg.contains("SASL credentials") && msg.contains("sasl.password"),
+        "{msg}"
+    );
+    assert!(!msg.contains("Canary-Not-The-Password"), "{msg}");
+    let confirmed = outbox.confirmed_flush_lsn().await.expect("slot");
+    assert!(confirmed < commit_end);
     outbox.drop_all().await;
 }

@@ -101,3 +101,23 @@ async fn missing_slot_exits_non_zero_naming_the_slot() {
     assert!(!log.contains("relay-test-password"), "no secret in logs");
     outbox.drop_all().await;
 }
+
+/// A dead-letter topic that does not exist, on a broker that does not
+/// create topics (here: a producer that may not), stops the binary at start
+/// with exit code 1 and the command that creates it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_dead_letter_topic_exits_non_zero_with_the_fix() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let config =
+        outbox.write_config("[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"");
+    let mut relay = RelayProcess::start(&config);
+    let status = relay.wait(Duration::from_secs(30)).await;
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let log = relay.log_text();
+    let fix = format!(
+        "kafka-topics.sh --bootstrap-server <broker> --create --topic {}",
+        outbox.dlq_topic
+    );
+    assert!(log.contains(&fix), "{log}");
+    outbox.drop_all().await;
+}

@@ -663,6 +663,42 @@ fn every_property_the_producer_sets_is_refused() {
     }
 }
 
+#[test]
+fn on_unroutable_stops_by_default_and_is_one_of_two_words() {
+    let config = minimal();
+    assert_eq!(config.kafka.on_unroutable, OnUnroutable::Stop);
+    let config = load_str(
+        &MINIMAL.replace("[kafka]", "[kafka]\non_unroutable = \"dead-letter\""),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.kafka.on_unroutable, OnUnroutable::DeadLetter);
+    let config = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA__ON_UNROUTABLE", "stop")]).unwrap();
+    assert_eq!(config.kafka.on_unroutable, OnUnroutable::Stop);
+    for bad in ["drop", "dead_letter", "Stop", ""] {
+        let err = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA__ON_UNROUTABLE", bad)]).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("kafka.on_unroutable") && text.contains("`stop`, `dead-letter`"),
+            "{bad:?}: {text}"
+        );
+    }
+}
+
+#[test]
+fn unhealthy_after_is_bounded() {
+    assert_eq!(minimal().relay.unhealthy_after(), Duration::from_secs(120));
+    for bad in [0, 86_401, u64::MAX] {
+        let (field, constraint) = rule(|c| c.relay.unhealthy_after_secs = bad);
+        assert_eq!(field, "relay.unhealthy_after_secs", "{bad}: {constraint}");
+    }
+    for good in [1, 86_400] {
+        let mut config = minimal();
+        config.relay.unhealthy_after_secs = good;
+        config.validate().unwrap();
+    }
+}
+
 /// Every duration the relay adds to `Instant::now()` (deadlines, intervals),
 /// built from `config`. Each one must be addable without overflow.
 fn durations(config: &Config) -> Vec<(&'static str, Duration)> {

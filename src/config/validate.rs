@@ -37,6 +37,9 @@ const MAX_IDENTIFIER_LEN: usize = 63;
 /// The idempotent producer keeps ordering only with at most this many
 /// in-flight requests per connection (KIP-98; librdkafka enforces it).
 const MAX_IN_FLIGHT_IDEMPOTENT: u64 = 5;
+/// Bounds of `relay.unhealthy_after_secs`: a day without progress is an
+/// outage whatever the setting.
+const UNHEALTHY_AFTER_SECS: std::ops::RangeInclusive<u64> = 1..=86_400;
 
 fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -58,6 +61,13 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     if config.relay.channel_capacity == 0 {
         return Err(invalid("relay.channel_capacity", "must be at least 1"));
+    }
+    if !UNHEALTHY_AFTER_SECS.contains(&config.relay.unhealthy_after_secs) {
+        return Err(invalid(
+            "relay.unhealthy_after_secs",
+            "must be between 1 and 86400: how long a retry loop may go on without \
+             progress before /health answers 503",
+        ));
     }
     Ok(())
 }

@@ -116,12 +116,44 @@ fn choose_binding(
     }
 }
 
-/// Sends the StartupMessage and authenticates; returns at ReadyForQuery.
+/// Which kind of backend a connection asks the server for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionKind {
+    /// `replication=database`: a logical walsender that also accepts simple
+    /// SQL (the stream and its catalog checks). Needs the REPLICATION
+    /// attribute.
+    Replication,
+    /// An ordinary backend, without the `replication` startup parameter:
+    /// any SQL, no REPLICATION attribute needed. The operator commands use
+    /// it, so that they can report on a role that lacks the attribute.
+    Normal,
+}
+
+/// Sends the StartupMessage (with `replication=database` for a
+/// [`SessionKind::Replication`]) and authenticates; returns at ReadyForQuery.
 pub async fn startup(
     socket: &mut FramedSocket,
     conninfo: &Conninfo,
     fallback_application_name: &str,
     target: &str,
+) -> Result<Session, ReplicationError> {
+    startup_as(
+        socket,
+        conninfo,
+        fallback_application_name,
+        target,
+        SessionKind::Replication,
+    )
+    .await
+}
+
+/// Like [`startup`], for either kind of session.
+pub async fn startup_as(
+    socket: &mut FramedSocket,
+    conninfo: &Conninfo,
+    fallback_application_name: &str,
+    target: &str,
+    kind: SessionKind,
 ) -> Result<Session, ReplicationError> {
     let application_name = conninfo
         .application_name
@@ -130,10 +162,12 @@ pub async fn startup(
     let mut params = vec![
         ("user", conninfo.user.as_str()),
         ("database", conninfo.dbname.as_str()),
-        // A logical walsender that also accepts simple SQL (catalog checks).
-        ("replication", "database"),
-        ("client_encoding", "UTF8"),
     ];
+    if kind == SessionKind::Replication {
+        // A logical walsender that also accepts simple SQL (catalog checks).
+        params.push(("replication", "database"));
+    }
+    params.push(("client_encoding", "UTF8"));
     if !application_name.is_empty() {
         params.push(("application_name", application_name));
     }
@@ -280,7 +314,7 @@ pub async fn startup(
                         ),
                     });
                 }
-                return Err(startup_error(server, conninfo, target));
+                return Err(startup_error(server, conninfo, target, kind));
             }
             _ => return Err(protocol_error("unexpected message during startup".into())),
         }
@@ -316,7 +350,12 @@ fn unsupported(target: &str, method: &str) -> ReplicationError {
 }
 
 /// Turns a startup ErrorResponse into the error that tells the operator what to fix.
-fn startup_error(server: ServerError, conninfo: &Conninfo, target: &str) -> ReplicationError {
+fn startup_error(
+    server: ServerError,
+    conninfo: &Conninfo,
+    target: &str,
+    kind: SessionKind,
+) -> ReplicationError {
     match server.sqlstate() {
         // Also "no pg_hba.conf entry" (28000), which the server message
         // spells out.
@@ -328,11 +367,15 @@ fn startup_error(server: ServerError, conninfo: &Conninfo, target: &str) -> Repl
             }
         }
         // "must be superuser or replication role to start walsender" (PG ≤
-        // 15), "permission denied to start WAL sender" (16+).
-        SqlState::INSUFFICIENT_PRIVILEGE => ReplicationError::MissingReplicationRole {
-            role: conninfo.user.clone(),
-            server: Box::new(server),
-        },
+        // 15), "permission denied to start WAL sender" (16+). In a normal
+        // session it means something else (no CONNECT privilege on the
+        // database), which the server's message says.
+        SqlState::INSUFFICIENT_PRIVILEGE if kind == SessionKind::Replication => {
+            ReplicationError::MissingReplicationRole {
+                role: conninfo.user.clone(),
+                server: Box::new(server),
+            }
+        }
         SqlState::UNDEFINED_DATABASE => ReplicationError::DatabaseMissing {
             database: conninfo.dbname.clone(),
             target: target.to_owned(),
@@ -437,7 +480,8 @@ mod tests {
             detail: None,
             hint: None,
         };
-        let error = |code| startup_error(server(code), &conninfo, "h:5432");
+        let error =
+            |code| startup_error(server(code), &conninfo, "h:5432", SessionKind::Replication);
         for code in ["28P01", "28000"] {
             assert!(
                 matches!(error(code), ReplicationError::AuthFailed { ref role, .. } if role == "relay"),
@@ -489,6 +533,111 @@ mod tests {
         .expect("startup ends once the fake server hangs up");
         drop(socket);
         (outcome, fake.await.unwrap())
+    }
+
+    /// The startup message `startup_as` sends for `kind`, and its outcome
+    /// when the server answers `server` and hangs up.
+    async fn startup_message_for(
+        kind: SessionKind,
+        server: Vec<u8>,
+    ) -> (Result<Session, ReplicationError>, Vec<u8>) {
+        let conninfo = Conninfo::parse("host=/nonexistent user=u dbname=app").unwrap();
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        let fake = tokio::spawn(async move {
+            let len = theirs.read_i32().await.unwrap();
+            let mut startup = vec![0u8; usize::try_from(len).unwrap() - 4];
+            theirs.read_exact(&mut startup).await.unwrap();
+            theirs.write_all(&server).await.unwrap();
+            theirs.shutdown().await.unwrap();
+            startup
+        });
+        let mut socket = FramedSocket::new(Socket::Unix(ours));
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            startup_as(&mut socket, &conninfo, "test", "fake", kind),
+        )
+        .await
+        .expect("startup ends once the fake server hangs up");
+        drop(socket);
+        (outcome, fake.await.unwrap())
+    }
+
+    /// The startup parameters as `name=value` strings.
+    fn startup_parameters(message: &[u8]) -> Vec<String> {
+        // Protocol version (4 bytes), then NUL-terminated name/value pairs.
+        let fields: Vec<&[u8]> = message[4..].split(|b| *b == 0).collect();
+        fields
+            .chunks(2)
+            .filter(|pair| pair.len() == 2 && !pair[0].is_empty())
+            .map(|pair| {
+                format!(
+                    "{}={}",
+                    String::from_utf8_lossy(pair[0]),
+                    String::from_utf8_lossy(pair[1])
+                )
+            })
+            .collect()
+    }
+
+    fn error_response(code: &str, message: &str) -> Vec<u8> {
+        let mut body = Vec::new();
+        for (field, value) in [
+            (b'S', "FATAL"),
+            (b'V', "FATAL"),
+            (b'C', code),
+            (b'M', message),
+        ] {
+            body.push(field);
+            body.extend(value.as_bytes());
+            body.push(0);
+        }
+        body.push(0);
+        let mut out = vec![b'E'];
+        out.extend(i32::try_from(body.len() + 4).unwrap().to_be_bytes());
+        out.extend(body);
+        out
+    }
+
+    #[tokio::test]
+    async fn only_a_replication_session_asks_for_a_walsender() {
+        let trust = authentication(0, b"");
+        let (_, replication) = startup_message_for(SessionKind::Replication, trust.clone()).await;
+        let replication = startup_parameters(&replication);
+        assert!(
+            replication.contains(&"replication=database".to_owned()),
+            "{replication:?}"
+        );
+        let (_, normal) = startup_message_for(SessionKind::Normal, trust).await;
+        let normal = startup_parameters(&normal);
+        assert!(
+            normal.iter().all(|p| !p.starts_with("replication=")),
+            "{normal:?}"
+        );
+        for expected in ["user=u", "database=app", "client_encoding=UTF8"] {
+            assert!(normal.contains(&expected.to_owned()), "{normal:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn insufficient_privilege_names_the_replication_attribute_only_for_a_walsender() {
+        let refused = error_response("42501", "permission denied for database app");
+        let (outcome, _) = startup_message_for(SessionKind::Replication, refused.clone()).await;
+        assert!(
+            matches!(
+                outcome,
+                Err(ReplicationError::MissingReplicationRole { .. })
+            ),
+            "{outcome:?}"
+        );
+        let (outcome, _) = startup_message_for(SessionKind::Normal, refused).await;
+        let err = outcome.unwrap_err();
+        assert!(matches!(err, ReplicationError::Server { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("permission denied for database app"),
+            "{err}"
+        );
+        assert!(!err.to_string().contains("REPLICATION"), "{err}");
     }
 
     #[tokio::test]

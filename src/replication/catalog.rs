@@ -258,6 +258,21 @@ async fn check_slot(
     })
 }
 
+/// The slot checks of [`evaluate_slot`] on a `pg_replication_slots` row
+/// given as JSON (`to_jsonb(s)`), for the operator commands: the same
+/// verdict, with the same message, as the stream's connect.
+///
+/// # Errors
+/// As at connect; `Protocol` when the JSON is not a slot row.
+pub fn evaluate_slot_json(slot: &str, database: &str, json: &str) -> Result<Lsn, ReplicationError> {
+    let row: SlotRow = serde_json::from_str(json).map_err(|e| ReplicationError::Protocol {
+        target: String::new(),
+        action: "checking the replication slot",
+        reason: format!("pg_replication_slots row: {e}"),
+    })?;
+    evaluate_slot(slot, database, row)
+}
+
 /// The slot checks, in the order an operator should fix things.
 fn evaluate_slot(slot: &str, database: &str, row: SlotRow) -> Result<Lsn, ReplicationError> {
     let plugin = row.plugin.unwrap_or_default();

@@ -22,18 +22,7 @@ use tokio_postgres::error::SqlState;
 use super::quote::display_ident;
 use crate::pgoutput::DecodeError;
 
-/// What the caller should do about a [`ReplicationError`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ErrorKind {
-    /// Reconnect with backoff; nothing is lost (the slot re-sends everything
-    /// after its `confirmed_flush_lsn`).
-    Transient,
-    /// Another process streams from the slot; wait and retry, never read
-    /// concurrently.
-    SlotBusy,
-    /// Retrying cannot help; a person has to act on the message.
-    Fatal,
-}
+pub use crate::error::ErrorKind;
 
 /// An ErrorResponse from the server, with the fields the relay shows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,8 +199,8 @@ pub enum ReplicationError {
 
     #[error(
         "replication slot {slot:?} does not exist in database {database:?}; the relay never \
-         creates it: run the setup SQL or `SELECT pg_create_logical_replication_slot('{slot}', \
-         'pgoutput');`"
+         creates it: run `outbox-relay init` (which refuses where a slot was lost) or \
+         `SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');`"
     )]
     SlotMissing { slot: String, database: String },
 

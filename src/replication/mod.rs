@@ -59,11 +59,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-pub use catalog::ServerIdentity;
+pub use catalog::{ServerIdentity, evaluate_slot_json};
 pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, RootCert, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
-pub use outbox_table::{OutboxTable, RelationClass, RelationLookup, classify, look_up};
+pub use outbox_table::{
+    OutboxTable, RelationClass, RelationLookup, classify, look_up, publication_relids, resolve_on,
+};
+pub use quote::display_ident;
 pub use sql::SqlConnection;
 pub use stream::ReplicationStream;
 

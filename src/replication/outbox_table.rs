@@ -104,10 +104,16 @@ pub fn classify(lookup: RelationLookup) -> RelationClass {
 
 /// The publication's tables as OIDs (`pg_publication_tables` lists leaf
 /// partitions, or the root with `publish_via_partition_root`).
-fn publication_relids(publication: &str) -> String {
+///
+/// Names are joined to the catalog rather than cast to `regclass`: a cast
+/// needs USAGE on the table's schema, and a publication may hold tables of
+/// schemas the relay's role cannot use.
+pub fn publication_relids(publication: &str) -> String {
     format!(
-        "SELECT pg_catalog.format('%I.%I', pt.schemaname, pt.tablename)::regclass::oid AS relid \
-         FROM pg_catalog.pg_publication_tables pt WHERE pt.pubname = {}",
+        "SELECT c.oid AS relid FROM pg_catalog.pg_publication_tables pt \
+         JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname \
+         JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename \
+         WHERE pt.pubname = {}",
         escape_literal(publication)
     )
 }
@@ -203,6 +209,20 @@ pub async fn resolve(
         members,
         publication_has_other_tables: text(5) == Some("true"),
     })
+}
+
+/// [`resolve`] on an SQL connection (either kind): the same checks and
+/// errors as at the stream's connect, for the operator commands.
+///
+/// # Errors
+/// As [`resolve`].
+pub async fn resolve_on(
+    connection: &mut SqlConnection,
+    table: (&str, &str),
+    publication: &str,
+) -> Result<OutboxTable, ReplicationError> {
+    let target = connection.target().to_owned();
+    resolve(connection.socket_mut(), table, None, publication, &target).await
 }
 
 /// Asks the catalog about relation `oid` (one query on `connection`).

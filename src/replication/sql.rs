@@ -14,6 +14,11 @@
 //! simple queries, says goodbye. One connection serves many queries; the
 //! caller keeps it for the life of a session.
 //!
+//! [`SqlConnection::connect_normal`] opens an ordinary session instead (no
+//! `replication` startup parameter, so no REPLICATION attribute needed),
+//! with the same conninfo, TLS and authentication semantics: the operator
+//! commands (`init`, `check`, `status`) use it.
+//!
 //! Invariant: a statement's rows are returned only when the server ended it
 //! without an ErrorResponse, and its ErrorResponse only after ReadyForQuery,
 //! so after either the connection is ready for the next statement.
@@ -24,7 +29,7 @@ use postgres_protocol::message::frontend;
 use tokio::time::timeout;
 
 use super::ReplicationSettings;
-use super::auth;
+use super::auth::{self, SessionKind};
 use super::error::{ReplicationError, ServerError};
 use super::protocol::{read_message, server_error};
 use super::socket::{self, FramedSocket};
@@ -36,12 +41,29 @@ pub struct SqlConnection {
 }
 
 impl SqlConnection {
-    /// Connects like the stream does.
+    /// Connects like the stream does (`replication=database`).
     ///
     /// # Errors
     /// The stream's classification: transient for network trouble, fatal
     /// for a refused login.
     pub async fn connect(settings: &ReplicationSettings) -> Result<Self, ReplicationError> {
+        Self::connect_as(settings, SessionKind::Replication).await
+    }
+
+    /// Connects as an ordinary session: same conninfo, TLS and
+    /// authentication, but no walsender, so the role needs no REPLICATION
+    /// attribute and every SQL statement is available.
+    ///
+    /// # Errors
+    /// As [`SqlConnection::connect`].
+    pub async fn connect_normal(settings: &ReplicationSettings) -> Result<Self, ReplicationError> {
+        Self::connect_as(settings, SessionKind::Normal).await
+    }
+
+    async fn connect_as(
+        settings: &ReplicationSettings,
+        kind: SessionKind,
+    ) -> Result<Self, ReplicationError> {
         let conninfo = &settings.conninfo;
         let mut last_error = None;
         for endpoint in &conninfo.endpoints {
@@ -49,7 +71,14 @@ impl SqlConnection {
             let attempt = async {
                 let socket = socket::open(endpoint, &conninfo.tls, &target).await?;
                 let mut socket = FramedSocket::new(socket);
-                auth::startup(&mut socket, conninfo, &settings.application_name, &target).await?;
+                auth::startup_as(
+                    &mut socket,
+                    conninfo,
+                    &settings.application_name,
+                    &target,
+                    kind,
+                )
+                .await?;
                 Ok::<_, ReplicationError>(socket)
             };
             match timeout(settings.connect_timeout, attempt).await {
@@ -79,6 +108,12 @@ impl SqlConnection {
         action: &'static str,
     ) -> Result<Vec<Vec<Option<String>>>, ReplicationError> {
         simple_query(&mut self.socket, sql, &self.target, action).await
+    }
+
+    /// The socket, for the catalog checks that run on either kind of
+    /// connection.
+    pub(super) fn socket_mut(&mut self) -> &mut FramedSocket {
+        &mut self.socket
     }
 
     /// The endpoint connected to, for errors (no credentials in it).

@@ -12,12 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use outbox_relay::ack::AckTracker;
 use outbox_relay::envelope::KafkaRecord;
-use outbox_relay::lsn::Lsn;
-use outbox_relay::sink::{
-    DeliveryError, DeliveryReport, DeliveryTag, KafkaSink, SendError, SinkSettings,
-};
+use outbox_relay::sink::{DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
@@ -150,12 +146,11 @@ pub async fn idempotent_producer_verdict(error: RDKafkaRespErr) -> ProducerVerdi
     }
 }
 
-/// The producer alone on a mock cluster: records for `topic`, tagged as the
-/// session tags them.
+/// The producer alone on a mock cluster: records for `topic`, each tagged
+/// with its event id (the producer does not look inside tags).
 pub struct SinkRig {
-    pub sink: KafkaSink,
-    reports: tokio::sync::mpsc::UnboundedReceiver<DeliveryReport>,
-    tracker: AckTracker,
+    pub sink: KafkaSink<String>,
+    reports: tokio::sync::mpsc::UnboundedReceiver<DeliveryReport<String>>,
     topic: String,
 }
 
@@ -176,38 +171,31 @@ impl SinkRig {
             linger_ms: 5,
             message_timeout_ms,
             queue_max_messages: 100_000,
+            dead_letter_topic: format!("{topic}.dlq"),
             properties,
         })
         .expect("producer");
         Self {
             sink,
             reports,
-            tracker: AckTracker::new(Lsn::ZERO),
             topic: topic.to_string(),
         }
     }
 
     /// Sends record `n`, keyed `agg-{n}`.
-    pub fn send(&mut self, n: usize) -> Result<(), SendError> {
+    pub fn send(&mut self, n: usize) -> Result<(), SendError<String>> {
         self.send_keyed(n, &format!("agg-{n}"))
     }
 
     /// Sends record `n` (event id `event-{n}`) with the given key.
-    pub fn send_keyed(&mut self, n: usize, key: &str) -> Result<(), SendError> {
+    pub fn send_keyed(&mut self, n: usize, key: &str) -> Result<(), SendError<String>> {
         let record = KafkaRecord {
             topic: self.topic.clone(),
             key: Bytes::copy_from_slice(key.as_bytes()),
             value: Bytes::from_static(b"{}"),
             headers: Vec::new(),
         };
-        let tag = DeliveryTag {
-            txn: self.tracker.open(),
-            event_id: format!("event-{n}"),
-            lsn: Lsn::ZERO,
-            key: record.key.clone(),
-            dead_letter: false,
-        };
-        self.sink.send(record, tag)
+        self.sink.send(record, format!("event-{n}"))
     }
 
     pub async fn next_report(&mut self) -> Result<(), DeliveryError> {

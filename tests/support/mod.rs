@@ -122,6 +122,7 @@ impl TestOutbox {
                 linger_ms: 5,
                 message_timeout_ms: 30_000,
                 queue_max_messages: 100_000,
+                dead_letter_topic: self.dlq_topic.clone(),
                 properties: Vec::new(),
             },
             envelope: EnvelopeSettings {
@@ -135,6 +136,8 @@ impl TestOutbox {
             max_in_flight: 10_000,
             heartbeat_interval: None,
             shutdown_drain: Duration::from_secs(30),
+            on_unroutable: Default::default(),
+            unhealthy_after: Duration::from_secs(120),
         }
     }
 
@@ -428,8 +431,13 @@ pub struct RunningRelay {
 
 impl RunningRelay {
     pub fn start(settings: RelaySettings) -> Self {
+        Self::start_with_health(settings, Health::default())
+    }
+
+    /// With a /health state the test reads.
+    pub fn start_with_health(settings: RelaySettings, health: Health) -> Self {
         let (stop, rx) = watch::channel(false);
-        let task = tokio::spawn(relay::run(settings, rx, Health::default()));
+        let task = tokio::spawn(relay::run(settings, rx, health));
         Self { stop, task }
     }
 
@@ -726,7 +734,52 @@ pub async fn consume_all_ids(
     })
     .await
 }
+pub mod cluster;
 pub mod mock;
 pub mod proxy;
 pub mod relay_probe;
 pub mod tls;
+
+impl TestOutbox {
+    /// A temporary `test_decoding` slot of the test's own, opened before the
+    /// transactions whose commit position the test needs to know.
+    pub async fn open_commit_watch(&self) -> String {
+        let watch = random_name("watch");
+        self.admin
+            .execute(
+                "SELECT pg_create_logical_replication_slot($1, 'test_decoding', true)",
+                &[&watch],
+            )
+            .await
+            .expect("create the commit-watch slot");
+        watch
+    }
+
+    /// The end LSN of the first outbox transaction committed since `watch`
+    /// was opened: confirming it (or anything past its commit record) would
+    /// tell PostgreSQL that transaction is done. Drops the watch slot.
+    pub async fn first_outbox_commit_end(&self, watch: &str) -> Lsn {
+        let row = self
+            .admin
+            .query_one(
+                &format!(
+                    "WITH c AS (SELECT lsn, xid, data FROM pg_logical_slot_peek_changes($1, NULL, NULL))
+                     SELECT min(lsn)::text FROM c
+                     WHERE data LIKE 'COMMIT%'
+                       AND xid IN (SELECT xid FROM c WHERE data LIKE 'table public.{}:%')",
+                    self.table
+                ),
+                &[&watch],
+            )
+            .await
+            .expect("peek the commit-watch slot");
+        let end: Option<String> = row.get(0);
+        self.admin
+            .execute("SELECT pg_drop_replication_slot($1)", &[&watch])
+            .await
+            .expect("drop the commit-watch slot");
+        end.expect("an outbox transaction committed")
+            .parse()
+            .expect("lsn")
+    }
+}

@@ -4,31 +4,41 @@
 //! most five requests in flight per partition, which keeps per-partition order
 //! across retries) with the Java client's partitioner (`murmur2_random`), so
 //! that keys land on the partition any other producer of the topic would pick
-//! (design invariant 7).
+//! ("per-aggregate order" in docs/design.md).
 //!
 //! Sending never blocks: [`KafkaSink::send`] hands the record to librdkafka's
 //! queue and returns; the broker's answer arrives later as a
 //! [`DeliveryReport`] on the channel returned by [`KafkaSink::new`]. The relay
 //! feeds those reports to the ack tracker: a record counts as delivered only
-//! when the broker acknowledged it (invariant 1). A full local queue is
+//! when the broker acknowledged it ("confirm only what the broker holds" in docs/design.md). A full local queue is
 //! returned to the caller ([`SendError::QueueFull`]) so the relay stops
-//! reading the slot instead of buffering (invariant 9).
+//! reading the slot instead of buffering ("bounded memory" in docs/design.md).
+//!
+//! Every refusal is classified once, in [`refusal`].
+//!
+//! The producer does not know what the relay tracks about a record: each
+//! record travels with an opaque tag of the caller's type `T`, returned in
+//! its [`DeliveryReport`].
 
+mod refusal;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::Duration;
 
-use bytes::Bytes;
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafka;
 use tokio::sync::mpsc;
 
-use crate::ack::TxnId;
 use crate::envelope::KafkaRecord;
-use crate::lsn::Lsn;
+
+pub use refusal::{
+    DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
+};
 
 /// Producer properties the relay sets itself; the config refuses overrides.
 pub const RELAY_OWNED_PROPERTIES: &[&str] = &[
@@ -42,68 +52,38 @@ pub const RELAY_OWNED_PROPERTIES: &[&str] = &[
     "queue.buffering.max.messages",
 ];
 
-/// What the relay needs to know about a record when its delivery report
-/// comes back: which transaction it belongs to, and enough to dead-letter it.
-#[derive(Debug, Clone)]
-pub struct DeliveryTag {
-    pub txn: TxnId,
-    /// Outbox id of the event (for dead-letter headers and log lines).
-    pub event_id: String,
-    /// Commit LSN of the transaction the row belongs to.
-    pub lsn: Lsn,
-    /// Aggregate id, the record's key (to keep a dead-lettered record keyed).
-    pub key: Bytes,
-    /// True for a record written to the dead-letter topic.
-    pub dead_letter: bool,
-}
-
-/// The broker's answer for one record.
+/// The broker's answer for one record, with the tag it was sent with.
 #[derive(Debug)]
-pub struct DeliveryReport {
-    pub tag: DeliveryTag,
+pub struct DeliveryReport<T> {
+    pub tag: T,
     pub result: Result<(), DeliveryError>,
-}
-
-/// Why the broker did not take a record.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum DeliveryError {
-    /// The record is larger than the broker or topic accepts: it goes to the
-    /// dead-letter topic instead; nothing else is wrong.
-    #[error("record too large for the broker ({0})")]
-    TooLarge(KafkaError),
-    /// Anything else (timeout, fatal idempotence error, authorization...):
-    /// the relay stops confirming, rebuilds the producer and replays from
-    /// the last confirmed LSN (invariant 6).
-    #[error("delivery failed: {0}")]
-    Failed(KafkaError),
-    /// The producer hit a fatal error (`rd_kafka_fatal_error`: say, an
-    /// idempotence sequence it can no longer vouch for) and refuses every
-    /// record from now on. Carries librdkafka's reason, which the bare
-    /// `_FATAL` code of the refused record does not tell.
-    #[error("the producer hit a fatal error: {0}")]
-    ProducerFatal(String),
 }
 
 /// Errors from [`KafkaSink::send`].
 #[derive(Debug, thiserror::Error)]
-pub enum SendError {
+pub enum SendError<T> {
     /// librdkafka's local queue is full: wait for delivery reports, then retry.
     #[error("producer queue full")]
-    QueueFull(Box<(KafkaRecord, DeliveryTag)>),
-    /// The record exceeds `message.max.bytes` before it even left.
-    #[error("record too large: {0}")]
-    TooLarge(KafkaError, Box<DeliveryTag>),
+    QueueFull(Box<(KafkaRecord, T)>),
+    /// Refused before it left ([`classify`]): larger than
+    /// `message.max.bytes`, or its topic is known not to exist. The record
+    /// comes back with the refusal.
+    #[error("{0}")]
+    Refused(Refused, Box<(KafkaRecord, T)>),
     /// Any other immediate error (e.g. the producer hit a fatal error:
     /// [`KafkaSink::explain`] tells which).
     #[error("producer refused the record: {0}")]
     Failed(KafkaError),
 }
 
-/// Errors building the producer.
+/// Errors building the producer or checking the cluster before streaming.
 #[derive(Debug, thiserror::Error)]
 pub enum SinkError {
     #[error("could not create the Kafka producer: {0} (check kafka.brokers and kafka.properties)")]
     Create(KafkaError),
+    /// Kafka refuses the relay in a way retrying cannot cure.
+    #[error(transparent)]
+    Refused(#[from] Refused),
 }
 
 /// Plain settings for the producer, taken from the validated config.
@@ -115,6 +95,8 @@ pub struct SinkSettings {
     pub linger_ms: u64,
     pub message_timeout_ms: u64,
     pub queue_max_messages: u64,
+    /// The dead-letter topic: refusals of records for it say so.
+    pub dead_letter_topic: String,
     /// Any other librdkafka property, already checked against
     /// [`RELAY_OWNED_PROPERTIES`].
     pub properties: Vec<(String, String)>,
@@ -139,25 +121,32 @@ impl std::fmt::Debug for SinkSettings {
             .field("linger_ms", &self.linger_ms)
             .field("message_timeout_ms", &self.message_timeout_ms)
             .field("queue_max_messages", &self.queue_max_messages)
+            .field("dead_letter_topic", &self.dead_letter_topic)
             .field("properties", &properties)
             .finish()
     }
 }
 
-struct ReportingContext {
-    reports: mpsc::UnboundedSender<DeliveryReport>,
+struct ReportingContext<T> {
+    reports: mpsc::UnboundedSender<DeliveryReport<T>>,
+    dead_letter_topic: String,
     /// The producer's own librdkafka handle, set right after creation, so a
     /// failed delivery can stop everything queued behind it (see
     /// [`ReportingContext::purge_behind_failure`]).
     handle: AtomicPtr<RDKafka>,
     purged: AtomicBool,
+    /// Client-level refusals (SASL): they fail no record (records wait for
+    /// a broker until they time out), so they come through here. Only the
+    /// first is sent.
+    alarms: mpsc::UnboundedSender<Refused>,
+    alarmed: AtomicBool,
 }
 
-impl ReportingContext {
+impl<T> ReportingContext<T> {
     /// A record failed for good: the relay will replay from the confirmed
     /// LSN, so no later record of this producer may reach the broker, or it
     /// would land before the failed one's replay and break per-aggregate
-    /// order (invariant 7). After a non-fatal permanent error librdkafka
+    /// order ("per-aggregate order" in docs/design.md). After a non-fatal permanent error librdkafka
     /// bumps the producer epoch and goes on with the queue; purging here, on
     /// the poll thread that serves this report, wins against that epoch bump
     /// (a broker round trip), where a purge from the relay's task would race
@@ -186,17 +175,37 @@ impl ReportingContext {
     }
 }
 
-impl ClientContext for ReportingContext {}
+impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if let Some(kind) = classify_error(&error)
+            && kind.class() == RefusalClass::Unauthorized
+            && !self.alarmed.swap(true, Ordering::AcqRel)
+        {
+            let _ = self.alarms.send(Refused {
+                kind,
+                topic: None,
+                dead_letter_topic: false,
+                detail: reason.to_owned(),
+            });
+        }
+        // As rdkafka's default: librdkafka's words at error level.
+        tracing::error!("librdkafka: {error}: {reason}");
+    }
+}
 
-impl ProducerContext for ReportingContext {
-    type DeliveryOpaque = Box<DeliveryTag>;
+impl<T: Send + Sync + 'static> ProducerContext for ReportingContext<T> {
+    type DeliveryOpaque = Box<T>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, tag: Self::DeliveryOpaque) {
         let result = match result {
             Ok(_) => Ok(()),
-            Err((err, _msg)) => {
+            Err((err, msg)) => {
                 self.purge_behind_failure();
-                Err(classify_delivery_error(err.clone()))
+                let dead_letter = msg.topic() == self.dead_letter_topic;
+                Err(match refusal(err, msg.topic(), dead_letter) {
+                    Some(refused) => DeliveryError::Refused(refused),
+                    None => DeliveryError::Failed(err.clone()),
+                })
             }
         };
         // The receiver is gone only when the relay dropped the sink after a
@@ -205,34 +214,49 @@ impl ProducerContext for ReportingContext {
     }
 }
 
-fn is_too_large(err: &KafkaError) -> bool {
-    matches!(
-        err.rdkafka_error_code(),
-        Some(RDKafkaErrorCode::MessageSizeTooLarge)
-    )
+/// The refusal a record's error stands for, if [`classify`] finds one.
+fn refusal(err: &KafkaError, topic: &str, dead_letter: bool) -> Option<Refused> {
+    classify_error(err).map(|kind| Refused {
+        kind,
+        topic: Some(topic.to_owned()),
+        dead_letter_topic: dead_letter,
+        detail: err.to_string(),
+    })
 }
 
-fn classify_delivery_error(err: KafkaError) -> DeliveryError {
-    if is_too_large(&err) {
-        DeliveryError::TooLarge(err)
-    } else {
-        DeliveryError::Failed(err)
-    }
+/// How long [`KafkaSink::check_topic`] keeps asking while the broker says a
+/// topic is missing, in case it is creating it.
+pub const CREATION_GRACE: Duration = Duration::from_secs(3);
+
+/// What a metadata request says about one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TopicCheck {
+    /// It exists (or the broker is creating it on request).
+    Exists,
+    /// The broker answered with a refusal: missing (no auto-creation) or
+    /// not authorized.
+    Refused(Refused),
+    /// No answer in time, or an answer the relay does not act on.
+    Unknown(String),
 }
 
 /// The idempotent producer and its delivery-report channel.
-pub struct KafkaSink {
-    producer: ThreadedProducer<ReportingContext>,
+pub struct KafkaSink<T: Send + Sync + 'static> {
+    /// Shared only with a metadata request in flight on a blocking thread.
+    producer: Arc<ThreadedProducer<ReportingContext<T>>>,
+    alarms: mpsc::UnboundedReceiver<Refused>,
+    dead_letter_topic: String,
 }
 
-impl KafkaSink {
+impl<T: Send + Sync + 'static> KafkaSink<T> {
     /// Builds the producer. Reports for every record sent arrive on the
     /// returned receiver; its length is bounded by the records in flight,
     /// which the relay bounds.
     pub fn new(
         settings: &SinkSettings,
-    ) -> Result<(Self, mpsc::UnboundedReceiver<DeliveryReport>), SinkError> {
+    ) -> Result<(Self, mpsc::UnboundedReceiver<DeliveryReport<T>>), SinkError> {
         let (tx, rx) = mpsc::unbounded_channel();
+        let (alarm_tx, alarms) = mpsc::unbounded_channel();
         let mut cfg = ClientConfig::new();
         for (k, v) in &settings.properties {
             cfg.set(k, v);
@@ -243,7 +267,7 @@ impl KafkaSink {
             // Without it librdkafka keeps writing a partition after one of
             // its records failed for good (it bumps the epoch and goes on),
             // and the replay from the confirmed LSN would put the failed
-            // record after its successors (invariant 7). With it, such a
+            // record after its successors ("per-aggregate order" in docs/design.md). With it, such a
             // failure is fatal: the relay rebuilds the producer and replays.
             // (Records that hit message.timeout.ms are not covered by
             // librdkafka's guarantee; the relay treats them as failed too.)
@@ -260,11 +284,14 @@ impl KafkaSink {
                 "queue.buffering.max.messages",
                 settings.queue_max_messages.to_string(),
             );
-        let producer: ThreadedProducer<ReportingContext> = cfg
+        let producer: ThreadedProducer<ReportingContext<T>> = cfg
             .create_with_context(ReportingContext {
                 reports: tx,
+                dead_letter_topic: settings.dead_letter_topic.clone(),
                 handle: AtomicPtr::new(std::ptr::null_mut()),
                 purged: AtomicBool::new(false),
+                alarms: alarm_tx,
+                alarmed: AtomicBool::new(false),
             })
             .map_err(SinkError::Create)?;
         let client = producer.client();
@@ -272,12 +299,108 @@ impl KafkaSink {
             .context()
             .handle
             .store(client.native_ptr(), Ordering::Release);
-        Ok((Self { producer }, rx))
+        Ok((
+            Self {
+                producer: Arc::new(producer),
+                alarms,
+                dead_letter_topic: settings.dead_letter_topic.clone(),
+            },
+            rx,
+        ))
+    }
+
+    /// Resolves once the client met a refusal that fails no record (SASL
+    /// authentication refused): the relay stops with it.
+    pub async fn unauthorized(&mut self) -> Refused {
+        match self.alarms.recv().await {
+            Some(refused) => refused,
+            // The sender lives in the producer, as long as `self`.
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Asks the cluster about `topic` (a metadata request, waiting at most
+    /// `timeout`). With the producer's `allow.auto.create.topics` (on by
+    /// default) a broker that creates topics creates it now; one that does
+    /// not answers that it is missing. A client-level refusal met meanwhile
+    /// (SASL) is the answer too.
+    ///
+    /// A broker that creates topics may answer "unknown topic" while the
+    /// creation it just started is under way (Kafka 4 does), so a "missing"
+    /// answer is only believed once it held for [`CREATION_GRACE`].
+    pub async fn check_topic(
+        &mut self,
+        topic: &str,
+        dead_letter_topic: bool,
+        timeout: Duration,
+    ) -> TopicCheck {
+        let started = tokio::time::Instant::now();
+        let mut pause = Duration::from_millis(100);
+        loop {
+            let answer = self
+                .check_topic_once(topic, dead_letter_topic, timeout)
+                .await;
+            let missing =
+                matches!(&answer, TopicCheck::Refused(r) if r.kind == RefusalKind::TopicMissing);
+            if !missing || started.elapsed() >= CREATION_GRACE {
+                return answer;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn check_topic_once(
+        &mut self,
+        topic: &str,
+        dead_letter_topic: bool,
+        timeout: Duration,
+    ) -> TopicCheck {
+        let producer = Arc::clone(&self.producer);
+        let name = topic.to_owned();
+        let request = tokio::task::spawn_blocking(move || {
+            producer
+                .client()
+                .fetch_metadata(Some(&name), timeout)
+                .map(|md| {
+                    md.topics()
+                        .iter()
+                        .find(|t| t.name() == name)
+                        .map(|t| t.error().map(RDKafkaErrorCode::from))
+                })
+        });
+        let answer = tokio::select! {
+            refused = self.unauthorized() => return TopicCheck::Refused(refused),
+            answer = request => answer,
+        };
+        let refused = |code: RDKafkaErrorCode, kind: RefusalKind| {
+            TopicCheck::Refused(Refused {
+                kind,
+                topic: Some(topic.to_owned()),
+                dead_letter_topic,
+                detail: format!("metadata request: {code}"),
+            })
+        };
+        match answer {
+            Ok(Ok(Some(None))) => TopicCheck::Exists,
+            // Being created on this very request.
+            Ok(Ok(Some(Some(RDKafkaErrorCode::LeaderNotAvailable)))) => TopicCheck::Exists,
+            Ok(Ok(Some(Some(code)))) => match classify(code) {
+                Some(kind) if kind.class() != RefusalClass::TooLarge => refused(code, kind),
+                _ => TopicCheck::Unknown(format!("the broker answered {code}")),
+            },
+            Ok(Ok(None)) => TopicCheck::Unknown("the broker's answer does not list it".into()),
+            Ok(Err(e)) => match self.alarms.try_recv() {
+                Ok(refused) => TopicCheck::Refused(refused),
+                Err(_) => TopicCheck::Unknown(e.to_string()),
+            },
+            Err(e) => TopicCheck::Unknown(format!("metadata request task: {e}")),
+        }
     }
 
     /// Hands a record to the producer. Returns at once; the outcome arrives
     /// as a [`DeliveryReport`].
-    pub fn send(&self, record: KafkaRecord, tag: DeliveryTag) -> Result<(), SendError> {
+    pub fn send(&self, record: KafkaRecord, tag: T) -> Result<(), SendError<T>> {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
         for (k, v) in &record.headers {
             headers = headers.insert(Header {
@@ -292,13 +415,14 @@ impl KafkaSink {
         match self.producer.send(base) {
             Ok(()) => Ok(()),
             Err((err, base)) => {
-                let tag = base.delivery_opaque;
-                match err.rdkafka_error_code() {
-                    Some(RDKafkaErrorCode::QueueFull) => {
-                        Err(SendError::QueueFull(Box::new((record, *tag))))
-                    }
-                    _ if is_too_large(&err) => Err(SendError::TooLarge(err, tag)),
-                    _ => Err(SendError::Failed(err)),
+                let tag = *base.delivery_opaque;
+                if err.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) {
+                    return Err(SendError::QueueFull(Box::new((record, tag))));
+                }
+                let dead_letter = record.topic == self.dead_letter_topic;
+                match refusal(&err, &record.topic, dead_letter) {
+                    Some(refused) => Err(SendError::Refused(refused, Box::new((record, tag)))),
+                    None => Err(SendError::Failed(err)),
                 }
             }
         }
@@ -308,10 +432,22 @@ impl KafkaSink {
     /// error librdkafka fails records with codes that do not say why
     /// (`_FATAL` for those sent since, `_PURGE_QUEUE` for those it purged),
     /// and their reports may arrive before the one of the record that
-    /// caused it; the fatal error's own text names the cause.
+    /// caused it; the fatal error's own text names the cause. A fatal error
+    /// that is itself a refusal (cluster authorization refused when the
+    /// producer asked for its id) comes back as one.
     pub fn explain(&self, err: DeliveryError) -> DeliveryError {
         match self.producer.client().fatal_error() {
-            Some((code, why)) => DeliveryError::ProducerFatal(format!("{code:?}: {why}")),
+            Some((code, why)) => match classify(code) {
+                Some(kind) if kind.class() == RefusalClass::Unauthorized => {
+                    DeliveryError::Refused(Refused {
+                        kind,
+                        topic: None,
+                        dead_letter_topic: false,
+                        detail: why,
+                    })
+                }
+                _ => DeliveryError::ProducerFatal(format!("{code:?}: {why}")),
+            },
             None => err,
         }
     }
@@ -357,6 +493,7 @@ mod settings_tests {
             linger_ms: 5,
             message_timeout_ms: 30_000,
             queue_max_messages: 10,
+            dead_letter_topic: "dlq".into(),
             properties: properties
                 .iter()
                 .map(|name| ((*name).to_owned(), canary.to_owned()))

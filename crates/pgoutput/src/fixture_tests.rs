@@ -3,7 +3,7 @@
 //! column names, values, and the LSN relationships the relay relies on.
 //!
 //! A fixture file holds one case's messages in order, each preceded by its
-//! length as a big-endian u32 (see `tests/fixtures/pgoutput/README.md`).
+//! length as a big-endian u32 (see `tests/fixtures/README.md` in this crate).
 
 use std::sync::Arc;
 
@@ -15,10 +15,7 @@ use crate::lsn::Lsn;
 
 /// The raw messages of one captured case.
 pub(crate) fn load(case: &str) -> Vec<Bytes> {
-    let path = format!(
-        "{}/tests/fixtures/pgoutput/{case}.bin",
-        env!("CARGO_MANIFEST_DIR")
-    );
+    let path = format!("{}/tests/fixtures/{case}.bin", env!("CARGO_MANIFEST_DIR"));
     let mut stream = Bytes::from(std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}")));
     let mut messages = Vec::new();
     while stream.remaining() >= 4 {

@@ -1,5 +1,7 @@
 //! Test-only encoder: the inverse of [`super::decode`], for round-trip
-//! property tests and hand-built protocol messages.
+//! property tests and hand-built protocol messages. Compiled for this crate's
+//! tests, and for other crates' tests with the `test-encoder` feature; never
+//! in the relay's build, which has no use for writing pgoutput.
 //!
 //! Writes exactly the layouts the decoder reads. A streamed xid is written
 //! when the message's `xid` is `Some`, and Stream Abort's parallel fields when
@@ -11,7 +13,7 @@ use super::DecodeContext;
 use super::message::*;
 
 /// The context under which `decode(encode(message))` reads `message` back.
-pub(crate) fn context_for(message: &Message) -> DecodeContext {
+pub fn context_for(message: &Message) -> DecodeContext {
     let in_stream = match message {
         Message::Relation(m) => m.xid.is_some(),
         Message::Type(m) => m.xid.is_some(),
@@ -36,7 +38,7 @@ pub(crate) fn context_for(message: &Message) -> DecodeContext {
     }
 }
 
-pub(crate) fn encode(message: &Message) -> Bytes {
+pub fn encode(message: &Message) -> Bytes {
     let mut out = BytesMut::new();
     match message {
         Message::Begin(m) => {

@@ -25,9 +25,9 @@ use std::sync::Arc;
 use thiserror::Error;
 
 use crate::lsn::Lsn;
-use crate::pgoutput::{LogicalMessage, Message, RelationBody, TupleData};
+use crate::{LogicalMessage, Message, RelationBody, TupleData};
 
-pub use crate::pgoutput::Column;
+pub use crate::Column;
 
 /// A table's shape as last described by a Relation message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -332,11 +332,11 @@ fn check_columns(
 mod tests {
     //! Framing rules with hand-built messages; the same rules against bytes
     //! captured from PostgreSQL (including ALTER TABLE mid-stream) are in
-    //! `pgoutput::fixture_tests`.
+    //! `fixture_tests`.
     use bytes::Bytes;
 
     use super::*;
-    use crate::pgoutput::{
+    use crate::{
         Begin, Commit, Delete, Insert, OldTuple, StreamStart, Truncate, TupleValue, TypeBody,
     };
 

@@ -1,0 +1,451 @@
+use super::*;
+use crate::admin::facts::{PublicationFacts, RoleFacts, TableFacts};
+
+fn config() -> Config {
+    let mut config = Config::default();
+    config.postgres.slot = "outbox_relay".into();
+    config.postgres.publication = "outbox_pub".into();
+    config.postgres.table = "public.outbox".into();
+    config
+}
+
+/// A database with nothing of the relay's in it.
+fn empty() -> PgFacts {
+    PgFacts {
+        server_version_num: 150_018,
+        server_version: "15.18".into(),
+        database: "app".into(),
+        session_role: "postgres".into(),
+        session_can_replicate: true,
+        settings: [
+            ("wal_level", "logical"),
+            ("max_replication_slots", "10"),
+            ("max_wal_senders", "10"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect(),
+        slots_used: 2,
+        ..PgFacts::default()
+    }
+}
+
+fn table() -> TableFacts {
+    TableFacts {
+        oid: 16_384,
+        partitioned: false,
+        partitions: 0,
+        owner: "app".into(),
+        columns: Vec::new(),
+    }
+}
+
+fn publication() -> PublicationFacts {
+    PublicationFacts {
+        insert: true,
+        has_table: true,
+        ..PublicationFacts::default()
+    }
+}
+
+fn slot(plugin: &str, active: bool) -> serde_json::Value {
+    serde_json::json!({
+        "slot_name": "outbox_relay", "plugin": plugin, "slot_type": "logical",
+        "database": "app", "active": active, "active_pid": if active { Some(77) } else { None },
+        "wal_status": "reserved", "confirmed_flush_lsn": "0/1549D80", "two_phase": false
+    })
+}
+
+/// Everything in place.
+fn set_up() -> PgFacts {
+    PgFacts {
+        table: Some(table()),
+        publication: Some(publication()),
+        slot: Some(slot("pgoutput", false)),
+        ..empty()
+    }
+}
+
+fn role(login: bool, replication: bool, superuser: bool, privileges: bool) -> RoleFacts {
+    RoleFacts {
+        name: "relay".into(),
+        login,
+        replication,
+        superuser,
+        schema_usage: Some(privileges),
+        table_select: Some(privileges),
+    }
+}
+
+fn summaries(plan: &Plan) -> Vec<&str> {
+    plan.steps.iter().map(|s| s.summary.as_str()).collect()
+}
+
+#[test]
+fn from_nothing_it_creates_table_then_publication_then_slot() {
+    let options = InitOptions {
+        create_table: true,
+        ..InitOptions::default()
+    };
+    let plan = plan(&config(), &empty(), &options).unwrap();
+    assert_eq!(
+        summaries(&plan),
+        [
+            "create the outbox table public.outbox",
+            "create publication \"outbox_pub\" on public.outbox",
+            "create replication slot \"outbox_relay\" (pgoutput)",
+        ]
+    );
+    assert_eq!(
+        plan.steps[1].sql,
+        "CREATE PUBLICATION \"outbox_pub\" FOR TABLE \"public\".\"outbox\" WITH (publish = 'insert')"
+    );
+    assert_eq!(
+        plan.steps[2].sql,
+        "SELECT pg_create_logical_replication_slot('outbox_relay', 'pgoutput')"
+    );
+    assert!(plan.manual.is_empty());
+}
+
+#[test]
+fn a_missing_table_is_created_only_when_asked() {
+    let err = plan(&config(), &empty(), &InitOptions::default()).unwrap_err();
+    assert!(matches!(err, InitError::TableMissing { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains("public.outbox") && text.contains("--create-table"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_complete_setup_needs_nothing() {
+    let options = InitOptions {
+        create_table: true,
+        ..InitOptions::default()
+    };
+    let plan = plan(&config(), &set_up(), &options).unwrap();
+    assert!(plan.steps.is_empty(), "{plan:?}");
+    assert_eq!(plan.in_place.len(), 4, "{plan:?}");
+    assert!(render_dry_run(&plan).contains("-- nothing to do"));
+}
+
+#[test]
+fn a_slot_held_by_a_running_relay_is_in_place() {
+    let facts = PgFacts {
+        slot: Some(slot("pgoutput", true)),
+        ..set_up()
+    };
+    let plan = plan(&config(), &facts, &InitOptions::default()).unwrap();
+    assert!(plan.steps.is_empty(), "{plan:?}");
+}
+
+#[test]
+fn a_publication_without_its_slot_is_a_lost_slot_and_refused() {
+    let facts = PgFacts {
+        slot: None,
+        ..set_up()
+    };
+    let err = plan(&config(), &facts, &InitOptions::default()).unwrap_err();
+    assert!(matches!(err, InitError::SlotWouldSkip { .. }), "{err}");
+    let text = err.to_string();
+    for needle in ["outbox_relay", "outbox_pub", "skip", "--allow-new-slot"] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+    let options = InitOptions {
+        allow_new_slot: true,
+        ..InitOptions::default()
+    };
+    let plan = plan(&config(), &facts, &options).unwrap();
+    assert_eq!(
+        summaries(&plan),
+        ["create replication slot \"outbox_relay\" (pgoutput)"]
+    );
+}
+
+#[test]
+fn no_slot_and_no_publication_is_a_first_setup_and_allowed() {
+    let facts = PgFacts {
+        table: Some(table()),
+        ..empty()
+    };
+    let plan = plan(&config(), &facts, &InitOptions::default()).unwrap();
+    assert_eq!(plan.steps.len(), 2, "{plan:?}");
+}
+
+#[test]
+fn a_partitioned_outbox_is_published_through_its_root() {
+    let facts = PgFacts {
+        table: Some(TableFacts {
+            partitioned: true,
+            partitions: 3,
+            ..table()
+        }),
+        ..empty()
+    };
+    let plan = plan(&config(), &facts, &InitOptions::default()).unwrap();
+    assert!(
+        plan.steps[0]
+            .sql
+            .ends_with("WITH (publish = 'insert', publish_via_partition_root = true)"),
+        "{plan:?}"
+    );
+    assert!(
+        plan.in_place[0].contains("partitioned, 3 partitions"),
+        "{plan:?}"
+    );
+}
+
+#[test]
+fn an_existing_publication_only_gains_inserts_and_the_table() {
+    let facts = PgFacts {
+        publication: Some(PublicationFacts {
+            insert: false,
+            update: true,
+            delete: true,
+            truncate: false,
+            has_table: false,
+            ..PublicationFacts::default()
+        }),
+        ..set_up()
+    };
+    let plan = plan(&config(), &facts, &InitOptions::default()).unwrap();
+    let sql: Vec<&str> = plan.steps.iter().map(|s| s.sql.as_str()).collect();
+    assert_eq!(
+        sql,
+        [
+            "ALTER PUBLICATION \"outbox_pub\" SET (publish = 'insert, update, delete')",
+            "ALTER PUBLICATION \"outbox_pub\" ADD TABLE \"public\".\"outbox\"",
+        ]
+    );
+}
+
+#[test]
+fn an_unusable_slot_is_never_dropped() {
+    for (row, needle) in [
+        (slot("wal2json", false), "wal2json"),
+        (
+            {
+                let mut row = slot("pgoutput", false);
+                row["wal_status"] = "lost".into();
+                row
+            },
+            "lost",
+        ),
+        (
+            {
+                let mut row = slot("pgoutput", false);
+                row["database"] = "other".into();
+                row
+            },
+            "other",
+        ),
+    ] {
+        let facts = PgFacts {
+            slot: Some(row),
+            ..set_up()
+        };
+        let err = plan(&config(), &facts, &InitOptions::default()).unwrap_err();
+        assert!(matches!(err, InitError::SlotUnusable { .. }), "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains(needle) && text.contains("never drops"),
+            "{text}"
+        );
+    }
+}
+
+#[test]
+fn a_slot_that_cannot_be_created_is_refused_before_anything_runs() {
+    let base = PgFacts {
+        table: None,
+        ..empty()
+    };
+    let options = InitOptions {
+        create_table: true,
+        ..InitOptions::default()
+    };
+    let mut replica = base.clone();
+    replica
+        .settings
+        .insert("wal_level".into(), "replica".into());
+    let err = plan(&config(), &replica, &options).unwrap_err();
+    assert!(matches!(err, InitError::WalLevel { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("ALTER SYSTEM SET wal_level = logical"),
+        "{err}"
+    );
+
+    let full = PgFacts {
+        slots_used: 10,
+        ..base.clone()
+    };
+    let err = plan(&config(), &full, &options).unwrap_err();
+    assert!(matches!(err, InitError::NoFreeSlot { max: 10 }), "{err}");
+    assert!(
+        err.to_string().contains("max_replication_slots = 11"),
+        "{err}"
+    );
+
+    let unprivileged = PgFacts {
+        session_can_replicate: false,
+        session_role: "app_owner".into(),
+        ..base.clone()
+    };
+    let err = plan(&config(), &unprivileged, &options).unwrap_err();
+    assert!(matches!(err, InitError::CannotCreateSlot { .. }), "{err}");
+    assert!(err.to_string().contains("--admin-url"), "{err}");
+
+    let old = PgFacts {
+        server_version_num: 130_011,
+        server_version: "13.11".into(),
+        ..base
+    };
+    let err = plan(&config(), &old, &options).unwrap_err();
+    assert!(matches!(err, InitError::ServerTooOld { .. }), "{err}");
+}
+
+#[test]
+fn grants_what_is_missing_and_prints_role_attributes_for_a_superuser() {
+    let grant = InitOptions {
+        grant: Some("relay".into()),
+        ..InitOptions::default()
+    };
+    let facts = PgFacts {
+        role: Some(role(true, false, false, false)),
+        ..set_up()
+    };
+    let plan = plan(&config(), &facts, &grant).unwrap();
+    let sql: Vec<&str> = plan.steps.iter().map(|s| s.sql.as_str()).collect();
+    assert_eq!(
+        sql,
+        [
+            "GRANT USAGE ON SCHEMA \"public\" TO \"relay\"",
+            "GRANT SELECT ON \"public\".\"outbox\" TO \"relay\"",
+        ]
+    );
+    assert_eq!(plan.manual.len(), 1);
+    assert_eq!(plan.manual[0].sql, "ALTER ROLE \"relay\" REPLICATION");
+    let rendered = render_dry_run(&plan);
+    assert!(
+        rendered.contains("ALTER ROLE \"relay\" REPLICATION;"),
+        "{rendered}"
+    );
+    assert!(rendered.contains("superuser"), "{rendered}");
+
+    let facts = PgFacts {
+        role: Some(role(false, false, false, true)),
+        ..set_up()
+    };
+    let plan = super::plan(&config(), &facts, &grant).unwrap();
+    assert!(plan.steps.is_empty(), "{plan:?}");
+    assert_eq!(plan.manual[0].sql, "ALTER ROLE \"relay\" LOGIN REPLICATION");
+
+    // A superuser may replicate without the attribute.
+    let facts = PgFacts {
+        role: Some(role(true, false, true, true)),
+        ..set_up()
+    };
+    assert!(
+        super::plan(&config(), &facts, &grant)
+            .unwrap()
+            .manual
+            .is_empty()
+    );
+}
+
+#[test]
+fn granting_to_a_missing_role_is_refused() {
+    let grant = InitOptions {
+        grant: Some("relay".into()),
+        ..InitOptions::default()
+    };
+    let err = plan(&config(), &set_up(), &grant).unwrap_err();
+    assert!(matches!(err, InitError::RoleMissing { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .contains("CREATE ROLE \"relay\" LOGIN REPLICATION"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_created_table_is_sql_outbox_sql_with_the_configured_names() {
+    let sql = create_table_sql(&config());
+    assert_eq!(
+        sql,
+        "CREATE TABLE IF NOT EXISTS \"public\".\"outbox\" (\n    \"id\" uuid PRIMARY KEY,\n    \
+         \"aggregatetype\" text NOT NULL,\n    \"aggregateid\" text NOT NULL,\n    \
+         \"type\" text NOT NULL,\n    \"payload\" jsonb NOT NULL,\n    \
+         \"timestamp\" timestamptz NOT NULL DEFAULT now(),\n    \"tracingspancontext\" text\n)"
+    );
+    let mut custom = config();
+    custom.postgres.table = "Events".into();
+    custom.postgres.columns.payload = "Data\"x".into();
+    custom.postgres.columns.timestamp = String::new();
+    custom.postgres.columns.source = Some("src".into());
+    custom
+        .postgres
+        .header_columns
+        .insert("tenant".into(), "tenant-id".into());
+    custom
+        .postgres
+        .header_columns
+        .insert("src".into(), "origin".into());
+    let sql = create_table_sql(&custom);
+    assert!(
+        sql.starts_with("CREATE TABLE IF NOT EXISTS \"public\".\"Events\" ("),
+        "{sql}"
+    );
+    assert!(sql.contains("\"Data\"\"x\" jsonb NOT NULL"), "{sql}");
+    assert!(!sql.contains("timestamptz"), "{sql}");
+    assert_eq!(sql.matches("\"src\" text").count(), 1, "{sql}");
+    assert!(sql.contains("\"tenant\" text"), "{sql}");
+}
+
+#[test]
+fn a_failed_step_after_creating_the_publication_says_allow_new_slot_is_safe() {
+    let err = InitError::Step {
+        done: vec!["create publication \"p\" on public.outbox".into()],
+        failed_step: "create replication slot \"s\" (pgoutput)".into(),
+        publication_created: true,
+        source: Box::new(ReplicationError::Protocol {
+            target: "db".into(),
+            action: "running init",
+            reason: "x".into(),
+        }),
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("--allow-new-slot") && text.contains("after create publication"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_publication_without_a_table_had_no_rows_to_skip() {
+    // A hand-made publication (FOR ALL TABLES, say) and no outbox table yet:
+    // no outbox row was ever committed, so a new slot skips nothing.
+    let facts = PgFacts {
+        publication: Some(PublicationFacts {
+            insert: true,
+            all_tables: true,
+            has_table: true,
+            ..PublicationFacts::default()
+        }),
+        ..empty()
+    };
+    let options = InitOptions {
+        create_table: true,
+        ..InitOptions::default()
+    };
+    let plan = plan(&config(), &facts, &options).unwrap();
+    assert_eq!(
+        summaries(&plan),
+        [
+            "create the outbox table public.outbox",
+            "create replication slot \"outbox_relay\" (pgoutput)",
+        ]
+    );
+}

@@ -1,0 +1,502 @@
+//! `outbox-relay status`: how far behind the slot is, for the on-call
+//! engineer: the lag in bytes, the slot's WAL status, who holds it, and,
+//! when the outbox keeps its rows, how many rows may still wait and how old
+//! the oldest of them is.
+//!
+//! Role: [`gather`] reads the slot (one query) and the pending rows (one
+//! scan of the outbox table); [`render_text`] and [`render_json`] format a
+//! [`StatusReport`].
+//!
+//! The pending rows, and why they are an upper bound: a row does not record
+//! the LSN of the commit that inserted it, so "above the confirmed
+//! position" cannot be read off a row. What PostgreSQL does keep is the
+//! slot's `catalog_xmin`: the oldest transaction that was still running at
+//! a point of the WAL the relay has confirmed (the last `xl_running_xacts`
+//! record before the confirmed position that the slot has moved past). A
+//! transaction older than it had finished before that point, so its rows
+//! were relayed. Rows whose inserting transaction (`xmin`) is not older are
+//! counted as possibly pending. The count never misses a pending row, and
+//! overcounts by the rows committed between that running-xacts record (the
+//! server logs one every 15 s while there is activity, and at checkpoints)
+//! and the confirmed position, or since an older transaction that was open
+//! at the time began. When the confirmed position has reached the end of
+//! the WAL, nothing is pending and the table is not scanned.
+//!
+//! The age of the oldest possibly pending row is `now()` minus its commit
+//! time: `pg_xact_commit_timestamp(xmin)` when `track_commit_timestamp` is
+//! on (exact), otherwise the row's timestamp column (`postgres.columns.
+//! timestamp`, usually the insert's `now()`: the transaction's start, so
+//! the age reads a little high for long transactions). Without either, only
+//! the count is shown.
+//!
+//! The scan reads the whole outbox table: on a large one, prefer a longer
+//! `--watch` interval.
+
+use std::fmt::Write as _;
+use std::future::Future;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::replication::{ReplicationError, SqlConnection};
+use postgres_protocol::escape::{escape_identifier, escape_literal};
+
+use super::facts::HolderFacts;
+use super::{AdminTarget, human_bytes, human_duration};
+
+/// How the age of the oldest pending row was computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgeMethod {
+    /// `pg_xact_commit_timestamp(xmin)` (track_commit_timestamp = on).
+    CommitTimestamp,
+    /// The row's timestamp column.
+    TimestampColumn,
+    /// Neither is available.
+    None,
+}
+
+impl AgeMethod {
+    fn describe(self) -> &'static str {
+        match self {
+            AgeMethod::CommitTimestamp => "by commit timestamp",
+            AgeMethod::TimestampColumn => "by the rows' timestamp column",
+            AgeMethod::None => "",
+        }
+    }
+}
+
+/// The outbox rows that may not have been relayed yet.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Pending {
+    pub method: AgeMethod,
+    /// Whether the table holds any row (`None`: not read).
+    pub keeps_rows: Option<bool>,
+    /// Rows possibly not relayed yet: an upper bound (see the module doc).
+    pub rows: Option<i64>,
+    pub oldest_age_seconds: Option<f64>,
+    /// Why the rows were not counted, when they were not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+/// What `status` shows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StatusReport {
+    pub slot: String,
+    pub database: String,
+    pub exists: bool,
+    pub confirmed_flush_lsn: Option<String>,
+    /// `pg_current_wal_lsn()` (the replay position on a standby).
+    pub current_lsn: Option<String>,
+    /// `pg_current_wal_lsn() - confirmed_flush_lsn`.
+    pub lag_bytes: Option<i64>,
+    pub wal_status: Option<String>,
+    /// Bytes of WAL that may still be written before the slot is lost;
+    /// `None` when unlimited (max_slot_wal_keep_size = -1).
+    pub safe_wal_size: Option<i64>,
+    pub active_pid: Option<i32>,
+    pub holder: Option<HolderFacts>,
+    pub pending: Pending,
+}
+
+/// The slot query's document.
+#[derive(Debug, Deserialize)]
+struct SlotDocument {
+    database: String,
+    current_lsn: Option<String>,
+    insert_lsn: Option<String>,
+    track_commit_timestamp: bool,
+    slot: Option<SlotFields>,
+    lag_bytes: Option<i64>,
+    holder: Option<HolderFacts>,
+    table_exists: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct SlotFields {
+    confirmed_flush_lsn: Option<String>,
+    catalog_xmin: Option<String>,
+    wal_status: Option<String>,
+    safe_wal_size: Option<i64>,
+    active_pid: Option<i32>,
+}
+
+fn slot_sql(slot: &str, table: (&str, &str)) -> String {
+    format!(
+        "WITH s AS (SELECT * FROM pg_catalog.pg_replication_slots WHERE slot_name = {slot}), \
+         w AS (SELECT CASE WHEN pg_catalog.pg_is_in_recovery() \
+             THEN pg_catalog.pg_last_wal_replay_lsn() ELSE pg_catalog.pg_current_wal_lsn() END AS lsn, \
+           CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL \
+             ELSE pg_catalog.pg_current_wal_insert_lsn() END AS insert_lsn) \
+         SELECT json_build_object( \
+           'database', current_database(), \
+           'current_lsn', (SELECT lsn::text FROM w), \
+           'insert_lsn', (SELECT insert_lsn::text FROM w), \
+           'track_commit_timestamp', current_setting('track_commit_timestamp') = 'on', \
+           'slot', (SELECT json_build_object('confirmed_flush_lsn', s.confirmed_flush_lsn::text, \
+              'catalog_xmin', s.catalog_xmin::text, 'wal_status', s.wal_status, \
+              'safe_wal_size', s.safe_wal_size, 'active_pid', s.active_pid) FROM s), \
+           'lag_bytes', (SELECT pg_catalog.pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn)::bigint \
+              FROM s, w), \
+           'holder', (SELECT json_build_object('pid', a.pid, \
+              'application_name', a.application_name, 'client_addr', a.client_addr::text, \
+              'backend_type', a.backend_type, 'state', r.state, \
+              'flush_lag_seconds', extract(epoch FROM r.flush_lag)) \
+              FROM pg_catalog.pg_stat_activity a \
+              LEFT JOIN pg_catalog.pg_stat_replication r ON r.pid = a.pid \
+              WHERE a.pid = (SELECT active_pid FROM s)), \
+           'table_exists', EXISTS (SELECT 1 FROM pg_catalog.pg_class c \
+              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+              WHERE n.nspname = {schema} AND c.relname = {name}) \
+         )::text",
+        slot = escape_literal(slot),
+        schema = escape_literal(table.0),
+        name = escape_literal(table.1),
+    )
+}
+
+/// The scan for possibly pending rows: their count and the oldest one's age
+/// in seconds, given the slot's `catalog_xmin` and the commit-time
+/// expression.
+pub fn pending_sql(table: (&str, &str), catalog_xmin: &str, time: Option<&str>) -> String {
+    let time = time.unwrap_or("NULL::timestamptz");
+    format!(
+        "SELECT count(*)::text, extract(epoch FROM now() - min(ts))::text FROM \
+         (SELECT {time} AS ts FROM {}.{} t \
+          WHERE pg_catalog.age(t.xmin) <= pg_catalog.age({}::xid)) pending",
+        escape_identifier(table.0),
+        escape_identifier(table.1),
+        escape_literal(catalog_xmin),
+    )
+}
+
+/// The SQL expression for a row's commit time, and how it was chosen.
+pub fn commit_time_expression(
+    track_commit_timestamp: bool,
+    timestamp_column: Option<&str>,
+) -> (Option<String>, AgeMethod) {
+    let column = timestamp_column.map(|c| format!("t.{}::timestamptz", escape_identifier(c)));
+    match (track_commit_timestamp, column) {
+        // Transactions from before the setting was turned on have no
+        // commit timestamp: fall back to the column for those.
+        (true, Some(column)) => (
+            Some(format!(
+                "coalesce(pg_catalog.pg_xact_commit_timestamp(t.xmin), {column})"
+            )),
+            AgeMethod::CommitTimestamp,
+        ),
+        (true, None) => (
+            Some("pg_catalog.pg_xact_commit_timestamp(t.xmin)".to_owned()),
+            AgeMethod::CommitTimestamp,
+        ),
+        (false, Some(column)) => (Some(column), AgeMethod::TimestampColumn),
+        (false, None) => (None, AgeMethod::None),
+    }
+}
+
+/// Whether the confirmed position has reached the end of the WAL: then no
+/// committed row can be pending.
+pub fn caught_up(confirmed: Option<&str>, insert: Option<&str>) -> bool {
+    let parse = |t: Option<&str>| t.and_then(|t| t.parse::<crate::lsn::Lsn>().ok());
+    matches!((parse(confirmed), parse(insert)), (Some(c), Some(i)) if c >= i)
+}
+
+/// Reads the status once.
+///
+/// # Errors
+/// The server refused a query or the connection failed.
+pub async fn gather(
+    connection: &mut SqlConnection,
+    config: &Config,
+) -> Result<StatusReport, ReplicationError> {
+    let pg = &config.postgres;
+    let (schema, name) = pg.table_parts();
+    let action = "reading the slot's status";
+    let rows = connection
+        .query(&slot_sql(&pg.slot, (&schema, &name)), action)
+        .await?;
+    let json = rows
+        .first()
+        .and_then(|r| r.first())
+        .and_then(|v| v.as_deref())
+        .unwrap_or("null");
+    let document: SlotDocument =
+        serde_json::from_str(json).map_err(|e| ReplicationError::Protocol {
+            target: connection.target().to_owned(),
+            action,
+            reason: format!("unexpected status document: {e}"),
+        })?;
+    let (time, method) = commit_time_expression(
+        document.track_commit_timestamp,
+        pg.columns.timestamp_column(),
+    );
+    let mut pending = Pending {
+        method,
+        keeps_rows: None,
+        rows: None,
+        oldest_age_seconds: None,
+        note: None,
+    };
+    let slot = document.slot.as_ref();
+    if !document.table_exists {
+        pending.note = Some(format!("the outbox table {schema}.{name} does not exist"));
+    } else if let Some(slot) = slot {
+        let table_sql = format!(
+            "{}.{}",
+            escape_identifier(&schema),
+            escape_identifier(&name)
+        );
+        match connection
+            .query(
+                &format!("SELECT EXISTS (SELECT 1 FROM {table_sql})::text"),
+                "looking for outbox rows",
+            )
+            .await
+        {
+            Err(e) => pending.note = Some(format!("the outbox table cannot be read: {e}")),
+            Ok(rows) => {
+                let keeps = rows
+                    .first()
+                    .and_then(|r| r.first())
+                    .and_then(|v| v.as_deref())
+                    == Some("true");
+                pending.keeps_rows = Some(keeps);
+                if !keeps {
+                    pending.note = Some(
+                        "the outbox table is empty (rows deleted after insert?): lag_bytes \
+                         is the measure"
+                            .into(),
+                    );
+                } else if caught_up(
+                    slot.confirmed_flush_lsn.as_deref(),
+                    document.insert_lsn.as_deref(),
+                ) {
+                    pending.rows = Some(0);
+                } else if let Some(catalog_xmin) = &slot.catalog_xmin {
+                    let rows = connection
+                        .query(
+                            &pending_sql((&schema, &name), catalog_xmin, time.as_deref()),
+                            "counting pending outbox rows",
+                        )
+                        .await?;
+                    let value = |i: usize| {
+                        rows.first()
+                            .and_then(|r| r.get(i))
+                            .and_then(|v| v.as_deref())
+                    };
+                    pending.rows = value(0).and_then(|v| v.parse().ok());
+                    pending.oldest_age_seconds = value(1).and_then(|v| v.parse().ok());
+                } else {
+                    pending.note = Some("the slot has no catalog_xmin".into());
+                }
+            }
+        }
+    }
+    Ok(StatusReport {
+        slot: pg.slot.clone(),
+        database: document.database,
+        exists: slot.is_some(),
+        confirmed_flush_lsn: slot.and_then(|s| s.confirmed_flush_lsn.clone()),
+        current_lsn: document.current_lsn,
+        lag_bytes: document.lag_bytes,
+        wal_status: slot.and_then(|s| s.wal_status.clone()),
+        safe_wal_size: slot.and_then(|s| s.safe_wal_size),
+        active_pid: slot.and_then(|s| s.active_pid),
+        holder: document.holder,
+        pending,
+    })
+}
+
+/// The report for people.
+pub fn render_text(report: &StatusReport) -> String {
+    let mut rows: Vec<(&str, String)> = vec![(
+        "slot",
+        format!("{:?} in database {:?}", report.slot, report.database),
+    )];
+    if !report.exists {
+        rows.push((
+            "",
+            "does not exist: `outbox-relay check` says how to set it up".to_owned(),
+        ));
+        return table(&rows);
+    }
+    let dash = || "-".to_owned();
+    rows.push((
+        "confirmed flush",
+        report.confirmed_flush_lsn.clone().unwrap_or_else(dash),
+    ));
+    rows.push((
+        "current WAL",
+        report.current_lsn.clone().unwrap_or_else(dash),
+    ));
+    rows.push((
+        "lag",
+        report.lag_bytes.map_or_else(dash, |b| {
+            let bytes = u64::try_from(b).unwrap_or(0);
+            if bytes < 1024 {
+                human_bytes(bytes)
+            } else {
+                format!("{} ({bytes} bytes)", human_bytes(bytes))
+            }
+        }),
+    ));
+    let safe = match report.safe_wal_size {
+        Some(bytes) => format!(
+            "{} more WAL before the slot is lost",
+            human_bytes(u64::try_from(bytes).unwrap_or(0))
+        ),
+        None => "no limit (max_slot_wal_keep_size = -1)".to_owned(),
+    };
+    rows.push((
+        "wal_status",
+        format!(
+            "{} ({safe})",
+            report.wal_status.as_deref().unwrap_or("unknown")
+        ),
+    ));
+    rows.push((
+        "held by",
+        match (&report.holder, report.active_pid) {
+            (Some(h), _) => holder_text(h),
+            (None, Some(pid)) => format!("pid {pid}"),
+            (None, None) => "nobody: no relay is reading the slot".to_owned(),
+        },
+    ));
+    let p = &report.pending;
+    rows.push((
+        "pending rows",
+        match (p.rows, p.oldest_age_seconds) {
+            (Some(0), _) => "none".to_owned(),
+            (Some(n), Some(age)) => format!(
+                "{n} at most; the oldest is {} old ({})",
+                human_duration(age),
+                p.method.describe()
+            ),
+            (Some(n), None) => format!(
+                "{n} at most (their age is unknown: no timestamp column and \
+                 track_commit_timestamp is off)"
+            ),
+            (None, _) => p.note.clone().unwrap_or_else(|| "unknown".to_owned()),
+        },
+    ));
+    table(&rows)
+}
+
+fn holder_text(h: &HolderFacts) -> String {
+    let mut text = format!("pid {}", h.pid);
+    if let Some(name) = &h.application_name {
+        let _ = write!(text, ", application_name {name:?}");
+    }
+    if let Some(addr) = &h.client_addr {
+        let _ = write!(text, ", from {addr}");
+    }
+    if let Some(state) = &h.state {
+        let _ = write!(text, ", {state}");
+    }
+    if let Some(lag) = h.flush_lag_seconds {
+        let _ = write!(text, ", flush lag {}", human_duration(lag));
+    }
+    text
+}
+
+fn table(rows: &[(&str, String)]) -> String {
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (key, value) in rows {
+        let _ = writeln!(out, "{key:<width$}  {value}");
+    }
+    out
+}
+
+/// The report for scripts: one JSON object (one line, so `--watch` gives
+/// JSON lines).
+pub fn render_json(report: &StatusReport) -> String {
+    serde_json::to_string(report).unwrap_or_else(|_| "{}".to_owned())
+}
+
+/// Prints the status once, or every `watch` interval until `stop`
+/// resolves. Returns whether the slot existed at the last reading.
+///
+/// # Errors
+/// Without `watch`: the connection or a query failed. With `watch`, a
+/// failure is printed and the next reading reconnects.
+pub async fn run(
+    target: &AdminTarget,
+    config: &Config,
+    json: bool,
+    watch: Option<Duration>,
+    stop: impl Future<Output = ()>,
+    out: &mut dyn std::io::Write,
+) -> Result<bool, ReplicationError> {
+    let Some(interval) = watch else {
+        let mut connection = target.connect().await?;
+        let report = gather(&mut connection, config).await;
+        connection.close().await;
+        let report = report?;
+        let _ = write_report(out, &report, json);
+        return Ok(report.exists);
+    };
+    tokio::pin!(stop);
+    let mut connection: Option<SqlConnection> = None;
+    let mut exists = false;
+    loop {
+        let reading = async {
+            let mut live = match connection.take() {
+                Some(live) => live,
+                None => target.connect().await?,
+            };
+            let report = gather(&mut live, config).await;
+            if report.is_ok() {
+                connection = Some(live);
+            }
+            report
+        }
+        .await;
+        if !json {
+            let _ = writeln!(
+                out,
+                "--- {} (every {}; Ctrl-C stops)",
+                chrono::Utc::now().format("%Y-%m-%d %H:%M:%S UTC"),
+                human_duration(interval.as_secs_f64())
+            );
+        }
+        match reading {
+            Ok(report) => {
+                exists = report.exists;
+                let _ = write_report(out, &report, json);
+            }
+            Err(e) if json => {
+                let _ = writeln!(out, "{}", serde_json::json!({ "error": e.to_string() }));
+            }
+            Err(e) => {
+                let _ = writeln!(out, "error: {e}");
+            }
+        }
+        let _ = out.flush();
+        tokio::select! {
+            () = &mut stop => break,
+            () = tokio::time::sleep(interval) => {}
+        }
+    }
+    if let Some(live) = connection {
+        live.close().await;
+    }
+    Ok(exists)
+}
+
+fn write_report(
+    out: &mut dyn std::io::Write,
+    report: &StatusReport,
+    json: bool,
+) -> std::io::Result<()> {
+    if json {
+        writeln!(out, "{}", render_json(report))
+    } else {
+        write!(out, "{}", render_text(report))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,136 @@
+use super::*;
+
+fn report() -> StatusReport {
+    StatusReport {
+        slot: "outbox_relay".into(),
+        database: "app".into(),
+        exists: true,
+        confirmed_flush_lsn: Some("0/1549D80".into()),
+        current_lsn: Some("0/1569D80".into()),
+        lag_bytes: Some(131_072),
+        wal_status: Some("reserved".into()),
+        safe_wal_size: None,
+        active_pid: Some(4242),
+        holder: Some(HolderFacts {
+            pid: 4242,
+            application_name: Some("outbox-relay".into()),
+            client_addr: Some("10.0.0.5".into()),
+            backend_type: Some("walsender".into()),
+            state: Some("streaming".into()),
+            flush_lag_seconds: Some(0.25),
+        }),
+        pending: Pending {
+            method: AgeMethod::CommitTimestamp,
+            keeps_rows: Some(true),
+            rows: Some(12),
+            oldest_age_seconds: Some(4.2),
+            note: None,
+        },
+    }
+}
+
+#[test]
+fn the_table_for_people_says_lag_holder_and_pending_rows() {
+    let text = render_text(&report());
+    for needle in [
+        "\"outbox_relay\" in database \"app\"",
+        "0/1549D80",
+        "128.0 KiB (131072 bytes)",
+        "reserved (no limit (max_slot_wal_keep_size = -1))",
+        "pid 4242, application_name \"outbox-relay\", from 10.0.0.5, streaming, flush lag 0.2 s",
+        "12 at most; the oldest is 4.2 s old (by commit timestamp)",
+    ] {
+        assert!(text.contains(needle), "{needle}\n{text}");
+    }
+}
+
+#[test]
+fn an_unheld_slot_and_an_empty_outbox_say_so() {
+    let mut r = report();
+    r.holder = None;
+    r.active_pid = None;
+    r.safe_wal_size = Some(1 << 30);
+    r.pending = Pending {
+        method: AgeMethod::TimestampColumn,
+        keeps_rows: Some(false),
+        rows: None,
+        oldest_age_seconds: None,
+        note: Some("the outbox table is empty".into()),
+    };
+    let text = render_text(&r);
+    assert!(
+        text.contains("nobody: no relay is reading the slot"),
+        "{text}"
+    );
+    assert!(
+        text.contains("1.0 GiB more WAL before the slot is lost"),
+        "{text}"
+    );
+    assert!(text.contains("the outbox table is empty"), "{text}");
+    r.pending.rows = Some(0);
+    assert!(
+        render_text(&r).contains("pending rows     none"),
+        "{}",
+        render_text(&r)
+    );
+}
+
+#[test]
+fn a_missing_slot_is_said_and_nothing_else() {
+    let r = StatusReport {
+        exists: false,
+        ..report()
+    };
+    let text = render_text(&r);
+    assert!(text.contains("does not exist"), "{text}");
+    assert!(!text.contains("lag"), "{text}");
+}
+
+#[test]
+fn json_is_one_line_with_stable_fields() {
+    let json = render_json(&report());
+    assert!(!json.contains('\n'));
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(value["lag_bytes"], 131_072);
+    assert_eq!(value["pending"]["method"], "commit_timestamp");
+    assert_eq!(value["pending"]["rows"], 12);
+    assert_eq!(value["holder"]["pid"], 4242);
+    assert_eq!(value["safe_wal_size"], serde_json::Value::Null);
+}
+
+#[test]
+fn the_commit_time_comes_from_commit_timestamps_when_tracked() {
+    let (expr, method) = commit_time_expression(true, Some("timestamp"));
+    assert_eq!(method, AgeMethod::CommitTimestamp);
+    assert_eq!(
+        expr.unwrap(),
+        "coalesce(pg_catalog.pg_xact_commit_timestamp(t.xmin), t.\"timestamp\"::timestamptz)"
+    );
+    let (expr, method) = commit_time_expression(false, Some("created\"at"));
+    assert_eq!(method, AgeMethod::TimestampColumn);
+    assert_eq!(expr.unwrap(), "t.\"created\"\"at\"::timestamptz");
+    assert_eq!(commit_time_expression(false, None), (None, AgeMethod::None));
+    let (expr, _) = commit_time_expression(true, None);
+    assert_eq!(expr.unwrap(), "pg_catalog.pg_xact_commit_timestamp(t.xmin)");
+}
+
+#[test]
+fn pending_rows_are_those_not_older_than_the_catalog_xmin() {
+    let sql = pending_sql(("public", "out'box"), "740", Some("t.ts"));
+    assert!(sql.contains("FROM \"public\".\"out'box\" t"), "{sql}");
+    assert!(
+        sql.contains("WHERE pg_catalog.age(t.xmin) <= pg_catalog.age('740'::xid)"),
+        "{sql}"
+    );
+    assert!(pending_sql(("s", "t"), "1", None).contains("NULL::timestamptz AS ts"));
+}
+
+#[test]
+fn caught_up_only_when_the_confirmed_position_reached_the_end_of_the_wal() {
+    assert!(caught_up(Some("0/1549D80"), Some("0/1549D80")));
+    assert!(caught_up(Some("0/1549D81"), Some("0/1549D80")));
+    assert!(!caught_up(Some("0/1549D7F"), Some("0/1549D80")));
+    assert!(!caught_up(None, Some("0/1549D80")));
+    assert!(!caught_up(Some("0/1549D80"), None));
+    assert!(!caught_up(Some("garbage"), Some("0/0")));
+}

@@ -1,0 +1,99 @@
+//! Why a session or the relay ended: one variant per cause, each with its
+//! [`ErrorKind`], so the outer loop decides from `kind()` alone.
+
+use crate::ack::AckError;
+use crate::assembler::AssemblyError;
+use crate::error::ErrorKind;
+use crate::pgoutput::DecodeError;
+use crate::replication::ReplicationError;
+use crate::sink::{DeliveryError, Refused, SinkError};
+
+/// Why a streaming session ended without a graceful stop.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The replication connection failed (its own kind: transient, slot
+    /// busy or fatal).
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
+    /// A message of the stream cannot be decoded: reading it again would
+    /// fail the same way, so the relay stops and says why.
+    #[error("cannot decode a pgoutput message from slot \"{slot}\": {source}")]
+    Decode { slot: String, source: DecodeError },
+    /// The stream broke transaction framing.
+    #[error("replication stream out of step on slot \"{slot}\": {source}")]
+    OutOfStep { slot: String, source: AssemblyError },
+    /// The ack tracker refused an operation: a bug in the session.
+    #[error("ack tracker: {0}")]
+    Tracker(#[from] AckError),
+    /// A delivery failed: the relay rebuilds the producer and replays from
+    /// the confirmed position. `reason` is one of the metric labels in
+    /// [`crate::metrics::reason`].
+    #[error("{error}")]
+    Delivery {
+        reason: &'static str,
+        error: DeliveryError,
+    },
+    /// Kafka refuses the relay in a way retrying cannot cure
+    /// (unauthorized; unroutable under `on_unroutable = "stop"`).
+    #[error(transparent)]
+    Refused(Refused),
+}
+
+impl SessionError {
+    /// What the relay does about it.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            SessionError::Replication(e) => e.kind(),
+            SessionError::Delivery { error, .. } => error.kind(),
+            SessionError::Decode { .. }
+            | SessionError::OutOfStep { .. }
+            | SessionError::Tracker(_)
+            | SessionError::Refused(_) => ErrorKind::Fatal,
+        }
+    }
+
+    /// Whether the relay stops for good on it.
+    pub fn is_fatal(&self) -> bool {
+        self.kind() == ErrorKind::Fatal
+    }
+}
+
+/// Which side of the relay a fatal error is on, for the exit code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    /// PostgreSQL: the slot, the publication, authentication, the stream.
+    Source,
+    /// Kafka: authorization, an unroutable topic, the producer.
+    Sink,
+}
+
+/// Why the relay stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum RelayError {
+    /// Connecting to PostgreSQL failed in a way retrying cannot cure.
+    #[error(transparent)]
+    Replication(#[from] ReplicationError),
+    /// The producer could not be built, or the cluster refuses the relay.
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    /// A session ended with a fatal error.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+}
+
+impl RelayError {
+    /// Which side failed.
+    pub fn side(&self) -> Side {
+        match self {
+            RelayError::Replication(_) => Side::Source,
+            RelayError::Sink(_) => Side::Sink,
+            RelayError::Session(e) => match e {
+                SessionError::Replication(_)
+                | SessionError::Decode { .. }
+                | SessionError::OutOfStep { .. }
+                | SessionError::Tracker(_) => Side::Source,
+                SessionError::Delivery { .. } | SessionError::Refused(_) => Side::Sink,
+            },
+        }
+    }
+}

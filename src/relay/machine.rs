@@ -1,0 +1,650 @@
+//! The session's decisions, without I/O: a state machine that takes what
+//! arrives (a replication message, a keepalive, a delivery report) and
+//! decides what to send, what is confirmed, and when reading must pause.
+//!
+//! Role: everything the streaming loop (`session.rs`) does not do itself.
+//! The loop owns the sockets and timers; it feeds this machine and hands the
+//! records it decides to send to a [`Producer`], a non-blocking hand-off
+//! (librdkafka's queue, or a fake in tests). The confirmed position comes
+//! from the ack tracker alone ("confirm only what the broker holds",
+//! docs/design.md); the loop reads it from [`SessionMachine::confirmed`].
+//!
+//! States, named:
+//! * the transaction arriving: [`TxnState`] (`Idle`, `Delivering` one the
+//!   relay has not confirmed yet, `Replaying` one it confirmed already: the
+//!   server re-sends from the slot's own position, which may lag; told by the
+//!   transaction's final LSN, never a change's, "never filter by change LSN");
+//! * the hand-off: [`Outgoing`] (`Clear`, or a record the full local queue
+//!   refused, sent again after the next report; reading pauses meanwhile:
+//!   "bounded memory");
+//! * the isolation of a suspect: [`Isolation`] (a record a broker refused in
+//!   a batch is sent alone, nothing else in flight, reading paused; its
+//!   report says whether it was the culprit; see `refusals.rs`).
+//!
+//! Invariants: the ack tracker only ever confirms whole transactions whose
+//! every record was acknowledged; records of one key are handed over in
+//! commit order (a suspect pauses reading, so nothing overtakes it); any
+//! refusal the machine cannot settle in place ends the session with an
+//! error whose `kind()` tells the relay what to do.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::Utc;
+
+use super::RelaySettings;
+use super::error::SessionError;
+use super::refusals::{DeadLetterFate, Refusals, failure_reason, fatal_refusal, note_refusal};
+use super::routing::{Commit, DeliveryTag, Routed, Router};
+use crate::ack::AckTracker;
+use crate::assembler::{AssemblyError, Relation, TransactionAssembler, TxEvent};
+use crate::deadletter;
+use crate::envelope::KafkaRecord;
+use crate::lsn::Lsn;
+use crate::metrics as m;
+use crate::pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
+use crate::replication::{OutboxTable, RelationClass};
+use crate::sink::{
+    DeliveryError, DeliveryReport, KafkaSink, OnUnroutable, RefusalClass, Refused, SendError,
+};
+
+type SessionResult<T> = Result<T, SessionError>;
+
+/// Where records go: a non-blocking hand-off whose answers come back later
+/// as [`DeliveryReport`]s.
+pub trait Producer {
+    /// Hands `record` over, or says at once why not.
+    fn send(&mut self, record: KafkaRecord, tag: DeliveryTag)
+    -> Result<(), SendError<DeliveryTag>>;
+    /// `err`, or the producer's own fatal error when it has one (its text
+    /// names the cause the bare error code of a record does not).
+    fn explain(&self, err: DeliveryError) -> DeliveryError;
+}
+
+impl Producer for KafkaSink<DeliveryTag> {
+    fn send(
+        &mut self,
+        record: KafkaRecord,
+        tag: DeliveryTag,
+    ) -> Result<(), SendError<DeliveryTag>> {
+        KafkaSink::send(self, record, tag)
+    }
+
+    fn explain(&self, err: DeliveryError) -> DeliveryError {
+        KafkaSink::explain(self, err)
+    }
+}
+
+/// The transaction whose messages are arriving.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnState {
+    Idle,
+    /// Its events are being sent.
+    Delivering(Commit),
+    /// Confirmed already: its events are not sent again.
+    Replaying,
+}
+
+/// The hand-off to the producer.
+#[derive(Debug)]
+pub enum Outgoing {
+    Clear,
+    /// The local queue was full: this record (already counted in its
+    /// transaction) goes again after the next delivery report.
+    QueueFull(Box<(KafkaRecord, DeliveryTag)>),
+}
+
+/// A suspect being sent alone.
+#[derive(Debug)]
+pub enum Isolation {
+    None,
+    /// Held back until nothing else is in flight. `counted`: it replaces an
+    /// event already counted in its transaction.
+    Waiting {
+        record: KafkaRecord,
+        tag: DeliveryTag,
+        counted: bool,
+    },
+    /// Sent alone; its delivery report says whether it was the culprit.
+    Sent {
+        row_key: String,
+        dead_letter: bool,
+    },
+}
+
+/// What the loop must do before it feeds the next message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    Continue,
+    /// The server described a relation the catalog must classify
+    /// ([`crate::replication::look_up`]); answer with
+    /// [`SessionMachine::relation_classified`].
+    LookUp(Arc<Relation>),
+}
+
+/// One session's decisions. See the module docs.
+pub struct SessionMachine<'a> {
+    settings: &'a RelaySettings,
+    tracker: AckTracker,
+    assembler: TransactionAssembler,
+    decode_ctx: DecodeContext,
+    txn: TxnState,
+    router: Router,
+    /// Owned by the relay: it outlives the session, as the replay needs it.
+    refusals: &'a mut Refusals,
+    outgoing: Outgoing,
+    isolation: Isolation,
+    outbox: OutboxTable,
+    /// What each relation described in this session is, by OID.
+    classes: HashMap<u32, RelationClass>,
+    /// Outbox rows seen, for the loop's idle detection.
+    rows_seen: u64,
+}
+
+impl<'a> SessionMachine<'a> {
+    /// A session that starts at `confirmed` (the slot's position, or the one
+    /// carried from the last session on the same server).
+    pub fn new(
+        settings: &'a RelaySettings,
+        outbox: OutboxTable,
+        confirmed: Lsn,
+        refusals: &'a mut Refusals,
+    ) -> Self {
+        SessionMachine {
+            settings,
+            tracker: AckTracker::new(confirmed),
+            assembler: TransactionAssembler::new(),
+            decode_ctx: DecodeContext {
+                protocol_version: 1,
+                in_stream: false,
+                parallel_streaming: false,
+            },
+            txn: TxnState::Idle,
+            router: Router::new(
+                settings.columns.clone(),
+                settings.envelope.clone(),
+                settings.dlq_topic.clone(),
+                outbox.qualified_name(),
+            ),
+            refusals,
+            outgoing: Outgoing::Clear,
+            isolation: Isolation::None,
+            outbox,
+            classes: HashMap::new(),
+            rows_seen: 0,
+        }
+    }
+
+    /// The acknowledged prefix: what may be confirmed to PostgreSQL.
+    pub fn confirmed(&self) -> Lsn {
+        self.tracker.confirmed()
+    }
+
+    /// Records handed over and not yet acknowledged.
+    pub fn pending_events(&self) -> u64 {
+        self.tracker.pending_events()
+    }
+
+    /// Whether the next replication message may be read: nothing held back
+    /// by a full queue or an isolation, fewer than `max_in_flight` pending.
+    pub fn can_read(&self) -> bool {
+        matches!(self.outgoing, Outgoing::Clear)
+            && matches!(self.isolation, Isolation::None)
+            && (self.tracker.pending_events() as usize) < self.settings.max_in_flight
+    }
+
+    /// Whether anything still waits for the broker: pending records, or one
+    /// the full queue refused.
+    pub fn awaiting_broker(&self) -> bool {
+        self.tracker.pending_events() > 0 || !matches!(self.outgoing, Outgoing::Clear)
+    }
+
+    /// Whether a transaction whose events are being sent has not reached its
+    /// Commit yet (a graceful stop reads on to it).
+    pub fn delivering(&self) -> bool {
+        matches!(self.txn, TxnState::Delivering(_))
+    }
+
+    /// Outbox rows seen so far in this session.
+    pub fn rows_seen(&self) -> u64 {
+        self.rows_seen
+    }
+
+    /// The transactions the ack tracker holds (for memory-bound tests).
+    pub fn queued_transactions(&self) -> usize {
+        self.tracker.queued_transactions()
+    }
+
+    /// One pgoutput message from the stream.
+    ///
+    /// # Errors
+    /// Fatal: undecodable message, broken framing. A send that fails ends the
+    /// session like a delivery report would.
+    pub fn on_wal(&mut self, mut data: Bytes, producer: &mut impl Producer) -> SessionResult<Step> {
+        let msg = pgoutput::decode(&mut data, &self.decode_ctx).map_err(|source| {
+            SessionError::Decode {
+                slot: self.settings.replication.slot.clone(),
+                source,
+            }
+        })?;
+        let event = self
+            .assembler
+            .push(msg)
+            .map_err(|source| SessionError::OutOfStep {
+                slot: self.settings.replication.slot.clone(),
+                source,
+            })?;
+        let Some(event) = event else {
+            return Ok(Step::Continue);
+        };
+        match event {
+            TxEvent::Begin {
+                final_lsn,
+                commit_time,
+                ..
+            } => {
+                self.txn = if final_lsn < self.tracker.confirmed() {
+                    TxnState::Replaying
+                } else {
+                    TxnState::Delivering(Commit {
+                        txn: self.tracker.open(),
+                        lsn: final_lsn,
+                        time: pg_timestamp_to_utc(commit_time).unwrap_or_else(Utc::now),
+                    })
+                };
+            }
+            TxEvent::Relation(relation) => {
+                if !self.outbox.members.contains(&relation.oid) {
+                    return Ok(Step::LookUp(relation));
+                }
+                self.relation_classified(&relation, RelationClass::Outbox);
+            }
+            TxEvent::Insert { relation, tuple } => self.on_insert(&relation, &tuple, producer)?,
+            TxEvent::Update { relation } => self.count_ignored(&relation, "update"),
+            TxEvent::Delete { relation } => self.count_ignored(&relation, "delete"),
+            TxEvent::Truncate { relations } => {
+                for relation in &relations {
+                    self.count_ignored(relation, "truncate");
+                }
+            }
+            TxEvent::Message(msg) => {
+                // A non-transactional message (the heartbeat, or anyone's)
+                // arrives when it is decoded: every transaction committed
+                // before it has been received. With nothing in flight, the
+                // slot may move up to it.
+                if !msg.transactional {
+                    self.advance_when_idle(msg.lsn);
+                }
+            }
+            TxEvent::Commit { end_lsn, .. } => {
+                if let TxnState::Delivering(commit) =
+                    std::mem::replace(&mut self.txn, TxnState::Idle)
+                {
+                    metrics::counter!(m::TRANSACTIONS).increment(1);
+                    self.tracker.close(commit.txn, end_lsn)?;
+                }
+            }
+        }
+        Ok(Step::Continue)
+    }
+
+    /// A keepalive: the server's last *sent* position. Returns whether the
+    /// relay is caught up (nothing pending, nothing newer than confirmed).
+    pub fn on_keepalive(&mut self, wal_end: Lsn) -> bool {
+        self.advance_when_idle(wal_end);
+        wal_end <= self.tracker.confirmed() && self.tracker.pending_events() == 0
+    }
+
+    /// With nothing open or unacknowledged, everything up to `lsn` has been
+    /// handled: the position may move there, so an idle outbox on a busy
+    /// database does not pin WAL.
+    fn advance_when_idle(&mut self, lsn: Lsn) {
+        if matches!(self.txn, TxnState::Idle)
+            && !self.assembler.in_transaction()
+            && matches!(self.outgoing, Outgoing::Clear)
+        {
+            self.tracker.idle_advance(lsn);
+        }
+    }
+
+    /// The catalog's answer for a relation the stream described.
+    pub fn relation_classified(&mut self, relation: &Relation, class: RelationClass) {
+        match class {
+            RelationClass::Outbox => {
+                if relation.oid == self.outbox.oid
+                    && (relation.namespace != self.outbox.schema
+                        || relation.name != self.outbox.name)
+                {
+                    tracing::warn!(
+                        configured = %self.outbox.qualified_name(),
+                        now = %relation.qualified_name(),
+                        oid = relation.oid,
+                        "the outbox table was renamed; streaming on (same table). Set \
+                         postgres.table to the new name before the next restart"
+                    );
+                }
+            }
+            RelationClass::OutboxByPublication => tracing::warn!(
+                relation = %relation.qualified_name(),
+                oid = relation.oid,
+                outbox = %self.outbox.qualified_name(),
+                "relation is not in the outbox's partition tree now, but the publication \
+                 publishes nothing else: taking its rows as outbox rows (a partition detached \
+                 or dropped since)"
+            ),
+            RelationClass::Other => {}
+            RelationClass::Unknown => {
+                metrics::counter!(m::CHANGES_IGNORED, "kind" => "unknown_relation").increment(1);
+                tracing::error!(
+                    relation = %relation.qualified_name(),
+                    oid = relation.oid,
+                    publication = %self.settings.replication.publication,
+                    "a relation in the stream was dropped since and the publication also \
+                     publishes other tables: the catalog cannot tell whether its rows were \
+                     outbox rows, so they are skipped. Give the relay a publication of its own \
+                     (CREATE PUBLICATION ... FOR TABLE <outbox> WITH (publish = 'insert'))"
+                );
+            }
+        }
+        self.classes.insert(relation.oid, class);
+    }
+
+    /// The outbox table as resolved at connect.
+    pub fn outbox(&self) -> &OutboxTable {
+        &self.outbox
+    }
+
+    fn is_outbox(&self, relation: &Relation) -> bool {
+        self.classes
+            .get(&relation.oid)
+            .is_some_and(|class| class.is_outbox())
+    }
+
+    fn count_ignored(&self, relation: &Relation, kind: &'static str) {
+        if self.is_outbox(relation) {
+            metrics::counter!(m::CHANGES_IGNORED, "kind" => kind).increment(1);
+        }
+    }
+
+    fn on_insert(
+        &mut self,
+        relation: &Arc<Relation>,
+        tuple: &TupleData,
+        producer: &mut impl Producer,
+    ) -> SessionResult<()> {
+        let commit = match self.txn {
+            TxnState::Delivering(commit) => commit,
+            TxnState::Replaying => return Ok(()),
+            TxnState::Idle => {
+                return Err(SessionError::OutOfStep {
+                    slot: self.settings.replication.slot.clone(),
+                    source: AssemblyError::OutsideTransaction { message: "Insert" },
+                });
+            }
+        };
+        if !self.is_outbox(relation) {
+            metrics::counter!(m::CHANGES_IGNORED, "kind" => "other_table").increment(1);
+            return Ok(());
+        }
+        self.rows_seen += 1;
+        match self.router.route(relation, tuple, &commit, self.refusals) {
+            Routed::DeadLetter { record, tag } => {
+                self.send_dead_letter(record, tag, false, producer)
+            }
+            Routed::Event {
+                record,
+                tag,
+                suspect: true,
+                ..
+            } => {
+                self.isolation = Isolation::Waiting {
+                    record,
+                    tag,
+                    counted: false,
+                };
+                self.send_isolated_when_alone(producer)
+            }
+            Routed::Event {
+                record, tag, row, ..
+            } => {
+                self.tracker.add_event(tag.txn)?;
+                match self.send_counted(record, tag, producer)? {
+                    None => Ok(()),
+                    // Refused before it left (larger than message.max.bytes,
+                    // or its topic is known not to exist): its dead letter
+                    // takes its place in the transaction.
+                    Some((refused, tag)) => {
+                        let (record, tag) = self.router.dead_letter(
+                            &row,
+                            refused.reason(),
+                            refused.kind.reason_code(),
+                            tag,
+                        );
+                        self.send_dead_letter(record, tag, true, producer)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends a dead letter as its row's fate says: whole, alone, or as a
+    /// stand-in without its payload. `counted`: it replaces an event already
+    /// counted in its transaction.
+    fn send_dead_letter(
+        &mut self,
+        record: KafkaRecord,
+        tag: DeliveryTag,
+        counted: bool,
+        producer: &mut impl Producer,
+    ) -> SessionResult<()> {
+        let fate = if self.refusals.is_empty() {
+            DeadLetterFate::Send
+        } else {
+            self.refusals
+                .get(&tag.row_key)
+                .map_or(DeadLetterFate::Send, |f| f.dead_letter)
+        };
+        let record = match fate {
+            DeadLetterFate::Send => record,
+            DeadLetterFate::Truncate => deadletter::headers_only(&record),
+            DeadLetterFate::Minimal => deadletter::minimal(&record),
+            DeadLetterFate::Suspect => {
+                self.isolation = Isolation::Waiting {
+                    record,
+                    tag,
+                    counted,
+                };
+                return self.send_isolated_when_alone(producer);
+            }
+        };
+        if !counted {
+            self.tracker.add_event(tag.txn)?;
+        }
+        match self.send_counted(record, tag, producer)? {
+            None => Ok(()),
+            Some((refused, tag)) => Err(self.replay_for(&tag, refused, true)),
+        }
+    }
+
+    /// Hands a record already counted in its transaction to the producer.
+    /// A dead letter refused on the spot as too large goes again as its
+    /// smaller stand-in; an event refused on the spot comes back to the
+    /// caller (which knows its row); a fatal refusal ends the session.
+    fn send_counted(
+        &mut self,
+        record: KafkaRecord,
+        tag: DeliveryTag,
+        producer: &mut impl Producer,
+    ) -> SessionResult<Option<(Refused, DeliveryTag)>> {
+        match producer.send(record, tag) {
+            Ok(()) => Ok(None),
+            Err(SendError::QueueFull(held)) => {
+                self.outgoing = Outgoing::QueueFull(held);
+                Ok(None)
+            }
+            Err(SendError::Refused(refused, sent)) => {
+                let (record, tag) = *sent;
+                if let Some(fatal) = fatal_refusal(self.settings.on_unroutable, &tag, &refused) {
+                    return Err(fatal);
+                }
+                if !tag.dead_letter {
+                    return Ok(Some((refused, tag)));
+                }
+                // Larger than message.max.bytes: the payload cannot go.
+                match deadletter::smaller(&record) {
+                    Some(smaller) => self.send_counted(smaller, tag, producer),
+                    None => Err(SessionError::Refused(refused)),
+                }
+            }
+            Err(SendError::Failed(err)) => {
+                Err(self.delivery_failed(DeliveryError::Failed(err), producer))
+            }
+        }
+    }
+
+    /// Sends the suspect once nothing else is in flight.
+    fn send_isolated_when_alone(&mut self, producer: &mut impl Producer) -> SessionResult<()> {
+        let Isolation::Waiting { counted, .. } = &self.isolation else {
+            return Ok(());
+        };
+        let others = self
+            .tracker
+            .pending_events()
+            .saturating_sub(u64::from(*counted));
+        if others > 0 || !matches!(self.outgoing, Outgoing::Clear) {
+            return Ok(());
+        }
+        let Isolation::Waiting {
+            record,
+            tag,
+            counted,
+        } = std::mem::replace(&mut self.isolation, Isolation::None)
+        else {
+            return Ok(());
+        };
+        self.isolation = Isolation::Sent {
+            row_key: tag.row_key.clone(),
+            dead_letter: tag.dead_letter,
+        };
+        if !counted {
+            self.tracker.add_event(tag.txn)?;
+        }
+        match self.send_counted(record, tag, producer)? {
+            None => Ok(()),
+            Some((refused, tag)) => Err(self.replay_for(&tag, refused, true)),
+        }
+    }
+
+    /// Whether `tag` is the suspect that was sent alone.
+    fn is_isolated(&self, tag: &DeliveryTag) -> bool {
+        matches!(&self.isolation, Isolation::Sent { row_key, dead_letter }
+            if *row_key == tag.row_key && *dead_letter == tag.dead_letter)
+    }
+
+    /// The broker's answer for one record.
+    ///
+    /// # Errors
+    /// A refusal or failure ends the session (a replay, or fatal); see
+    /// `refusals.rs`.
+    pub fn on_report(
+        &mut self,
+        report: DeliveryReport<DeliveryTag>,
+        producer: &mut impl Producer,
+    ) -> SessionResult<()> {
+        match report.result {
+            Ok(()) => {
+                if report.tag.dead_letter || !matches!(self.isolation, Isolation::None) {
+                    // A settled row: dead-lettered, or an isolated suspect
+                    // that went through after all.
+                    if !self.refusals.is_empty() {
+                        self.refusals.remove(&report.tag.row_key);
+                    }
+                    if self.is_isolated(&report.tag) {
+                        self.isolation = Isolation::None;
+                    }
+                }
+                if report.tag.dead_letter {
+                    metrics::counter!(m::EVENTS_DEAD_LETTERED).increment(1);
+                } else {
+                    metrics::counter!(m::EVENTS_PUBLISHED).increment(1);
+                }
+                self.tracker.ack_event(report.tag.txn)?;
+            }
+            Err(DeliveryError::Refused(refused)) => {
+                let alone = self.is_isolated(&report.tag);
+                return Err(self.replay_for(&report.tag, refused, alone));
+            }
+            Err(err) => return Err(self.delivery_failed(err, producer)),
+        }
+        if let Outgoing::QueueFull(held) = std::mem::replace(&mut self.outgoing, Outgoing::Clear) {
+            let (record, tag) = *held;
+            if let Some((refused, tag)) = self.send_counted(record, tag, producer)? {
+                return Err(self.replay_for(&tag, refused, true));
+            }
+        }
+        self.send_isolated_when_alone(producer)
+    }
+
+    /// A report that arrived after the session ended (the producer being
+    /// dropped reports everything it held). A refusal among them is noted
+    /// for the replay (librdkafka may report a fatal error's consequences
+    /// before its cause); returns it when it is fatal.
+    pub fn on_leftover(&mut self, report: DeliveryReport<DeliveryTag>) -> Option<SessionError> {
+        let Err(DeliveryError::Refused(refused)) = report.result else {
+            return None;
+        };
+        let alone = self.is_isolated(&report.tag);
+        note_refusal(
+            self.refusals,
+            self.settings.on_unroutable,
+            &report.tag,
+            &refused,
+            alone,
+        )
+    }
+
+    /// Notes a refusal for the replay and returns the error that ends the
+    /// session: a replay, or the fatal error.
+    fn replay_for(&mut self, tag: &DeliveryTag, refused: Refused, alone: bool) -> SessionError {
+        if let Some(fatal) = note_refusal(
+            self.refusals,
+            self.settings.on_unroutable,
+            tag,
+            &refused,
+            alone,
+        ) {
+            return fatal;
+        }
+        let error = DeliveryError::Refused(refused);
+        SessionError::Delivery {
+            reason: failure_reason(&error),
+            error,
+        }
+    }
+
+    /// The session error for a failed delivery: a replay, unless the
+    /// producer's fatal error is a refusal that retrying cannot cure.
+    fn delivery_failed(&self, err: DeliveryError, producer: &impl Producer) -> SessionError {
+        match producer.explain(err) {
+            DeliveryError::Refused(refused)
+                if refused.kind.class() == RefusalClass::Unauthorized =>
+            {
+                SessionError::Refused(refused)
+            }
+            error => SessionError::Delivery {
+                reason: failure_reason(&error),
+                error,
+            },
+        }
+    }
+
+    /// The unroutable-record policy in force.
+    pub fn on_unroutable(&self) -> OnUnroutable {
+        self.settings.on_unroutable
+    }
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

@@ -1,0 +1,559 @@
+//! The session machine against a model broker, no Kafka, no PostgreSQL.
+//!
+//! A model test: committed transactions (outbox rows over a few keys, some
+//! too large for the broker, some transactions touching only another table)
+//! are streamed into the machine while a fake producer and broker answer in
+//! random orders: acknowledgements per partition in order, transient
+//! failures, full queues, "too large" refusals of a record and of its batch
+//! mates. A failed session is replayed the way the relay does it: a new
+//! machine from the confirmed position, the slot re-sending every
+//! transaction after it. After every step:
+//! * nothing is confirmed past a transaction with a row not yet acknowledged
+//!   (as its event or its dead letter) by the broker;
+//! * per key, the first occurrences of events in the broker's log are in
+//!   commit order.
+//!
+//! At the end every row was acknowledged and the last transaction confirmed.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::Duration;
+
+use bytes::Bytes;
+use proptest::prelude::*;
+
+use super::*;
+use crate::envelope::{ContentMode, EnvelopeSettings};
+use crate::outbox::ColumnMap;
+use crate::pgoutput::encode::encode;
+use crate::pgoutput::{
+    Begin, Column, Commit as CommitMsg, Insert, Message, RelationBody, TupleValue,
+};
+use crate::replication::ReplicationSettings;
+use crate::sink::{RefusalKind, SinkSettings};
+
+const OUTBOX_OID: u32 = 16_384;
+const OTHER_OID: u32 = 20_000;
+/// Records with a value larger than this are refused as too large.
+const BROKER_LIMIT: usize = 64;
+const PARTITIONS: u64 = 3;
+
+fn settings(max_in_flight: usize) -> RelaySettings {
+    RelaySettings {
+        replication: ReplicationSettings::new(
+            crate::replication::Conninfo::parse("host=h user=u").unwrap(),
+            "slot",
+            "pub",
+        ),
+        sink: SinkSettings {
+            brokers: "b:9092".into(),
+            linger_ms: 5,
+            message_timeout_ms: 30_000,
+            queue_max_messages: 100,
+            dead_letter_topic: "dlq".into(),
+            properties: Vec::new(),
+        },
+        envelope: EnvelopeSettings {
+            source: "/model".into(),
+            mode: ContentMode::Binary,
+            topic_template: "outbox.event.{aggregatetype}".into(),
+        },
+        columns: ColumnMap::default(),
+        table: ("public".into(), "outbox".into()),
+        dlq_topic: "dlq".into(),
+        max_in_flight,
+        heartbeat_interval: None,
+        shutdown_drain: Duration::from_secs(1),
+        on_unroutable: OnUnroutable::Stop,
+        unhealthy_after: Duration::from_secs(60),
+    }
+}
+
+fn outbox_table() -> OutboxTable {
+    OutboxTable {
+        schema: "public".into(),
+        name: "outbox".into(),
+        oid: OUTBOX_OID,
+        current_name: "public.outbox".into(),
+        members: [OUTBOX_OID].into_iter().collect(),
+        publication_has_other_tables: true,
+    }
+}
+
+/// One committed outbox row.
+#[derive(Debug, Clone)]
+struct Row {
+    id: String,
+    key: String,
+    too_large: bool,
+}
+
+/// One committed transaction: its outbox rows (none: it touched another
+/// table only) and its LSNs.
+#[derive(Debug, Clone)]
+struct Txn {
+    rows: Vec<Row>,
+    final_lsn: Lsn,
+    end_lsn: Lsn,
+}
+
+fn relation_message(oid: u32, columns: &[&str]) -> Bytes {
+    encode(&Message::Relation(RelationBody {
+        xid: None,
+        relation_id: oid,
+        namespace: "public".into(),
+        name: if oid == OUTBOX_OID {
+            "outbox"
+        } else {
+            "orders"
+        }
+        .into(),
+        replica_identity: b'd',
+        columns: columns
+            .iter()
+            .map(|name| Column {
+                flags: 0,
+                name: (*name).into(),
+                type_oid: 25,
+                type_modifier: -1,
+            })
+            .collect(),
+    }))
+}
+
+/// The WAL messages of `txn`, as pgoutput sends them.
+fn messages(txn: &Txn, xid: u32) -> Vec<Bytes> {
+    let text = |s: &str| TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()));
+    let mut out = vec![encode(&Message::Begin(Begin {
+        final_lsn: txn.final_lsn,
+        commit_time: 0,
+        xid,
+    }))];
+    // Every transaction writes a business row beside its outbox rows.
+    out.push(encode(&Message::Insert(Insert {
+        xid: None,
+        relation_id: OTHER_OID,
+        tuple: crate::pgoutput::TupleData {
+            columns: vec![text("business")],
+        },
+    })));
+    for row in &txn.rows {
+        let payload = if row.too_large {
+            format!(r#"{{"pad":"{}"}}"#, "x".repeat(BROKER_LIMIT * 2))
+        } else {
+            format!(r#"{{"id":"{}"}}"#, row.id)
+        };
+        out.push(encode(&Message::Insert(Insert {
+            xid: None,
+            relation_id: OUTBOX_OID,
+            tuple: crate::pgoutput::TupleData {
+                columns: vec![
+                    text(&row.id),
+                    text("order"),
+                    text(&row.key),
+                    text("Placed"),
+                    text(&payload),
+                ],
+            },
+        })));
+    }
+    out.push(encode(&Message::Commit(CommitMsg {
+        flags: 0,
+        commit_lsn: txn.final_lsn,
+        end_lsn: txn.end_lsn,
+        commit_time: 0,
+    })));
+    out
+}
+
+/// A tiny deterministic PRNG, so that proptest's shrinking replays the same
+/// schedule for the same seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+/// The fake producer: hands records to per-partition queues, or says its
+/// queue is full (on a whim, while it holds records). It never refuses a
+/// record as too large itself: the broker's limit is the one that bites here.
+struct FakeProducer {
+    queues: BTreeMap<(String, u64), VecDeque<(KafkaRecord, DeliveryTag)>>,
+    queue_full_percent: u64,
+    rng: Rng,
+}
+
+fn partition(record: &KafkaRecord) -> (String, u64) {
+    let hash = record
+        .key
+        .iter()
+        .fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(*b)));
+    (record.topic.clone(), hash % PARTITIONS)
+}
+
+impl Producer for FakeProducer {
+    fn send(
+        &mut self,
+        record: KafkaRecord,
+        tag: DeliveryTag,
+    ) -> Result<(), SendError<DeliveryTag>> {
+        // librdkafka's queue is full only while it holds records, whose
+        // reports then come.
+        if self.in_flight() > 0 && self.rng.chance(self.queue_full_percent) {
+            return Err(SendError::QueueFull(Box::new((record, tag))));
+        }
+        self.queues
+            .entry(partition(&record))
+            .or_default()
+            .push_back((record, tag));
+        Ok(())
+    }
+
+    fn explain(&self, err: DeliveryError) -> DeliveryError {
+        err
+    }
+}
+
+impl FakeProducer {
+    fn in_flight(&self) -> usize {
+        self.queues.values().map(VecDeque::len).sum()
+    }
+}
+
+/// What the broker holds and the checker judges.
+#[derive(Default)]
+struct BrokerLog {
+    /// Rows acknowledged, as event or dead letter.
+    acked: HashSet<String>,
+    /// Per key, the row ids of acknowledged events in log order.
+    events: HashMap<String, Vec<String>>,
+}
+
+fn too_large(tag: &DeliveryTag, record: &KafkaRecord) -> DeliveryReport<DeliveryTag> {
+    DeliveryReport {
+        tag: tag.clone(),
+        result: Err(DeliveryError::Refused(Refused {
+            kind: RefusalKind::TooLarge,
+            topic: Some(record.topic.clone()),
+            dead_letter_topic: tag.dead_letter,
+            detail: "Broker: Message size too large".into(),
+        })),
+    }
+}
+
+fn transient(tag: &DeliveryTag) -> DeliveryReport<DeliveryTag> {
+    DeliveryReport {
+        tag: tag.clone(),
+        result: Err(DeliveryError::Failed(
+            rdkafka::error::KafkaError::MessageProduction(
+                rdkafka::types::RDKafkaErrorCode::NetworkException,
+            ),
+        )),
+    }
+}
+
+/// The broker answers for the head of one partition's queue: the report to
+/// feed, and, for a refusal of a batch, the reports of its batch mates.
+fn answer(
+    producer: &mut FakeProducer,
+    log: &mut BrokerLog,
+    faults: bool,
+) -> Option<Vec<DeliveryReport<DeliveryTag>>> {
+    let keys: Vec<(String, u64)> = producer
+        .queues
+        .iter()
+        .filter(|(_, q)| !q.is_empty())
+        .map(|(k, _)| k.clone())
+        .collect();
+    if keys.is_empty() {
+        return None;
+    }
+    let pick = keys[producer.rng.below(keys.len() as u64) as usize].clone();
+    let queue = producer.queues.get_mut(&pick)?;
+    let (record, tag) = queue.pop_front()?;
+    if record.value.len() > BROKER_LIMIT {
+        // Refused with its batch: the next record of the partition may go
+        // down with it.
+        let mut reports = vec![too_large(&tag, &record)];
+        if producer.rng.chance(50)
+            && let Some((mate, mate_tag)) = producer.queues.get_mut(&pick)?.pop_front()
+        {
+            reports.push(too_large(&mate_tag, &mate));
+        }
+        return Some(reports);
+    }
+    if faults && producer.rng.chance(3) {
+        return Some(vec![transient(&tag)]);
+    }
+    log.acked.insert(tag.row_key.clone());
+    if !tag.dead_letter {
+        let key = String::from_utf8(tag.key.to_vec()).unwrap();
+        log.events.entry(key).or_default().push(tag.row_key.clone());
+    }
+    Some(vec![DeliveryReport {
+        tag,
+        result: Ok(()),
+    }])
+}
+
+/// Checks the two safety properties against the log.
+fn check(txns: &[Txn], confirmed: Lsn, log: &BrokerLog) -> Result<(), TestCaseError> {
+    for txn in txns.iter().filter(|t| t.end_lsn <= confirmed) {
+        for row in &txn.rows {
+            prop_assert!(
+                log.acked.contains(&row.id),
+                "confirmed {confirmed} past row {} of the transaction ending at {}, never acknowledged",
+                row.id,
+                txn.end_lsn
+            );
+        }
+    }
+    let order: HashMap<&str, usize> = txns
+        .iter()
+        .flat_map(|t| &t.rows)
+        .enumerate()
+        .map(|(i, r)| (r.id.as_str(), i))
+        .collect();
+    for (key, ids) in &log.events {
+        let mut seen = HashSet::new();
+        let firsts: Vec<usize> = ids
+            .iter()
+            .filter(|id| seen.insert(id.as_str()))
+            .map(|id| order[id.as_str()])
+            .collect();
+        prop_assert!(
+            firsts.windows(2).all(|w| w[0] < w[1]),
+            "key {key}: events first arrived out of commit order: {ids:?}"
+        );
+    }
+    Ok(())
+}
+
+fn txns_strategy() -> impl Strategy<Value = Vec<Txn>> {
+    // (rows per transaction, key of each, too large?)
+    prop::collection::vec(
+        prop::collection::vec((0u8..4, prop::bool::weighted(0.08)), 0..4),
+        1..25,
+    )
+    .prop_map(|specs| {
+        let mut lsn = 0x1000u64;
+        let mut n = 0;
+        specs
+            .into_iter()
+            .map(|rows| {
+                lsn += 0x100;
+                let rows = rows
+                    .into_iter()
+                    .map(|(key, too_large)| {
+                        n += 1;
+                        Row {
+                            id: format!("r{n}"),
+                            key: format!("k{key}"),
+                            too_large,
+                        }
+                    })
+                    .collect();
+                Txn {
+                    rows,
+                    final_lsn: Lsn(lsn),
+                    end_lsn: Lsn(lsn + 0x10),
+                }
+            })
+            .collect()
+    })
+}
+
+/// Streams `txns` through sessions of the machine until every row is
+/// acknowledged, injecting faults during the first `fault_steps` steps.
+fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCaseError> {
+    let settings = settings(max_in_flight);
+    let mut refusals = Refusals::new();
+    let mut log = BrokerLog::default();
+    let mut confirmed = Lsn(0x1000);
+    let mut rng = Rng(seed | 1);
+    let fault_steps = 400;
+    let mut steps = 0usize;
+    for _session in 0..200 {
+        let mut producer = FakeProducer {
+            queues: BTreeMap::new(),
+            queue_full_percent: if steps < fault_steps { 5 } else { 0 },
+            rng: Rng(rng.next() | 1),
+        };
+        let mut machine = SessionMachine::new(&settings, outbox_table(), confirmed, &mut refusals);
+        // The slot re-sends every transaction after the confirmed position,
+        // relations described first.
+        let mut wal: VecDeque<Bytes> = VecDeque::from(vec![
+            relation_message(
+                OUTBOX_OID,
+                &["id", "aggregatetype", "aggregateid", "type", "payload"],
+            ),
+            relation_message(OTHER_OID, &["id"]),
+        ]);
+        for (xid, txn) in txns.iter().enumerate() {
+            if txn.end_lsn > confirmed {
+                wal.extend(messages(txn, xid as u32 + 1));
+            }
+        }
+        let ended = loop {
+            steps += 1;
+            prop_assert!(steps < 200_000, "the model made no progress");
+            let faults = steps < fault_steps;
+            let read = machine.can_read()
+                && !wal.is_empty()
+                && (rng.chance(50) || producer.in_flight() == 0);
+            let outcome = if read {
+                let data = wal.pop_front().unwrap();
+                match machine.on_wal(data, &mut producer) {
+                    Ok(Step::LookUp(relation)) => {
+                        prop_assert_eq!(relation.oid, OTHER_OID);
+                        machine.relation_classified(&relation, RelationClass::Other);
+                        Ok(())
+                    }
+                    Ok(Step::Continue) => Ok(()),
+                    Err(e) => Err(e),
+                }
+            } else if let Some(reports) = answer(&mut producer, &mut log, faults) {
+                let mut outcome = Ok(());
+                for report in reports {
+                    outcome = machine.on_report(report, &mut producer);
+                    if outcome.is_err() {
+                        break;
+                    }
+                }
+                outcome
+            } else if wal.is_empty() {
+                break None;
+            } else {
+                // Nothing in flight and reading paused: only a full queue's
+                // retry can be waiting, and it waits for a report that
+                // never comes. That would be a stuck session.
+                prop_assert!(
+                    machine.can_read(),
+                    "stuck: reading paused with nothing in flight"
+                );
+                Ok(())
+            };
+            check(txns, machine.confirmed(), &log)?;
+            if let Err(e) = outcome {
+                break Some(e);
+            }
+        };
+        confirmed = confirmed.max(machine.confirmed());
+        match ended {
+            None => {
+                // Everything read and answered.
+                prop_assert!(!machine.awaiting_broker());
+                let last = txns.last().map_or(Lsn(0x1000), |t| t.end_lsn);
+                prop_assert_eq!(confirmed, last, "the last transaction is confirmed");
+                for row in txns.iter().flat_map(|t| &t.rows) {
+                    prop_assert!(log.acked.contains(&row.id), "row {} lost", row.id);
+                }
+                return Ok(());
+            }
+            Some(e) => {
+                prop_assert!(
+                    !e.is_fatal(),
+                    "only transient failures and too-large refusals are injected: {e}"
+                );
+                // The relay abandons the producer: its records are purged.
+                for (_, tag) in producer.queues.values_mut().flat_map(|q| q.drain(..)) {
+                    let purged = transient(&tag);
+                    prop_assert!(machine.on_leftover(purged).is_none());
+                }
+            }
+        }
+    }
+    Err(TestCaseError::fail("more than 200 sessions"))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn random_interleavings_never_confirm_past_an_unacked_event_nor_reorder_a_key(
+        txns in txns_strategy(),
+        seed in any::<u64>(),
+        max_in_flight in 1usize..6,
+    ) {
+        run_model(&txns, seed, max_in_flight)?;
+    }
+}
+
+#[test]
+fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space() {
+    let settings = settings(10);
+    let mut refusals = Refusals::new();
+    let mut machine = SessionMachine::new(&settings, outbox_table(), Lsn(0x10), &mut refusals);
+    let mut producer = FakeProducer {
+        queues: BTreeMap::new(),
+        queue_full_percent: 0,
+        rng: Rng(1),
+    };
+    let feed = |machine: &mut SessionMachine<'_>, producer: &mut FakeProducer, data: Bytes| {
+        if let Step::LookUp(relation) = machine.on_wal(data, producer).unwrap() {
+            machine.relation_classified(&relation, RelationClass::Other);
+        }
+    };
+    feed(
+        &mut machine,
+        &mut producer,
+        relation_message(
+            OUTBOX_OID,
+            &["id", "aggregatetype", "aggregateid", "type", "payload"],
+        ),
+    );
+    feed(
+        &mut machine,
+        &mut producer,
+        relation_message(OTHER_OID, &["id"]),
+    );
+    let mut lsn = 0x100;
+    let head = Txn {
+        rows: vec![Row {
+            id: "head".into(),
+            key: "k".into(),
+            too_large: false,
+        }],
+        final_lsn: Lsn(lsn),
+        end_lsn: Lsn(lsn + 8),
+    };
+    for data in messages(&head, 1) {
+        feed(&mut machine, &mut producer, data);
+    }
+    for xid in 2..20_002u32 {
+        lsn += 0x20;
+        let empty = Txn {
+            rows: Vec::new(),
+            final_lsn: Lsn(lsn),
+            end_lsn: Lsn(lsn + 8),
+        };
+        for data in messages(&empty, xid) {
+            feed(&mut machine, &mut producer, data);
+        }
+        assert!(
+            machine.queued_transactions() <= 2,
+            "the tracker grew to {} entries",
+            machine.queued_transactions()
+        );
+    }
+    assert_eq!(
+        machine.confirmed(),
+        Lsn(0x10),
+        "the head is not acknowledged yet"
+    );
+    let mut log = BrokerLog::default();
+    for report in answer(&mut producer, &mut log, false).unwrap() {
+        machine.on_report(report, &mut producer).unwrap();
+    }
+    assert_eq!(machine.confirmed(), Lsn(lsn + 8));
+}

@@ -1,0 +1,371 @@
+//! Routing: what one inserted outbox row becomes, in one place.
+//!
+//! A row becomes its CloudEvent record, or, when it cannot (a column that
+//! cannot be read, a payload that is not JSON, a topic Kafka would refuse,
+//! a fate a refused earlier attempt left in [`Refusals`]), its dead letter:
+//! the payload and every readable column, with the reason ("bad rows don't
+//! stop the stream", docs/design.md). Pure: no I/O, no clock.
+//!
+//! Every record travels with a [`DeliveryTag`]: which transaction it counts
+//! in, which row it stands for, and whether it is a dead letter.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+
+use super::refusals::{EventFate, Refusals, anonymous_row_key};
+use crate::ack::TxnId;
+use crate::assembler::Relation;
+use crate::deadletter::{DeadLetter, dead_letter_record, row_columns};
+use crate::envelope::{EnvelopeSettings, KafkaRecord, build_record};
+use crate::lsn::Lsn;
+use crate::outbox::{ColumnMap, OutboxRow, RowExtractor};
+use crate::pgoutput::TupleData;
+
+/// What the relay needs to know about a record when its delivery report
+/// comes back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryTag {
+    /// The transaction it counts in.
+    pub txn: TxnId,
+    /// The row it stands for: the outbox id, or, for a row whose id cannot
+    /// be read, a key made from the commit, key and payload
+    /// ([`anonymous_row_key`]). [`Refusals`] are keyed by it.
+    pub row_key: String,
+    /// Commit LSN of the row's transaction.
+    pub lsn: Lsn,
+    /// The record's Kafka key (the aggregate id).
+    pub key: Bytes,
+    /// A dead letter, not the event itself.
+    pub dead_letter: bool,
+}
+
+/// The transaction a row was committed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commit {
+    pub txn: TxnId,
+    /// Its commit LSN (the dead-letter `lsn` header).
+    pub lsn: Lsn,
+    pub time: DateTime<Utc>,
+}
+
+/// What a row becomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Routed {
+    /// Its event. `suspect`: a broker refused it in a batch before, so it is
+    /// sent alone. `row` stays at hand in case the producer refuses the
+    /// record on the spot and its dead letter takes its place.
+    Event {
+        record: KafkaRecord,
+        tag: DeliveryTag,
+        row: Box<OutboxRow>,
+        suspect: bool,
+    },
+    /// Its dead letter.
+    DeadLetter {
+        record: KafkaRecord,
+        tag: DeliveryTag,
+    },
+}
+
+/// Turns outbox rows into records.
+#[derive(Debug)]
+pub struct Router {
+    extractor: RowExtractor,
+    envelope: EnvelopeSettings,
+    dead_letter_topic: String,
+    /// `schema.name` of the outbox, for the dead-letter `source_table`.
+    source_table: String,
+}
+
+impl Router {
+    pub fn new(
+        columns: ColumnMap,
+        envelope: EnvelopeSettings,
+        dead_letter_topic: String,
+        source_table: String,
+    ) -> Self {
+        Router {
+            extractor: RowExtractor::new(columns),
+            envelope,
+            dead_letter_topic,
+            source_table,
+        }
+    }
+
+    /// The record for one inserted row of `commit`.
+    pub fn route(
+        &mut self,
+        relation: &Arc<Relation>,
+        tuple: &TupleData,
+        commit: &Commit,
+        refusals: &Refusals,
+    ) -> Routed {
+        let row = match self.extractor.extract(relation, tuple) {
+            Ok(row) => row,
+            Err(e) => {
+                // Keep what can be read: the payload is often the only copy.
+                let salvaged = self.extractor.salvage(relation, tuple);
+                let key = self.extractor.key(relation, tuple).unwrap_or_default();
+                let value = salvaged.payload.unwrap_or_default();
+                let row_key = self
+                    .extractor
+                    .event_id(relation, tuple)
+                    .unwrap_or_else(|| anonymous_row_key(commit.lsn, &key, &value));
+                let tag = DeliveryTag {
+                    txn: commit.txn,
+                    row_key,
+                    lsn: commit.lsn,
+                    key: key.clone(),
+                    dead_letter: true,
+                };
+                let record = dead_letter_record(DeadLetter {
+                    topic: &self.dead_letter_topic,
+                    reason: e.to_string(),
+                    reason_code: e.reason_code(),
+                    key,
+                    lsn: commit.lsn,
+                    source_table: &self.source_table,
+                    value,
+                    columns: salvaged.columns,
+                });
+                return Routed::DeadLetter { record, tag };
+            }
+        };
+        let tag = DeliveryTag {
+            txn: commit.txn,
+            row_key: row.id.clone(),
+            lsn: commit.lsn,
+            key: Bytes::copy_from_slice(row.aggregate_id.as_bytes()),
+            dead_letter: false,
+        };
+        // Almost always empty: skip hashing the id on the hot path.
+        let fate = if refusals.is_empty() {
+            EventFate::Send
+        } else {
+            refusals
+                .get(&row.id)
+                .map_or(EventFate::Send, |f| f.event.clone())
+        };
+        if let EventFate::DeadLetter { reason, code } = fate {
+            let (record, tag) = self.dead_letter(&row, reason, code, tag);
+            return Routed::DeadLetter { record, tag };
+        }
+        match build_record(&row, commit.time, &self.envelope) {
+            Ok(record) => Routed::Event {
+                record,
+                tag,
+                row: Box::new(row),
+                suspect: fate == EventFate::Suspect,
+            },
+            Err(e) => {
+                let (record, tag) = self.dead_letter(&row, e.to_string(), e.reason_code(), tag);
+                Routed::DeadLetter { record, tag }
+            }
+        }
+    }
+
+    /// The dead letter of an extracted row, in place of its event: its
+    /// payload as the value, its columns as headers.
+    pub fn dead_letter(
+        &self,
+        row: &OutboxRow,
+        reason: String,
+        reason_code: &'static str,
+        tag: DeliveryTag,
+    ) -> (KafkaRecord, DeliveryTag) {
+        let record = dead_letter_record(DeadLetter {
+            topic: &self.dead_letter_topic,
+            reason,
+            reason_code,
+            key: tag.key.clone(),
+            lsn: tag.lsn,
+            source_table: &self.source_table,
+            value: row.payload.clone(),
+            columns: row_columns(row),
+        });
+        let tag = DeliveryTag {
+            dead_letter: true,
+            ..tag
+        };
+        (record, tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ack::AckTracker;
+    use crate::envelope::ContentMode;
+    use crate::pgoutput::{Column, TupleValue};
+    use crate::relay::refusals::RowFate;
+
+    fn relation() -> Arc<Relation> {
+        let columns = ["id", "aggregatetype", "aggregateid", "type", "payload"]
+            .iter()
+            .map(|name| Column {
+                flags: 0,
+                name: (*name).into(),
+                type_oid: 25,
+                type_modifier: -1,
+            })
+            .collect();
+        Arc::new(Relation {
+            oid: 1,
+            namespace: "public".into(),
+            name: "outbox".into(),
+            replica_identity: b'd',
+            columns,
+        })
+    }
+
+    fn tuple(values: [Option<&str>; 5]) -> TupleData {
+        TupleData {
+            columns: values
+                .iter()
+                .map(|v| match v {
+                    Some(v) => TupleValue::Text(Bytes::copy_from_slice(v.as_bytes())),
+                    None => TupleValue::Null,
+                })
+                .collect(),
+        }
+    }
+
+    fn router() -> Router {
+        Router::new(
+            ColumnMap::default(),
+            EnvelopeSettings {
+                source: "/test".into(),
+                mode: ContentMode::Binary,
+                topic_template: "outbox.event.{aggregatetype}".into(),
+            },
+            "dlq".into(),
+            "public.outbox".into(),
+        )
+    }
+
+    fn commit() -> Commit {
+        Commit {
+            txn: AckTracker::new(Lsn::ZERO).open(),
+            lsn: Lsn(0x100),
+            time: DateTime::from_timestamp(0, 0).unwrap(),
+        }
+    }
+
+    fn header<'r>(record: &'r KafkaRecord, name: &str) -> Option<&'r [u8]> {
+        record
+            .headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_ref())
+    }
+
+    #[test]
+    fn a_good_row_becomes_its_event_keyed_by_the_aggregate() {
+        let routed = router().route(
+            &relation(),
+            &tuple([
+                Some("e1"),
+                Some("order"),
+                Some("7"),
+                Some("Placed"),
+                Some("{}"),
+            ]),
+            &commit(),
+            &Refusals::new(),
+        );
+        let Routed::Event {
+            record,
+            tag,
+            suspect,
+            ..
+        } = routed
+        else {
+            panic!("expected the event, got {routed:?}");
+        };
+        assert_eq!(record.topic, "outbox.event.order");
+        assert_eq!(record.key.as_ref(), b"7");
+        assert_eq!(record.value.as_ref(), b"{}");
+        assert_eq!((tag.row_key.as_str(), tag.dead_letter), ("e1", false));
+        assert!(!suspect);
+    }
+
+    #[test]
+    fn a_row_without_a_key_is_dead_lettered_with_its_payload() {
+        let routed = router().route(
+            &relation(),
+            &tuple([
+                Some("e1"),
+                Some("order"),
+                None,
+                Some("Placed"),
+                Some(r#"{"a":1}"#),
+            ]),
+            &commit(),
+            &Refusals::new(),
+        );
+        let Routed::DeadLetter { record, tag } = routed else {
+            panic!("expected a dead letter, got {routed:?}");
+        };
+        assert_eq!(record.topic, "dlq");
+        assert_eq!(record.value.as_ref(), br#"{"a":1}"#);
+        assert_eq!(header(&record, "dlq_reason_code"), Some(&b"null_key"[..]));
+        assert_eq!(header(&record, "id"), Some(&b"e1"[..]));
+        assert_eq!(tag.row_key, "e1");
+        assert!(tag.dead_letter);
+    }
+
+    #[test]
+    fn a_payload_that_is_not_json_is_dead_lettered_unchanged() {
+        let routed = router().route(
+            &relation(),
+            &tuple([
+                Some("e1"),
+                Some("order"),
+                Some("7"),
+                Some("Placed"),
+                Some("not json"),
+            ]),
+            &commit(),
+            &Refusals::new(),
+        );
+        let Routed::DeadLetter { record, tag } = routed else {
+            panic!("expected a dead letter, got {routed:?}");
+        };
+        assert_eq!(record.value.as_ref(), b"not json");
+        assert_eq!(record.key.as_ref(), b"7");
+        assert_eq!(tag.row_key, "e1");
+    }
+
+    #[test]
+    fn a_fate_left_by_a_refusal_decides_the_replay() {
+        let row = tuple([
+            Some("e1"),
+            Some("order"),
+            Some("7"),
+            Some("Placed"),
+            Some("{}"),
+        ]);
+        let mut refusals = Refusals::new();
+        refusals.insert(
+            "e1".into(),
+            RowFate {
+                event: EventFate::Suspect,
+                ..RowFate::default()
+            },
+        );
+        let routed = router().route(&relation(), &row, &commit(), &refusals);
+        assert!(matches!(routed, Routed::Event { suspect: true, .. }));
+        refusals.get_mut("e1").unwrap().event = EventFate::DeadLetter {
+            reason: "too large".into(),
+            code: "too_large",
+        };
+        let routed = router().route(&relation(), &row, &commit(), &refusals);
+        let Routed::DeadLetter { record, .. } = routed else {
+            panic!("expected a dead letter, got {routed:?}");
+        };
+        assert_eq!(header(&record, "dlq_reason_code"), Some(&b"too_large"[..]));
+        assert_eq!(record.value.as_ref(), b"{}");
+    }
+}
