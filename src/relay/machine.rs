@@ -35,7 +35,10 @@ use chrono::Utc;
 
 use super::RelaySettings;
 use super::error::SessionError;
-use super::refusals::{DeadLetterFate, Refusals, failure_reason, fatal_refusal, note_refusal};
+use super::refusals::{
+    DeadLetterFate, Refusals, failure_reason, fatal_refusal, forget_confirmed, note_innocent,
+    note_refusal,
+};
 use super::routing::{Commit, DeliveryTag, Routed, Router};
 use crate::ack::AckTracker;
 use crate::assembler::{AssemblyError, Relation, TransactionAssembler, TxEvent};
@@ -151,6 +154,7 @@ impl<'a> SessionMachine<'a> {
         confirmed: Lsn,
         refusals: &'a mut Refusals,
     ) -> Self {
+        forget_confirmed(refusals, confirmed);
         SessionMachine {
             settings,
             tracker: AckTracker::new(confirmed),
@@ -554,15 +558,10 @@ impl<'a> SessionMachine<'a> {
     ) -> SessionResult<()> {
         match report.result {
             Ok(()) => {
-                if report.tag.dead_letter || !matches!(self.isolation, Isolation::None) {
-                    // A settled row: dead-lettered, or an isolated suspect
-                    // that went through after all.
-                    if !self.refusals.is_empty() {
-                        self.refusals.remove(&report.tag.row_key);
-                    }
-                    if self.is_isolated(&report.tag) {
-                        self.isolation = Isolation::None;
-                    }
+                if self.is_isolated(&report.tag) {
+                    // An isolated suspect that went through after all.
+                    note_innocent(self.refusals, &report.tag);
+                    self.isolation = Isolation::None;
                 }
                 if report.tag.dead_letter {
                     metrics::counter!(m::EVENTS_DEAD_LETTERED).increment(1);
@@ -570,6 +569,7 @@ impl<'a> SessionMachine<'a> {
                     metrics::counter!(m::EVENTS_PUBLISHED).increment(1);
                 }
                 self.tracker.ack_event(report.tag.txn)?;
+                forget_confirmed(self.refusals, self.tracker.confirmed());
             }
             Err(DeliveryError::Refused(refused)) => {
                 let alone = self.is_isolated(&report.tag);

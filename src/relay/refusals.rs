@@ -27,9 +27,15 @@ use super::routing::DeliveryTag;
 /// it), so a refusal in a batch only makes its records suspects. On the
 /// replay a suspect is sent alone (nothing else in flight, reading paused):
 /// refused again, it is dead-lettered; delivered, it was an innocent batch
-/// mate and is forgotten. The same goes for a dead letter the dead-letter
-/// topic refuses as too large: alone, it is sent again without its payload.
-/// An entry goes once its row settled (its record or dead letter delivered).
+/// mate and is sent as usual from then on. The same goes for a dead letter
+/// the dead-letter topic refuses as too large: alone, it is sent again
+/// without its payload.
+///
+/// An entry goes only once its row's transaction is confirmed
+/// ([`forget_confirmed`]), not when the row settles: another row of the same
+/// transaction may still end the session, and the replay then brings the
+/// settled row back. Forgotten, it would start its refusals over, and two
+/// such rows in one transaction would take turns ending sessions for ever.
 pub type Refusals = HashMap<String, RowFate>;
 
 /// What the replay does with a row whose record was refused.
@@ -37,6 +43,34 @@ pub type Refusals = HashMap<String, RowFate>;
 pub struct RowFate {
     pub event: EventFate,
     pub dead_letter: DeadLetterFate,
+    /// Commit LSN of the row's transaction: the entry is kept until the
+    /// confirmed position passes it.
+    pub commit: Lsn,
+}
+
+/// Forgets the rows of transactions at or below `confirmed`: the slot will
+/// not send them again. (A transaction's commit LSN is below its end LSN,
+/// and every later transaction commits at or after that end, so "commit
+/// below the confirmed position" is "transaction confirmed".)
+pub fn forget_confirmed(refusals: &mut Refusals, confirmed: Lsn) {
+    if !refusals.is_empty() {
+        refusals.retain(|_, fate| fate.commit >= confirmed);
+    }
+}
+
+/// The isolated record of `tag` went through alone: it was an innocent batch
+/// mate (or a dead letter that fits after all). Its row is sent as usual on a
+/// replay before its transaction is confirmed.
+pub fn note_innocent(refusals: &mut Refusals, tag: &DeliveryTag) {
+    if let Some(fate) = refusals.get_mut(&tag.row_key) {
+        if tag.dead_letter {
+            if fate.dead_letter == DeadLetterFate::Suspect {
+                fate.dead_letter = DeadLetterFate::Send;
+            }
+        } else if fate.event == EventFate::Suspect {
+            fate.event = EventFate::Send;
+        }
+    }
 }
 
 /// What becomes of the row's event.
@@ -112,6 +146,7 @@ pub fn note_refusal(
         return Some(fatal);
     }
     let fate = refusals.entry(tag.row_key.clone()).or_default();
+    fate.commit = fate.commit.max(tag.lsn);
     if tag.dead_letter {
         // Only "too large" gets here (see fatal_refusal).
         fate.dead_letter = match fate.dead_letter {
