@@ -845,23 +845,23 @@ async fn the_operator_session_keeps_the_relays_tls_and_channel_binding() {
             .contains("set sslrootcert=<path to the CA certificate file>"),
         "{connection}"
     );
-    // channel_binding=require without TLS is refused before the password leaves.
+    // The password never shows.
+    assert!(!String::from_utf8_lossy(&output.stdout).contains(password));
+    // channel_binding=require without TLS is refused with the config, before
+    // any connection (so before the password could leave), naming the fix.
     let plain = support::relay_probe::pg_url_for(
         "relay",
         password,
         "sslmode=disable&channel_binding=require",
     );
-    let (_, items, _) = check(&o.write_config_with_url(&plain, "")).await;
-    let connection = item(&items, "postgres.connection");
-    assert_eq!(connection["status"], "fail");
+    let config = o.write_config_with_url(&plain, "").display().to_string();
+    let refused = cli(args(&["check", "--config", &config, "--json"])).await;
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(
-        connection["detail"]
-            .as_str()
-            .unwrap()
-            .contains("channel_binding"),
-        "{connection}"
+        stderr.contains("postgres.url") && stderr.contains("channel_binding=require needs TLS"),
+        "{stderr}"
     );
-    // The password never shows.
-    assert!(!String::from_utf8_lossy(&output.stdout).contains(password));
+    assert!(!text(&refused).contains(password), "{}", text(&refused));
     o.drop_all().await;
 }

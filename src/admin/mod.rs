@@ -88,7 +88,7 @@ impl AdminTarget {
     /// # Errors
     /// As [`SqlConnection::connect_normal`].
     pub async fn connect(&self) -> Result<SqlConnection, ReplicationError> {
-        let mut settings = ReplicationSettings::new(Conninfo::parse(&self.session_url())?, "", "");
+        let mut settings = ReplicationSettings::new(Conninfo::parse(self.session_url())?, "", "");
         settings.connect_timeout = self.connect_timeout;
         settings.application_name = ADMIN_APPLICATION_NAME.to_owned();
         SqlConnection::connect_normal(&settings).await
