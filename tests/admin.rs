@@ -8,6 +8,7 @@
 //! topics; the `wal_level = replica` server is a throwaway cluster of the
 //! test's own: the shared cluster's settings are never changed.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::process::{Command, Output, Stdio};

@@ -8,6 +8,7 @@
 //! current-thread runtime so that a test captures exactly the log lines of
 //! its own relay.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::{HashMap, HashSet};

@@ -2,6 +2,7 @@
 //! relay does when the outbox is partitioned, when the server behind the
 //! URL changes, when someone moves the slot, and how much a crash re-sends.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::time::Duration;

@@ -8,6 +8,7 @@
 //! its own table, publication, slot, topics and roles, and never stops a
 //! service or changes a server-wide setting.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::{HashMap, HashSet};

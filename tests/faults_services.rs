@@ -14,6 +14,7 @@
 //! broker kept down, PostgreSQL kept down) are timed sleeps, everything else
 //! waits on a condition with a deadline.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;

@@ -2,6 +2,7 @@
 //! become CloudEvents on the topic, exactly once in a clean run, in
 //! per-aggregate order, and the slot is confirmed behind the broker's acks.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;

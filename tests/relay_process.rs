@@ -1,6 +1,7 @@
 //! The relay binary under signals and crashes (test-plan cases 1 and 2),
 //! against real PostgreSQL and Kafka, judged by the checker.
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::HashMap;

@@ -20,6 +20,7 @@ use outbox_relay::replication::{
 use tokio::time::{Instant, sleep, timeout};
 use tokio_postgres::{Client, NoTls};
 
+#[path = "it/support/mod.rs"]
 mod support;
 use support::tls::{ThrowawayCa, tls_man_in_the_middle};
 

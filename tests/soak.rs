@@ -7,6 +7,7 @@
 //! `SOAK_SECS` (default 300), `SOAK_SEED` (default: from the clock, printed),
 //! `SOAK_RATE` (events/s, default 500).
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::time::{Duration, Instant};

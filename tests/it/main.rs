@@ -1,0 +1,5 @@
+//! The integration tests, one test binary (`cargo test --test it`): the
+//! relay against the real PostgreSQL and Kafka of `scripts/services`, plus
+//! librdkafka's mock cluster and the fuzz corpus.
+
+mod support;
