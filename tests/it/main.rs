@@ -3,3 +3,4 @@
 //! librdkafka's mock cluster and the fuzz corpus.
 
 mod support;
+mod dead_letters;

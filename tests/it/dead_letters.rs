@@ -2,14 +2,11 @@
 //! become CloudEvents on the topic, exactly once in a clean run, in
 //! per-aggregate order, and the slot is confirmed behind the broker's acks.
 
-#[path = "it/support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use outbox_relay::envelope::ContentMode;
-use support::*;
+use crate::support::*;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
