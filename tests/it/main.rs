@@ -4,3 +4,4 @@
 
 mod support;
 mod dead_letters;
+mod shutdown;

@@ -1,13 +1,10 @@
 //! The relay binary under signals and crashes (test-plan cases 1 and 2),
 //! against real PostgreSQL and Kafka, judged by the checker.
 
-#[path = "it/support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
-use support::*;
+use crate::support::*;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
