@@ -5,3 +5,4 @@
 mod support;
 mod dead_letters;
 mod shutdown;
+mod auth_tls;

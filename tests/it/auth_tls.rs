@@ -8,16 +8,13 @@
 //! its own table, publication, slot, topics and roles, and never stops a
 //! service or changes a server-wide setting.
 
-#[path = "it/support/mod.rs"]
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use outbox_relay::envelope::ContentMode;
 use outbox_relay::lsn::Lsn;
-use support::relay_probe::*;
-use support::*;
+use crate::support::relay_probe::*;
+use crate::support::*;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 /// How long a refused start may take to exit: "fast", with room for a
@@ -1075,7 +1072,7 @@ async fn tls_settings_the_relay_cannot_honour_refuse_fast_naming_the_fix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sslrootcert_file_is_the_only_trust_and_system_means_the_system_store() {
-    use support::tls::ThrowawayCa;
+    use crate::support::tls::ThrowawayCa;
     let started = Instant::now();
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
