@@ -6,3 +6,4 @@ mod support;
 mod dead_letters;
 mod shutdown;
 mod auth_tls;
+mod service_faults;

@@ -14,16 +14,13 @@
 //! broker kept down, PostgreSQL kept down) are timed sleeps, everything else
 //! waits on a condition with a deadline.
 
-#[path = "it/support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use support::proxy::StallProxy;
-use support::*;
+use crate::support::proxy::StallProxy;
+use crate::support::*;
 use tokio::sync::Mutex;
 
 /// One test at a time: they stop the services every test shares.
