@@ -7,3 +7,4 @@ mod dead_letters;
 mod shutdown;
 mod auth_tls;
 mod service_faults;
+mod schema_change;

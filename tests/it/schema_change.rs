@@ -2,14 +2,11 @@
 //! relay does when the outbox is partitioned, when the server behind the
 //! URL changes, when someone moves the slot, and how much a crash re-sends.
 
-#[path = "it/support/mod.rs"]
-mod support;
-
 use std::time::Duration;
 
-use support::proxy::StallProxy;
-use support::relay_probe::{self, topic_len};
-use support::*;
+use crate::support::proxy::StallProxy;
+use crate::support::relay_probe::{self, topic_len};
+use crate::support::*;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 
