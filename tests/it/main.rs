@@ -8,3 +8,4 @@ mod shutdown;
 mod auth_tls;
 mod service_faults;
 mod schema_change;
+mod broker_faults;

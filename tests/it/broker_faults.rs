@@ -8,17 +8,14 @@
 //! current-thread runtime so that a test captures exactly the log lines of
 //! its own relay.
 
-#[path = "it/support/mod.rs"]
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use outbox_relay::lsn::Lsn;
 use outbox_relay::sink::{DeliveryError, SendError};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-use support::mock::*;
-use support::*;
+use crate::support::mock::*;
+use crate::support::*;
 
 const DEADLINE: Duration = Duration::from_secs(90);
 
@@ -853,7 +850,7 @@ fn metrics_handle() -> metrics_exporter_prometheus::PrometheusHandle {
 /// answers 503 with the reason, and 200 again once events are confirmed.
 #[tokio::test]
 async fn health_turns_503_after_retrying_without_progress_and_200_after_progress() {
-    use support::relay_probe::http_get;
+    use crate::support::relay_probe::http_get;
     let (logs, _guard) = LogCapture::start();
     let handle = metrics_handle();
     let rig = MockRig::start(1, 3).await;
@@ -902,7 +899,7 @@ async fn health_turns_503_after_retrying_without_progress_and_200_after_progress
         "every retry logs its reason: {retries:?}"
     );
     let rendered = handle.render();
-    let timeouts = support::relay_probe::metric_value(
+    let timeouts = crate::support::relay_probe::metric_value(
         &rendered,
         "outbox_relay_delivery_failures_total",
         "reason=\"message_timeout\"",
