@@ -9,3 +9,4 @@ mod auth_tls;
 mod service_faults;
 mod schema_change;
 mod broker_faults;
+mod replication;

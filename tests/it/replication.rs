@@ -20,9 +20,7 @@ use outbox_relay::replication::{
 use tokio::time::{Instant, sleep, timeout};
 use tokio_postgres::{Client, NoTls};
 
-#[path = "it/support/mod.rs"]
-mod support;
-use support::tls::{ThrowawayCa, tls_man_in_the_middle};
+use crate::support::tls::{ThrowawayCa, tls_man_in_the_middle};
 
 /// Long enough for anything that should happen "at once" on loopback.
 const WAIT: Duration = Duration::from_secs(5);
