@@ -10,3 +10,4 @@ mod service_faults;
 mod schema_change;
 mod broker_faults;
 mod replication;
+mod smoke;
