@@ -11,3 +11,4 @@ mod schema_change;
 mod broker_faults;
 mod replication;
 mod smoke;
+mod fuzz_corpus;

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-include!("../fuzz/exercise.rs");
+include!("../../fuzz/exercise.rs");
 
 #[test]
 fn fuzz_corpus_replays_without_panic() {
