@@ -12,3 +12,4 @@ mod broker_faults;
 mod replication;
 mod smoke;
 mod fuzz_corpus;
+mod soak;

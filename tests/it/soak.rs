@@ -7,12 +7,9 @@
 //! `SOAK_SECS` (default 300), `SOAK_SEED` (default: from the clock, printed),
 //! `SOAK_RATE` (events/s, default 500).
 
-#[path = "it/support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
-use support::*;
+use crate::support::*;
 
 /// A small deterministic generator (xorshift64*), so a seed replays a run.
 struct Seeded(u64);
