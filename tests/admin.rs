@@ -17,9 +17,9 @@ use std::time::Duration;
 use outbox_relay::admin::AdminTarget;
 use outbox_relay::admin::status::{self, StatusReport};
 use outbox_relay::config::Config;
+use support::auth::TestRole;
 use support::cluster::Cluster;
-use support::relay_probe::TestRole;
-use support::{RunningRelay, TestOutbox, consume, env, pg_admin, random_name, wait_until};
+use support::{Relay, TestOutbox, consume, env, pg_admin, random_name, wait_until};
 
 /// Runs the binary (blocking, on a blocking thread).
 async fn cli(args: Vec<String>) -> Output {
@@ -50,15 +50,13 @@ fn text(output: &Output) -> String {
 
 /// An outbox whose objects do not exist yet (for `init` to create).
 async fn fresh() -> TestOutbox {
-    let topic_prefix = random_name("t");
-    TestOutbox {
-        admin: pg_admin().await,
-        table: random_name("outbox"),
-        publication: random_name("pub"),
-        slot: random_name("slot"),
-        dlq_topic: format!("{topic_prefix}.dlq"),
-        topic_prefix,
-    }
+    TestOutbox::from_parts(
+        support::services::shared().await,
+        pg_admin().await,
+        random_name("outbox"),
+        random_name("pub"),
+        random_name("slot"),
+    )
 }
 
 /// `check --json` for `config`: the exit status and the items.
@@ -212,7 +210,7 @@ async fn init_sets_up_from_nothing_then_events_arrive() {
     assert!(failed(&items).is_empty(), "{items:#?}");
 
     // And the relay streams what the service writes.
-    let relay = RunningRelay::start(o.settings());
+    let relay = Relay::in_process(o.settings());
     let mut ids = Vec::new();
     for n in 0..3 {
         let id = uuid::Uuid::new_v4().to_string();
@@ -344,7 +342,7 @@ async fn init_publishes_a_partitioned_outbox_through_its_root() {
 async fn check_reports_a_role_without_replication_and_init_grant_prints_the_fix() {
     let o = TestOutbox::create("jsonb").await;
     let role = TestRole::create(&o, "LOGIN", "pw-without-replication").await;
-    let url = support::relay_probe::pg_url_for(&role.name, &role.password, "");
+    let url = support::auth::pg_url_for(&role.name, &role.password, "");
     let config = o.write_config_with_url(&url, "").display().to_string();
 
     // init --grant leaves role attributes to a superuser: it prints them.
@@ -438,7 +436,7 @@ async fn a_publication_with_tables_the_role_cannot_see_is_read_by_check_and_run(
     assert_eq!(code, Some(0), "{}", text(&output));
 
     // The relay resolves the same publication at start and delivers.
-    let relay = RunningRelay::start(o.settings());
+    let relay = Relay::in_process(o.settings());
     let mut writer = o.writer().await;
     let committed = o
         .commit_events(&mut writer, 3, 1, 3, &mut Default::default())
@@ -487,7 +485,7 @@ async fn check_reports_a_slot_held_by_another_process() {
     let config = o.write_config("");
     // Another reader: a relay under another application_name than the one
     // this config's relay would show.
-    let other = RunningRelay::start(o.settings());
+    let other = Relay::in_process(o.settings());
     wait_until(
         "the other reader holds the slot",
         Duration::from_secs(30),
@@ -643,7 +641,7 @@ async fn status_shows_the_lag_falling_while_a_backlog_drains() {
     });
 
     // Drain it: the lag falls, and status names the relay holding the slot.
-    let relay = RunningRelay::start(o.settings());
+    let relay = Relay::in_process(o.settings());
     let mut lags = vec![backlog];
     let mut holder_seen = None;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
@@ -818,7 +816,7 @@ async fn the_operator_session_keeps_the_relays_tls_and_channel_binding() {
     let password = "relay-test-password";
     let ca = env("PG_CA_CERT");
     // Verified TLS, bound SCRAM: the connection is what the stream's would be.
-    let bound = support::relay_probe::pg_url_at(
+    let bound = support::auth::pg_url_at(
         "localhost",
         "relay",
         password,
@@ -834,7 +832,7 @@ async fn the_operator_session_keeps_the_relays_tls_and_channel_binding() {
     assert_eq!(code, Some(0), "{}", text(&output));
     // And refused for the same reasons: verify-full without a CA to verify against.
     let unverifiable =
-        support::relay_probe::pg_url_at("localhost", "relay", password, "sslmode=verify-full");
+        support::auth::pg_url_at("localhost", "relay", password, "sslmode=verify-full");
     let (code, items, output) = check(&o.write_config_with_url(&unverifiable, "")).await;
     assert_eq!(code, Some(1), "{}", text(&output));
     let connection = item(&items, "postgres.connection");
@@ -850,7 +848,7 @@ async fn the_operator_session_keeps_the_relays_tls_and_channel_binding() {
     assert!(!String::from_utf8_lossy(&output.stdout).contains(password));
     // channel_binding=require without TLS is refused with the config, before
     // any connection (so before the password could leave), naming the fix.
-    let plain = support::relay_probe::pg_url_for(
+    let plain = support::auth::pg_url_for(
         "relay",
         password,
         "sslmode=disable&channel_binding=require",

@@ -13,21 +13,14 @@ use std::time::{Duration, Instant};
 
 use outbox_relay::envelope::ContentMode;
 use outbox_relay::lsn::Lsn;
-use crate::support::relay_probe::*;
+use crate::support::auth::*;
+use crate::support::http::*;
 use crate::support::*;
 
-const DEADLINE: Duration = Duration::from_secs(120);
 /// How long a refused start may take to exit: "fast", with room for a
 /// loaded 2-core machine (connect timeout is 10 s; a retry loop would not
 /// end at all).
 const FAST_EXIT: Duration = Duration::from_secs(15);
-
-fn report_wall_time(case: &str, started: Instant) {
-    println!(
-        "wall-time: case={case} secs={:.1}",
-        started.elapsed().as_secs_f64()
-    );
-}
 
 /// Count of committed outbox rows now (what the writers have committed).
 async fn committed_rows(outbox: &TestOutbox) -> i64 {
@@ -51,7 +44,7 @@ async fn walsender_terminated_repeatedly_reconnects_and_loses_nothing() {
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 3).await;
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let mut loadgen = outbox.start_loadgen(&[
         "--events",
         "20000",
@@ -114,7 +107,7 @@ async fn second_relay_on_the_slot_waits_then_takes_over_exactly_once() {
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
 
-    let a = RelayProcess::start(&config);
+    let mut a = Relay::process(&config);
     wait_until("relay A to hold the slot", DEADLINE, || {
         outbox.slot_active()
     })
@@ -125,7 +118,7 @@ async fn second_relay_on_the_slot_waits_then_takes_over_exactly_once() {
         .await;
     consume_all_ids(&topic, &committed, DEADLINE).await;
 
-    let b = RelayProcess::start(&config);
+    let mut b = Relay::process(&config);
     b.wait_for_log("in use by another process", DEADLINE).await;
     committed.extend(
         outbox
@@ -192,7 +185,7 @@ async fn long_transaction_across_a_relay_restart(stop: Stop) {
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 3).await;
     let config = outbox.write_config("");
-    let relay = RelayProcess::start(&config);
+    let relay = Relay::process(&config);
     wait_until("the relay to hold the slot", DEADLINE, || {
         outbox.slot_active()
     })
@@ -246,7 +239,7 @@ async fn long_transaction_across_a_relay_restart(stop: Stop) {
                 },
             )
             .await;
-            let r = relay.take().unwrap();
+            let mut r = relay.take().unwrap();
             match stop {
                 Stop::Kill9 => r.kill9(),
                 Stop::Sigterm => {
@@ -261,7 +254,7 @@ async fn long_transaction_across_a_relay_restart(stop: Stop) {
     let committed = outbox.committed_from_table().await;
     assert_eq!(committed.len(), 4000 + 2000);
 
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     consume_all_ids(&topic, &committed, DEADLINE).await;
     let status = relay.terminate().await;
     assert!(status.success(), "graceful exit: {status:?}");
@@ -295,7 +288,7 @@ async fn sigterm_in_the_middle_of_a_large_transaction_finishes_it_first() {
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 3).await;
     let config = outbox.write_config("");
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     wait_until("the relay to hold the slot", DEADLINE, || {
         outbox.slot_active()
     })
@@ -320,7 +313,7 @@ async fn sigterm_in_the_middle_of_a_large_transaction_finishes_it_first() {
         topic_len(&topic).await >= 500
     })
     .await;
-    let log = relay.log.clone();
+    let log = relay.log_path().to_path_buf();
     let status = relay.terminate().await;
     assert!(status.success(), "SIGTERM exits 0: {status:?}");
     let log = std::fs::read_to_string(log).unwrap();
@@ -339,7 +332,7 @@ async fn sigterm_in_the_middle_of_a_large_transaction_finishes_it_first() {
         "the final status update confirmed the transaction: {confirmed} <= {before_commit}"
     );
 
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     let mut committed = outbox.committed_from_table().await;
     let mut seqs = HashMap::new();
     let more = outbox.commit_events(&mut writer, 10, 1, 5, &mut seqs).await;
@@ -378,7 +371,7 @@ async fn million_row_transaction_streams_in_bounded_memory_and_confirms_after_it
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 4).await;
     let config = outbox.write_config("");
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     wait_until("the relay to hold the slot", DEADLINE, || {
         outbox.slot_active()
     })
@@ -524,7 +517,7 @@ async fn ignored_changes_are_counted_in_metrics_and_health_is_ok_while_streaming
         .unwrap();
     let port = free_port();
     let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     wait_until("/health to answer 200", DEADLINE, || async {
         http_get(port, "/health")
             .await
@@ -614,7 +607,7 @@ async fn alter_table_add_column_streams_on_and_dropped_mapped_column_dead_letter
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 3).await;
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let t = outbox.table.clone();
 
     // (a) A nullable column added while events stream.
@@ -758,7 +751,7 @@ async fn round_trip_tricky_payloads(mode: ContentMode) {
     let topic = outbox.topic("order");
     let mut settings = outbox.settings();
     settings.envelope.mode = mode;
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     let mut committed = Vec::new();
     let mut expected: HashMap<String, String> = HashMap::new();
     for (seq, payload) in tricky_payloads().iter().enumerate() {
@@ -855,7 +848,7 @@ async fn expect_fast_refusal(config: &std::path::Path) -> String {
 /// [`FAST_EXIT`] and no retry; returns the log.
 async fn expect_fast_exit(config: &std::path::Path, code: i32) -> String {
     let started = Instant::now();
-    let mut relay = RelayProcess::start(config);
+    let mut relay = Relay::process(config);
     let status = relay.wait(FAST_EXIT).await;
     let log = relay.log_text();
     assert!(
@@ -918,7 +911,7 @@ async fn login_revoked_mid_stream_exits_with_a_clear_message() {
     let topic = outbox.topic("order");
     let role = TestRole::create(&outbox, "LOGIN REPLICATION", "revoked-pw").await;
     let config = outbox.write_config_with_url(&pg_url_for(&role.name, &role.password, ""), "");
-    let mut relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     let mut writer = outbox.writer().await;
     let committed = outbox
         .commit_events(&mut writer, 50, 2, 10, &mut HashMap::new())
@@ -976,7 +969,7 @@ async fn tls_delivers(case: &str, conninfo: &str) {
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
     let config = outbox.write_config_with_url(conninfo, "");
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     wait_until("the relay to hold the slot", DEADLINE, || {
         outbox.slot_active()
     })
@@ -1095,7 +1088,7 @@ async fn sslrootcert_file_is_the_only_trust_and_system_means_the_system_store() 
         ),
     );
     let config = outbox.write_config_with_url(&url, "");
-    let mut relay = RelayProcess::start_with_env(&config, &system_store);
+    let mut relay = Relay::process_with_env(&config, &system_store);
     let status = relay.wait(FAST_EXIT).await;
     let log = relay.log_text();
     assert_eq!(status.code(), Some(1), "refused: {log}");
@@ -1109,7 +1102,7 @@ async fn sslrootcert_file_is_the_only_trust_and_system_means_the_system_store() 
         "sslrootcert=system",
     );
     let config = outbox.write_config_with_url(&url, "");
-    let relay = RelayProcess::start_with_env(&config, &system_store);
+    let mut relay = Relay::process_with_env(&config, &system_store);
     let mut writer = outbox.writer().await;
     let committed = outbox
         .commit_events(&mut writer, 10, 2, 5, &mut HashMap::new())
@@ -1169,7 +1162,7 @@ fn edit_config(path: &std::path::Path, line: &str, replacement: &str) {
 /// Starts a relay at trace level with `config`, waits for it to exit with
 /// `code` within [`FAST_EXIT`], returns its output.
 async fn refused_run(config: &std::path::Path, code: i32, says: &str) -> String {
-    let mut relay = RelayProcess::start_with_log(config, "trace");
+    let mut relay = Relay::process_with_log(config, "trace");
     let status = relay.wait(FAST_EXIT).await;
     let log = relay.log_text();
     assert_eq!(status.code(), Some(code), "exit code\n{log}");
@@ -1210,8 +1203,8 @@ async fn canary_secrets_never_appear_in_trace_logs() {
 
     // Start path, URL form. A full cycle: connect, deliver, reconnect after a
     // walsender kill, graceful stop; everything logged at trace level.
-    let relay = RelayProcess::start_with_log(&config, "trace");
-    let cycle_log = relay.log.clone();
+    let mut relay = Relay::process_with_log(&config, "trace");
+    let cycle_log = relay.log_path().to_path_buf();
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let mut committed = outbox.commit_events(&mut writer, 20, 2, 5, &mut seqs).await;
@@ -1233,10 +1226,10 @@ async fn canary_secrets_never_appear_in_trace_logs() {
 
     // Start path, key=value form.
     let kv_config = outbox.write_config_with_url(&key_value, &kafka_secrets);
-    let relay = RelayProcess::start_with_log(&kv_config, "trace");
+    let mut relay = Relay::process_with_log(&kv_config, "trace");
     committed.extend(outbox.commit_events(&mut writer, 10, 2, 5, &mut seqs).await);
     consume_all_ids(&topic, &committed, DEADLINE).await;
-    let kv_log = relay.log.clone();
+    let kv_log = relay.log_path().to_path_buf();
     assert!(relay.terminate().await.success());
     check(
         "start, key=value form",
@@ -1256,10 +1249,10 @@ async fn canary_secrets_never_appear_in_trace_logs() {
             free_port()
         ),
     );
-    let relay = RelayProcess::start_with_log(&unreachable, "trace");
+    let mut relay = Relay::process_with_log(&unreachable, "trace");
     outbox.commit_events(&mut writer, 4, 2, 2, &mut seqs).await;
     relay.wait_for_log("delivery failed", DEADLINE).await;
-    let unreachable_log = relay.log.clone();
+    let unreachable_log = relay.log_path().to_path_buf();
     relay.terminate().await;
     check(
         "broker unreachable",

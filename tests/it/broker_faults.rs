@@ -17,28 +17,18 @@ use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use crate::support::mock::*;
 use crate::support::*;
 
-const DEADLINE: Duration = Duration::from_secs(90);
 
-/// What `pg_replication_slots` says about the test's slot: the walsender
-/// holding it (a new pid means the relay reconnected and re-read from the
-/// slot) and its confirmed_flush_lsn.
-async fn slot_state(outbox: &TestOutbox) -> (Option<i32>, Option<Lsn>) {
-    let row = outbox
-        .admin
-        .query_one(
-            "SELECT active_pid, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-            &[&outbox.slot],
-        )
-        .await
-        .expect("slot exists");
-    let confirmed: Option<String> = row.get(1);
-    (row.get(0), confirmed.map(|t| t.parse().expect("lsn")))
+/// What `pg_replication_slots` says about the test's slot, which must
+/// exist: the walsender holding it (a new pid means the relay reconnected
+/// and re-read from the slot) and its confirmed_flush_lsn.
+async fn slot_now(outbox: &TestOutbox) -> SlotState {
+    outbox.slot().await.expect("slot exists")
 }
 
 async fn walsender_pid(outbox: &TestOutbox) -> i32 {
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
-        if let Some(pid) = slot_state(outbox).await.0 {
+        if let Some(pid) = slot_now(outbox).await.active_pid {
             return pid;
         }
         assert!(
@@ -51,7 +41,7 @@ async fn walsender_pid(outbox: &TestOutbox) -> i32 {
 
 async fn wait_confirmed(outbox: &TestOutbox, at_least: Lsn, what: &str) {
     wait_until(what, DEADLINE, || async {
-        slot_state(outbox).await.1.is_some_and(|c| c >= at_least)
+        slot_now(outbox).await.confirmed_flush_lsn.is_some_and(|c| c >= at_least)
     })
     .await;
 }
@@ -128,7 +118,7 @@ async fn stream_through_produce_errors(
 
     let (logs, _guard) = LogCapture::start();
     let rig = MockRig::start(3, 6).await;
-    let relay = RunningRelay::start(rig.settings());
+    let relay = Relay::in_process(rig.settings());
     let outbox = &rig.outbox;
     let pid = walsender_pid(outbox).await;
     let mut writer = outbox.writer().await;
@@ -152,7 +142,7 @@ async fn stream_through_produce_errors(
     )
     .await;
     assert_eq!(
-        slot_state(outbox).await.0,
+        slot_now(outbox).await.active_pid,
         Some(pid),
         "{case}: the relay never rewound (same walsender throughout); log:\n{}",
         logs.text()
@@ -241,7 +231,7 @@ async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() 
     }
     let mut settings = rig.settings();
     settings.sink.message_timeout_ms = 2000;
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     let outbox = &rig.outbox;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
@@ -286,7 +276,11 @@ async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() 
             "the relay did not rewind twice within 40 s of broker 1 going down; log:\n{}",
             logs.text()
         );
-        let (pid, confirmed) = slot_state(outbox).await;
+        let SlotState {
+            active_pid: pid,
+            confirmed_flush_lsn: confirmed,
+            ..
+        } = slot_now(outbox).await;
         samples += 1;
         let confirmed = confirmed.expect("slot has a confirmed_flush_lsn");
         assert!(
@@ -333,7 +327,7 @@ async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() 
 async fn rewind_through_produce_errors(case: &str, errors: &[RDKafkaRespErr]) -> Vec<String> {
     let (logs, _guard) = LogCapture::start();
     let rig = MockRig::start(3, 6).await;
-    let relay = RunningRelay::start(rig.settings());
+    let relay = Relay::in_process(rig.settings());
     let outbox = &rig.outbox;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
@@ -453,7 +447,7 @@ async fn case5_permanent_produce_error_leaves_no_gap() {
 async fn case5_persistent_produce_error_backs_off_then_recovers() {
     let (logs, _guard) = LogCapture::start();
     let rig = MockRig::start(3, 6).await;
-    let relay = RunningRelay::start(rig.settings());
+    let relay = Relay::in_process(rig.settings());
     let outbox = &rig.outbox;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
@@ -648,8 +642,8 @@ async fn refuse_next_event(
     rig: &MockRig,
     relay_settings: outbox_relay::relay::RelaySettings,
     errors: &[RDKafkaRespErr],
-) -> (RunningRelay, Lsn, Vec<Committed>, HashMap<String, i64>) {
-    let relay = RunningRelay::start(relay_settings);
+) -> (Relay, Lsn, Vec<Committed>, HashMap<String, i64>) {
+    let relay = Relay::in_process(relay_settings);
     let outbox = &rig.outbox;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
@@ -688,7 +682,7 @@ async fn refused_produce_stops_the_relay(case: &str, error: RDKafkaRespErr) -> S
         msg.contains(&format!("\"{}\"", rig.topic)),
         "{case}: the error names the topic: {msg}"
     );
-    let confirmed = slot_state(&rig.outbox).await.1.expect("slot confirmed");
+    let confirmed = slot_now(&rig.outbox).await.confirmed_flush_lsn.expect("slot confirmed");
     assert!(
         confirmed < refused_end,
         "{case}: confirmed_flush_lsn {confirmed} reached the refused transaction's end {refused_end}"
@@ -756,7 +750,7 @@ async fn cluster_authorization_refused_for_the_producer_id_is_fatal() {
         RDKafkaApiKey::InitProducerId,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED; 20],
     );
-    let relay = RunningRelay::start(rig.settings());
+    let relay = Relay::in_process(rig.settings());
     let outbox = &rig.outbox;
     let mut writer = outbox.writer().await;
     outbox
@@ -850,7 +844,7 @@ fn metrics_handle() -> metrics_exporter_prometheus::PrometheusHandle {
 /// answers 503 with the reason, and 200 again once events are confirmed.
 #[tokio::test]
 async fn health_turns_503_after_retrying_without_progress_and_200_after_progress() {
-    use crate::support::relay_probe::http_get;
+    use crate::support::http::http_get;
     let (logs, _guard) = LogCapture::start();
     let handle = metrics_handle();
     let rig = MockRig::start(1, 3).await;
@@ -867,7 +861,7 @@ async fn health_turns_503_after_retrying_without_progress_and_200_after_progress
         handle.clone(),
         health.clone(),
     ));
-    let relay = RunningRelay::start_with_health(settings, health);
+    let relay = Relay::in_process_with_health(settings, health);
     let outbox = &rig.outbox;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
@@ -899,7 +893,7 @@ async fn health_turns_503_after_retrying_without_progress_and_200_after_progress
         "every retry logs its reason: {retries:?}"
     );
     let rendered = handle.render();
-    let timeouts = crate::support::relay_probe::metric_value(
+    let timeouts = crate::support::http::metric_value(
         &rendered,
         "outbox_relay_delivery_failures_total",
         "reason=\"message_timeout\"",

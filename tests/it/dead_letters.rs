@@ -5,10 +5,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use outbox_relay::envelope::ContentMode;
 use crate::support::*;
 
-const DEADLINE: Duration = Duration::from_secs(120);
 
 /// Checks what a consumer of the topic sees against what was committed:
 /// every id exactly once, in per-aggregate commit order, nothing extra.
@@ -47,7 +45,7 @@ async fn ten_thousand_events_exactly_once_in_order_then_graceful_restart_adds_no
     let topic = outbox.topic("order");
     // Topics are often created ahead with many partitions: never assume one.
     outbox.create_topic(&topic, 6).await;
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
 
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
@@ -98,7 +96,7 @@ async fn ten_thousand_events_exactly_once_in_order_then_graceful_restart_adds_no
     );
 
     // Restart after a graceful stop: nothing is sent twice.
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let more = outbox
         .commit_events(&mut writer, 1, 1, 100, &mut seqs)
         .await;
@@ -115,9 +113,7 @@ async fn ten_thousand_events_exactly_once_in_order_then_graceful_restart_adds_no
 async fn structured_mode_writes_cloudevents_json() {
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
-    let mut settings = outbox.settings();
-    settings.envelope.mode = ContentMode::Structured;
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(outbox.settings_with(r#"mode = "structured""#));
     let mut writer = outbox.writer().await;
     let committed = outbox
         .commit_events(&mut writer, 10, 5, 7, &mut HashMap::new())
@@ -149,7 +145,7 @@ async fn structured_mode_writes_cloudevents_json() {
 async fn updates_deletes_truncates_are_ignored_and_deleted_inserts_still_published() {
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let t = &outbox.table;
     let ids: Vec<String> = (0..3).map(|_| uuid::Uuid::new_v4().to_string()).collect();
     outbox
@@ -196,7 +192,7 @@ async fn bad_rows_go_to_the_dead_letter_topic_and_the_stream_goes_on() {
         .sink
         .properties
         .push(("message.max.bytes".into(), "20000".into()));
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     let t = &outbox.table;
     let not_json = uuid::Uuid::new_v4().to_string();
     let null_key = uuid::Uuid::new_v4().to_string();
@@ -284,7 +280,7 @@ async fn dropped_slot_is_a_fatal_error_naming_it() {
         .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
         .await
         .unwrap();
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let err = relay
         .join(Duration::from_secs(30))
         .await
@@ -301,7 +297,7 @@ async fn idle_outbox_on_a_busy_database_still_advances_the_slot() {
     let outbox = TestOutbox::create("jsonb").await;
     let mut settings = outbox.settings();
     settings.heartbeat_interval = Some(Duration::from_secs(1));
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     // Other tables write WAL; the outbox writes nothing.
     let busy = random_name("busy");
     outbox
@@ -344,7 +340,7 @@ async fn broker_side_size_limit_dead_letters_the_record_and_keeps_order() {
     outbox
         .create_topic_with_config(&topic, 3, &[("max.message.bytes", "20000")])
         .await;
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let t = &outbox.table;
     let ids: Vec<String> = (0..4).map(|_| uuid::Uuid::new_v4().to_string()).collect();
     let big = format!("{{\"seq\":2,\"blob\":\"{}\"}}", "x".repeat(50_000));
@@ -421,9 +417,7 @@ async fn wait_slot_past(outbox: &TestOutbox, after: outbox_relay::lsn::Lsn, what
 async fn null_key_dead_letter_keeps_the_payload_and_the_mapped_columns() {
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
-    let mut settings = outbox.settings();
-    settings.columns.headers = vec![("seq".into(), "seq".into())];
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(outbox.settings_with("[postgres.header_columns]\nseq = \"seq\""));
     let t = &outbox.table;
     let bad = uuid::Uuid::new_v4().to_string();
     let good = uuid::Uuid::new_v4().to_string();
@@ -503,7 +497,7 @@ async fn too_large_for_its_topic_is_dead_lettered_with_its_payload() {
     outbox
         .create_topic_with_config(&outbox.dlq_topic, 1, &[("max.message.bytes", "400000")])
         .await;
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let big = format!("{{\"blob\": \"{}\"}}", "y".repeat(60_000));
     let (big_id, later) = insert_big_then_small(&outbox, &big, 3).await;
     let after = outbox.current_wal_lsn().await;
@@ -551,7 +545,7 @@ async fn too_large_for_the_dead_letter_topic_too_goes_headers_only_and_the_strea
     outbox
         .create_topic_with_config(&outbox.dlq_topic, 1, &[("max.message.bytes", "20000")])
         .await;
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let big = format!("{{\"blob\": \"{}\"}}", "z".repeat(60_000));
     let (big_id, later) = insert_big_then_small(&outbox, &big, 3).await;
     let after = outbox.current_wal_lsn().await;
@@ -627,7 +621,7 @@ async fn missing_topic_without_auto_creation_stops_the_relay_naming_it_and_the_f
     outbox.create_topic(&outbox.dlq_topic, 1).await;
     let mut settings = outbox.settings();
     without_topic_auto_creation(&mut settings);
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     let ghost = outbox.topic("ghost");
     let (_, commit_end) = insert_watched(&outbox, "ghost").await;
     let err = relay
@@ -659,7 +653,7 @@ async fn missing_topic_with_on_unroutable_dead_letter_dead_letters_the_event_and
     let mut settings = outbox.settings();
     without_topic_auto_creation(&mut settings);
     settings.on_unroutable = outbox_relay::sink::OnUnroutable::DeadLetter;
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     let (ghost_id, _) = insert_watched(&outbox, "ghost").await;
     let (order_id, _) = insert_watched(&outbox, "order").await;
     let after = outbox.current_wal_lsn().await;
@@ -694,7 +688,7 @@ async fn missing_dead_letter_topic_stops_the_relay_at_start_naming_it_and_the_fi
     without_topic_auto_creation(&mut settings);
     let before = outbox.confirmed_flush_lsn().await;
     // No row at all: the relay must find out before the first dead letter.
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     let err = relay
         .join(Duration::from_secs(30))
         .await
@@ -735,7 +729,7 @@ async fn sasl_refused_by_the_broker_stops_the_relay() {
         ]
         .map(|(k, v)| (k.to_string(), v.to_string())),
     );
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     let (_, commit_end) = insert_watched(&outbox, "order").await;
     let err = relay
         .join(Duration::from_secs(30))

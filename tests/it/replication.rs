@@ -18,18 +18,14 @@ use outbox_relay::replication::{
     StreamItem,
 };
 use tokio::time::{Instant, sleep, timeout};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
+use crate::support::services::{self, Shared};
 use crate::support::tls::{ThrowawayCa, tls_man_in_the_middle};
+use crate::support::{env, pg_admin, slot_state};
 
 /// Long enough for anything that should happen "at once" on loopback.
 const WAIT: Duration = Duration::from_secs(5);
-
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run under `make test` or eval \"$(scripts/services up)\"")
-    })
-}
 
 /// Host, port, database and relay credentials, from `PG_RELAY_URL`.
 struct Server {
@@ -69,14 +65,6 @@ impl Server {
     }
 }
 
-async fn admin_client() -> Client {
-    let (client, connection) = tokio_postgres::connect(&env("PG_URL"), NoTls)
-        .await
-        .expect("admin connection to PG_URL");
-    tokio::spawn(connection);
-    client
-}
-
 /// A table in the publication, one outside it, the publication and the slot.
 struct Fixture {
     admin: Client,
@@ -85,18 +73,22 @@ struct Fixture {
     publication: String,
     slot: String,
     server: Server,
+    /// No test stops PostgreSQL under this one.
+    _services: Shared,
 }
 
 impl Fixture {
     async fn new() -> Fixture {
+        let services = services::shared().await;
         let suffix = uuid::Uuid::new_v4().simple().to_string()[..12].to_owned();
         let fixture = Fixture {
-            admin: admin_client().await,
+            admin: pg_admin().await,
             table: format!("repl_outbox_{suffix}"),
             other_table: format!("repl_other_{suffix}"),
             publication: format!("repl_pub_{suffix}"),
             slot: format!("repl_slot_{suffix}"),
             server: Server::from_env(),
+            _services: services,
         };
         // Separate statements: a slot cannot be created in a transaction
         // that already wrote (and a multi-statement batch is one transaction).
@@ -157,26 +149,18 @@ impl Fixture {
     }
 
     async fn slot_confirmed_flush(&self) -> Lsn {
-        let row = self
-            .admin
-            .query_one(
-                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = $1",
-                &[&self.slot],
-            )
+        slot_state(&self.admin, &self.slot)
             .await
-            .unwrap();
-        row.get::<_, String>(0).parse().unwrap()
+            .expect("slot exists")
+            .confirmed_flush_lsn
+            .expect("slot has a confirmed_flush_lsn")
     }
 
     async fn slot_active_pid(&self) -> Option<i32> {
-        self.admin
-            .query_one(
-                "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
-                &[&self.slot],
-            )
+        slot_state(&self.admin, &self.slot)
             .await
-            .unwrap()
-            .get(0)
+            .expect("slot exists")
+            .active_pid
     }
 
     /// Polls the slot until `confirmed_flush_lsn` equals `expected`,

@@ -5,10 +5,9 @@
 use std::time::Duration;
 
 use crate::support::proxy::StallProxy;
-use crate::support::relay_probe::{self, topic_len};
+use crate::support::{http, services};
 use crate::support::*;
 
-const DEADLINE: Duration = Duration::from_secs(120);
 
 /// A relay config with the default status interval (10 s) instead of the
 /// tests' 1 s, so that what a crash re-sends is what users would see.
@@ -47,7 +46,7 @@ async fn kill_9_under_steady_load_resends_at_most_about_a_second_of_it() {
         "40",
     ]);
     for _ in 0..KILLS {
-        let relay = RelayProcess::start(&config);
+        let relay = Relay::process(&config);
         // Let it stream for about 1.5 s of load past what it found, then crash it.
         let target = topic_len(&topic).await + RATE * 3 / 2;
         wait_until("the relay to publish 1.5 s of load", DEADLINE, || async {
@@ -56,7 +55,7 @@ async fn kill_9_under_steady_load_resends_at_most_about_a_second_of_it() {
         .await;
         relay.kill9();
     }
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     wait_child(&mut load, DEADLINE).await;
     let committed = outbox.committed_from_table().await;
     consume_all_ids(&topic, &committed, DEADLINE).await;
@@ -80,6 +79,7 @@ async fn kill_9_under_steady_load_resends_at_most_about_a_second_of_it() {
 /// 2026 from January to March), its business table, a publication with or
 /// without `publish_via_partition_root`, and a slot.
 async fn partitioned_outbox(via_root: bool) -> TestOutbox {
+    let services = services::shared().await;
     let admin = pg_admin().await;
     let table = random_name("outbox");
     let publication = random_name("pub");
@@ -118,16 +118,7 @@ async fn partitioned_outbox(via_root: bool) -> TestOutbox {
         )
         .await
         .expect("create slot");
-    let topic_prefix = random_name("t");
-    let dlq_topic = format!("{topic_prefix}.dlq");
-    TestOutbox {
-        admin,
-        table,
-        publication,
-        slot,
-        topic_prefix,
-        dlq_topic,
-    }
+    TestOutbox::from_parts(services, admin, table, publication, slot)
 }
 
 /// Commits `txns` transactions of `rows` outbox rows each, the rows spread
@@ -181,7 +172,7 @@ async fn partitioned_outbox_delivers_every_row_once_in_order(via_root: bool) {
     let outbox = partitioned_outbox(via_root).await;
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 3).await;
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     let mut committed =
@@ -236,7 +227,7 @@ async fn a_two_phase_slot_is_refused_at_start() {
         ))
         .await
         .unwrap();
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let err = relay
         .join(Duration::from_secs(30))
         .await
@@ -251,7 +242,7 @@ async fn a_two_phase_slot_is_refused_at_start() {
 
 /// Runs the relay with `settings` and returns its fatal error's text.
 async fn fatal_start_error(settings: outbox_relay::relay::RelaySettings) -> String {
-    RunningRelay::start(settings)
+    Relay::in_process(settings)
         .join(Duration::from_secs(30))
         .await
         .expect_err("the relay refuses to start")
@@ -308,7 +299,7 @@ async fn a_missing_outbox_table_is_refused_naming_it() {
 async fn a_renamed_outbox_table_keeps_streaming() {
     let mut outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
-    let relay = RunningRelay::start(outbox.settings());
+    let relay = Relay::in_process(outbox.settings());
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     let mut committed = outbox.commit_events(&mut writer, 20, 2, 5, &mut seqs).await;
@@ -340,14 +331,7 @@ async fn a_renamed_outbox_table_keeps_streaming() {
         outbox.slot_active()
     })
     .await;
-    outbox
-        .admin
-        .execute(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE slot_name = $1",
-            &[&outbox.slot],
-        )
-        .await
-        .unwrap();
+    outbox.terminate_slot_holder().await;
     committed.extend(outbox.commit_events(&mut writer, 20, 2, 5, &mut seqs).await);
     let want = committed.len();
     let received = consume(&topic, DEADLINE, move |r| r.len() >= want).await;
@@ -373,7 +357,7 @@ async fn a_publication_for_all_tables_publishes_only_the_outbox() {
     let topic = outbox.topic("order");
     let mut settings = outbox.settings();
     settings.replication.publication = all.clone();
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     let committed = outbox.commit_events(&mut writer, 50, 2, 5, &mut seqs).await;
@@ -396,8 +380,8 @@ async fn a_publication_for_all_tables_publishes_only_the_outbox() {
 }
 
 /// A relay process behind `proxy`, serving /metrics on a port of its own.
-fn start_relay_behind(outbox: &TestOutbox, proxy: &StallProxy) -> (RelayProcess, u16) {
-    let metrics_port = relay_probe::free_port();
+fn start_relay_behind(outbox: &TestOutbox, proxy: &StallProxy) -> (Relay, u16) {
+    let metrics_port = free_port();
     let url = format!(
         "postgres://relay:relay-test-password@127.0.0.1:{}/postgres",
         proxy.addr().port()
@@ -406,14 +390,14 @@ fn start_relay_behind(outbox: &TestOutbox, proxy: &StallProxy) -> (RelayProcess,
         &url,
         &format!("[relay]\nmetrics_addr = \"127.0.0.1:{metrics_port}\""),
     );
-    (RelayProcess::start(&config), metrics_port)
+    (Relay::process(&config), metrics_port)
 }
 
 async fn metric(port: u16, name: &str) -> f64 {
-    let (_, body) = relay_probe::http_get(port, "/metrics")
+    let (_, body) = http::http_get(port, "/metrics")
         .await
         .expect("/metrics answers");
-    relay_probe::metric_value(&body, name, "")
+    http::metric_value(&body, name, "")
 }
 
 /// An address nothing listens on: connections are refused at once.
@@ -491,20 +475,6 @@ async fn a_slot_advanced_behind_the_relays_back_is_warned_and_counted() {
     outbox.drop_all().await;
 }
 
-/// `scripts/services <args>`; returns its stdout.
-fn services(args: &[&str]) -> String {
-    let out = std::process::Command::new(env("OUTBOX_RELAY_SERVICES"))
-        .args(args)
-        .output()
-        .expect("run scripts/services");
-    assert!(
-        out.status.success(),
-        "scripts/services {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
 async fn connect_port(port: &str) -> tokio_postgres::Client {
     let (client, conn) = tokio_postgres::connect(
         &format!("postgres://postgres@127.0.0.1:{port}/postgres"),
@@ -544,8 +514,8 @@ async fn after_a_failover_to_a_promoted_standby_new_commits_are_not_taken_for_re
     consume_all_ids(&topic, &on_old, DEADLINE).await;
 
     let standby = random_name("failover");
-    let standby_port = services(&["standby-create", &standby]).trim().to_owned();
-    services(&["standby-promote", &standby]);
+    let standby_port = services::standby_create(&standby);
+    services::standby_promote(&standby);
     // The old primary goes on for a while (as it does until fenced): the
     // relay confirms positions there far above the fork.
     let fork_seqs = seqs.clone();
@@ -565,14 +535,7 @@ async fn after_a_failover_to_a_promoted_standby_new_commits_are_not_taken_for_re
     // Fresh aggregates on the new primary, so per-aggregate order is judged
     // on what the new primary committed alone.
     new_seqs.clear();
-    let new_outbox = TestOutbox {
-        admin: new_primary,
-        table: outbox.table.clone(),
-        publication: outbox.publication.clone(),
-        slot: outbox.slot.clone(),
-        topic_prefix: outbox.topic_prefix.clone(),
-        dlq_topic: outbox.dlq_topic.clone(),
-    };
+    let new_outbox = outbox.on_server(new_primary);
     let _before_slot = new_outbox
         .commit_events(&mut new_writer, 5, 2, 7, &mut new_seqs)
         .await;
@@ -614,6 +577,6 @@ async fn after_a_failover_to_a_promoted_standby_new_commits_are_not_taken_for_re
     );
 
     drop(new_outbox);
-    services(&["standby-remove", &standby]);
+    services::standby_remove(&standby);
     outbox.drop_all().await;
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crate::support::*;
 
-const DEADLINE: Duration = Duration::from_secs(120);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_seeded_moments_loses_nothing() {
@@ -24,7 +23,7 @@ async fn kill_9_at_seeded_moments_loses_nothing() {
         .unwrap_or(7);
     let kills = 3;
     for round in 0..kills {
-        let relay = RelayProcess::start(&config);
+        let relay = Relay::process(&config);
         committed.extend(
             outbox
                 .commit_events(&mut writer, 300, 3, 40, &mut seqs)
@@ -35,7 +34,7 @@ async fn kill_9_at_seeded_moments_loses_nothing() {
         consume(&topic, DEADLINE, move |r| r.len() >= at).await;
         relay.kill9();
     }
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     consume_all_ids(&topic, &committed, DEADLINE).await;
     let status = relay.terminate().await;
     assert!(
@@ -55,7 +54,7 @@ async fn sigterm_mid_stream_drains_and_restart_yields_no_duplicate() {
     let config = outbox.write_config("");
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     let mut committed = outbox
         .commit_events(&mut writer, 200, 10, 20, &mut seqs)
         .await;
@@ -63,7 +62,7 @@ async fn sigterm_mid_stream_drains_and_restart_yields_no_duplicate() {
     consume(&topic, DEADLINE, |r| r.len() >= 100).await;
     let status = relay.terminate().await;
     assert!(status.success(), "SIGTERM exits 0: {status:?}");
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     committed.extend(
         outbox
             .commit_events(&mut writer, 10, 1, 20, &mut seqs)
@@ -91,7 +90,7 @@ async fn missing_slot_exits_non_zero_naming_the_slot() {
         .await
         .unwrap();
     let config = outbox.write_config("");
-    let mut relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     let status = relay.wait(Duration::from_secs(30)).await;
     assert!(!status.success());
     let log = relay.log_text();
@@ -108,7 +107,7 @@ async fn missing_dead_letter_topic_exits_non_zero_with_the_fix() {
     let outbox = TestOutbox::create("jsonb").await;
     let config =
         outbox.write_config("[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"");
-    let mut relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     let status = relay.wait(Duration::from_secs(30)).await;
     assert_eq!(status.code(), Some(1), "{status:?}");
     let log = relay.log_text();

@@ -12,18 +12,11 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio_postgres::NoTls;
 
-fn env(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| {
-        panic!("{name} is not set: run under `make test` or `eval \"$(scripts/services up)\"`")
-    })
-}
-
-fn random_name(prefix: &str) -> String {
-    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
-}
+use crate::support::{env, random_name, services};
 
 #[tokio::test]
 async fn kafka_idempotent_producer_round_trip_with_headers() {
+    let _services = services::shared().await;
     let brokers = env("KAFKA_BROKERS");
     let topic = random_name("smoke");
     let producer: FutureProducer = ClientConfig::new()
@@ -73,6 +66,7 @@ async fn kafka_idempotent_producer_round_trip_with_headers() {
 
 #[tokio::test]
 async fn postgres_pgoutput_slot_sees_an_insert() {
+    let _services = services::shared().await;
     let (client, conn) = tokio_postgres::connect(&env("PG_URL"), NoTls)
         .await
         .expect("connect to PG_URL");

@@ -9,6 +9,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::support::services;
 use crate::support::*;
 
 /// A small deterministic generator (xorshift64*), so a seed replays a run.
@@ -27,15 +28,6 @@ impl Seeded {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-}
-
-fn services(cmd: &str) {
-    let status = std::process::Command::new(env("OUTBOX_RELAY_SERVICES"))
-        .arg(cmd)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("run scripts/services");
-    assert!(status.success(), "scripts/services {cmd} failed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,7 +54,9 @@ async fn soak_mixed_faults_under_steady_load() {
     println!("soak: seed={seed} duration={secs}s rate={rate}/s");
     let mut rng = Seeded(seed);
 
-    let outbox = TestOutbox::create("jsonb").await;
+    // It restarts the broker: no other test may run beside it.
+    let serial = services::exclusive().await;
+    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 6).await;
     // A short delivery timeout, so broker outages exercise the
@@ -86,7 +80,7 @@ async fn soak_mixed_faults_under_steady_load() {
         "--rows-per-txn",
         "3",
     ]);
-    let mut relay = Some(RelayProcess::start(&config));
+    let mut relay = Some(Relay::process(&config));
     let started = Instant::now();
     let (mut kills, mut broker_restarts, mut walsender_kills) = (0, 0, 0);
     while started.elapsed() < Duration::from_secs(secs) {
@@ -99,32 +93,18 @@ async fn soak_mixed_faults_under_steady_load() {
             0..=4 => {
                 relay.take().expect("relay running").kill9();
                 tokio::time::sleep(Duration::from_millis(rng.below(2000))).await;
-                relay = Some(RelayProcess::start(&config));
+                relay = Some(Relay::process(&config));
                 kills += 1;
             }
             5..=7 => {
-                let pid: Option<i32> = outbox
-                    .admin
-                    .query_one(
-                        "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
-                        &[&outbox.slot],
-                    )
-                    .await
-                    .unwrap()
-                    .get(0);
-                if let Some(pid) = pid {
-                    outbox
-                        .admin
-                        .execute("SELECT pg_terminate_backend($1)", &[&pid])
-                        .await
-                        .unwrap();
+                if outbox.terminate_slot_holder().await.is_some() {
                     walsender_kills += 1;
                 }
             }
             _ => {
-                services("stop-kafka");
+                services::output(&["stop-kafka"]);
                 tokio::time::sleep(Duration::from_millis(1000 + rng.below(5000))).await;
-                services("start-kafka");
+                services::output(&["start-kafka"]);
                 broker_restarts += 1;
             }
         }

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::free_port;
 use super::random_name;
-use super::relay_probe::free_port;
 
 /// A running cluster; `postgres` may connect over TCP without a password.
 pub struct Cluster {

@@ -1,14 +1,13 @@
 //! Support for tests against librdkafka's mock cluster (`rdkafka::mocking`):
 //! reading a topic back from the mock, checking that every injected request
-//! error was used up, what an idempotent producer makes of an error, the
-//! relay's producer driven alone, and the relay's log lines for one test.
+//! error was used up, what an idempotent producer makes of an error, and the
+//! relay's producer driven alone. (The in-process relay's log lines, which
+//! these tests read, are captured by [`super::LogCapture`].)
 //!
 //! The mock cluster lives inside the test process and dies with its
 //! `MockCluster` value: keep that value alive longer than the relay and any
 //! consumer pointed at its bootstrap servers.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -222,50 +221,5 @@ impl SinkRig {
         .expect("dropping the producer does not hang")
         .expect("drop thread");
         started.elapsed()
-    }
-}
-
-/// The log lines emitted on the current thread while the guard lives. With
-/// a current-thread runtime that is everything the in-process relay logs
-/// from its tasks (not librdkafka's own threads), and nothing from tests
-/// running beside it.
-#[derive(Clone, Default)]
-pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
-
-impl LogCapture {
-    /// Starts capturing (level INFO and above) until the guard is dropped.
-    pub fn start() -> (Self, tracing::subscriber::DefaultGuard) {
-        let capture = LogCapture::default();
-        let writer = capture.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::INFO)
-            .with_writer(move || writer.clone())
-            .finish();
-        (capture, tracing::subscriber::set_default(subscriber))
-    }
-
-    pub fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
-    }
-
-    /// The captured lines that contain `needle`.
-    pub fn lines_with(&self, needle: &str) -> Vec<String> {
-        self.text()
-            .lines()
-            .filter(|l| l.contains(needle))
-            .map(str::to_owned)
-            .collect()
-    }
-}
-
-impl Write for LogCapture {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("log buffer").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
     }
 }

@@ -1,7 +1,7 @@
 //! A TCP proxy that can make a peer unreachable *without* telling anyone:
 //! the fault of a dead router, a frozen VM or a dropped firewall state, where
-//! no RST and no FIN ever arrive and only a timeout can notice (test-plan
-//! case 8).
+//! no RST and no FIN ever arrive and only a timeout can notice (the stalled
+//! route to PostgreSQL in `service_faults`).
 //!
 //! [`StallProxy::start`] listens on `127.0.0.1:0` and forwards every accepted
 //! connection to one upstream address. [`StallProxy::stall`] stops forwarding
@@ -182,4 +182,66 @@ async fn wait_flowing(stalled: &mut watch::Receiver<bool>) {
     if stalled.wait_for(|s| !*s).await.is_err() {
         std::future::pending::<()>().await;
     }
+}
+
+/// The stalling proxy does what the stalled-route test relies on: while
+/// stalled, bytes are held back in both directions and a peer's close does
+/// not leak through (no FIN, no RST); a connection opened during the stall
+/// stalls too; resume delivers what was held; cut closes. Needs no shared
+/// service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stall_proxy_holds_bytes_and_closes_without_leaking() {
+    use std::time::Duration;
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = StallProxy::start(upstream.local_addr().unwrap()).await;
+    let short = Duration::from_millis(300);
+    let long = Duration::from_secs(5);
+    let mut buf = [0u8; 16];
+
+    let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+    let (mut server, _) = upstream.accept().await.unwrap();
+    client.write_all(b"ping").await.unwrap();
+    server.read_exact(&mut buf[..4]).await.unwrap();
+    assert_eq!(&buf[..4], b"ping");
+
+    proxy.stall();
+    server.write_all(b"pong").await.unwrap();
+    // The server goes away during the stall: the client must not see it.
+    drop(server);
+    assert!(
+        tokio::time::timeout(short, client.read(&mut buf))
+            .await
+            .is_err(),
+        "nothing, not even EOF, passes a stall"
+    );
+    let _late = TcpStream::connect(proxy.addr()).await.unwrap();
+    assert!(
+        tokio::time::timeout(short, upstream.accept())
+            .await
+            .is_err(),
+        "a connection opened during a stall does not reach the upstream"
+    );
+
+    proxy.resume();
+    tokio::time::timeout(long, client.read_exact(&mut buf[..4]))
+        .await
+        .expect("held bytes arrive on resume")
+        .unwrap();
+    assert_eq!(&buf[..4], b"pong");
+    let eof = tokio::time::timeout(long, client.read(&mut buf))
+        .await
+        .expect("the held close arrives after the bytes");
+    assert!(matches!(eof, Ok(0) | Err(_)), "{eof:?}");
+    tokio::time::timeout(long, upstream.accept())
+        .await
+        .expect("the stalled connection proceeds on resume")
+        .unwrap();
+
+    let mut client = TcpStream::connect(proxy.addr()).await.unwrap();
+    let (_server, _) = upstream.accept().await.unwrap();
+    proxy.cut();
+    let closed = tokio::time::timeout(long, client.read(&mut buf))
+        .await
+        .expect("cut closes current connections");
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
 }

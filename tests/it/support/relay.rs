@@ -1,0 +1,259 @@
+//! The relay under test, one type for both ways of running it:
+//!
+//! * [`Relay::in_process`]: `relay::run` on the test's runtime, with
+//!   settings from [`super::TestOutbox::settings`]. Its result comes back as
+//!   a value ([`Relay::stop`], [`Relay::join`]); its log lines go to the
+//!   test's tracing subscriber ([`LogCapture`]).
+//! * [`Relay::process`]: the `outbox-relay` binary with a config file, for
+//!   signals and crashes ([`Relay::terminate`], [`Relay::kill9`]); its
+//!   output goes to a log file beside the config ([`Relay::log_text`]).
+//!
+//! A method that only makes sense for one kind panics, saying so, when
+//! called on the other. A relay process still running when its `Relay` is
+//! dropped is killed, so a failing test leaves none behind.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use outbox_relay::metrics::Health;
+use outbox_relay::relay::{self, RelayError, RelaySettings};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::random_name;
+
+pub struct Relay {
+    run: Run,
+}
+
+enum Run {
+    InProcess {
+        stop: watch::Sender<bool>,
+        task: Option<JoinHandle<Result<(), RelayError>>>,
+    },
+    Process {
+        child: Child,
+        log: PathBuf,
+    },
+}
+
+impl Relay {
+    /// The relay running in-process.
+    pub fn in_process(settings: RelaySettings) -> Self {
+        Self::in_process_with_health(settings, Health::default())
+    }
+
+    /// In-process, with a /health state the test reads.
+    pub fn in_process_with_health(settings: RelaySettings, health: Health) -> Self {
+        let (stop, rx) = watch::channel(false);
+        let task = tokio::spawn(relay::run(settings, rx, health));
+        Relay {
+            run: Run::InProcess {
+                stop,
+                task: Some(task),
+            },
+        }
+    }
+
+    /// The relay binary run as a child process with `config`, at `RUST_LOG=info`.
+    pub fn process(config: &Path) -> Self {
+        Self::process_with_env(config, &[])
+    }
+
+    /// The relay binary with `RUST_LOG` set to `log_filter`.
+    pub fn process_with_log(config: &Path, log_filter: &str) -> Self {
+        Self::process_with_env(config, &[("RUST_LOG", log_filter)])
+    }
+
+    /// The relay binary with `RUST_LOG=info` and the variables `vars`
+    /// (which may set `RUST_LOG` too) in its environment.
+    pub fn process_with_env(config: &Path, vars: &[(&str, &str)]) -> Self {
+        let log = config.with_extension(format!("{}.log", random_name("run")));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(["run", "--config"])
+            .arg(config)
+            .env("RUST_LOG", "info")
+            .envs(vars.iter().copied())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("start outbox-relay");
+        Relay {
+            run: Run::Process { child, log },
+        }
+    }
+
+    /// Graceful stop of the in-process relay (as on SIGTERM); returns its
+    /// result.
+    pub async fn stop(mut self) -> Result<(), RelayError> {
+        let Run::InProcess { stop, task } = &mut self.run else {
+            panic!("stop() is for a relay in-process; a relay process stops by terminate()")
+        };
+        let _ = stop.send(true);
+        let task = task.take().expect("relay task");
+        tokio::time::timeout(Duration::from_secs(60), task)
+            .await
+            .expect("relay stops within 60 s")
+            .expect("relay task")
+    }
+
+    /// Waits for the in-process relay to end by itself (a fatal error).
+    pub async fn join(mut self, within: Duration) -> Result<(), RelayError> {
+        let Run::InProcess { task, .. } = &mut self.run else {
+            panic!("join() is for a relay in-process; wait for a relay process with wait()")
+        };
+        let task = task.take().expect("relay task");
+        tokio::time::timeout(within, task)
+            .await
+            .expect("relay ends in time")
+            .expect("relay task")
+    }
+
+    fn child(&mut self) -> &mut Child {
+        match &mut self.run {
+            Run::Process { child, .. } => child,
+            Run::InProcess { .. } => panic!("a relay in-process has no child process"),
+        }
+    }
+
+    /// The relay process's pid.
+    pub fn pid(&self) -> u32 {
+        match &self.run {
+            Run::Process { child, .. } => child.id(),
+            Run::InProcess { .. } => panic!("a relay in-process has no pid of its own"),
+        }
+    }
+
+    /// `kill -9` of the relay process, and its exit reaped.
+    pub fn kill9(mut self) {
+        let child = self.child();
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// SIGTERM to the relay process, then its exit status (bounded).
+    pub async fn terminate(&mut self) -> ExitStatus {
+        let pid = self.pid();
+        // kill(2) through the `kill` command keeps this crate free of libc.
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .unwrap();
+        self.wait(Duration::from_secs(60)).await
+    }
+
+    /// Waits for the relay process to exit by itself (bounded).
+    pub async fn wait(&mut self, within: Duration) -> ExitStatus {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(status) = self.child().try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "relay did not exit within {within:?}; log: {}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Whether the relay process is still running.
+    pub fn running(&mut self) -> bool {
+        self.child().try_wait().unwrap().is_none()
+    }
+
+    /// The relay process's log file.
+    pub fn log_path(&self) -> &Path {
+        match &self.run {
+            Run::Process { log, .. } => log,
+            Run::InProcess { .. } => {
+                panic!("a relay in-process logs to the test's subscriber: use LogCapture")
+            }
+        }
+    }
+
+    /// What the relay process wrote so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// Waits until the relay process's log contains `needle`.
+    pub async fn wait_for_log(&self, needle: &str, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while !self.log_text().contains(needle) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "relay log did not say {needle:?} within {within:?}; log:\n{}",
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The relay process's resident set size in bytes (`VmRSS`), while it runs.
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Run::Process { child, .. } = &mut self.run {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The log lines emitted on the current thread while the guard lives. With
+/// a current-thread runtime that is everything the in-process relay logs
+/// from its tasks (not librdkafka's own threads), and nothing from tests
+/// running beside it.
+#[derive(Clone, Default)]
+pub struct LogCapture(Arc<Mutex<Vec<u8>>>);
+
+impl LogCapture {
+    /// Starts capturing (level INFO and above) until the guard is dropped.
+    pub fn start() -> (Self, tracing::subscriber::DefaultGuard) {
+        let capture = LogCapture::default();
+        let writer = capture.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || writer.clone())
+            .finish();
+        (capture, tracing::subscriber::set_default(subscriber))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
+    }
+
+    /// The captured lines that contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter(|l| l.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
