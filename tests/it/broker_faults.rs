@@ -1,6 +1,12 @@
-//! Broker faults a real broker cannot give on cue (test-plan cases 4 and 5),
-//! injected with librdkafka's mock cluster (`rdkafka::mocking`): a given
-//! error on the next Produce requests, a broker that stops answering.
+//! Broker faults a real broker cannot give on cue, injected with
+//! librdkafka's mock cluster (`rdkafka::mocking`): retriable errors and
+//! dropped connections on Produce requests (retried by the producer, no
+//! rewind), a broker that stops answering past the message timeout, errors
+//! fatal to an idempotent producer and permanent ones (the relay rebuilds
+//! its producer and replays from the confirmed LSN), a persistent error
+//! (backoff), refusals that stop the relay (authorization, policy, invalid
+//! record) or dead-letter the event, and /health turning 503 while the
+//! relay retries without progress.
 //!
 //! The relay runs in-process against real PostgreSQL and the mock cluster;
 //! the checker reads the topic back from the mock. Each test owns its mock
@@ -14,9 +20,9 @@ use std::time::Duration;
 use outbox_relay::lsn::Lsn;
 use outbox_relay::sink::{DeliveryError, SendError};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+
 use crate::support::mock::*;
 use crate::support::*;
-
 
 /// What `pg_replication_slots` says about the test's slot, which must
 /// exist: the walsender holding it (a new pid means the relay reconnected
@@ -41,7 +47,10 @@ async fn walsender_pid(outbox: &TestOutbox) -> i32 {
 
 async fn wait_confirmed(outbox: &TestOutbox, at_least: Lsn, what: &str) {
     wait_until(what, DEADLINE, || async {
-        slot_now(outbox).await.confirmed_flush_lsn.is_some_and(|c| c >= at_least)
+        slot_now(outbox)
+            .await
+            .confirmed_flush_lsn
+            .is_some_and(|c| c >= at_least)
     })
     .await;
 }
@@ -75,7 +84,7 @@ impl MockRig {
         // transactional producers (`rd_kafka_mock_validate_records`), so
         // with several requests in flight per partition it accepts the later
         // batch, and records of the failed one are reported delivered yet
-        // never written (seen: 6 of 1197 in case 4), or written twice after
+        // never written (seen: 6 of 1197 under retriable errors), or written twice after
         // a dropped connection. One request in flight per connection keeps
         // the mock's answers those of a real broker.
         settings
@@ -161,15 +170,15 @@ async fn stream_through_produce_errors(
     (summary, received.len())
 }
 
-/// Case 4: errors a broker answers when leadership moves, a request times
+/// Errors a broker answers when leadership moves, a request times
 /// out or replicas lag hit Produce requests in bursts while events stream.
 /// The idempotent producer retries them in order by itself: nothing lost,
 /// nothing duplicated, per-aggregate order kept, no rewind.
 #[tokio::test]
-async fn case4_retriable_broker_errors_lose_nothing_and_duplicate_nothing() {
+async fn retriable_broker_errors_lose_nothing_and_duplicate_nothing() {
     use RDKafkaRespErr::*;
     let (summary, delivered) = stream_through_produce_errors(
-        "4-retriable-broker-errors",
+        "retriable-broker-errors",
         &[
             &[
                 RD_KAFKA_RESP_ERR_NOT_LEADER_FOR_PARTITION,
@@ -194,14 +203,14 @@ async fn case4_retriable_broker_errors_lose_nothing_and_duplicate_nothing() {
     assert_eq!(delivered, summary.committed, "no unexpected records");
 }
 
-/// Case 4 (transport): the broker drops the connection on Produce requests
+/// The broker drops the connection on Produce requests
 /// while events stream. librdkafka reconnects and retries by itself:
 /// nothing lost, nothing duplicated, order kept, no rewind.
 #[tokio::test]
-async fn case4_dropped_connections_lose_nothing_and_duplicate_nothing() {
+async fn dropped_broker_connections_lose_nothing_and_duplicate_nothing() {
     use RDKafkaRespErr::*;
     let (summary, delivered) = stream_through_produce_errors(
-        "4-dropped-connections",
+        "dropped-broker-connections",
         &[
             &[RD_KAFKA_RESP_ERR__TRANSPORT],
             &[RD_KAFKA_RESP_ERR__TRANSPORT, RD_KAFKA_RESP_ERR__TRANSPORT],
@@ -213,14 +222,15 @@ async fn case4_dropped_connections_lose_nothing_and_duplicate_nothing() {
     assert_eq!(delivered, summary.committed, "no unexpected records");
 }
 
-/// Case 5a: the leader of two of six partitions stops answering for longer
+/// The leader of two of six partitions stops answering for longer
 /// than `message.timeout.ms`. The timed-out records are a failed delivery
-/// (invariant 6): the relay stops confirming, rebuilds the producer and
+/// ("A failed delivery rewinds, it never skips" in docs/design.md): the
+/// relay stops confirming, rebuilds the producer and
 /// replays from the confirmed LSN, again and again while the broker is down,
 /// without ever confirming the transactions the broker did not hold. Once the
 /// broker is back everything arrives; duplicates are allowed, loss is not.
 #[tokio::test]
-async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() {
+async fn message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() {
     let (logs, _guard) = LogCapture::start();
     let rig = MockRig::start(3, 6).await;
     // Brokers 1, 2, 3 lead partitions {0, 3}, {1, 4}, {2, 5}.
@@ -309,7 +319,7 @@ async fn case5_message_timeout_rewinds_to_the_confirmed_lsn_and_loses_nothing() 
     .await;
     relay.stop().await.expect("graceful stop");
     let received = rig.read_topic().await;
-    check_delivery("5a-message-timeout", &committed, &received);
+    check_delivery("message-timeout", &committed, &received);
     let rewinds = logs.lines_with("delivery failed; rebuilding the producer");
     assert!(
         rewinds.iter().any(|l| l.contains("MessageTimedOut")),
@@ -374,13 +384,13 @@ async fn rewind_through_produce_errors(case: &str, errors: &[RDKafkaRespErr]) ->
     rewinds
 }
 
-/// Case 5b: an error librdkafka treats as fatal for an idempotent producer
+/// An error librdkafka treats as fatal for an idempotent producer
 /// (OUT_OF_ORDER_SEQUENCE_NUMBER on the partition's head-of-line request:
 /// the producer can no longer vouch for order or once-ness). The relay logs
 /// the reason, drops the producer, builds a new one and replays from the
 /// confirmed LSN: nothing is lost.
 #[tokio::test]
-async fn case5_fatal_idempotence_error_rebuilds_the_producer_and_replays() {
+async fn fatal_idempotence_error_rebuilds_the_producer_and_replays() {
     use RDKafkaRespErr::RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER as OUT_OF_ORDER;
     // The fault is what it claims to be: fatal to an idempotent producer.
     let verdict = idempotent_producer_verdict(OUT_OF_ORDER).await;
@@ -390,8 +400,7 @@ async fn case5_fatal_idempotence_error_rebuilds_the_producer_and_replays() {
         .expect("OUT_OF_ORDER_SEQUENCE_NUMBER on the head-of-line request is fatal");
     println!("librdkafka on the injected error: {fatal}");
 
-    let rewinds =
-        rewind_through_produce_errors("5b-fatal-idempotence-error", &[OUT_OF_ORDER]).await;
+    let rewinds = rewind_through_produce_errors("fatal-idempotence-error", &[OUT_OF_ORDER]).await;
     // Whichever report comes first (the failed batch, a record purged or
     // refused after the fatal error), the relay names the fatal error.
     assert!(
@@ -402,13 +411,13 @@ async fn case5_fatal_idempotence_error_rebuilds_the_producer_and_replays() {
     );
 }
 
-/// Case 5 (gap): errors librdkafka does not retry but that are not fatal
+/// Errors librdkafka does not retry but that are not fatal
 /// either (INVALID_PRODUCER_EPOCH, NETWORK_EXCEPTION): the batch fails, the
 /// producer bumps its epoch and goes on, and later records of the same
 /// partition are acknowledged. The relay must not skip the failed records:
 /// it rewinds to the confirmed LSN and replays, so nothing is lost.
 #[tokio::test]
-async fn case5_permanent_produce_error_leaves_no_gap() {
+async fn permanent_produce_error_leaves_no_gap() {
     use RDKafkaRespErr::*;
     let errors = [
         RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH,
@@ -423,7 +432,7 @@ async fn case5_permanent_produce_error_leaves_no_gap() {
             "{error:?} fails the record without a fatal error: {verdict:?}"
         );
     }
-    let rewinds = rewind_through_produce_errors("5-permanent-produce-error", &errors).await;
+    let rewinds = rewind_through_produce_errors("permanent-produce-error", &errors).await;
     assert!(
         rewinds
             .iter()
@@ -444,7 +453,7 @@ async fn case5_permanent_produce_error_leaves_no_gap() {
 /// nothing lost. (Authorization refused is no such error: it stops the
 /// relay, see `topic_authorization_refused_is_fatal_naming_the_topic_and_the_grant`.)
 #[tokio::test]
-async fn case5_persistent_produce_error_backs_off_then_recovers() {
+async fn persistent_produce_error_backs_off_then_recovers() {
     let (logs, _guard) = LogCapture::start();
     let rig = MockRig::start(3, 6).await;
     let relay = Relay::in_process(rig.settings());
@@ -489,7 +498,7 @@ async fn case5_persistent_produce_error_backs_off_then_recovers() {
     .await;
     relay.stop().await.expect("graceful stop");
     let received = rig.read_topic().await;
-    check_delivery("5-persistent-produce-error", &committed, &received);
+    check_delivery("persistent-produce-error", &committed, &received);
     assert!(
         rebuilds >= 1,
         "the error made the relay rebuild; log:\n{}",
@@ -505,12 +514,12 @@ async fn case5_persistent_produce_error_backs_off_then_recovers() {
     outbox.drop_all().await;
 }
 
-/// Case 5 (how a fatal error surfaces): after librdkafka raised a fatal
+/// How a fatal error surfaces: after librdkafka raised a fatal
 /// idempotence error, the failed record's report carries the broker's error,
 /// and the producer refuses the next record with librdkafka's full reason,
 /// which the relay then logs (not merely "Local: Fatal error").
 #[tokio::test]
-async fn case5_fatal_error_surfaces_from_the_producer_with_its_reason() {
+async fn fatal_error_surfaces_from_the_producer_with_its_reason() {
     let topic = random_name("sink_fatal");
     let mock = mock_with_topic(1, &topic, 1);
     let mut rig = SinkRig::start(&mock, &topic, 10_000);
@@ -553,7 +562,7 @@ async fn case5_fatal_error_surfaces_from_the_producer_with_its_reason() {
 /// stopped answering (what a failed session does) returns promptly: the
 /// relay does not hang on a dead producer.
 #[tokio::test]
-async fn case5_dropping_a_producer_stuck_on_a_dead_broker_does_not_hang() {
+async fn dropping_a_producer_stuck_on_a_dead_broker_does_not_hang() {
     let topic = random_name("sink_dead");
     let mock = mock_with_topic(1, &topic, 3);
     let mut rig = SinkRig::start(&mock, &topic, 60_000);
@@ -574,14 +583,15 @@ async fn case5_dropping_a_producer_stuck_on_a_dead_broker_does_not_hang() {
     mock.broker_up(-1).expect("brokers up");
 }
 
-/// Case 5 (order after a failure): once a record failed for good, the
+/// Order after a failure: once a record failed for good, the
 /// producer must write no later record of its partition, or the replay from
 /// the confirmed LSN puts the failed record after its successors (first
-/// occurrences out of commit order, invariant 7). Here the first of two
+/// occurrences out of commit order, against "Per-aggregate order" in
+/// docs/design.md). Here the first of two
 /// records of one aggregate fails with a permanent, non-fatal error while
 /// the second waits its turn.
 ///
-/// KNOWN HAZARD (ignored; see the issue note): after a permanent error that
+/// KNOWN HAZARD (ignored): after a permanent error that
 /// is not fatal (INVALID_PRODUCER_EPOCH, NETWORK_EXCEPTION) librdkafka sends
 /// the partition's next batch in the same step that handles the failed
 /// response, before any delivery report can be served. The sink sets
@@ -591,7 +601,7 @@ async fn case5_dropping_a_producer_stuck_on_a_dead_broker_does_not_hang() {
 /// read_committed consumers.
 #[tokio::test]
 #[ignore = "known hazard: librdkafka sends the next batch before the failure can be reported (needs the transactional exactly-once mode)"]
-async fn case5_no_later_record_is_written_after_a_failed_one() {
+async fn no_later_record_is_written_after_a_failed_one() {
     let topic = random_name("sink_gap");
     let mock = mock_with_topic(1, &topic, 1);
     let mut rig = SinkRig::start_with(
@@ -682,7 +692,10 @@ async fn refused_produce_stops_the_relay(case: &str, error: RDKafkaRespErr) -> S
         msg.contains(&format!("\"{}\"", rig.topic)),
         "{case}: the error names the topic: {msg}"
     );
-    let confirmed = slot_now(&rig.outbox).await.confirmed_flush_lsn.expect("slot confirmed");
+    let confirmed = slot_now(&rig.outbox)
+        .await
+        .confirmed_flush_lsn
+        .expect("slot confirmed");
     assert!(
         confirmed < refused_end,
         "{case}: confirmed_flush_lsn {confirmed} reached the refused transaction's end {refused_end}"
