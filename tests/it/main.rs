@@ -1,15 +1,50 @@
 //! The integration tests, one test binary (`cargo test --test it`): the
-//! relay against the real PostgreSQL and Kafka of `scripts/services`, plus
-//! librdkafka's mock cluster and the fuzz corpus.
+//! relay against the real PostgreSQL and Kafka of `scripts/services`
+//! (`eval "$(scripts/services up)"` first), librdkafka's mock cluster, and
+//! the fuzz corpus. One module per feature; run one with its path, e.g.
+//! `cargo test --test it -- takeover::`.
+//!
+//! * [`delivery`]: events exactly once and in order in the normal course;
+//!   what the relay ignores; heartbeats on an idle outbox.
+//! * [`dead_letters`]: rows that cannot become events, topics that refuse
+//!   them or do not exist.
+//! * [`payloads`]: structured mode, payloads that break JSON handling.
+//! * [`schema_change`]: ALTER TABLE, a partitioned or renamed outbox,
+//!   publications, and what is refused at start.
+//! * [`auth_tls`]: authentication, TLS, secrets never in logs.
+//! * [`shutdown`]: SIGTERM and `kill -9`, restarts.
+//! * [`takeover`]: two relays on a slot, failover, a slot moved by others.
+//! * [`memory`]: a 1M-row transaction in bounded memory.
+//! * [`broker_faults`]: Kafka faults injected with the mock cluster.
+//! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
+//!   slot dropped or invalidated (these hold the services alone).
+//! * [`replication`]: the replication client itself.
+//! * [`smoke`]: the services are what the tests expect.
+//! * [`fuzz_corpus`]: the decoder fuzz corpus replayed.
+//! * [`soak`]: mixed faults for minutes (ignored; `make soak`).
+//!
+//! Helpers live in [`support`], one module per concern. Tests run side by
+//! side on the same servers: each uses randomly named objects of its own,
+//! and a test that disturbs the services holds them alone (see
+//! [`support::services`]).
+//!
+//! A new test goes into the module of its feature. A new module is a file
+//! here, a `mod` line below and `use crate::support::*;` at its top, under
+//! a `//!` header that says in words which behaviour or faults it covers.
 
 mod support;
-mod dead_letters;
-mod shutdown;
+
 mod auth_tls;
-mod service_faults;
-mod schema_change;
 mod broker_faults;
-mod replication;
-mod smoke;
+mod dead_letters;
+mod delivery;
 mod fuzz_corpus;
+mod memory;
+mod payloads;
+mod replication;
+mod schema_change;
+mod service_faults;
+mod shutdown;
+mod smoke;
 mod soak;
+mod takeover;

@@ -1,14 +1,16 @@
-//! Faults of the shared services, against the relay binary (test-plan cases
-//! 3, 7, 8, 9 and 10): the broker stopped for half a minute, PostgreSQL
-//! restarted fast and immediate, PostgreSQL unreachable behind a stalled
-//! route, the slot dropped while streaming, the slot invalidated by
+//! Faults of PostgreSQL and Kafka themselves, against the relay: the
+//! broker stopped for half a minute, PostgreSQL restarted fast and
+//! immediate, PostgreSQL unreachable behind a stalled route, the walsender
+//! terminated again and again; and the slot gone: missing at start
+//! (in-process and as a process), dropped while streaming, invalidated by
 //! `max_slot_wal_keep_size` before and during streaming.
 //!
-//! Every test here (but the proxy's own) stops a service, changes a
-//! server-wide setting or invalidates slots, so they hold [`LOCK`] for their
-//! whole run, and a guard restores the service or the setting on every exit
-//! path, a failed assertion included. Children (relay, load generator) are killed when a
-//! test ends without stopping them.
+//! The tests that stop a service, change a server-wide setting or
+//! invalidate slots hold the services lock exclusively
+//! ([`services::exclusive`]) for their whole run, so no other test runs
+//! beside them, and a guard restores the service or the setting on every
+//! exit path, a failed assertion included. Children (relay, load generator)
+//! are killed when a test ends without stopping them.
 //!
 //! Each test prints the checker's summary line; the faults themselves (the
 //! broker kept down, PostgreSQL kept down) are timed sleeps, everything else
@@ -22,16 +24,14 @@ use crate::support::proxy::StallProxy;
 use crate::support::services::{self, ServiceDown, WalKeepLimit};
 use crate::support::*;
 
-/// How long the broker stays down in case 3: over the 30 s the plan asks for,
-/// and three times the relay's message timeout below.
+/// How long the broker stays down: over half a minute, and three times the
+/// relay's message timeout below.
 const BROKER_OUTAGE: Duration = Duration::from_secs(32);
 
-/// The relay's `kafka.message_timeout_ms` in case 3. Lower than the 30 s
+/// The relay's `kafka.message_timeout_ms` while the broker is down. Lower than the 30 s
 /// default so that the outage surely expires records and the "delivery
 /// failed → rebuild producer → replay from the confirmed LSN" path runs.
-const CASE3_MESSAGE_TIMEOUT_MS: u64 = 10_000;
-
-// ------------------------------------------------------------------ helpers
+const OUTAGE_MESSAGE_TIMEOUT_MS: u64 = 10_000;
 
 /// A relay config for `outbox` with `kafka_extra` lines added to `[kafka]`
 /// and, when given, another PostgreSQL URL.
@@ -119,9 +119,9 @@ async fn stop_and_check(
     check_delivery(case, committed, &received)
 }
 
-// ------------------------------------------------------------------ case 3
+// -------------------------------------------------------------- the broker down
 
-/// Case 3: the broker stops for 30+ s under a steady 500 events/s and comes
+/// The broker stops for 30+ s under a steady 500 events/s and comes
 /// back. While it is down nothing can be acknowledged, so the slot's
 /// confirmed_flush_lsn must stand still (sampled every 500 ms once in-flight
 /// requests had 5 s to die), records expire after the message timeout and the
@@ -137,7 +137,7 @@ async fn broker_down_30s_freezes_the_slot_then_catches_up() {
     outbox.create_topic(&topic, 4).await;
     let config = relay_config(
         &outbox,
-        &format!("message_timeout_ms = {CASE3_MESSAGE_TIMEOUT_MS}"),
+        &format!("message_timeout_ms = {OUTAGE_MESSAGE_TIMEOUT_MS}"),
         None,
     );
     let mut relay = Relay::process(&config);
@@ -195,7 +195,7 @@ async fn broker_down_30s_freezes_the_slot_then_catches_up() {
         .count();
     assert!(
         rebuilds >= 1,
-        "records expired after {CASE3_MESSAGE_TIMEOUT_MS} ms must rebuild the producer; log:\n{log}"
+        "records expired after {OUTAGE_MESSAGE_TIMEOUT_MS} ms must rebuild the producer; log:\n{log}"
     );
     println!(
         "broker down {:.1} s: confirmed_flush_lsn held at {frozen} over {samples} samples while the WAL reached {wal_during}; producer rebuilt {rebuilds} times",
@@ -216,9 +216,9 @@ async fn broker_down_30s_freezes_the_slot_then_catches_up() {
     report_wall_time("broker-down-30s", started);
 }
 
-// ------------------------------------------------------------------ case 7
+// ------------------ PostgreSQL restarted, unreachable, its walsender terminated
 
-/// Case 7: PostgreSQL stops (`mode`) under load and starts again. The relay
+/// PostgreSQL stops (`mode`) under load and starts again. The relay
 /// must neither exit nor lose anything: it reconnects with backoff by itself
 /// and resumes from the slot; the writer dies with the server and is started
 /// again afterwards.
@@ -312,9 +312,7 @@ async fn postgres_immediate_restart_reconnects_and_loses_nothing() {
     postgres_restart("immediate").await;
 }
 
-// ------------------------------------------------------------------ case 8
-
-/// Case 8: the route to PostgreSQL goes silent (no RST, no FIN) under a
+/// The route to PostgreSQL goes silent (no RST, no FIN) under a
 /// stalling proxy. The relay's own read timeout must notice (PostgreSQL
 /// meanwhile ends the silent walsender after wal_sender_timeout, freeing the
 /// slot); its reconnects through the still-stalled route must time out too
@@ -414,9 +412,103 @@ async fn stalled_route_to_postgres_times_out_reconnects_and_catches_up() {
     report_wall_time(case, started);
 }
 
-// ------------------------------------------------------------------ case 9
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn walsender_terminated_repeatedly_reconnects_and_loses_nothing() {
+    let started = Instant::now();
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 3).await;
+    let relay = Relay::in_process(outbox.settings());
+    let mut loadgen = outbox.start_loadgen(&[
+        "--events",
+        "20000",
+        "--rate",
+        "1500",
+        "--connections",
+        "2",
+        "--aggregates",
+        "40",
+    ]);
+    let mut last_pid = None;
+    let mut confirmed_at_kill = outbox.confirmed_flush_lsn().await.expect("slot");
+    for kill in 0..5 {
+        // Each kill comes after the current session made progress: it
+        // confirmed something beyond what was confirmed at the last kill.
+        wait_until(
+            &format!("the session before kill {kill} to confirm progress"),
+            DEADLINE,
+            || async { outbox.confirmed_flush_lsn().await > Some(confirmed_at_kill) },
+        )
+        .await;
+        confirmed_at_kill = outbox.confirmed_flush_lsn().await.unwrap();
+        last_pid = Some(outbox.terminate_walsender(last_pid, DEADLINE).await);
+    }
+    // The relay reconnects after the last kill too: a new walsender.
+    wait_until("a new walsender after the last kill", DEADLINE, || async {
+        outbox
+            .walsender_pid()
+            .await
+            .is_some_and(|p| Some(p) != last_pid)
+    })
+    .await;
+    wait_child(&mut loadgen, DEADLINE).await;
+    let committed = outbox.committed_from_table().await;
+    assert_eq!(committed.len(), 20_000);
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    relay
+        .stop()
+        .await
+        .expect("the relay survives walsender kills and stops gracefully");
+    let received = consume_to_end(&topic).await;
+    // Duplicates are allowed (a kill drops unconfirmed transactions, which
+    // the slot re-sends); loss and reordering are not (the checker panics).
+    let summary = check_delivery("walsender-terminated", &committed, &received);
+    assert_eq!(summary.lost, 0);
+    outbox.drop_all().await;
+    report_wall_time("walsender-terminated", started);
+}
 
-/// Case 9, while running: the slot is dropped under a streaming relay (its
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_slot_is_a_fatal_error_naming_it() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox
+        .admin
+        .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
+        .await
+        .unwrap();
+    let relay = Relay::in_process(outbox.settings());
+    let err = relay
+        .join(Duration::from_secs(30))
+        .await
+        .expect_err("a missing slot is fatal");
+    let msg = err.to_string();
+    assert!(msg.contains(&outbox.slot), "{msg}");
+    // And the relay did not create it behind our back.
+    assert!(outbox.confirmed_flush_lsn().await.is_none());
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_slot_exits_non_zero_naming_the_slot() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox
+        .admin
+        .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
+        .await
+        .unwrap();
+    let config = outbox.write_config("");
+    let mut relay = Relay::process(&config);
+    let status = relay.wait(Duration::from_secs(30)).await;
+    assert!(!status.success());
+    let log = relay.log_text();
+    assert!(log.contains(&outbox.slot), "{log}");
+    assert!(!log.contains("relay-test-password"), "no secret in logs");
+    outbox.drop_all().await;
+}
+
+// ---------------------------------------------------------------- the slot gone
+
+/// The slot is dropped under a streaming relay (its
 /// walsender terminated, then the slot dropped, retried until the drop wins
 /// the race with the relay's reconnect). The relay must exit non-zero naming
 /// the slot, and never create it again.
@@ -486,8 +578,6 @@ async fn slot_dropped_while_streaming_is_fatal_and_never_recreated() {
     report_wall_time(case, started);
 }
 
-// ------------------------------------------------------------------ case 10
-
 /// Writes WAL, switches segments and checkpoints until the slot's
 /// `wal_status` is `lost` (needs `max_slot_wal_keep_size` below a segment).
 async fn invalidate_slot(outbox: &TestOutbox, scratch: &str) -> usize {
@@ -537,7 +627,7 @@ async fn assert_invalidated_exit(case: &str, outbox: &TestOutbox, relay: &mut Re
     );
 }
 
-/// Case 10: the slot lost its WAL while no relay was connected. Starting the
+/// The slot lost its WAL while no relay was connected. Starting the
 /// relay must fail fast, naming the slot and `wal_status = lost`, and leave
 /// the slot as it is (no silent re-snapshot).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -587,7 +677,7 @@ async fn slot_invalidated_while_stopped_is_fatal_at_start() {
     report_wall_time(case, started);
 }
 
-/// Case 10, second variant: the slot is invalidated under a streaming relay.
+/// The slot is invalidated under a streaming relay.
 /// An open transaction pins the slot's restart_lsn so the invalidation is
 /// certain; the checkpointer then terminates the walsender, and the relay's
 /// reconnect must find `wal_status = lost` and exit fatally.

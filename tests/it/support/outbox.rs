@@ -340,6 +340,19 @@ pub fn toml_string(s: &str) -> String {
     out
 }
 
+/// Count of committed outbox rows now (what the writers have committed).
+pub async fn committed_rows(outbox: &TestOutbox) -> i64 {
+    outbox
+        .admin
+        .query_one(
+            &format!("SELECT count(*) FROM public.{}", outbox.table),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
 /// An outbox row the test committed.
 #[derive(Debug, Clone)]
 pub struct Committed {

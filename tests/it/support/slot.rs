@@ -147,3 +147,20 @@ impl TestOutbox {
             .expect("lsn")
     }
 }
+
+/// Inserts one outbox row for `aggregate_type` in its own transaction;
+/// returns its id and the transaction's commit end.
+pub async fn insert_watched(outbox: &TestOutbox, aggregate_type: &str) -> (String, Lsn) {
+    let watch = outbox.open_commit_watch().await;
+    let id = uuid::Uuid::new_v4().to_string();
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload)
+             VALUES ('{id}', '{aggregate_type}', 'g1', 'Placed', '{{\"where\": \"{aggregate_type}\"}}')",
+            outbox.table
+        ))
+        .await
+        .unwrap();
+    (id, outbox.first_outbox_commit_end(&watch).await)
+}
