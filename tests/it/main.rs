@@ -19,6 +19,8 @@
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
 //!   slot dropped or invalidated (these hold the services alone).
 //! * [`replication`]: the replication client itself.
+//! * [`admin`]: the operator commands `init`, `check` and `status` as a
+//!   user runs them.
 //! * [`smoke`]: the services are what the tests expect.
 //! * [`fuzz_corpus`]: the decoder fuzz corpus replayed.
 //! * [`soak`]: mixed faults for minutes (ignored; `make soak`).
@@ -34,6 +36,7 @@
 
 mod support;
 
+mod admin;
 mod auth_tls;
 mod broker_faults;
 mod dead_letters;

@@ -24,6 +24,14 @@ pub struct SlotState {
     pub restart_lsn: Option<Lsn>,
     /// `reserved`, `extended`, `unreserved` or `lost` (invalidated).
     pub wal_status: Option<String>,
+    /// The output plugin (`pgoutput` for the relay's slots; none for a
+    /// physical slot).
+    pub plugin: Option<String>,
+    /// `logical` or `physical`.
+    pub slot_type: String,
+    /// Whether the slot decodes prepared transactions at PREPARE (the relay
+    /// wants commits only).
+    pub two_phase: bool,
 }
 
 /// The slot `slot` as `pg_replication_slots` shows it now; `None` when there
@@ -31,7 +39,8 @@ pub struct SlotState {
 pub async fn slot_state(client: &Client, slot: &str) -> Option<SlotState> {
     let row = client
         .query_opt(
-            "SELECT active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, wal_status
+            "SELECT active, active_pid, confirmed_flush_lsn::text, restart_lsn::text, wal_status,
+                    plugin::text, slot_type, two_phase
              FROM pg_replication_slots WHERE slot_name = $1",
             &[&slot],
         )
@@ -47,6 +56,9 @@ pub async fn slot_state(client: &Client, slot: &str) -> Option<SlotState> {
         confirmed_flush_lsn: lsn(2),
         restart_lsn: lsn(3),
         wal_status: row.get(4),
+        plugin: row.get(5),
+        slot_type: row.get(6),
+        two_phase: row.get(7),
     })
 }
 

@@ -8,18 +8,17 @@
 //! topics; the `wal_level = replica` server is a throwaway cluster of the
 //! test's own: the shared cluster's settings are never changed.
 
-#[path = "it/support/mod.rs"]
-mod support;
-
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
+use crate::support::auth::{self, TestRole};
+use crate::support::cluster::Cluster;
+use crate::support::{
+    Relay, TestOutbox, consume, env, pg_admin, random_name, services, slot_state, wait_until,
+};
 use outbox_relay::admin::AdminTarget;
 use outbox_relay::admin::status::{self, StatusReport};
 use outbox_relay::config::Config;
-use support::auth::TestRole;
-use support::cluster::Cluster;
-use support::{Relay, TestOutbox, consume, env, pg_admin, random_name, wait_until};
 
 /// Runs the binary (blocking, on a blocking thread).
 async fn cli(args: Vec<String>) -> Output {
@@ -51,7 +50,7 @@ fn text(output: &Output) -> String {
 /// An outbox whose objects do not exist yet (for `init` to create).
 async fn fresh() -> TestOutbox {
     TestOutbox::from_parts(
-        support::services::shared().await,
+        services::shared().await,
         pg_admin().await,
         random_name("outbox"),
         random_name("pub"),
@@ -89,14 +88,7 @@ fn failed(items: &[serde_json::Value]) -> Vec<&str> {
 }
 
 async fn slot_exists(o: &TestOutbox) -> bool {
-    o.admin
-        .query_opt(
-            "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1",
-            &[&o.slot],
-        )
-        .await
-        .unwrap()
-        .is_some()
+    slot_state(&o.admin, &o.slot).await.is_some()
 }
 
 async fn table_exists(o: &TestOutbox) -> bool {
@@ -170,21 +162,16 @@ async fn init_sets_up_from_nothing_then_events_arrive() {
         publication.get(4),
     );
     assert_eq!(flags, (true, false, false, false, 1));
-    let slot = o
-        .admin
-        .query_one(
-            "SELECT plugin, slot_type, two_phase FROM pg_replication_slots WHERE slot_name = $1",
-            &[&o.slot],
-        )
+    let slot = slot_state(&o.admin, &o.slot)
         .await
-        .unwrap();
+        .expect("init made the slot");
     assert_eq!(
         (
-            slot.get::<_, String>(0),
-            slot.get::<_, String>(1),
-            slot.get::<_, bool>(2)
+            slot.plugin.as_deref(),
+            slot.slot_type.as_str(),
+            slot.two_phase
         ),
-        ("pgoutput".to_owned(), "logical".to_owned(), false)
+        (Some("pgoutput"), "logical", false)
     );
     let can_select: bool = o
         .admin
@@ -342,7 +329,7 @@ async fn init_publishes_a_partitioned_outbox_through_its_root() {
 async fn check_reports_a_role_without_replication_and_init_grant_prints_the_fix() {
     let o = TestOutbox::create("jsonb").await;
     let role = TestRole::create(&o, "LOGIN", "pw-without-replication").await;
-    let url = support::auth::pg_url_for(&role.name, &role.password, "");
+    let url = auth::pg_url_for(&role.name, &role.password, "");
     let config = o.write_config_with_url(&url, "").display().to_string();
 
     // init --grant leaves role attributes to a superuser: it prints them.
@@ -485,7 +472,9 @@ async fn check_reports_a_slot_held_by_another_process() {
     let config = o.write_config("");
     // Another reader: a relay under another application_name than the one
     // this config's relay would show.
-    let other = Relay::in_process(o.settings());
+    let mut other_settings = o.settings();
+    other_settings.replication.application_name = "another-reader".to_owned();
+    let other = Relay::in_process(other_settings);
     wait_until(
         "the other reader holds the slot",
         Duration::from_secs(30),
@@ -499,7 +488,7 @@ async fn check_reports_a_slot_held_by_another_process() {
     assert_eq!(holder["status"], "fail", "{holder}");
     let detail = holder["detail"].as_str().unwrap();
     assert!(
-        detail.contains(&format!("pid {pid}")) && detail.contains("outbox-relay-test"),
+        detail.contains(&format!("pid {pid}")) && detail.contains("another-reader"),
         "{detail}"
     );
     assert_eq!(
@@ -661,9 +650,11 @@ async fn status_shows_the_lag_falling_while_a_backlog_drains() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let holder = holder_seen.unwrap();
+    // The in-process relay's settings come from the config, as the binary's
+    // do: it shows the relay's own application_name.
     assert_eq!(
         holder.application_name.as_deref(),
-        Some("outbox-relay-test")
+        Some(outbox_relay::admin::RELAY_APPLICATION_NAME)
     );
     assert_eq!(Some(holder.pid), o.walsender_pid().await);
     println!("lag while draining: {lags:?}");
@@ -816,7 +807,7 @@ async fn the_operator_session_keeps_the_relays_tls_and_channel_binding() {
     let password = "relay-test-password";
     let ca = env("PG_CA_CERT");
     // Verified TLS, bound SCRAM: the connection is what the stream's would be.
-    let bound = support::auth::pg_url_at(
+    let bound = auth::pg_url_at(
         "localhost",
         "relay",
         password,
@@ -831,8 +822,7 @@ async fn the_operator_session_keeps_the_relays_tls_and_channel_binding() {
     );
     assert_eq!(code, Some(0), "{}", text(&output));
     // And refused for the same reasons: verify-full without a CA to verify against.
-    let unverifiable =
-        support::auth::pg_url_at("localhost", "relay", password, "sslmode=verify-full");
+    let unverifiable = auth::pg_url_at("localhost", "relay", password, "sslmode=verify-full");
     let (code, items, output) = check(&o.write_config_with_url(&unverifiable, "")).await;
     assert_eq!(code, Some(1), "{}", text(&output));
     let connection = item(&items, "postgres.connection");
@@ -848,11 +838,7 @@ async fn the_operator_session_keeps_the_relays_tls_and_channel_binding() {
     assert!(!String::from_utf8_lossy(&output.stdout).contains(password));
     // channel_binding=require without TLS is refused with the config, before
     // any connection (so before the password could leave), naming the fix.
-    let plain = support::auth::pg_url_for(
-        "relay",
-        password,
-        "sslmode=disable&channel_binding=require",
-    );
+    let plain = auth::pg_url_for("relay", password, "sslmode=disable&channel_binding=require");
     let config = o.write_config_with_url(&plain, "").display().to_string();
     let refused = cli(args(&["check", "--config", &config, "--json"])).await;
     assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
