@@ -10,7 +10,7 @@ CARGO ?= cargo
 test:
 	@scripts/test
 
-## make test-matrix: the replication and end-to-end suites on PostgreSQL 14, 15, 16, 17 and 18
+## make test-matrix: the replication and end-to-end tests on PostgreSQL 14, 15, 16, 17 and 18
 ## (fresh cluster each, release builds fetched once), results to docs/compatibility.md. Not in CI.
 test-matrix:
 	@scripts/test-matrix
@@ -42,5 +42,5 @@ bench:
 soak:
 	$(CARGO) build --all-targets
 	@env_lines="$$($(SERVICES) up)"; eval "$$env_lines"; \
-	  status=0; $(CARGO) test --test soak -- --ignored --nocapture || status=$$?; \
+	  status=0; $(CARGO) test --test it -- soak:: --ignored --nocapture || status=$$?; \
 	  exit $$status

@@ -1,5 +1,5 @@
 // Shared by the fuzz target (fuzz/fuzz_targets/decode.rs) and the corpus
-// replay test (tests/fuzz_corpus_replay.rs) through `include!`, so both run
+// replay test (tests/it/fuzz_corpus.rs) through `include!`, so both run
 // the same code over the same inputs. Both depend on the pgoutput crate
 // (crates/pgoutput) and name it directly.
 //
