@@ -23,6 +23,7 @@
 //!   user runs them.
 //! * [`smoke`]: the services are what the tests expect.
 //! * [`fuzz_corpus`]: the decoder fuzz corpus replayed.
+//! * [`docs`]: every test docs/reliability.md names exists.
 //! * [`soak`]: mixed faults for minutes (ignored; `make soak`).
 //!
 //! Helpers live in [`support`], one module per concern. Tests run side by
@@ -41,6 +42,7 @@ mod auth_tls;
 mod broker_faults;
 mod dead_letters;
 mod delivery;
+mod docs;
 mod fuzz_corpus;
 mod memory;
 mod payloads;
