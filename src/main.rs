@@ -15,13 +15,34 @@ use figment::providers::Serialized;
 use outbox_relay::admin::{self, AdminTarget, init::InitOptions};
 use outbox_relay::config::{Config, LogFormat};
 use outbox_relay::metrics::{self, Health};
-use outbox_relay::relay::{self, RelaySettings};
+use outbox_relay::relay::{self, RelayError, RelaySettings, Side};
 use tokio::sync::watch;
 
-/// Exit code for a configuration the relay refuses (like clap's usage errors).
-const EXIT_CONFIG: u8 = 2;
-/// Exit code for a fatal runtime error (slot missing, authentication refused...).
+// Exit codes, documented in README.md and docs/operations.md. A clean stop
+// (SIGTERM/SIGINT, in-flight events drained and confirmed) exits 0.
+
+/// `run`: a fatal error that is neither PostgreSQL's nor Kafka's (the metrics
+/// address cannot be bound, the async runtime cannot start). The operator
+/// commands exit 1 on any failure.
 const EXIT_FATAL: u8 = 1;
+/// A configuration the relay refuses (like clap's usage errors).
+const EXIT_CONFIG: u8 = 2;
+/// `run`: PostgreSQL refuses in a way retrying cannot cure (slot missing or
+/// invalidated, publication or table missing, authentication refused, a
+/// stream that cannot be decoded).
+const EXIT_SOURCE: u8 = 3;
+/// `run`: Kafka refuses in a way retrying cannot cure (credentials or ACLs
+/// refused, a topic that does not exist and is not created, a missing
+/// dead-letter topic).
+const EXIT_SINK: u8 = 4;
+
+/// The exit code of a fatal relay error: which side must be fixed.
+fn exit_code(error: &RelayError) -> u8 {
+    match error.side() {
+        Side::Source => EXIT_SOURCE,
+        Side::Sink => EXIT_SINK,
+    }
+}
 
 #[derive(Parser)]
 #[command(
@@ -192,7 +213,12 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(_) => match runtime.block_on(run(config)) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
+            Err(RunError::Relay(e)) => {
+                tracing::error!("{e:#}");
+                eprintln!("outbox-relay: {e:#}");
+                ExitCode::from(exit_code(&e))
+            }
+            Err(RunError::Setup(e)) => {
                 tracing::error!("{e:#}");
                 eprintln!("outbox-relay: {e:#}");
                 ExitCode::from(EXIT_FATAL)
@@ -266,13 +292,23 @@ async fn status_command(config: &Config, args: StatusArgs) -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+/// Why `run` stopped for good.
+enum RunError {
+    /// The relay met a fatal error on one side.
+    Relay(RelayError),
+    /// The process could not set itself up (metrics listener).
+    Setup(anyhow::Error),
+}
+
+async fn run(config: Config) -> Result<(), RunError> {
     let health = Health::default();
     if let Some(addr) = config.relay.metrics_addr {
-        let handle = metrics::install_recorder().map_err(anyhow::Error::msg)?;
+        let handle =
+            metrics::install_recorder().map_err(|e| RunError::Setup(anyhow::Error::msg(e)))?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("cannot listen on relay.metrics_addr {addr}"))?;
+            .with_context(|| format!("cannot listen on relay.metrics_addr {addr}"))
+            .map_err(RunError::Setup)?;
         tokio::spawn(metrics::serve(listener, handle, health.clone()));
         tracing::info!(%addr, "serving /metrics and /health");
     }
@@ -290,8 +326,9 @@ async fn run(config: Config) -> anyhow::Result<()> {
         brokers = %config.kafka.brokers,
         "outbox-relay starting"
     );
-    relay::run(settings, stop_rx, health).await?;
-    Ok(())
+    relay::run(settings, stop_rx, health)
+        .await
+        .map_err(RunError::Relay)
 }
 
 async fn wait_for_signal() {
