@@ -310,7 +310,7 @@ async fn run(config: Config) -> Result<(), RunError> {
             .with_context(|| format!("cannot listen on relay.metrics_addr {addr}"))
             .map_err(RunError::Setup)?;
         tokio::spawn(metrics::serve(listener, handle, health.clone()));
-        tracing::info!(%addr, "serving /metrics and /health");
+        tracing::info!(%addr, "serving /metrics, /health and /ready");
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {

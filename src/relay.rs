@@ -133,6 +133,7 @@ pub async fn run(
     health.set_unhealthy_after(settings.unhealthy_after);
     loop {
         if *shutdown.borrow() {
+            health.set_stopping();
             return Ok(());
         }
         // The stream reports nothing before `confirm` below: the position to
@@ -158,6 +159,7 @@ pub async fn run(
                 metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
                 health.retrying(reason, &e);
                 if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                    health.set_stopping();
                     return Ok(());
                 }
                 attempt = attempt.saturating_add(1);
@@ -230,7 +232,7 @@ pub async fn run(
                         let reason = *reason;
                         metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
                         tracing::warn!(reason, error = %error, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
-                        health.retrying(reason, error);
+                        health.producer_retrying(reason, error);
                     }
                     other => {
                         let reason = m::reason::STREAM_BROKE;
@@ -248,6 +250,7 @@ pub async fn run(
                 let delay = if progressed { 0 } else { attempt };
                 attempt = delay.saturating_add(1);
                 if wait_or_shutdown(replication::backoff(delay), &mut shutdown).await {
+                    health.set_stopping();
                     return Ok(());
                 }
             }

@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use support::relay_probe::*;
 use support::*;
 
 /// Exit codes of `outbox-relay run`, as README.md and docs/operations.md
@@ -78,6 +79,59 @@ async fn sigterm_while_streaming_exits_clean() {
         outbox.slot_active()
     })
     .await;
+    let status = relay.terminate().await;
+    assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
+    outbox.drop_all().await;
+}
+
+// ---------------------------------------------------------------------------
+// /ready
+
+/// /ready answers 503 with the reason while the relay cannot stream (here:
+/// another reader holds the slot), 200 once it streams, and /health and
+/// /metrics stay beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_is_503_with_the_reason_until_the_relay_streams() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let other = RunningRelay::start(outbox.settings());
+    wait_until("the other reader to hold the slot", FAST_EXIT, || {
+        outbox.slot_active()
+    })
+    .await;
+    let port = free_port();
+    let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
+    let relay = RelayProcess::start(&config);
+    let ready_is = |want: u16, needle: &'static str| async move {
+        http_get(port, "/ready")
+            .await
+            .is_some_and(|(status, body)| status == want && body.contains(needle))
+    };
+    wait_until(
+        "/ready to answer 503 naming the busy slot",
+        FAST_EXIT,
+        || ready_is(503, "slot_busy"),
+    )
+    .await;
+    // The same answer as a gauge, for alerts (present, not merely absent).
+    let (status, metrics) = http_get(port, "/metrics").await.expect("/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.lines().any(|l| l == "outbox_relay_ready 0"),
+        "{metrics}"
+    );
+
+    other.stop().await.expect("the other reader stops");
+    wait_until("/ready to answer 200 once streaming", FAST_EXIT, || {
+        ready_is(200, "streaming")
+    })
+    .await;
+    let (status, body) = http_get(port, "/health").await.expect("/health");
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = http_get(port, "/metrics").await.expect("/metrics");
+    assert!(
+        metrics.lines().any(|l| l == "outbox_relay_ready 1"),
+        "{metrics}"
+    );
     let status = relay.terminate().await;
     assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
     outbox.drop_all().await;

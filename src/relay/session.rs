@@ -142,6 +142,7 @@ impl<'a> Session<'a> {
                 // A dropped sender means nobody can ask for a stop any more:
                 // treat it as one.
                 _ = async { shutdown.wait_for(|stop| *stop).await.is_ok() }, if stop_deadline.is_none() => {
+                    self.health.set_stopping();
                     if let Some(task) = heartbeat.take() {
                         task.abort();
                     }
