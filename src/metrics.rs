@@ -2,9 +2,17 @@
 //! `/health` and `/ready` (their state lives in [`health`]).
 //!
 //! Every metric the relay records is named here, once, in Prometheus style
-//! (`outbox_relay_*`, base units). The rest of the crate records through the
-//! `metrics` facade; without an installed exporter those calls are no-ops,
-//! which keeps library tests free of global state.
+//! (`outbox_relay_*`, base units: seconds, bytes), and listed in [`ALL`]. The
+//! rest of the crate records through the `metrics` facade; without an
+//! installed exporter those calls are no-ops, which keeps library tests free
+//! of global state.
+//!
+//! Label cardinality is bounded: `reason` and `kind` take values from fixed
+//! sets in the code ([`reason`], the dead-letter reason codes, the ignored
+//! change kinds); `topic` takes one value per topic the relay wrote to:
+//! `kafka.topic` is a template over `{aggregatetype}` and `{type}`, so as
+//! many series as the outbox has aggregate types or event types, plus the
+//! dead-letter topic.
 
 mod health;
 
@@ -12,11 +20,12 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::routing::get;
-use metrics::{Unit, describe_counter, describe_gauge};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const EVENTS_PUBLISHED: &str = "outbox_relay_events_published_total";
 pub const EVENTS_DEAD_LETTERED: &str = "outbox_relay_events_dead_lettered_total";
+pub const PUBLISHED_BYTES: &str = "outbox_relay_published_bytes_total";
 pub const TRANSACTIONS: &str = "outbox_relay_transactions_total";
 pub const CHANGES_IGNORED: &str = "outbox_relay_changes_ignored_total";
 pub const DELIVERY_FAILURES: &str = "outbox_relay_delivery_failures_total";
@@ -25,10 +34,51 @@ pub const HEARTBEATS: &str = "outbox_relay_heartbeats_total";
 pub const CONFIRMED_LSN: &str = "outbox_relay_confirmed_lsn";
 pub const RECEIVED_LSN: &str = "outbox_relay_received_lsn";
 pub const EVENTS_IN_FLIGHT: &str = "outbox_relay_events_in_flight";
+pub const OLDEST_UNACKED_AGE: &str = "outbox_relay_oldest_unacked_event_age_seconds";
+pub const COMMIT_TO_ACK: &str = "outbox_relay_commit_to_ack_seconds";
 pub const BYTES_RECEIVED: &str = "outbox_relay_wal_received_bytes_total";
+pub const SLOT_LAG: &str = "outbox_relay_slot_lag_bytes";
+pub const SLOT_SAFE_WAL_SIZE: &str = "outbox_relay_slot_safe_wal_size_bytes";
+pub const SLOT_SAMPLE_FAILURES: &str = "outbox_relay_slot_sample_failures_total";
 pub const SERVER_CHANGES: &str = "outbox_relay_server_changes_total";
 pub const SLOT_JUMPS: &str = "outbox_relay_slot_jumps_total";
 pub const READY: &str = "outbox_relay_ready";
+
+/// Every metric name above: the dashboard and the alert rules in `deploy/`
+/// may use these and no others (a unit test checks it).
+pub const ALL: &[&str] = &[
+    EVENTS_PUBLISHED,
+    EVENTS_DEAD_LETTERED,
+    PUBLISHED_BYTES,
+    TRANSACTIONS,
+    CHANGES_IGNORED,
+    DELIVERY_FAILURES,
+    RECONNECTS,
+    HEARTBEATS,
+    CONFIRMED_LSN,
+    RECEIVED_LSN,
+    EVENTS_IN_FLIGHT,
+    OLDEST_UNACKED_AGE,
+    COMMIT_TO_ACK,
+    BYTES_RECEIVED,
+    SLOT_LAG,
+    SLOT_SAFE_WAL_SIZE,
+    SLOT_SAMPLE_FAILURES,
+    SERVER_CHANGES,
+    SLOT_JUMPS,
+    READY,
+];
+
+/// The histograms among [`ALL`]: Prometheus shows each as `<name>_bucket`,
+/// `<name>_sum` and `<name>_count`.
+pub const HISTOGRAMS: &[&str] = &[COMMIT_TO_ACK];
+
+/// Buckets of [`COMMIT_TO_ACK`], in seconds: from a few milliseconds (a
+/// relay keeping up, broker close by) to an hour (a backlog drained after an
+/// outage).
+pub const COMMIT_TO_ACK_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
 
 pub use health::Health;
 
@@ -75,7 +125,7 @@ pub fn describe() {
     );
     describe_counter!(
         DELIVERY_FAILURES,
-        "Failed deliveries that made the relay rebuild the producer and replay from the confirmed LSN, by reason."
+        "Producer rebuilds: failed deliveries that made the relay rebuild the producer and replay from the confirmed LSN, by reason."
     );
     describe_counter!(
         RECONNECTS,
@@ -102,10 +152,39 @@ pub fn describe() {
         SLOT_JUMPS,
         "Sessions that found the slot ahead of the position this relay confirmed: someone else advanced or recreated it."
     );
-    metrics::describe_counter!(
+    describe_counter!(
         BYTES_RECEIVED,
         Unit::Bytes,
         "Replication payload bytes received from PostgreSQL."
+    );
+    describe_counter!(
+        PUBLISHED_BYTES,
+        Unit::Bytes,
+        "Bytes of records the broker acknowledged (key, value and headers, before compression), by topic; the dead-letter topic included."
+    );
+    describe_histogram!(
+        COMMIT_TO_ACK,
+        Unit::Seconds,
+        "From the PostgreSQL transaction's commit time to the broker's acknowledgement, per event (clock skew between the hosts included)."
+    );
+    describe_gauge!(
+        OLDEST_UNACKED_AGE,
+        Unit::Seconds,
+        "Age (since its transaction's commit) of the oldest event handed to the producer and not yet acknowledged; 0 when none waits."
+    );
+    describe_gauge!(
+        SLOT_LAG,
+        Unit::Bytes,
+        "pg_current_wal_lsn() - confirmed_flush_lsn of the slot, sampled from the server every 5 s: the WAL the slot keeps."
+    );
+    describe_gauge!(
+        SLOT_SAFE_WAL_SIZE,
+        Unit::Bytes,
+        "The slot's safe_wal_size: how much more WAL may be written before the slot is invalidated (absent when max_slot_wal_keep_size is unlimited)."
+    );
+    describe_counter!(
+        SLOT_SAMPLE_FAILURES,
+        "Samples of the slot's lag that failed (connection or query); the lag gauge keeps its last value meanwhile."
     );
     describe_gauge!(
         READY,
@@ -120,25 +199,89 @@ pub const DEFAULT_UNHEALTHY_AFTER: Duration = Duration::from_secs(120);
 /// Installs the Prometheus recorder and returns its handle for rendering.
 pub fn install_recorder() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
-        .install_recorder()
+        .set_buckets_for_metric(
+            Matcher::Full(COMMIT_TO_ACK.to_owned()),
+            COMMIT_TO_ACK_BUCKETS,
+        )
+        .and_then(PrometheusBuilder::install_recorder)
         .map_err(|e| format!("could not install the metrics recorder: {e}"))?;
     describe();
     Ok(handle)
 }
 
+/// How often the recorder drains histogram samples into their buckets when
+/// nobody scrapes: without it every observation stays in memory until the
+/// next scrape.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
 /// Serves `/metrics` (Prometheus text), `/health` (see [`Health::status`])
 /// and `/ready` (see [`Health::readiness`]) on `listener` until the task is
-/// dropped.
+/// dropped; keeps the recorder's histograms drained meanwhile.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: PrometheusHandle,
     health: Health,
 ) -> std::io::Result<()> {
     health.publish_readiness();
+    let upkeep = handle.clone();
+    let upkeep = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
     let ready = health.clone();
     let app = Router::new()
         .route("/metrics", get(move || std::future::ready(handle.render())))
         .route("/health", get(move || std::future::ready(health.status())))
         .route("/ready", get(move || std::future::ready(ready.readiness())));
-    axum::serve(listener, app).await
+    let served = axum::serve(listener, app).await;
+    upkeep.abort();
+    served
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names of `pub const NAME: &str = "outbox_relay_...";` in this
+    /// file's source.
+    fn declared_metric_names() -> Vec<String> {
+        include_str!("metrics.rs")
+            .lines()
+            .filter_map(|line| {
+                let rest = line.trim().strip_prefix("pub const ")?;
+                let (_, value) = rest.split_once(": &str = \"")?;
+                let name = value.strip_suffix("\";")?;
+                name.starts_with("outbox_relay_").then(|| name.to_owned())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_declared_metric_is_listed_once_in_all() {
+        let declared = declared_metric_names();
+        assert!(declared.len() >= 20, "{declared:?}");
+        for name in &declared {
+            assert_eq!(
+                ALL.iter().filter(|n| **n == name.as_str()).count(),
+                1,
+                "{name} is declared but not listed exactly once in ALL"
+            );
+        }
+        assert_eq!(ALL.len(), declared.len(), "ALL lists a name not declared");
+        for name in ALL {
+            assert!(
+                name.starts_with("outbox_relay_")
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{name}: outbox_relay_ and snake case"
+            );
+        }
+        for histogram in HISTOGRAMS {
+            assert!(ALL.contains(histogram), "{histogram}");
+        }
+    }
 }

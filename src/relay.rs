@@ -20,6 +20,7 @@
 
 mod error;
 mod machine;
+mod monitor;
 mod position;
 mod refusals;
 mod routing;
@@ -114,13 +115,24 @@ impl RelaySettings {
     }
 }
 
+/// Aborts the background task it holds when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
-/// are drained and confirmed) or a fatal error occurs.
+/// are drained and confirmed) or a fatal error occurs. The slot's lag is
+/// sampled in the background for as long as it runs.
 pub async fn run(
     mut settings: RelaySettings,
     mut shutdown: watch::Receiver<bool>,
     health: Health,
 ) -> Result<(), RelayError> {
+    let _monitor = AbortOnDrop(tokio::spawn(monitor::run(settings.replication.clone())));
     // The stream resolves the outbox table from the catalog at every connect.
     settings.replication.outbox_table = Some(settings.table.clone());
     let mut confirmed;
@@ -172,6 +184,7 @@ pub async fn run(
         report_resume(&resumed, &server, &stream, &settings.replication.slot);
         confirmed = start;
         stream.confirm(confirmed);
+        metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
         let Some(outbox) = stream.outbox_table().cloned() else {
             // The settings name the table (above), so the stream resolved it.
             return Err(ReplicationError::TableMissing {
@@ -212,6 +225,8 @@ pub async fn run(
         .run(&mut shutdown)
         .await;
         health.set_streaming(false);
+        // Whatever waited in this session is replayed by the next one.
+        metrics::gauge!(m::OLDEST_UNACKED_AGE).set(0.0);
         match outcome {
             Ok(final_confirmed) => {
                 tracing::info!(confirmed = %final_confirmed, "stopped after draining in-flight events");

@@ -136,3 +136,91 @@ async fn ready_is_503_with_the_reason_until_the_relay_streams() {
     assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
     outbox.drop_all().await;
 }
+
+// ---------------------------------------------------------------------------
+// Metrics
+
+/// The metrics on-call reads, with their base units, after some events and
+/// one dead letter: the commit-to-ack histogram counted every event, bytes
+/// went to each topic, the dead letter is counted by its reason, and the
+/// slot's lag and the oldest unacknowledged event's age are exported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_latency_bytes_by_topic_dead_letters_by_reason_and_slot_lag() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let port = free_port();
+    let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
+    let relay = RelayProcess::start(&config);
+    wait_until("/ready to answer 200", FAST_EXIT, || async {
+        http_get(port, "/ready")
+            .await
+            .is_some_and(|(s, _)| s == 200)
+    })
+    .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    let events = 20;
+    outbox.commit_events(&mut writer, 10, 2, 3, &mut seqs).await;
+    // A row without a key: dead-lettered as null_key.
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload)
+             VALUES ('{}', 'order', NULL, 'Placed', '{{}}')",
+            outbox.table,
+            uuid::Uuid::new_v4()
+        ))
+        .await
+        .unwrap();
+    let scrape = || async { http_get(port, "/metrics").await.map(|(_, b)| b) };
+    wait_until(
+        "every event published, the dead letter written and the lag sampled",
+        FAST_EXIT,
+        || async {
+            scrape().await.is_some_and(|m| {
+                metric_value(&m, "outbox_relay_events_published_total", "") >= events as f64
+                    && metric_value(
+                        &m,
+                        "outbox_relay_events_dead_lettered_total",
+                        "reason=\"null_key\"",
+                    ) == 1.0
+                    && m.lines()
+                        .any(|l| l.starts_with("outbox_relay_slot_lag_bytes "))
+            })
+        },
+    )
+    .await;
+    let metrics = scrape().await.expect("/metrics");
+    let value = |name: &str, labels: &str| metric_value(&metrics, name, labels);
+    assert_eq!(
+        value("outbox_relay_commit_to_ack_seconds_count", ""),
+        events as f64,
+        "one latency sample per event, none for the dead letter: {metrics}"
+    );
+    let sum = value("outbox_relay_commit_to_ack_seconds_sum", "");
+    assert!(sum > 0.0 && sum < 60.0 * events as f64, "seconds: {sum}");
+    assert!(
+        metrics.contains("outbox_relay_commit_to_ack_seconds_bucket{le=\"0.005\"}"),
+        "seconds buckets: {metrics}"
+    );
+    let topic_bytes = |topic: &str| {
+        value(
+            "outbox_relay_published_bytes_total",
+            &format!("topic=\"{topic}\""),
+        )
+    };
+    // Each event carries at least its 36-byte id header and its payload.
+    assert!(
+        topic_bytes(&outbox.topic("order")) > 40.0 * events as f64,
+        "{metrics}"
+    );
+    assert!(topic_bytes(&outbox.dlq_topic) > 0.0, "{metrics}");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("outbox_relay_oldest_unacked_event_age_seconds ")),
+        "{metrics}"
+    );
+    let status = relay.terminate().await;
+    assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
+    outbox.drop_all().await;
+}

@@ -37,6 +37,10 @@ use crate::replication::{
 };
 use crate::sink::{DeliveryReport, KafkaSink};
 
+/// How often the session updates the gauges that age with time (the oldest
+/// unacknowledged event).
+const OBSERVE_EVERY: Duration = Duration::from_secs(1);
+
 /// How long a session whose stream broke waits for the acknowledgements of
 /// records already sent before it hands over to the next session. Short:
 /// reconnecting matters more than saving a few duplicates.
@@ -64,6 +68,7 @@ pub(super) struct Session<'a> {
     confirmed: Lsn,
     /// For catalog look-ups of relations not known at connect.
     catalog: Option<SqlConnection>,
+    commit_to_ack: metrics::Histogram,
 }
 
 impl<'a> Session<'a> {
@@ -84,7 +89,31 @@ impl<'a> Session<'a> {
             health,
             confirmed,
             catalog: None,
+            commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK),
         }
+    }
+
+    /// Feeds one delivery report to the machine, after taking what the
+    /// metrics need from it: the commit-to-ack latency of an event (dead
+    /// letters are not the events anyone waits for).
+    fn on_report(&mut self, report: DeliveryReport<DeliveryTag>) -> SessionResult<()> {
+        if report.result.is_ok()
+            && !report.tag.dead_letter
+            && let Some(committed) = self.machine.commit_time(report.tag.txn)
+        {
+            self.commit_to_ack.record(seconds_since(committed));
+        }
+        self.machine.on_report(report, &mut self.sink)
+    }
+
+    /// Once per [`OBSERVE_EVERY`]: the age of the oldest unacknowledged
+    /// event, which grows while the broker does not answer.
+    fn observe(&mut self) {
+        let oldest = self
+            .machine
+            .oldest_unacked_commit_time()
+            .map_or(0.0, seconds_since);
+        metrics::gauge!(m::OLDEST_UNACKED_AGE).set(oldest);
     }
 
     /// Streams until shutdown (returns the final confirmed position) or
@@ -123,6 +152,8 @@ impl<'a> Session<'a> {
         heartbeat_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         heartbeat_tick.reset();
         let mut heartbeat: Option<JoinHandle<()>> = None;
+        let mut observe_tick = tokio::time::interval(OBSERVE_EVERY);
+        observe_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let (mut rows_at_tick, mut last_row) = (0, Instant::now());
         let mut stop = Stop::Running;
         loop {
@@ -166,8 +197,11 @@ impl<'a> Session<'a> {
                 refused = self.sink.unauthorized() => {
                     return Err(SessionError::Refused(refused));
                 }
+                // Before the reports and the stream, which may be ready all
+                // the time under load: this one fires once a second at most.
+                _ = observe_tick.tick() => self.observe(),
                 Some(report) = self.reports.recv() => {
-                    self.machine.on_report(report, &mut self.sink)?;
+                    self.on_report(report)?;
                 }
                 item = self.stream.next(), if can_read => {
                     self.on_item(item?).await?;
@@ -275,7 +309,7 @@ impl<'a> Session<'a> {
                 }
             };
             let Some(report) = report else { break };
-            if let Err(e) = self.machine.on_report(report, &mut self.sink) {
+            if let Err(e) = self.on_report(report) {
                 let confirmed = self.confirmed;
                 return Err((self.abandon(e).await, confirmed));
             }
@@ -299,7 +333,7 @@ impl<'a> Session<'a> {
                 () = tokio::time::sleep_until(deadline) => break,
             };
             let Some(report) = report else { break };
-            let handled = self.machine.on_report(report, &mut self.sink);
+            let handled = self.on_report(report);
             self.confirm();
             if let Err(e) = handled {
                 return e.is_fatal().then_some(e);
@@ -333,6 +367,12 @@ impl<'a> Session<'a> {
         }
         error
     }
+}
+
+/// Seconds from `time` to now; 0 for a time ahead of this host's clock.
+fn seconds_since(time: chrono::DateTime<chrono::Utc>) -> f64 {
+    let elapsed = chrono::Utc::now().signed_duration_since(time);
+    elapsed.to_std().map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Emits one heartbeat in the background; a failure is logged, the stream
