@@ -15,7 +15,7 @@ use figment::providers::Serialized;
 use outbox_relay::admin::{self, AdminTarget, init::InitOptions};
 use outbox_relay::config::{Config, LogFormat};
 use outbox_relay::metrics::{self, Health};
-use outbox_relay::relay::{self, RelayError, RelaySettings, Side};
+use outbox_relay::relay::{self, Observability, RelayError, RelaySettings, Side};
 use tokio::sync::watch;
 
 // Exit codes, documented in README.md and docs/operations.md. A clean stop
@@ -319,16 +319,22 @@ async fn run(config: Config) -> Result<(), RunError> {
         let _ = stop_tx.send(true);
     });
     let settings = RelaySettings::from_config(&config);
+    // Every key as the relay will use it (file, environment and flags
+    // merged, defaults filled in), secrets as ***: the first thing to read
+    // when the relay does not do what its config file seems to say.
     tracing::info!(
-        slot = %config.postgres.slot,
-        publication = %config.postgres.publication,
-        table = %config.postgres.table,
-        brokers = %config.kafka.brokers,
+        version = env!("CARGO_PKG_VERSION"),
+        config = %config.effective(),
         "outbox-relay starting"
     );
-    relay::run(settings, stop_rx, health)
-        .await
-        .map_err(RunError::Relay)
+    relay::run_observed(
+        settings,
+        Observability::from_config(&config),
+        stop_rx,
+        health,
+    )
+    .await
+    .map_err(RunError::Relay)
 }
 
 async fn wait_for_signal() {

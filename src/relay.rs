@@ -22,6 +22,7 @@ mod error;
 mod machine;
 mod monitor;
 mod position;
+mod progress;
 mod refusals;
 mod routing;
 mod session;
@@ -39,7 +40,9 @@ use crate::replication::{
     self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, ServerIdentity,
 };
 use crate::sink::{KafkaSink, OnUnroutable, SinkError, SinkSettings, TopicCheck};
+use monitor::SlotLag;
 use position::{Position, Resume};
+use progress::Progress;
 
 pub use error::{RelayError, SessionError, Side};
 pub use machine::{Producer, SessionMachine, Step};
@@ -115,6 +118,30 @@ impl RelaySettings {
     }
 }
 
+/// What the relay reports about itself besides /metrics, from the config's
+/// `[relay]` section.
+#[derive(Debug, Clone)]
+pub struct Observability {
+    /// Interval of the progress line while there is work; `None`: no line.
+    pub progress_interval: Option<Duration>,
+}
+
+impl Default for Observability {
+    fn default() -> Self {
+        Observability {
+            progress_interval: Some(progress::DEFAULT_INTERVAL),
+        }
+    }
+}
+
+impl Observability {
+    pub fn from_config(config: &Config) -> Self {
+        Observability {
+            progress_interval: config.relay.progress_interval(),
+        }
+    }
+}
+
 /// Aborts the background task it holds when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
 
@@ -125,14 +152,34 @@ impl Drop for AbortOnDrop {
 }
 
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
-/// are drained and confirmed) or a fatal error occurs. The slot's lag is
-/// sampled in the background for as long as it runs.
+/// are drained and confirmed) or a fatal error occurs, with the default
+/// [`Observability`].
 pub async fn run(
+    settings: RelaySettings,
+    shutdown: watch::Receiver<bool>,
+    health: Health,
+) -> Result<(), RelayError> {
+    run_observed(settings, Observability::default(), shutdown, health).await
+}
+
+/// [`run`], with the progress line as `observability` says. The slot's lag
+/// is sampled in the background for as long as it runs.
+pub async fn run_observed(
     mut settings: RelaySettings,
+    observability: Observability,
     mut shutdown: watch::Receiver<bool>,
     health: Health,
 ) -> Result<(), RelayError> {
-    let _monitor = AbortOnDrop(tokio::spawn(monitor::run(settings.replication.clone())));
+    let lag = SlotLag::default();
+    let _monitor = AbortOnDrop(tokio::spawn(monitor::run(
+        settings.replication.clone(),
+        lag.clone(),
+    )));
+    let mut progress = Progress::new(
+        observability.progress_interval,
+        lag,
+        std::time::Instant::now(),
+    );
     // The stream resolves the outbox table from the catalog at every connect.
     settings.replication.outbox_table = Some(settings.table.clone());
     let mut confirmed;
@@ -221,6 +268,7 @@ pub async fn run(
             (outbox, confirmed),
             &mut refusals,
             health.clone(),
+            &mut progress,
         )
         .run(&mut shutdown)
         .await;

@@ -224,3 +224,72 @@ async fn metrics_show_latency_bytes_by_topic_dead_letters_by_reason_and_slot_lag
     assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
     outbox.drop_all().await;
 }
+
+// ---------------------------------------------------------------------------
+// Log lines
+
+/// At info, as deployed: the start-up line shows the effective config with
+/// the password hidden; librdkafka's expected gapless-guarantee warning is
+/// not printed; a progress line appears while there is work (interval cut
+/// to 1 s here) with the rate, the lag, what is in flight and the dead
+/// letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_line_redacts_secrets_progress_line_appears_and_confwarn_is_quiet() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let password = env("PG_RELAY_URL")
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(user, _)| user.split_once(':'))
+        .map(|(_, password)| password.to_owned())
+        .expect("PG_RELAY_URL has a password");
+    let config = outbox.write_config("[relay]\nprogress_interval_secs = 1");
+    let relay = RelayProcess::start(&config);
+    wait_until("the relay to hold the slot", FAST_EXIT, || {
+        outbox.slot_active()
+    })
+    .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    outbox.commit_events(&mut writer, 20, 5, 4, &mut seqs).await;
+    relay
+        .wait_for_log("progress over the last", FAST_EXIT)
+        .await;
+    let log_path = relay.log.clone();
+    let status = relay.terminate().await;
+    assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
+    let log = std::fs::read_to_string(&log_path).expect("the relay's log");
+
+    assert!(!log.contains(&password), "the password leaked:\n{log}");
+    let start = log
+        .lines()
+        .find(|l| l.contains("outbox-relay starting"))
+        .unwrap_or_else(|| panic!("no start-up line:\n{log}"));
+    for shown in [
+        "postgres.url=\"postgres://relay:***@".to_owned(),
+        format!("postgres.slot=\"{}\"", outbox.slot),
+        format!("kafka.dlq_topic=\"{}\"", outbox.dlq_topic),
+        "relay.progress_interval_secs=1".to_owned(),
+        "relay.unhealthy_after_secs=120".to_owned(),
+    ] {
+        assert!(start.contains(&shown), "{shown} in {start}");
+    }
+    assert!(
+        !log.contains("enable.gapless.guarantee"),
+        "librdkafka's expected warning is at debug only:\n{log}"
+    );
+    let progress = log
+        .lines()
+        .find(|l| l.contains("progress over the last"))
+        .expect("a progress line");
+    assert!(progress.contains(" INFO "), "{progress}");
+    for field in [
+        "events=",
+        "events_per_sec=",
+        "slot_lag_bytes=",
+        "in_flight=",
+        "dead_lettered=0",
+    ] {
+        assert!(progress.contains(field), "{field} in {progress}");
+    }
+    outbox.drop_all().await;
+}

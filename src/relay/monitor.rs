@@ -13,6 +13,8 @@
 //! until a sample works again; the gauges keep their last value meanwhile,
 //! and the next sample reconnects.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use crate::metrics as m;
@@ -26,6 +28,28 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
 /// `application_name` of the sampling session unless the conninfo sets
 /// one, so it is told apart from the stream in `pg_stat_activity`.
 const APPLICATION_NAME: &str = "outbox-relay-monitor";
+
+/// The last sampled lag, shared with the progress log; negative until the
+/// first sample.
+#[derive(Debug, Clone)]
+pub struct SlotLag(Arc<AtomicI64>);
+
+impl Default for SlotLag {
+    fn default() -> Self {
+        SlotLag(Arc::new(AtomicI64::new(-1)))
+    }
+}
+
+impl SlotLag {
+    /// Bytes of WAL behind the server's current position, if sampled yet.
+    pub fn bytes(&self) -> Option<u64> {
+        u64::try_from(self.0.load(Ordering::Relaxed)).ok()
+    }
+
+    fn set(&self, bytes: i64) {
+        self.0.store(bytes.max(0), Ordering::Relaxed);
+    }
+}
 
 /// One sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +88,7 @@ pub fn parse_sample(rows: &[Vec<Option<String>>]) -> Option<SlotSample> {
 
 /// Samples the slot every [`SAMPLE_INTERVAL`], forever (the relay aborts
 /// the task when it stops).
-pub async fn run(mut settings: ReplicationSettings) {
+pub async fn run(mut settings: ReplicationSettings, lag: SlotLag) {
     settings.application_name = APPLICATION_NAME.to_owned();
     let sql = sample_sql(&settings.slot);
     let mut connection: Option<SqlConnection> = None;
@@ -80,7 +104,7 @@ pub async fn run(mut settings: ReplicationSettings) {
                     failing = false;
                 }
                 if let Some(sample) = sample {
-                    publish(&sample);
+                    publish(&sample, &lag);
                 }
             }
             Err(e) => {
@@ -125,8 +149,9 @@ async fn sample(
     }
 }
 
-fn publish(sample: &SlotSample) {
+fn publish(sample: &SlotSample, lag: &SlotLag) {
     if let Some(bytes) = sample.lag_bytes {
+        lag.set(bytes);
         metrics::gauge!(m::SLOT_LAG).set(bytes.max(0) as f64);
     }
     if let Some(safe) = sample.safe_wal_size {
@@ -168,5 +193,27 @@ mod tests {
             "max_slot_wal_keep_size = -1: no safe size"
         );
         assert_eq!(parse_sample(&[]), None, "no such slot");
+    }
+
+    #[test]
+    fn the_shared_lag_is_unknown_until_sampled_and_never_negative() {
+        let lag = SlotLag::default();
+        assert_eq!(lag.bytes(), None);
+        publish(
+            &SlotSample {
+                lag_bytes: Some(-16),
+                safe_wal_size: None,
+            },
+            &lag,
+        );
+        assert_eq!(lag.bytes(), Some(0));
+        publish(
+            &SlotSample {
+                lag_bytes: Some(1 << 20),
+                safe_wal_size: None,
+            },
+            &lag,
+        );
+        assert_eq!(lag.bytes(), Some(1 << 20));
     }
 }

@@ -27,6 +27,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::RelaySettings;
 use super::error::SessionError;
 use super::machine::{SessionMachine, Step};
+use super::progress::Progress;
 use super::refusals::Refusals;
 use super::routing::DeliveryTag;
 use crate::lsn::Lsn;
@@ -38,7 +39,7 @@ use crate::replication::{
 use crate::sink::{DeliveryReport, KafkaSink};
 
 /// How often the session updates the gauges that age with time (the oldest
-/// unacknowledged event).
+/// unacknowledged event) and checks whether a progress line is due.
 const OBSERVE_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a session whose stream broke waits for the acknowledgements of
@@ -68,6 +69,8 @@ pub(super) struct Session<'a> {
     confirmed: Lsn,
     /// For catalog look-ups of relations not known at connect.
     catalog: Option<SqlConnection>,
+    /// Counts acknowledgements for the progress line; outlives the session.
+    progress: &'a mut Progress,
     commit_to_ack: metrics::Histogram,
 }
 
@@ -79,6 +82,7 @@ impl<'a> Session<'a> {
         (outbox, confirmed): (OutboxTable, Lsn),
         refusals: &'a mut Refusals,
         health: Health,
+        progress: &'a mut Progress,
     ) -> Self {
         Session {
             settings,
@@ -89,31 +93,43 @@ impl<'a> Session<'a> {
             health,
             confirmed,
             catalog: None,
+            progress,
             commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK),
         }
     }
 
     /// Feeds one delivery report to the machine, after taking what the
-    /// metrics need from it: the commit-to-ack latency of an event (dead
-    /// letters are not the events anyone waits for).
+    /// metrics and the progress line need from it: the commit-to-ack
+    /// latency of an event (dead letters are not the events anyone waits
+    /// for).
     fn on_report(&mut self, report: DeliveryReport<DeliveryTag>) -> SessionResult<()> {
-        if report.result.is_ok()
-            && !report.tag.dead_letter
-            && let Some(committed) = self.machine.commit_time(report.tag.txn)
-        {
-            self.commit_to_ack.record(seconds_since(committed));
+        if report.result.is_ok() {
+            self.progress.acknowledged(report.tag.dead_letter);
+            if !report.tag.dead_letter
+                && let Some(committed) = self.machine.commit_time(report.tag.txn)
+            {
+                self.commit_to_ack.record(seconds_since(committed));
+            }
         }
         self.machine.on_report(report, &mut self.sink)
     }
 
     /// Once per [`OBSERVE_EVERY`]: the age of the oldest unacknowledged
-    /// event, which grows while the broker does not answer.
+    /// event, which grows while the broker does not answer, and the
+    /// progress line when one is due.
     fn observe(&mut self) {
         let oldest = self
             .machine
             .oldest_unacked_commit_time()
             .map_or(0.0, seconds_since);
         metrics::gauge!(m::OLDEST_UNACKED_AGE).set(oldest);
+        if let Some(summary) = self.progress.due(
+            std::time::Instant::now(),
+            self.machine.pending_events(),
+            self.confirmed,
+        ) {
+            summary.log();
+        }
     }
 
     /// Streams until shutdown (returns the final confirmed position) or

@@ -20,6 +20,7 @@
 //! record travels with an opaque tag of the caller's type `T`, returned in
 //! its [`DeliveryReport`].
 
+mod log;
 mod refusal;
 
 use std::collections::HashMap;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -267,6 +269,10 @@ impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
         }
         // As rdkafka's default: librdkafka's words at error level.
         tracing::error!("librdkafka: {error}: {reason}");
+    }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log::forward(level, fac, message);
     }
 }
 
