@@ -18,8 +18,9 @@ use outbox_relay::metrics::{self, Health};
 use outbox_relay::relay::{self, Observability, RelayError, RelaySettings, Side};
 use tokio::sync::watch;
 
-// Exit codes, documented in README.md and docs/operations.md. A clean stop
-// (SIGTERM/SIGINT, in-flight events drained and confirmed) exits 0.
+// Exit codes, documented in README.md, docs/operations.md and `--help`
+// (EXIT_CODES_HELP). A clean stop (SIGTERM/SIGINT, in-flight events drained
+// and confirmed) exits 0.
 
 /// `run`: a fatal error that is neither PostgreSQL's nor Kafka's (the metrics
 /// address cannot be bound, the async runtime cannot start). The operator
@@ -36,6 +37,19 @@ const EXIT_SOURCE: u8 = 3;
 /// dead-letter topic).
 const EXIT_SINK: u8 = 4;
 
+/// The exit codes as `--help` shows them (tests/ops.rs checks the lines).
+const EXIT_CODES_HELP: &str = "\
+Exit codes of `run`:
+  0  clean stop: SIGTERM/SIGINT, in-flight events drained and confirmed
+  1  another fatal error (relay.metrics_addr cannot be bound, ...)
+  2  configuration refused (unknown key, value out of bounds); also usage errors
+  3  PostgreSQL needs a person: slot missing or invalidated, publication or
+     table missing, authentication refused, undecodable stream
+  4  Kafka needs a person: credentials or ACLs refused, a topic missing and
+     not created (dead-letter topic, or kafka.on_unroutable = \"stop\")
+Transient failures on either side are retried and never end the process.
+init, check and status exit 1 on failure.";
+
 /// The exit code of a fatal relay error: which side must be fixed.
 fn exit_code(error: &RelayError) -> u8 {
     match error.side() {
@@ -48,7 +62,8 @@ fn exit_code(error: &RelayError) -> u8 {
 #[command(
     name = "outbox-relay",
     version,
-    about = "Relays a PostgreSQL transactional outbox to Kafka as CloudEvents, confirming only what the broker acknowledged"
+    about = "Relays a PostgreSQL transactional outbox to Kafka as CloudEvents, confirming only what the broker acknowledged",
+    after_help = EXIT_CODES_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -58,6 +73,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Stream the outbox to Kafka until SIGTERM/SIGINT.
+    #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Load and validate the config, print it with secrets redacted, and exit.
     CheckConfig(RunArgs),

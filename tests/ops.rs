@@ -293,3 +293,29 @@ async fn start_up_line_redacts_secrets_progress_line_appears_and_confwarn_is_qui
     }
     outbox.drop_all().await;
 }
+
+/// `outbox-relay --help` and `outbox-relay run --help` list the exit codes
+/// an operator's supervisor sees, with what each means.
+#[test]
+fn help_documents_the_exit_codes() {
+    for args in [&["--help"][..], &["run", "--help"][..]] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(args)
+            .output()
+            .expect("run outbox-relay --help");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        let help = String::from_utf8_lossy(&output.stdout);
+        for (code, meaning) in [
+            (EXIT_CLEAN, "clean stop"),
+            (EXIT_CONFIG, "configuration refused"),
+            (EXIT_SOURCE, "PostgreSQL"),
+            (EXIT_SINK, "Kafka"),
+        ] {
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{code} ")))
+                .unwrap_or_else(|| panic!("{args:?}: no line for exit code {code}:\n{help}"));
+            assert!(line.contains(meaning), "{args:?}: {line}");
+        }
+    }
+}
