@@ -893,3 +893,32 @@ fn a_conninfo_the_relay_cannot_use_is_refused_naming_the_fix_not_the_value() {
         );
     }
 }
+
+/// docs/configuration.md documents every key the config has, each with its
+/// environment variable: adding a field without documenting it fails here.
+#[test]
+fn every_config_key_is_in_the_configuration_reference() {
+    let reference = include_str!("../../docs/configuration.md");
+    let keys: Vec<String> = Config::default()
+        .flattened()
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    // Adversarial: a flattening that lost the nested tables would pass
+    // trivially with a handful of keys.
+    assert!(keys.len() >= 30, "{keys:?}");
+    for key in &keys {
+        let row = reference
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{key}` |")))
+            .unwrap_or_else(|| panic!("docs/configuration.md has no row for `{key}`"));
+        let variable = format!(
+            "OUTBOX_RELAY__{}",
+            key.to_ascii_uppercase().replace('.', "__")
+        );
+        assert!(
+            row.contains(&format!("`{variable}")),
+            "the row of `{key}` names {variable}: {row}"
+        );
+    }
+}
