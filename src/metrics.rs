@@ -259,6 +259,80 @@ mod tests {
             .collect()
     }
 
+    /// Every `outbox_relay_*` name in `text`, histogram series
+    /// (`_bucket`, `_sum`, `_count`) under their histogram's name.
+    fn metric_names_used_in(text: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("outbox_relay_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            let name = &tail[..end];
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    name.strip_suffix(suffix)
+                        .filter(|base| HISTOGRAMS.contains(base))
+                })
+                .unwrap_or(name);
+            names.push(base.to_owned());
+            rest = &tail[end..];
+        }
+        names
+    }
+
+    /// The dashboard and the alert rules in deploy/ name only metrics the
+    /// relay exports: a renamed metric would leave a silent, empty panel or
+    /// an alert that can never fire.
+    #[test]
+    fn deploy_files_use_only_metrics_the_relay_exports() {
+        for (file, text) in [
+            (
+                "deploy/grafana/outbox-relay.json",
+                include_str!("../deploy/grafana/outbox-relay.json"),
+            ),
+            (
+                "deploy/prometheus/alerts.yaml",
+                include_str!("../deploy/prometheus/alerts.yaml"),
+            ),
+        ] {
+            let used = metric_names_used_in(text);
+            assert!(used.len() >= 8, "{file} names few metrics: {used:?}");
+            for name in &used {
+                assert!(
+                    ALL.contains(&name.as_str()),
+                    "{file} uses {name}, which src/metrics.rs does not declare"
+                );
+            }
+        }
+        // The alerts on-call needs are there, on the metrics that carry them.
+        let alerts = include_str!("../deploy/prometheus/alerts.yaml");
+        for (alert, metric) in [
+            ("OutboxRelaySlotLagHigh", SLOT_LAG),
+            ("OutboxRelayStuck", OLDEST_UNACKED_AGE),
+            ("OutboxRelayDeadLetters", EVENTS_DEAD_LETTERED),
+            ("OutboxRelayNotReady", READY),
+        ] {
+            let rule = alerts
+                .split("- alert: ")
+                .find(|rule| rule.starts_with(&format!("{alert}\n")))
+                .unwrap_or_else(|| panic!("no alert {alert}"));
+            assert!(rule.contains(metric), "{alert} uses {metric}: {rule}");
+        }
+    }
+
+    #[test]
+    fn the_name_scanner_sees_histogram_series_and_unknown_names() {
+        assert_eq!(
+            metric_names_used_in(
+                "rate(outbox_relay_commit_to_ack_seconds_bucket[5m]) + outbox_relay_nope_total"
+            ),
+            [COMMIT_TO_ACK, "outbox_relay_nope_total"]
+        );
+    }
+
     #[test]
     fn every_declared_metric_is_listed_once_in_all() {
         let declared = declared_metric_names();
