@@ -2,12 +2,10 @@
 //! services: the exit codes, /ready, the metrics on /metrics, and the log
 //! lines (start-up, progress, librdkafka's expected warning).
 
-mod support;
-
 use std::time::Duration;
 
-use support::relay_probe::*;
-use support::*;
+use crate::support::http::*;
+use crate::support::*;
 
 /// Exit codes of `outbox-relay run`, as README.md and docs/operations.md
 /// document them.
@@ -32,7 +30,7 @@ async fn a_missing_slot_exits_with_the_source_code() {
         .await
         .unwrap();
     let config = outbox.write_config("");
-    let mut relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     let status = relay.wait(FAST_EXIT).await;
     let log = relay.log_text();
     assert_eq!(status.code(), Some(EXIT_SOURCE), "{log}");
@@ -47,7 +45,7 @@ async fn a_missing_dead_letter_topic_exits_with_the_sink_code() {
     let outbox = TestOutbox::create("jsonb").await;
     let config =
         outbox.write_config("[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"");
-    let mut relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     let status = relay.wait(FAST_EXIT).await;
     let log = relay.log_text();
     assert_eq!(status.code(), Some(EXIT_SINK), "{log}");
@@ -61,7 +59,7 @@ async fn a_missing_dead_letter_topic_exits_with_the_sink_code() {
 async fn a_refused_config_exits_with_the_config_code() {
     let outbox = TestOutbox::create("jsonb").await;
     let config = outbox.write_config("[relay]\nunhealthy_after_secs = 0");
-    let mut relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     let status = relay.wait(FAST_EXIT).await;
     let log = relay.log_text();
     assert_eq!(status.code(), Some(EXIT_CONFIG), "{log}");
@@ -74,7 +72,7 @@ async fn a_refused_config_exits_with_the_config_code() {
 async fn sigterm_while_streaming_exits_clean() {
     let outbox = TestOutbox::create("jsonb").await;
     let config = outbox.write_config("");
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     wait_until("the relay to hold the slot", FAST_EXIT, || {
         outbox.slot_active()
     })
@@ -93,14 +91,14 @@ async fn sigterm_while_streaming_exits_clean() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_is_503_with_the_reason_until_the_relay_streams() {
     let outbox = TestOutbox::create("jsonb").await;
-    let other = RunningRelay::start(outbox.settings());
+    let other = Relay::in_process(outbox.settings());
     wait_until("the other reader to hold the slot", FAST_EXIT, || {
         outbox.slot_active()
     })
     .await;
     let port = free_port();
     let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     let ready_is = |want: u16, needle: &'static str| async move {
         http_get(port, "/ready")
             .await
@@ -149,7 +147,7 @@ async fn metrics_show_latency_bytes_by_topic_dead_letters_by_reason_and_slot_lag
     let outbox = TestOutbox::create("jsonb").await;
     let port = free_port();
     let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     wait_until("/ready to answer 200", FAST_EXIT, || async {
         http_get(port, "/ready")
             .await
@@ -243,7 +241,7 @@ async fn start_up_line_redacts_secrets_progress_line_appears_and_confwarn_is_qui
         .map(|(_, password)| password.to_owned())
         .expect("PG_RELAY_URL has a password");
     let config = outbox.write_config("[relay]\nprogress_interval_secs = 1");
-    let relay = RelayProcess::start(&config);
+    let mut relay = Relay::process(&config);
     wait_until("the relay to hold the slot", FAST_EXIT, || {
         outbox.slot_active()
     })
@@ -254,7 +252,7 @@ async fn start_up_line_redacts_secrets_progress_line_appears_and_confwarn_is_qui
     relay
         .wait_for_log("progress over the last", FAST_EXIT)
         .await;
-    let log_path = relay.log.clone();
+    let log_path = relay.log_path().to_path_buf();
     let status = relay.terminate().await;
     assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
     let log = std::fs::read_to_string(&log_path).expect("the relay's log");
