@@ -20,26 +20,26 @@
 //! record travels with an opaque tag of the caller's type `T`, returned in
 //! its [`DeliveryReport`].
 
+mod counters;
 mod log;
 mod refusal;
 
-use std::collections::HashMap;
+use counters::AckCounters;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafka;
 use tokio::sync::mpsc;
 
-use crate::deadletter::REASON_CODE_HEADER;
 use crate::envelope::KafkaRecord;
-use crate::metrics as m;
 
 pub use refusal::{
     DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
@@ -148,77 +148,6 @@ struct ReportingContext<T> {
     /// What the broker acknowledged, counted where the topic, size and
     /// dead-letter reason of each record are at hand.
     acknowledged: AckCounters,
-}
-
-/// The counters of acknowledged records. Per-topic and per-reason handles
-/// are made on first use and kept, so counting a record allocates nothing
-/// once its topic is known; delivery callbacks run on one thread, so the
-/// locks are never contended.
-struct AckCounters {
-    events: metrics::Counter,
-    bytes_by_topic: Mutex<HashMap<String, metrics::Counter>>,
-    dead_letters_by_reason: Mutex<HashMap<String, metrics::Counter>>,
-}
-
-impl AckCounters {
-    fn new() -> Self {
-        AckCounters {
-            events: metrics::counter!(m::EVENTS_PUBLISHED),
-            bytes_by_topic: Mutex::default(),
-            dead_letters_by_reason: Mutex::default(),
-        }
-    }
-
-    fn count(&self, msg: &BorrowedMessage<'_>, dead_letter: bool) {
-        let header_bytes: usize = msg.headers().map_or(0, |headers| {
-            headers
-                .iter()
-                .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
-                .sum()
-        });
-        let bytes = msg.key_len() + msg.payload_len() + header_bytes;
-        counter_for(
-            &self.bytes_by_topic,
-            msg.topic(),
-            |topic| metrics::counter!(m::PUBLISHED_BYTES, "topic" => topic),
-        )
-        .increment(bytes as u64);
-        if dead_letter {
-            let reason = msg
-                .headers()
-                .and_then(|headers| {
-                    headers
-                        .iter()
-                        .find(|h| h.key == REASON_CODE_HEADER)
-                        .and_then(|h| h.value)
-                })
-                .and_then(|value| std::str::from_utf8(value).ok())
-                .unwrap_or("unknown");
-            counter_for(
-                &self.dead_letters_by_reason,
-                reason,
-                |reason| metrics::counter!(m::EVENTS_DEAD_LETTERED, "reason" => reason),
-            )
-            .increment(1);
-        } else {
-            self.events.increment(1);
-        }
-    }
-}
-
-/// The counter kept under `label` in `counters`, made by `make` on first use.
-fn counter_for(
-    counters: &Mutex<HashMap<String, metrics::Counter>>,
-    label: &str,
-    make: impl FnOnce(String) -> metrics::Counter,
-) -> metrics::Counter {
-    let mut counters = counters.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(counter) = counters.get(label) {
-        return counter.clone();
-    }
-    let counter = make(label.to_owned());
-    counters.insert(label.to_owned(), counter.clone());
-    counter
 }
 
 impl<T> ReportingContext<T> {
