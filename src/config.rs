@@ -34,7 +34,10 @@ use std::time::Duration;
 use figment::Figment;
 use serde::Deserialize;
 
+use crate::cleanup::Cleanup;
 use crate::envelope::{ContentMode, DEFAULT_TOPIC_TEMPLATE, EnvelopeSettings};
+use crate::outbox::Source;
+use crate::outbox::message::DEFAULT_PREFIX;
 use crate::sink::OnUnroutable;
 
 pub use redact::{is_secret_property, redact_conninfo};
@@ -97,6 +100,7 @@ pub struct Config {
     pub kafka: KafkaConfig,
     pub cloudevents: CloudEventsConfig,
     pub relay: RelayConfig,
+    pub tracing: TracingConfig,
 }
 
 /// `[postgres]`: where the outbox rows come from.
@@ -117,6 +121,14 @@ pub struct PostgresConfig {
     pub columns: OutboxColumns,
     /// Extra column name → Kafka header name.
     pub header_columns: BTreeMap<String, String>,
+    /// Where events come from: the table's inserts, outbox logical
+    /// messages, or both.
+    pub source: Source,
+    /// The logical message prefix of outbox events (`outbox_emit`'s
+    /// `prefix`): one per relay when several share a database.
+    pub message_prefix: String,
+    /// What the relay does with outbox rows once the broker has them.
+    pub cleanup: Cleanup,
 }
 
 impl Default for PostgresConfig {
@@ -131,6 +143,9 @@ impl Default for PostgresConfig {
             heartbeat_interval_secs: 30,
             columns: OutboxColumns::default(),
             header_columns: BTreeMap::new(),
+            source: Source::Table,
+            message_prefix: DEFAULT_PREFIX.to_owned(),
+            cleanup: Cleanup::None,
         }
     }
 }
@@ -147,6 +162,8 @@ pub struct OutboxColumns {
     pub payload: String,
     pub timestamp: String,
     pub tracing_span_context: String,
+    /// The W3C `tracestate` column, optional like the traceparent's.
+    pub tracestate: String,
     pub source: Option<String>,
 }
 
@@ -160,6 +177,7 @@ impl Default for OutboxColumns {
             payload: "payload".to_owned(),
             timestamp: "timestamp".to_owned(),
             tracing_span_context: "tracingspancontext".to_owned(),
+            tracestate: "tracestate".to_owned(),
             source: None,
         }
     }
@@ -230,6 +248,17 @@ impl Default for RelayConfig {
             unhealthy_after_secs: 120,
         }
     }
+}
+
+/// `[tracing]`: OpenTelemetry. Without an endpoint nothing of it runs.
+#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// OTLP/HTTP endpoint of a collector, `http://host:port` (the path
+    /// `/v1/traces` is added when none is given).
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the relay's spans; `outbox-relay` when empty.
+    pub service_name: String,
 }
 
 /// Log line format.
@@ -356,6 +385,11 @@ impl OutboxColumns {
         Some(self.tracing_span_context.as_str()).filter(|c| !c.is_empty())
     }
 
+    /// The tracestate column, `None` if configured as "".
+    pub fn tracestate_column(&self) -> Option<&str> {
+        Some(self.tracestate.as_str()).filter(|c| !c.is_empty())
+    }
+
     /// The per-row source column, if configured.
     pub fn source_column(&self) -> Option<&str> {
         self.source.as_deref().filter(|c| !c.is_empty())
@@ -396,6 +430,7 @@ impl fmt::Debug for Config {
             .field("kafka", &self.kafka)
             .field("cloudevents", &self.cloudevents)
             .field("relay", &self.relay)
+            .field("tracing", &self.tracing)
             .finish()
     }
 }
@@ -412,6 +447,9 @@ impl fmt::Debug for PostgresConfig {
             .field("heartbeat_interval_secs", &self.heartbeat_interval_secs)
             .field("columns", &self.columns)
             .field("header_columns", &self.header_columns)
+            .field("source", &self.source)
+            .field("message_prefix", &self.message_prefix)
+            .field("cleanup", &self.cleanup)
             .finish()
     }
 }
@@ -455,10 +493,11 @@ impl fmt::Display for Config {
         let (schema, table) = self.postgres.table_parts();
         write!(
             f,
-            "postgres {} slot={} publication={} table={schema}.{table}; kafka brokers={} topic={} dlq={} properties=[",
+            "postgres {} slot={} publication={} table={schema}.{table} source={}; kafka brokers={} topic={} dlq={} properties=[",
             redact_conninfo(&self.postgres.url),
             self.postgres.slot,
             self.postgres.publication,
+            self.postgres.source.as_str(),
             self.kafka.brokers,
             self.kafka.topic,
             self.kafka.dlq_topic,

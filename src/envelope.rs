@@ -20,7 +20,9 @@
 //! Mapping (docs/design.md, "CloudEvents mapping"): `id` ← id column, `source` ←
 //! source column or config, `type` ← type column, `subject` and
 //! `partitionkey` ← aggregate id, `time` ← timestamp column or commit time,
-//! `traceparent` ← tracing span context column.
+//! `traceparent` and `tracestate` (the distributed-tracing extension) ←
+//! the tracing span context and tracestate columns, or the message's
+//! members, unchanged.
 //! Spec: <https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/bindings/kafka-protocol-binding.md>
 
 use bytes::Bytes;
@@ -105,6 +107,42 @@ pub struct CloudEvent {
     /// requires a non-empty value); the Kafka key is still the aggregate id.
     pub partitionkey: Option<String>,
     pub traceparent: Option<String>,
+    /// Only with a `traceparent`: a tracestate alone means nothing.
+    pub tracestate: Option<String>,
+}
+
+/// A row's W3C trace context: the CloudEvents distributed-tracing
+/// extension, passed on unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    pub traceparent: String,
+    pub tracestate: Option<String>,
+}
+
+impl TraceContext {
+    /// The row's trace context, when its traceparent is valid: the bare
+    /// value, or Debezium's Java properties text (`traceparent=…` and
+    /// `tracestate=…` lines). A tracestate column with a value wins over
+    /// the properties' line. A malformed tracestate is dropped, never the
+    /// event.
+    pub fn of_row(row: &OutboxRow) -> Option<TraceContext> {
+        let text = row.trace_parent.as_deref()?;
+        let traceparent = traceparent_from_span_context(text)?.to_owned();
+        let from_column = row
+            .trace_state
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty());
+        let tracestate = match from_column {
+            Some(column) => Some(column.to_owned()),
+            None => property(text, "tracestate"),
+        }
+        .filter(|s| is_tracestate(s));
+        Some(TraceContext {
+            traceparent,
+            tracestate,
+        })
+    }
 }
 
 /// Why a row cannot become an event. Each maps to a dead-letter reason.
@@ -162,6 +200,7 @@ impl CloudEvent {
             }
         }
         let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        let trace = TraceContext::of_row(row);
         Ok(CloudEvent {
             id: row.id.clone(),
             source: source.to_owned(),
@@ -172,11 +211,8 @@ impl CloudEvent {
             datacontenttype: DATA_CONTENT_TYPE,
             data: row.payload.clone(),
             partitionkey: non_empty(&row.aggregate_id),
-            traceparent: row
-                .trace_parent
-                .as_deref()
-                .and_then(traceparent_from_span_context)
-                .map(str::to_owned),
+            tracestate: trace.as_ref().and_then(|t| t.tracestate.clone()),
+            traceparent: trace.map(|t| t.traceparent),
         })
     }
 
@@ -200,6 +236,9 @@ impl CloudEvent {
         if let Some(tp) = &self.traceparent {
             push("ce_traceparent", tp);
         }
+        if let Some(ts) = &self.tracestate {
+            push("ce_tracestate", ts);
+        }
         // The Kafka binding carries `datacontenttype` in `content-type`, not `ce_`.
         push("content-type", self.datacontenttype);
         headers
@@ -222,6 +261,8 @@ impl CloudEvent {
             partitionkey: Option<&'a str>,
             #[serde(skip_serializing_if = "Option::is_none")]
             traceparent: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            tracestate: Option<&'a str>,
             data: &'a RawValue,
         }
         let data = parse_raw(&self.data)?;
@@ -235,6 +276,7 @@ impl CloudEvent {
             datacontenttype: self.datacontenttype,
             partitionkey: self.partitionkey.as_deref(),
             traceparent: self.traceparent.as_deref(),
+            tracestate: self.tracestate.as_deref(),
             data,
         };
         // Serializing borrowed strings and a RawValue cannot fail; map anyway
@@ -359,9 +401,82 @@ pub fn traceparent_from_span_context(text: &str) -> Option<&str> {
         .find(|value| is_traceparent(value))
 }
 
+/// The value of `key` in Java properties text (`key=value` or `key:value`
+/// lines, `\` escapes as `Properties.store` writes them: a tracestate's `=`
+/// arrives as `\=`), when it is not empty.
+fn property(text: &str, key: &str) -> Option<String> {
+    let raw = text
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix(key))
+        .filter_map(|rest| rest.trim_start().strip_prefix(['=', ':']))
+        .map(str::trim)
+        .next_back()?;
+    let mut value = String::with_capacity(raw.len());
+    let mut chars = raw.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            value.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('t') => value.push('\t'),
+            Some('n') => value.push('\n'),
+            Some('r') => value.push('\r'),
+            Some('f') => value.push('\u{c}'),
+            Some('u') => {
+                let hex: String = chars.by_ref().take(4).collect();
+                value.push(
+                    u32::from_str_radix(&hex, 16)
+                        .ok()
+                        .and_then(char::from_u32)
+                        .unwrap_or('\u{fffd}'),
+                );
+            }
+            Some(other) => value.push(other),
+            None => {}
+        }
+    }
+    (!value.is_empty()).then_some(value)
+}
+
+/// A W3C `tracestate` (Trace Context §3.3): at most 32 comma-separated
+/// `key=value` members (empty members allowed), keys of `[a-z0-9_*/@-]`
+/// starting with a letter or digit, values of printable ASCII without `,`
+/// and `=`, at most 256 characters, not ending in a space.
+pub fn is_tracestate(s: &str) -> bool {
+    let mut members = 0;
+    for member in s.split(',') {
+        let member = member.trim_matches([' ', '\t']);
+        if member.is_empty() {
+            continue;
+        }
+        members += 1;
+        let Some((key, value)) = member.split_once('=') else {
+            return false;
+        };
+        let key_ok = (1..=256).contains(&key.len())
+            && key
+                .bytes()
+                .next()
+                .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+            && key
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b"_-*/@".contains(&b));
+        let value_ok = (1..=256).contains(&value.len())
+            && !value.ends_with(' ')
+            && value
+                .bytes()
+                .all(|b| (0x20..=0x7e).contains(&b) && b != b',' && b != b'=');
+        if !key_ok || !value_ok {
+            return false;
+        }
+    }
+    members <= 32
+}
+
 /// `version-traceid-parentid-flags`, lowercase hex, ids not all zero
 /// (W3C Trace Context §3.2).
-fn is_traceparent(s: &str) -> bool {
+pub fn is_traceparent(s: &str) -> bool {
     let parts: Vec<&str> = s.split('-').collect();
     let hex = |p: &str, len: usize| {
         p.len() == len && p.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))

@@ -33,6 +33,11 @@ pub const EVENTS_IN_FLIGHT: &str = "outbox_relay_events_in_flight";
 pub const BYTES_RECEIVED: &str = "outbox_relay_wal_received_bytes_total";
 pub const SERVER_CHANGES: &str = "outbox_relay_server_changes_total";
 pub const SLOT_JUMPS: &str = "outbox_relay_slot_jumps_total";
+pub const MESSAGES_REFUSED: &str = "outbox_relay_messages_refused_total";
+pub const CLEANUP_DELETED_ROWS: &str = "outbox_relay_cleanup_deleted_rows_total";
+pub const CLEANUP_SKIPPED_ROWS: &str = "outbox_relay_cleanup_skipped_rows_total";
+pub const TRACE_SPANS_EXPORTED: &str = "outbox_relay_trace_spans_exported_total";
+pub const TRACE_SPANS_DROPPED: &str = "outbox_relay_trace_spans_dropped_total";
 
 /// The `reason` label of [`DELIVERY_FAILURES`] and [`RECONNECTS`]: a small
 /// fixed set, so that a dashboard can tell a broker outage from a refusal
@@ -103,6 +108,26 @@ pub fn describe() {
     describe_counter!(
         SLOT_JUMPS,
         "Sessions that found the slot ahead of the position this relay confirmed: someone else advanced or recreated it."
+    );
+    describe_counter!(
+        MESSAGES_REFUSED,
+        "Logical messages with the outbox prefix that are not transactional (not atomic with any business write): logged at error, never published."
+    );
+    describe_counter!(
+        CLEANUP_DELETED_ROWS,
+        "Outbox rows deleted after their events were confirmed (postgres.cleanup = \"delete-after-ack\")."
+    );
+    describe_counter!(
+        CLEANUP_SKIPPED_ROWS,
+        "Confirmed outbox rows the cleanup left in the table: it lagged, held too many, or its DELETE failed."
+    );
+    describe_counter!(
+        TRACE_SPANS_EXPORTED,
+        "Produce spans exported to the OTLP collector."
+    );
+    describe_counter!(
+        TRACE_SPANS_DROPPED,
+        "Produce spans dropped: the export queue was full or the collector did not take them."
     );
     metrics::describe_counter!(
         BYTES_RECEIVED,

@@ -1,8 +1,9 @@
-//! From a decoded outbox INSERT to an [`OutboxRow`].
+//! From a decoded outbox INSERT, or an outbox logical message
+//! ([`message`]), to an [`OutboxRow`].
 //!
 //! The outbox contract (docs/design.md, "The outbox contract"): Debezium's outbox event router columns by
 //! default (`id`, `aggregatetype`, `aggregateid`, `type`, `payload`, optional
-//! `timestamp` and `tracingspancontext`), names configurable, extra columns
+//! `timestamp`, `tracingspancontext` and `tracestate`), names configurable, extra columns
 //! mapped to headers. Column positions are resolved once per relation shape
 //! and cached; a Relation message (ALTER TABLE) brings a new `Arc<Relation>`,
 //! which invalidates the cached positions.
@@ -15,8 +16,47 @@ use std::sync::Arc;
 use bytes::Bytes;
 use chrono::{DateTime, NaiveDateTime, Utc};
 
+use serde::Deserialize;
+
 use crate::assembler::Relation;
 use crate::pgoutput::{TupleData, TupleValue};
+
+pub mod message;
+
+/// Where the relay takes events from (`postgres.source`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Rows inserted into the outbox table.
+    #[default]
+    Table,
+    /// Transactional logical messages (`outbox_emit`, `sql/outbox_emit.sql`):
+    /// no table at all.
+    Messages,
+    /// Both, in commit order across them.
+    Both,
+}
+
+impl Source {
+    /// Whether inserts into the outbox table are events.
+    pub fn table(self) -> bool {
+        matches!(self, Source::Table | Source::Both)
+    }
+
+    /// Whether outbox logical messages are events.
+    pub fn messages(self) -> bool {
+        matches!(self, Source::Messages | Source::Both)
+    }
+
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Table => "table",
+            Source::Messages => "messages",
+            Source::Both => "both",
+        }
+    }
+}
 
 /// Which column holds what. Defaults match Debezium's outbox event router.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +68,8 @@ pub struct ColumnMap {
     pub payload: String,
     pub timestamp: Option<String>,
     pub tracing_span_context: Option<String>,
+    /// The W3C `tracestate` column, optional.
+    pub trace_state: Option<String>,
     pub source: Option<String>,
     /// `(column, header name)` pairs copied into Kafka headers.
     pub headers: Vec<(String, String)>,
@@ -43,6 +85,7 @@ impl Default for ColumnMap {
             payload: "payload".into(),
             timestamp: Some("timestamp".into()),
             tracing_span_context: Some("tracingspancontext".into()),
+            trace_state: Some("tracestate".into()),
             source: None,
             headers: Vec::new(),
         }
@@ -65,6 +108,10 @@ pub struct OutboxRow {
     /// The tracing span context column: a W3C `traceparent`, or the Java
     /// properties text Debezium's tracing writes (`traceparent=00-…`).
     pub trace_parent: Option<String>,
+    /// The W3C `tracestate` that goes with it, when the row has one (a
+    /// `tracestate` column, or a `tracestate=` line beside the traceparent
+    /// in Debezium's properties text).
+    pub trace_state: Option<String>,
     /// Extra columns mapped to Kafka headers, in config order.
     pub headers: Vec<(String, Bytes)>,
     /// Per-row CloudEvents `source`, if a source column is configured.
@@ -90,6 +137,13 @@ pub enum RowError {
         "column \"{column}\" ({role}) holds an unchanged TOAST value, which an INSERT never carries"
     )]
     UnchangedToast { column: String, role: &'static str },
+    /// An outbox logical message whose content is not the JSON object
+    /// `outbox_emit` writes (not JSON, not UTF-8, a member of the wrong type).
+    #[error(
+        "the outbox message is not a JSON object of the form outbox_emit writes \
+         (sql/outbox_emit.sql): {reason}"
+    )]
+    MessageInvalid { reason: String },
     #[error("row has {got} columns but relation {table} has {expected}")]
     ShapeMismatch {
         table: String,
@@ -111,6 +165,7 @@ impl RowError {
             RowError::NotUtf8 { .. } => "not_utf8",
             RowError::UnchangedToast { .. } => "unchanged_toast",
             RowError::ShapeMismatch { .. } => "shape_mismatch",
+            RowError::MessageInvalid { .. } => "message_invalid",
         }
     }
 }
@@ -125,6 +180,7 @@ struct Positions {
     payload: usize,
     timestamp: Option<usize>,
     tracing_span_context: Option<usize>,
+    trace_state: Option<usize>,
     source: Option<usize>,
     headers: Vec<(usize, String)>,
 }
@@ -235,6 +291,7 @@ impl RowExtractor {
             &cols.tracing_span_context,
             "tracing_span_context",
         )?;
+        let trace_state = optional_str(positions.trace_state, &cols.trace_state, "trace_state")?;
         let source = optional_str(positions.source, &cols.source, "source")?;
         let mut headers = Vec::with_capacity(positions.headers.len());
         for (pos, header) in &positions.headers {
@@ -250,6 +307,7 @@ impl RowExtractor {
             payload,
             timestamp,
             trace_parent,
+            trace_state,
             headers,
             source,
         })
@@ -361,6 +419,7 @@ fn resolve_positions(cols: &ColumnMap, relation: &Relation) -> Result<Positions,
         payload: required(&cols.payload, "payload")?,
         timestamp: optional(&cols.timestamp),
         tracing_span_context: optional(&cols.tracing_span_context),
+        trace_state: optional(&cols.trace_state),
         source: optional(&cols.source),
         headers: cols
             .headers

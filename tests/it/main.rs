@@ -14,6 +14,8 @@
 //! * [`auth_tls`]: authentication, TLS, secrets never in logs.
 //! * [`shutdown`]: SIGTERM and `kill -9`, restarts.
 //! * [`takeover`]: two relays on a slot, failover, a slot moved by others.
+//! * [`outbox_messages`]: the table-less outbox (`outbox_emit`,
+//!   `postgres.source`): end to end, order across rows and messages, kill -9.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
@@ -45,6 +47,7 @@ mod delivery;
 mod docs;
 mod fuzz_corpus;
 mod memory;
+mod outbox_messages;
 mod payloads;
 mod replication;
 mod schema_change;
