@@ -277,11 +277,17 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
                     Err(e) => {
                         connection = None;
                         if !warned {
+                            let table = format!(
+                                "{}.{}",
+                                quote_ident(&settings.table.0),
+                                quote_ident(&settings.table.1)
+                            );
                             tracing::warn!(
-                                table = %format!("{}.{}", settings.table.0, settings.table.1),
+                                table = %table,
                                 error = %e,
-                                "cannot delete confirmed outbox rows; they stay in the table \
-                                 (the relay role needs DELETE on it: outbox-relay init --grant)"
+                                "cannot delete confirmed outbox rows; they stay in the table. \
+                                 The relay's role needs DELETE on it: GRANT DELETE ON {table} \
+                                 TO <relay role>"
                             );
                             warned = true;
                         }
