@@ -38,6 +38,7 @@ pub const CLEANUP_DELETED_ROWS: &str = "outbox_relay_cleanup_deleted_rows_total"
 pub const CLEANUP_SKIPPED_ROWS: &str = "outbox_relay_cleanup_skipped_rows_total";
 pub const TRACE_SPANS_EXPORTED: &str = "outbox_relay_trace_spans_exported_total";
 pub const TRACE_SPANS_DROPPED: &str = "outbox_relay_trace_spans_dropped_total";
+pub const TRACE_CONTEXT_DROPPED: &str = "outbox_relay_trace_context_dropped_total";
 
 /// The `reason` label of [`DELIVERY_FAILURES`] and [`RECONNECTS`]: a small
 /// fixed set, so that a dashboard can tell a broker outage from a refusal
@@ -120,6 +121,10 @@ pub fn describe() {
     describe_counter!(
         CLEANUP_SKIPPED_ROWS,
         "Confirmed outbox rows the cleanup left in the table: it lagged, held too many, or its DELETE failed."
+    );
+    describe_counter!(
+        TRACE_CONTEXT_DROPPED,
+        "Malformed traceparent or tracestate values (label part) left out of events; the events were published without them."
     );
     describe_counter!(
         TRACE_SPANS_EXPORTED,

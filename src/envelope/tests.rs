@@ -592,3 +592,36 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_dropped_trace_context_says_which_part() {
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let dropped = |parent: Option<&str>, state: Option<&str>| {
+        let mut r = row();
+        r.trace_parent = parent.map(str::to_owned);
+        r.trace_state = state.map(str::to_owned);
+        let kept = TraceContext::of_row(&r);
+        TraceContext::dropped(&r, kept.as_ref())
+    };
+    assert_eq!(dropped(None, None), None);
+    assert_eq!(
+        dropped(Some(""), None),
+        None,
+        "an empty column is no context"
+    );
+    assert_eq!(dropped(Some(tp), None), None);
+    assert_eq!(dropped(Some(tp), Some("congo=t61rcWkgMzE")), None);
+    assert_eq!(
+        dropped(Some("00-zz-b7ad6b7169203331-01"), None),
+        Some("traceparent")
+    );
+    assert_eq!(dropped(Some(tp), Some("UPPER=x")), Some("tracestate"));
+    assert_eq!(
+        dropped(Some(&format!("traceparent={tp}\ntracestate=k=a=b")), None),
+        Some("tracestate")
+    );
+    assert_eq!(
+        dropped(Some(&tp.to_uppercase()), Some("k=v")),
+        Some("traceparent")
+    );
+}

@@ -162,6 +162,8 @@ pub struct SessionMachine<'a> {
     tracer: Option<Tracer>,
     /// Outbox messages arrived while the source excludes them: said once.
     warned_messages_off: bool,
+    /// A malformed trace context was dropped: said once.
+    warned_trace_context: bool,
 }
 
 impl<'a> SessionMachine<'a> {
@@ -207,6 +209,7 @@ impl<'a> SessionMachine<'a> {
             cleanup,
             tracer: None,
             warned_messages_off: false,
+            warned_trace_context: false,
         }
     }
 
@@ -518,10 +521,14 @@ impl<'a> SessionMachine<'a> {
                 origin,
                 suspect,
             } => {
-                if let Some(tracer) = &self.tracer
-                    && let Some(parent) = TraceContext::of_row(&row)
-                {
-                    tag.span = tracer.start(&parent, &mut record, &row.id);
+                if row.trace_parent.is_some() || row.trace_state.is_some() {
+                    let trace = TraceContext::of_row(&row);
+                    if let Some(part) = TraceContext::dropped(&row, trace.as_ref()) {
+                        self.trace_context_dropped(part, &row.id);
+                    }
+                    if let (Some(tracer), Some(parent)) = (&self.tracer, &trace) {
+                        tag.span = tracer.start(parent, &mut record, &row.id);
+                    }
                 }
                 if suspect {
                     self.isolation = Isolation::Waiting {
@@ -550,6 +557,23 @@ impl<'a> SessionMachine<'a> {
                     }
                 }
             }
+        }
+    }
+
+    /// A malformed trace context was left out of an event: counted always,
+    /// logged at warn the first time in a session (a service that writes
+    /// garbage in every row must not flood the log).
+    fn trace_context_dropped(&mut self, part: &'static str, event_id: &str) {
+        metrics::counter!(m::TRACE_CONTEXT_DROPPED, "part" => part).increment(1);
+        if !self.warned_trace_context {
+            self.warned_trace_context = true;
+            tracing::warn!(
+                event_id,
+                part,
+                "an outbox event's {part} is not valid W3C Trace Context: it is left out of \
+                 the event, which is published without it (counted in \
+                 outbox_relay_trace_context_dropped_total, logged once per session)"
+            );
         }
     }
 
