@@ -520,4 +520,6 @@ impl fmt::Display for Config {
 }
 
 #[cfg(test)]
+mod source_tests;
+#[cfg(test)]
 mod tests;
