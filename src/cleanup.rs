@@ -30,9 +30,10 @@
 //!   most [`MAX_HELD_TXNS`] transactions wait; beyond that their rows are
 //!   left in the table and counted (`outbox_relay_cleanup_skipped_rows_total`).
 //! * Never slows the stream: released rows go to the deleter through a
-//!   bounded channel with `try_send`; when the deleter lags (a slow or
-//!   unreachable database), they are left in the table and counted, like
-//!   rows the deleter could not delete. Rows left behind are safe to delete
+//!   bounded channel with `try_send`; when the deleter lags they wait in
+//!   the session for the next hand-over, up to [`MAX_HELD_IDS`] ids; beyond
+//!   that (a slow or unreachable database) they are left in the table and
+//!   counted, like rows the deleter could not delete. Rows left behind are safe to delete
 //!   by hand once `outbox-relay status` shows the relay past them.
 //! * A crash loses what was released and not yet deleted (at most a few
 //!   batches): those rows stay, and are counted by nobody. Rows the relay
@@ -225,15 +226,49 @@ pub struct DeleterSettings {
 #[derive(Debug, Clone)]
 pub struct Deleter {
     tx: mpsc::Sender<Deletable>,
+    /// Released rows the deleter could not take yet (its queue was full):
+    /// they go with the next hand-over.
+    pending: Deletable,
 }
 
 impl Deleter {
-    /// Hands released rows over, never waiting: when the deleter lags they
-    /// are left in the table and counted.
-    pub fn hand_over(&self, rows: Deletable) {
-        let count = rows.ids.len() as u64 + rows.xids.len() as u64;
-        if self.tx.try_send(rows).is_err() {
-            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(count);
+    /// Hands released rows over, with any that waited, never waiting
+    /// itself: when the deleter's queue is full they wait for the next
+    /// hand-over (every confirmed position, every status update). Only
+    /// beyond [`MAX_HELD_IDS`] waiting ids, or once the deleter is gone,
+    /// are rows left in the table and counted.
+    pub fn hand_over(&mut self, rows: Option<Deletable>) {
+        if let Some(rows) = rows {
+            self.pending.ids.extend(rows.ids);
+            self.pending.xids.extend(rows.xids);
+        }
+        if self.pending.is_empty() {
+            return;
+        }
+        match self.tx.try_send(std::mem::take(&mut self.pending)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(rows)) if rows.ids.len() <= MAX_HELD_IDS => {
+                self.pending = rows;
+            }
+            Err(
+                mpsc::error::TrySendError::Full(rows) | mpsc::error::TrySendError::Closed(rows),
+            ) => {
+                metrics::counter!(m::CLEANUP_SKIPPED_ROWS)
+                    .increment(rows.ids.len() as u64 + rows.xids.len() as u64);
+            }
+        }
+    }
+}
+
+impl Drop for Deleter {
+    /// A session that ends hands over what waited, once more.
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            self.hand_over(None);
+        }
+        let left = self.pending.ids.len() as u64 + self.pending.xids.len() as u64;
+        if left > 0 {
+            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(left);
         }
     }
 }
@@ -242,7 +277,11 @@ impl Deleter {
 /// every [`Deleter`] clone is dropped.
 pub fn spawn_deleter(settings: DeleterSettings) -> (Deleter, JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(QUEUE);
-    (Deleter { tx }, tokio::spawn(delete_loop(settings, rx)))
+    let deleter = Deleter {
+        tx,
+        pending: Deletable::default(),
+    };
+    (deleter, tokio::spawn(delete_loop(settings, rx)))
 }
 
 async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable>) {
@@ -478,5 +517,29 @@ mod tests {
         assert!(sql.contains("DELETE FROM \"app\".\"Out box\""), "{sql}");
         assert!(sql.contains("\"id\" IN ('a''b', 'c')"), "{sql}");
         assert!(sql.contains("xmin IN ('42'::xid)"), "{sql}");
+    }
+
+    #[test]
+    fn rows_the_deleter_cannot_take_yet_wait_for_the_next_hand_over() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let mut deleter = Deleter {
+            tx,
+            pending: Deletable::default(),
+        };
+        let rows = |id: &str| Deletable {
+            ids: vec![id.to_owned()],
+            xids: Vec::new(),
+        };
+        deleter.hand_over(Some(rows("a")));
+        // The queue is full: "b" waits, it is not left in the table.
+        deleter.hand_over(Some(rows("b")));
+        deleter.hand_over(Some(rows("c")));
+        assert_eq!(rx.try_recv().unwrap().ids, ["a"]);
+        assert!(rx.try_recv().is_err());
+        // The next hand-over, with or without new rows, sends what waited.
+        deleter.hand_over(None);
+        assert_eq!(rx.try_recv().unwrap().ids, ["b", "c"]);
+        deleter.hand_over(None);
+        assert!(rx.try_recv().is_err(), "nothing twice");
     }
 }

@@ -266,10 +266,8 @@ impl<'a> Session<'a> {
             metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
             self.health.progress();
         }
-        if let Some(deleter) = &self.deleter
-            && let Some(rows) = self.machine.take_deletable()
-        {
-            deleter.hand_over(rows);
+        if let Some(deleter) = &mut self.deleter {
+            deleter.hand_over(self.machine.take_deletable());
         }
     }
 
