@@ -16,6 +16,11 @@
 //! * [`takeover`]: two relays on a slot, failover, a slot moved by others.
 //! * [`outbox_messages`]: the table-less outbox (`outbox_emit`,
 //!   `postgres.source`): end to end, order across rows and messages, kill -9.
+//! * [`outbox_cleanup`]: `postgres.cleanup = "delete-after-ack"`: never a
+//!   row the broker does not hold (a mock broker down), a small table under
+//!   sustained load.
+//! * [`trace_context`]: a writer's trace reaches the consumer; the produce
+//!   span exported over OTLP.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
@@ -47,6 +52,7 @@ mod delivery;
 mod docs;
 mod fuzz_corpus;
 mod memory;
+mod outbox_cleanup;
 mod outbox_messages;
 mod payloads;
 mod replication;
@@ -56,3 +62,4 @@ mod shutdown;
 mod smoke;
 mod soak;
 mod takeover;
+mod trace_context;

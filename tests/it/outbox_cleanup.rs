@@ -3,17 +3,14 @@
 //! librdkafka's mock cluster (a broker of the test's own); the sustained
 //! load runs against the real broker.
 
-mod support;
-
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use outbox_relay::cleanup::Cleanup;
 use outbox_relay::relay::RelaySettings;
-use support::mock::{Mock, mock_with_topic, read_mock_to_end};
-use support::*;
 
-const DEADLINE: Duration = Duration::from_secs(120);
+use crate::support::mock::{Mock, mock_with_topic, read_mock_to_end};
+use crate::support::*;
 
 /// The ids of the rows in the outbox table now.
 async fn ids_in_table(outbox: &TestOutbox) -> HashSet<String> {
@@ -80,7 +77,7 @@ async fn rows_the_broker_does_not_hold_stay_in_the_table() {
         .properties
         .push(("max.in.flight.requests.per.connection".into(), "1".into()));
     settings.sink.message_timeout_ms = 2000;
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
 
@@ -106,7 +103,7 @@ async fn rows_the_broker_does_not_hold_stay_in_the_table() {
     // producer times out, it rewinds, and again: two new walsenders).
     let mut pids = HashSet::new();
     let mut samples = 0;
-    let first_pid = walsender_pid(&outbox).await;
+    let first_pid = outbox.walsender_pid().await;
     let fault_deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while pids.len() < 2 {
         assert!(
@@ -120,7 +117,8 @@ async fn rows_the_broker_does_not_hold_stay_in_the_table() {
             "{missing} rows deleted whose transactions the broker did not fully hold"
         );
         samples += 1;
-        if let Some(pid) = walsender_pid(&outbox)
+        if let Some(pid) = outbox
+            .walsender_pid()
             .await
             .filter(|p| Some(*p) != first_pid)
         {
@@ -144,18 +142,6 @@ async fn rows_the_broker_does_not_hold_stay_in_the_table() {
     outbox.drop_all().await;
 }
 
-async fn walsender_pid(outbox: &TestOutbox) -> Option<i32> {
-    outbox
-        .admin
-        .query_one(
-            "SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1",
-            &[&outbox.slot],
-        )
-        .await
-        .unwrap()
-        .get(0)
-}
-
 /// A writer commits 20 000 events for a while; the relay deletes behind it,
 /// so the table holds a small window of them, never the backlog.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +149,7 @@ async fn the_table_stays_small_under_sustained_load() {
     let outbox = outbox_with_cleanup().await;
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 6).await;
-    let relay = RunningRelay::start(cleanup_settings(&outbox));
+    let relay = Relay::in_process(cleanup_settings(&outbox));
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let mut committed = Vec::new();

@@ -5,21 +5,17 @@
 //! `traceparent` header of the relay's produce span, which an OTLP/HTTP
 //! collector (a fake one in this process) receives as the row's child.
 
-mod support;
-
 use std::collections::HashMap;
 use std::time::Duration;
 
 use outbox_relay::otel::{Endpoint, OtlpSettings};
 use outbox_relay::outbox::Source;
-use support::messages::install_outbox_emit;
-use support::mock::LogCapture;
-use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-const DEADLINE: Duration = Duration::from_secs(120);
+use crate::support::messages::install_outbox_emit;
+use crate::support::*;
 
 /// An OTLP/HTTP receiver: answers 200 to every POST and hands over each
 /// request's JSON body.
@@ -96,7 +92,7 @@ async fn a_trace_started_by_the_writer_arrives_at_the_consumer_as_the_same_trace
         endpoint: Endpoint::parse(&collector).unwrap(),
         service_name: "relay-under-test".into(),
     });
-    let relay = RunningRelay::start(settings);
+    let relay = Relay::in_process(settings);
 
     // The writing service: one traced row, one traced message, one row
     // whose traceparent is malformed, one row without any.
