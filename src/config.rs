@@ -36,7 +36,10 @@ use std::time::Duration;
 use figment::Figment;
 use serde::{Deserialize, Serialize, Serializer};
 
+use crate::cleanup::Cleanup;
 use crate::envelope::{ContentMode, DEFAULT_TOPIC_TEMPLATE, EnvelopeSettings};
+use crate::outbox::Source;
+use crate::outbox::message::DEFAULT_PREFIX;
 use crate::sink::OnUnroutable;
 
 pub use redact::{is_secret_property, redact_conninfo};
@@ -99,6 +102,7 @@ pub struct Config {
     pub kafka: KafkaConfig,
     pub cloudevents: CloudEventsConfig,
     pub relay: RelayConfig,
+    pub tracing: TracingConfig,
 }
 
 /// `[postgres]`: where the outbox rows come from.
@@ -120,6 +124,14 @@ pub struct PostgresConfig {
     pub columns: OutboxColumns,
     /// Extra column name → Kafka header name.
     pub header_columns: BTreeMap<String, String>,
+    /// Where events come from: the table's inserts, outbox logical
+    /// messages, or both.
+    pub source: Source,
+    /// The logical message prefix of outbox events (`outbox_emit`'s
+    /// `prefix`): one per relay when several share a database.
+    pub message_prefix: String,
+    /// What the relay does with outbox rows once the broker has them.
+    pub cleanup: Cleanup,
 }
 
 impl Default for PostgresConfig {
@@ -134,6 +146,9 @@ impl Default for PostgresConfig {
             heartbeat_interval_secs: 30,
             columns: OutboxColumns::default(),
             header_columns: BTreeMap::new(),
+            source: Source::Table,
+            message_prefix: DEFAULT_PREFIX.to_owned(),
+            cleanup: Cleanup::None,
         }
     }
 }
@@ -150,6 +165,8 @@ pub struct OutboxColumns {
     pub payload: String,
     pub timestamp: String,
     pub tracing_span_context: String,
+    /// The W3C `tracestate` column, optional like the traceparent's.
+    pub tracestate: String,
     pub source: Option<String>,
 }
 
@@ -163,6 +180,7 @@ impl Default for OutboxColumns {
             payload: "payload".to_owned(),
             timestamp: "timestamp".to_owned(),
             tracing_span_context: "tracingspancontext".to_owned(),
+            tracestate: "tracestate".to_owned(),
             source: None,
         }
     }
@@ -239,6 +257,17 @@ impl Default for RelayConfig {
             progress_interval_secs: 30,
         }
     }
+}
+
+/// `[tracing]`: OpenTelemetry. Without an endpoint nothing of it runs.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct TracingConfig {
+    /// OTLP/HTTP endpoint of a collector, `http://host:port` (the path
+    /// `/v1/traces` is added when none is given).
+    pub otlp_endpoint: Option<String>,
+    /// `service.name` of the relay's spans; `outbox-relay` when empty.
+    pub service_name: String,
 }
 
 /// Log line format.
@@ -365,6 +394,11 @@ impl OutboxColumns {
         Some(self.tracing_span_context.as_str()).filter(|c| !c.is_empty())
     }
 
+    /// The tracestate column, `None` if configured as "".
+    pub fn tracestate_column(&self) -> Option<&str> {
+        Some(self.tracestate.as_str()).filter(|c| !c.is_empty())
+    }
+
     /// The per-row source column, if configured.
     pub fn source_column(&self) -> Option<&str> {
         self.source.as_deref().filter(|c| !c.is_empty())
@@ -472,6 +506,7 @@ impl fmt::Debug for Config {
             .field("kafka", &self.kafka)
             .field("cloudevents", &self.cloudevents)
             .field("relay", &self.relay)
+            .field("tracing", &self.tracing)
             .finish()
     }
 }
@@ -488,6 +523,9 @@ impl fmt::Debug for PostgresConfig {
             .field("heartbeat_interval_secs", &self.heartbeat_interval_secs)
             .field("columns", &self.columns)
             .field("header_columns", &self.header_columns)
+            .field("source", &self.source)
+            .field("message_prefix", &self.message_prefix)
+            .field("cleanup", &self.cleanup)
             .finish()
     }
 }
@@ -531,10 +569,11 @@ impl fmt::Display for Config {
         let (schema, table) = self.postgres.table_parts();
         write!(
             f,
-            "postgres {} slot={} publication={} table={schema}.{table}; kafka brokers={} topic={} dlq={} properties=[",
+            "postgres {} slot={} publication={} table={schema}.{table} source={}; kafka brokers={} topic={} dlq={} properties=[",
             redact_conninfo(&self.postgres.url),
             self.postgres.slot,
             self.postgres.publication,
+            self.postgres.source.as_str(),
             self.kafka.brokers,
             self.kafka.topic,
             self.kafka.dlq_topic,
@@ -556,5 +595,7 @@ impl fmt::Display for Config {
     }
 }
 
+#[cfg(test)]
+mod source_tests;
 #[cfg(test)]
 mod tests;

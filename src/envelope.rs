@@ -20,7 +20,9 @@
 //! Mapping (docs/design.md, "CloudEvents mapping"): `id` ← id column, `source` ←
 //! source column or config, `type` ← type column, `subject` and
 //! `partitionkey` ← aggregate id, `time` ← timestamp column or commit time,
-//! `traceparent` ← tracing span context column.
+//! `traceparent` and `tracestate` (the distributed-tracing extension) ←
+//! the tracing span context and tracestate columns, or the message's
+//! members, unchanged.
 //! Spec: <https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/bindings/kafka-protocol-binding.md>
 
 use bytes::Bytes;
@@ -29,6 +31,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::outbox::OutboxRow;
+
+mod trace;
+pub use trace::{TraceContext, is_traceparent, is_tracestate, traceparent_from_span_context};
 
 /// The CloudEvents version this relay emits.
 pub const SPEC_VERSION: &str = "1.0";
@@ -105,6 +110,8 @@ pub struct CloudEvent {
     /// requires a non-empty value); the Kafka key is still the aggregate id.
     pub partitionkey: Option<String>,
     pub traceparent: Option<String>,
+    /// Only with a `traceparent`: a tracestate alone means nothing.
+    pub tracestate: Option<String>,
 }
 
 /// Why a row cannot become an event. Each maps to a dead-letter reason.
@@ -162,6 +169,7 @@ impl CloudEvent {
             }
         }
         let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+        let trace = TraceContext::of_row(row);
         Ok(CloudEvent {
             id: row.id.clone(),
             source: source.to_owned(),
@@ -172,11 +180,8 @@ impl CloudEvent {
             datacontenttype: DATA_CONTENT_TYPE,
             data: row.payload.clone(),
             partitionkey: non_empty(&row.aggregate_id),
-            traceparent: row
-                .trace_parent
-                .as_deref()
-                .and_then(traceparent_from_span_context)
-                .map(str::to_owned),
+            tracestate: trace.as_ref().and_then(|t| t.tracestate.clone()),
+            traceparent: trace.map(|t| t.traceparent),
         })
     }
 
@@ -200,6 +205,9 @@ impl CloudEvent {
         if let Some(tp) = &self.traceparent {
             push("ce_traceparent", tp);
         }
+        if let Some(ts) = &self.tracestate {
+            push("ce_tracestate", ts);
+        }
         // The Kafka binding carries `datacontenttype` in `content-type`, not `ce_`.
         push("content-type", self.datacontenttype);
         headers
@@ -222,6 +230,8 @@ impl CloudEvent {
             partitionkey: Option<&'a str>,
             #[serde(skip_serializing_if = "Option::is_none")]
             traceparent: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            tracestate: Option<&'a str>,
             data: &'a RawValue,
         }
         let data = parse_raw(&self.data)?;
@@ -235,6 +245,7 @@ impl CloudEvent {
             datacontenttype: self.datacontenttype,
             partitionkey: self.partitionkey.as_deref(),
             traceparent: self.traceparent.as_deref(),
+            tracestate: self.tracestate.as_deref(),
             data,
         };
         // Serializing borrowed strings and a RawValue cannot fail; map anyway
@@ -340,43 +351,6 @@ pub fn topic_name_problem(name: &str) -> Option<&'static str> {
 /// microsecond resolution, so nothing is lost and nothing is invented.
 pub fn format_time(time: DateTime<Utc>) -> String {
     time.to_rfc3339_opts(SecondsFormat::Micros, true)
-}
-
-/// Extracts a W3C `traceparent` from the tracing span context column, which
-/// holds either the bare value or the Java properties text Debezium's
-/// OpenTelemetry integration writes (`traceparent=00-…` on its own line).
-/// A malformed value yields `None`: a bad trace context must not dead-letter
-/// an otherwise good event.
-pub fn traceparent_from_span_context(text: &str) -> Option<&str> {
-    let text = text.trim();
-    if is_traceparent(text) {
-        return Some(text);
-    }
-    text.lines()
-        .filter_map(|line| line.trim().strip_prefix("traceparent"))
-        .filter_map(|rest| rest.trim_start().strip_prefix(['=', ':']))
-        .map(str::trim)
-        .find(|value| is_traceparent(value))
-}
-
-/// `version-traceid-parentid-flags`, lowercase hex, ids not all zero
-/// (W3C Trace Context §3.2).
-fn is_traceparent(s: &str) -> bool {
-    let parts: Vec<&str> = s.split('-').collect();
-    let hex = |p: &str, len: usize| {
-        p.len() == len && p.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
-    let non_zero = |p: &str| p.bytes().any(|b| b != b'0');
-    parts.len() >= 4
-        && hex(parts[0], 2)
-        && parts[0] != "ff"
-        && hex(parts[1], 32)
-        && non_zero(parts[1])
-        && hex(parts[2], 16)
-        && non_zero(parts[2])
-        && hex(parts[3], 2)
-        // Version 00 has exactly four fields; later versions may append more.
-        && (parts.len() == 4 || parts[0] != "00")
 }
 
 fn validate_json(payload: &[u8]) -> Result<(), EnvelopeError> {

@@ -13,14 +13,19 @@
 //! crate (`crates/pgoutput`), so that Cargo keeps I/O out of it; it is
 //! re-exported here under its old paths (`crate::pgoutput::decode`,
 //! `crate::assembler::TxEvent`, `crate::lsn::Lsn`).
+//!
+//! Beside the flow: [`cleanup`] deletes confirmed rows of a table outbox,
+//! [`otel`] exports the produce spans of traced events.
 
 pub mod ack;
 pub mod admin;
+pub mod cleanup;
 pub mod config;
 pub mod deadletter;
 pub mod envelope;
 pub mod error;
 pub mod metrics;
+pub mod otel;
 pub mod outbox;
 pub mod relay;
 pub mod replication;

@@ -43,6 +43,12 @@ pub const SLOT_SAMPLE_FAILURES: &str = "outbox_relay_slot_sample_failures_total"
 pub const SERVER_CHANGES: &str = "outbox_relay_server_changes_total";
 pub const SLOT_JUMPS: &str = "outbox_relay_slot_jumps_total";
 pub const READY: &str = "outbox_relay_ready";
+pub const MESSAGES_REFUSED: &str = "outbox_relay_messages_refused_total";
+pub const CLEANUP_DELETED_ROWS: &str = "outbox_relay_cleanup_deleted_rows_total";
+pub const CLEANUP_SKIPPED_ROWS: &str = "outbox_relay_cleanup_skipped_rows_total";
+pub const TRACE_SPANS_EXPORTED: &str = "outbox_relay_trace_spans_exported_total";
+pub const TRACE_SPANS_DROPPED: &str = "outbox_relay_trace_spans_dropped_total";
+pub const TRACE_CONTEXT_DROPPED: &str = "outbox_relay_trace_context_dropped_total";
 
 /// Every metric name above: the dashboard and the alert rules in `deploy/`
 /// may use these and no others (a unit test checks it).
@@ -67,6 +73,12 @@ pub const ALL: &[&str] = &[
     SERVER_CHANGES,
     SLOT_JUMPS,
     READY,
+    MESSAGES_REFUSED,
+    CLEANUP_DELETED_ROWS,
+    CLEANUP_SKIPPED_ROWS,
+    TRACE_SPANS_EXPORTED,
+    TRACE_SPANS_DROPPED,
+    TRACE_CONTEXT_DROPPED,
 ];
 
 /// The histograms among [`ALL`]: Prometheus shows each as `<name>_bucket`,
@@ -151,6 +163,30 @@ pub fn describe() {
     describe_counter!(
         SLOT_JUMPS,
         "Sessions that found the slot ahead of the position this relay confirmed: someone else advanced or recreated it."
+    );
+    describe_counter!(
+        MESSAGES_REFUSED,
+        "Logical messages with the outbox prefix that are not transactional (not atomic with any business write): logged at error, never published."
+    );
+    describe_counter!(
+        CLEANUP_DELETED_ROWS,
+        "Outbox rows deleted after their events were confirmed (postgres.cleanup = \"delete-after-ack\")."
+    );
+    describe_counter!(
+        CLEANUP_SKIPPED_ROWS,
+        "Confirmed outbox rows the cleanup left in the table: it lagged, held too many, or its DELETE failed."
+    );
+    describe_counter!(
+        TRACE_CONTEXT_DROPPED,
+        "Malformed traceparent or tracestate values (label part) left out of events; the events were published without them."
+    );
+    describe_counter!(
+        TRACE_SPANS_EXPORTED,
+        "Produce spans exported to the OTLP collector."
+    );
+    describe_counter!(
+        TRACE_SPANS_DROPPED,
+        "Produce spans dropped: the export queue was full or the collector did not take them."
     );
     describe_counter!(
         BYTES_RECEIVED,

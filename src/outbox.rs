@@ -1,8 +1,9 @@
-//! From a decoded outbox INSERT to an [`OutboxRow`].
+//! From a decoded outbox INSERT, or an outbox logical message
+//! ([`message`]), to an [`OutboxRow`].
 //!
 //! The outbox contract (docs/design.md, "The outbox contract"): Debezium's outbox event router columns by
 //! default (`id`, `aggregatetype`, `aggregateid`, `type`, `payload`, optional
-//! `timestamp` and `tracingspancontext`), names configurable, extra columns
+//! `timestamp`, `tracingspancontext` and `tracestate`), names configurable, extra columns
 //! mapped to headers. Column positions are resolved once per relation shape
 //! and cached; a Relation message (ALTER TABLE) brings a new `Arc<Relation>`,
 //! which invalidates the cached positions.
@@ -15,8 +16,47 @@ use std::sync::Arc;
 use bytes::Bytes;
 use chrono::{DateTime, NaiveDateTime, Utc};
 
+use serde::Deserialize;
+
 use crate::assembler::Relation;
 use crate::pgoutput::{TupleData, TupleValue};
+
+pub mod message;
+
+/// Where the relay takes events from (`postgres.source`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// Rows inserted into the outbox table.
+    #[default]
+    Table,
+    /// Transactional logical messages (`outbox_emit`, `sql/outbox_emit.sql`):
+    /// no table at all.
+    Messages,
+    /// Both, in commit order across them.
+    Both,
+}
+
+impl Source {
+    /// Whether inserts into the outbox table are events.
+    pub fn table(self) -> bool {
+        matches!(self, Source::Table | Source::Both)
+    }
+
+    /// Whether outbox logical messages are events.
+    pub fn messages(self) -> bool {
+        matches!(self, Source::Messages | Source::Both)
+    }
+
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Table => "table",
+            Source::Messages => "messages",
+            Source::Both => "both",
+        }
+    }
+}
 
 /// Which column holds what. Defaults match Debezium's outbox event router.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +68,8 @@ pub struct ColumnMap {
     pub payload: String,
     pub timestamp: Option<String>,
     pub tracing_span_context: Option<String>,
+    /// The W3C `tracestate` column, optional.
+    pub trace_state: Option<String>,
     pub source: Option<String>,
     /// `(column, header name)` pairs copied into Kafka headers.
     pub headers: Vec<(String, String)>,
@@ -43,6 +85,7 @@ impl Default for ColumnMap {
             payload: "payload".into(),
             timestamp: Some("timestamp".into()),
             tracing_span_context: Some("tracingspancontext".into()),
+            trace_state: Some("tracestate".into()),
             source: None,
             headers: Vec::new(),
         }
@@ -65,6 +108,10 @@ pub struct OutboxRow {
     /// The tracing span context column: a W3C `traceparent`, or the Java
     /// properties text Debezium's tracing writes (`traceparent=00-…`).
     pub trace_parent: Option<String>,
+    /// The W3C `tracestate` that goes with it, when the row has one (a
+    /// `tracestate` column, or a `tracestate=` line beside the traceparent
+    /// in Debezium's properties text).
+    pub trace_state: Option<String>,
     /// Extra columns mapped to Kafka headers, in config order.
     pub headers: Vec<(String, Bytes)>,
     /// Per-row CloudEvents `source`, if a source column is configured.
@@ -90,6 +137,13 @@ pub enum RowError {
         "column \"{column}\" ({role}) holds an unchanged TOAST value, which an INSERT never carries"
     )]
     UnchangedToast { column: String, role: &'static str },
+    /// An outbox logical message whose content is not the JSON object
+    /// `outbox_emit` writes (not JSON, not UTF-8, a member of the wrong type).
+    #[error(
+        "the outbox message is not a JSON object of the form outbox_emit writes \
+         (sql/outbox_emit.sql): {reason}"
+    )]
+    MessageInvalid { reason: String },
     #[error("row has {got} columns but relation {table} has {expected}")]
     ShapeMismatch {
         table: String,
@@ -111,6 +165,7 @@ impl RowError {
             RowError::NotUtf8 { .. } => "not_utf8",
             RowError::UnchangedToast { .. } => "unchanged_toast",
             RowError::ShapeMismatch { .. } => "shape_mismatch",
+            RowError::MessageInvalid { .. } => "message_invalid",
         }
     }
 }
@@ -125,6 +180,7 @@ struct Positions {
     payload: usize,
     timestamp: Option<usize>,
     tracing_span_context: Option<usize>,
+    trace_state: Option<usize>,
     source: Option<usize>,
     headers: Vec<(usize, String)>,
 }
@@ -235,6 +291,7 @@ impl RowExtractor {
             &cols.tracing_span_context,
             "tracing_span_context",
         )?;
+        let trace_state = optional_str(positions.trace_state, &cols.trace_state, "trace_state")?;
         let source = optional_str(positions.source, &cols.source, "source")?;
         let mut headers = Vec::with_capacity(positions.headers.len());
         for (pos, header) in &positions.headers {
@@ -250,6 +307,7 @@ impl RowExtractor {
             payload,
             timestamp,
             trace_parent,
+            trace_state,
             headers,
             source,
         })
@@ -361,6 +419,7 @@ fn resolve_positions(cols: &ColumnMap, relation: &Relation) -> Result<Positions,
         payload: required(&cols.payload, "payload")?,
         timestamp: optional(&cols.timestamp),
         tracing_span_context: optional(&cols.tracing_span_context),
+        trace_state: optional(&cols.trace_state),
         source: optional(&cols.source),
         headers: cols
             .headers
@@ -388,215 +447,4 @@ pub fn parse_pg_timestamp(text: &str) -> Option<DateTime<Utc>> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::assembler::Column;
-
-    fn relation(cols: &[&str]) -> Arc<Relation> {
-        Arc::new(Relation {
-            oid: 16384,
-            namespace: "public".into(),
-            name: "outbox".into(),
-            replica_identity: b'd',
-            columns: cols
-                .iter()
-                .map(|c| Column {
-                    flags: 0,
-                    name: (*c).into(),
-                    type_oid: 25,
-                    type_modifier: -1,
-                })
-                .collect(),
-        })
-    }
-
-    fn text(s: &str) -> TupleValue {
-        TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()))
-    }
-
-    const COLS: &[&str] = &[
-        "id",
-        "aggregatetype",
-        "aggregateid",
-        "type",
-        "payload",
-        "timestamp",
-    ];
-
-    fn row(values: Vec<TupleValue>) -> TupleData {
-        TupleData { columns: values }
-    }
-
-    #[test]
-    fn extracts_debezium_columns() {
-        let rel = relation(COLS);
-        let mut ex = RowExtractor::new(ColumnMap::default());
-        let r = ex
-            .extract(
-                &rel,
-                &row(vec![
-                    text("0b3f6f6e-6f0e-4a43-9b53-3a3b1f4d9a10"),
-                    text("order"),
-                    text("o-1"),
-                    text("OrderPlaced"),
-                    text(r#"{"total": 42}"#),
-                    text("2026-11-29 12:00:00.5+00"),
-                ]),
-            )
-            .unwrap();
-        assert_eq!(r.id, "0b3f6f6e-6f0e-4a43-9b53-3a3b1f4d9a10");
-        assert_eq!(r.aggregate_type, "order");
-        assert_eq!(r.aggregate_id, "o-1");
-        assert_eq!(r.event_type, "OrderPlaced");
-        assert_eq!(r.payload.as_ref(), br#"{"total": 42}"#);
-        assert_eq!(
-            r.timestamp.unwrap().to_rfc3339(),
-            "2026-11-29T12:00:00.500+00:00"
-        );
-        assert_eq!(r.trace_parent, None);
-    }
-
-    #[test]
-    fn null_key_is_a_dead_letter_reason() {
-        let rel = relation(COLS);
-        let mut ex = RowExtractor::new(ColumnMap::default());
-        let err = ex
-            .extract(
-                &rel,
-                &row(vec![
-                    text("id-1"),
-                    text("order"),
-                    TupleValue::Null,
-                    text("OrderPlaced"),
-                    text("{}"),
-                    TupleValue::Null,
-                ]),
-            )
-            .unwrap_err();
-        assert_eq!(err.reason_code(), "null_key");
-        assert!(err.to_string().contains("aggregateid"), "{err}");
-    }
-
-    #[test]
-    fn salvage_reads_what_it_can_of_a_row_that_cannot_be_extracted() {
-        let rel = relation(&[
-            "id",
-            "aggregatetype",
-            "aggregateid",
-            "type",
-            "payload",
-            "timestamp",
-            "tenant",
-        ]);
-        let ex = RowExtractor::new(ColumnMap {
-            headers: vec![("tenant".into(), "tenant_id".into())],
-            ..ColumnMap::default()
-        });
-        let tuple = row(vec![
-            text("id-1"),
-            text("order"),
-            TupleValue::Null,
-            TupleValue::UnchangedToast,
-            text(r#"{"n": 1}"#),
-            text("2026-11-29 12:00:00.5+00"),
-            text("acme"),
-        ]);
-        let s = ex.salvage(&rel, &tuple);
-        assert_eq!(s.payload.as_deref(), Some(&br#"{"n": 1}"#[..]));
-        let names: Vec<&str> = s.columns.iter().map(|(n, _)| n.as_str()).collect();
-        assert_eq!(names, ["id", "aggregatetype", "timestamp", "tenant_id"]);
-        assert_eq!(
-            s.columns[2].1,
-            Bytes::from_static(b"2026-11-29T12:00:00.500000Z")
-        );
-        // A row whose payload column was dropped keeps the rest.
-        let rel = relation(&["id", "aggregatetype", "aggregateid", "type"]);
-        let s = ex.salvage(&rel, &row(vec![text("2"), text("a"), text("k"), text("t")]));
-        assert_eq!(s.payload, None);
-        assert_eq!(s.columns.len(), 4);
-    }
-
-    #[test]
-    fn dropped_column_names_the_column_and_the_fix() {
-        let rel = relation(&["id", "aggregatetype", "type", "payload"]);
-        let mut ex = RowExtractor::new(ColumnMap::default());
-        let err = ex
-            .extract(
-                &rel,
-                &row(vec![text("id-1"), text("order"), text("T"), text("{}")]),
-            )
-            .unwrap_err();
-        assert_eq!(err.reason_code(), "missing_column");
-        let msg = err.to_string();
-        assert!(
-            msg.contains("\"aggregateid\"") && msg.contains("public.outbox"),
-            "{msg}"
-        );
-        assert!(msg.contains("postgres.columns.aggregate_id"), "{msg}");
-    }
-
-    #[test]
-    fn new_relation_shape_is_picked_up() {
-        let mut ex = RowExtractor::new(ColumnMap {
-            headers: vec![("tenant".into(), "tenant".into())],
-            ..ColumnMap::default()
-        });
-        let v1 = relation(&["id", "aggregatetype", "aggregateid", "type", "payload"]);
-        let r = ex
-            .extract(
-                &v1,
-                &row(vec![text("1"), text("a"), text("k"), text("t"), text("{}")]),
-            )
-            .unwrap();
-        assert!(r.headers.is_empty());
-        // ALTER TABLE ... ADD COLUMN tenant: a new Relation arrives.
-        let v2 = relation(&[
-            "id",
-            "aggregatetype",
-            "aggregateid",
-            "type",
-            "payload",
-            "tenant",
-        ]);
-        let r = ex
-            .extract(
-                &v2,
-                &row(vec![
-                    text("2"),
-                    text("a"),
-                    text("k"),
-                    text("t"),
-                    text("{}"),
-                    text("acme"),
-                ]),
-            )
-            .unwrap();
-        assert_eq!(
-            r.headers,
-            vec![("tenant".to_string(), Bytes::from_static(b"acme"))]
-        );
-    }
-
-    #[test]
-    fn timestamps_with_and_without_zone() {
-        assert_eq!(
-            parse_pg_timestamp("2026-01-02 03:04:05.123456+02")
-                .unwrap()
-                .to_rfc3339(),
-            "2026-01-02T01:04:05.123456+00:00"
-        );
-        assert_eq!(
-            parse_pg_timestamp("2026-01-02 03:04:05+05:30")
-                .unwrap()
-                .to_rfc3339(),
-            "2026-01-01T21:34:05+00:00"
-        );
-        assert_eq!(
-            parse_pg_timestamp("2026-01-02 03:04:05.5")
-                .unwrap()
-                .to_rfc3339(),
-            "2026-01-02T03:04:05.500+00:00"
-        );
-        assert_eq!(parse_pg_timestamp("yesterday"), None);
-    }
-}
+mod tests;

@@ -31,11 +31,14 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::cleanup::{self, Cleanup, DeleterSettings};
 use crate::config::Config;
 use crate::envelope::EnvelopeSettings;
 use crate::lsn::Lsn;
 use crate::metrics::{self as m, Health};
-use crate::outbox::ColumnMap;
+use crate::otel::{self, Endpoint, OtlpSettings};
+use crate::outbox::message::DEFAULT_PREFIX;
+use crate::outbox::{ColumnMap, Source};
 use crate::replication::{
     self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, ServerIdentity,
 };
@@ -70,6 +73,29 @@ pub struct RelaySettings {
     pub on_unroutable: OnUnroutable,
     /// /health turns 503 once a retry loop went on this long without progress.
     pub unhealthy_after: Duration,
+    /// Where events come from, and what becomes of table rows afterwards.
+    pub source: SourceSettings,
+    /// Produce spans exported over OTLP; `None`: tracing off.
+    pub otlp: Option<OtlpSettings>,
+}
+
+/// Where events come from (`postgres.source`, `postgres.message_prefix`)
+/// and what becomes of table rows once confirmed (`postgres.cleanup`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceSettings {
+    pub kind: Source,
+    pub message_prefix: String,
+    pub cleanup: Cleanup,
+}
+
+impl Default for SourceSettings {
+    fn default() -> Self {
+        SourceSettings {
+            kind: Source::Table,
+            message_prefix: DEFAULT_PREFIX.to_owned(),
+            cleanup: Cleanup::None,
+        }
+    }
 }
 
 impl RelaySettings {
@@ -104,6 +130,7 @@ impl RelaySettings {
                 payload: pg.columns.payload.clone(),
                 timestamp: pg.columns.timestamp_column().map(str::to_owned),
                 tracing_span_context: pg.columns.tracing_span_context_column().map(str::to_owned),
+                trace_state: pg.columns.tracestate_column().map(str::to_owned),
                 source: pg.columns.source_column().map(str::to_owned),
                 headers: pg.header_column_pairs(),
             },
@@ -114,6 +141,22 @@ impl RelaySettings {
             shutdown_drain: kafka.shutdown_drain(),
             on_unroutable: kafka.on_unroutable,
             unhealthy_after: config.relay.unhealthy_after(),
+            source: SourceSettings {
+                kind: pg.source,
+                message_prefix: pg.message_prefix.clone(),
+                cleanup: pg.cleanup,
+            },
+            // Validated with the config.
+            otlp: config.tracing.otlp_endpoint.as_deref().and_then(|url| {
+                Some(OtlpSettings {
+                    endpoint: Endpoint::parse(url.trim()).ok()?,
+                    service_name: if config.tracing.service_name.trim().is_empty() {
+                        "outbox-relay".to_owned()
+                    } else {
+                        config.tracing.service_name.clone()
+                    },
+                })
+            }),
         }
     }
 }
@@ -151,6 +194,10 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// How long a stopping relay waits for its background tasks (the cleanup's
+/// last deletes, the last spans) before it exits anyway.
+const BACKGROUND_DRAIN: Duration = Duration::from_secs(5);
+
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
 /// are drained and confirmed) or a fatal error occurs, with the default
 /// [`Observability`].
@@ -163,12 +210,55 @@ pub async fn run(
 }
 
 /// [`run`], with the progress line as `observability` says. The slot's lag
-/// is sampled in the background for as long as it runs.
+/// is sampled in the background for as long as it runs, and the background
+/// tasks of the cleanup and the trace exporter run beside the sessions.
 pub async fn run_observed(
+    settings: RelaySettings,
+    observability: Observability,
+    shutdown: watch::Receiver<bool>,
+    health: Health,
+) -> Result<(), RelayError> {
+    let (tracer, exporter) = match &settings.otlp {
+        Some(otlp) => {
+            let (tracer, task) = otel::spawn_exporter(otlp.clone());
+            (Some(tracer), Some(task))
+        }
+        None => (None, None),
+    };
+    let (deleter, cleaner) =
+        if settings.source.cleanup == Cleanup::DeleteAfterAck && settings.source.kind.table() {
+            let (deleter, task) = cleanup::spawn_deleter(DeleterSettings {
+                connection: settings.replication.clone(),
+                table: settings.table.clone(),
+                id_column: settings.columns.id.clone(),
+            });
+            (Some(deleter), Some(task))
+        } else {
+            (None, None)
+        };
+    let background = Background { tracer, deleter };
+    let outcome = run_sessions(settings, observability, shutdown, health, &background).await;
+    // The tasks end once their last handle is gone, after finishing what
+    // they hold.
+    drop(background);
+    for task in [exporter, cleaner].into_iter().flatten() {
+        let _ = tokio::time::timeout(BACKGROUND_DRAIN, task).await;
+    }
+    outcome
+}
+
+/// The handles of the background tasks, for every session.
+pub(crate) struct Background {
+    pub(crate) tracer: Option<otel::Tracer>,
+    pub(crate) deleter: Option<cleanup::Deleter>,
+}
+
+async fn run_sessions(
     mut settings: RelaySettings,
     observability: Observability,
     mut shutdown: watch::Receiver<bool>,
     health: Health,
+    background: &Background,
 ) -> Result<(), RelayError> {
     let lag = SlotLag::default();
     let _monitor = AbortOnDrop(tokio::spawn(monitor::run(
@@ -180,8 +270,11 @@ pub async fn run_observed(
         lag,
         std::time::Instant::now(),
     );
-    // The stream resolves the outbox table from the catalog at every connect.
-    settings.replication.outbox_table = Some(settings.table.clone());
+    // The stream resolves the outbox table from the catalog at every
+    // connect, unless events come from messages only: then no table need
+    // exist (the stream still checks the publication, which pgoutput needs).
+    settings.replication.outbox_table =
+        settings.source.kind.table().then(|| settings.table.clone());
     let mut confirmed;
     // The confirmed position and the server it belongs to, carried from
     // one session to the next (only to the same server: see `position`).
@@ -232,24 +325,27 @@ pub async fn run_observed(
         confirmed = start;
         stream.confirm(confirmed);
         metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
-        let Some(outbox) = stream.outbox_table().cloned() else {
+        let outbox = stream.outbox_table().cloned();
+        if settings.replication.outbox_table.is_some() && outbox.is_none() {
             // The settings name the table (above), so the stream resolved it.
             return Err(ReplicationError::TableMissing {
                 table: format!("{}.{}", settings.table.0, settings.table.1),
                 database: String::new(),
             }
             .into());
-        };
-        if outbox.current_name != outbox.qualified_name() {
-            tracing::warn!(
-                configured = %outbox.qualified_name(),
-                now = %outbox.current_name,
-                oid = outbox.oid,
-                "the outbox table was renamed; streaming on (same table). Set postgres.table \
-                 to the new name before the next restart"
-            );
         }
-        settings.replication.outbox_oid = Some(outbox.oid);
+        if let Some(outbox) = &outbox {
+            if outbox.current_name != outbox.qualified_name() {
+                tracing::warn!(
+                    configured = %outbox.qualified_name(),
+                    now = %outbox.current_name,
+                    oid = outbox.oid,
+                    "the outbox table was renamed; streaming on (same table). Set postgres.table \
+                     to the new name before the next restart"
+                );
+            }
+            settings.replication.outbox_oid = Some(outbox.oid);
+        }
         let (mut sink, reports) = KafkaSink::<DeliveryTag>::new(&settings.sink)?;
         if !dead_letter_topic_checked {
             check_dead_letter_topic(&mut sink, &settings).await?;
@@ -268,7 +364,7 @@ pub async fn run_observed(
             (outbox, confirmed),
             &mut refusals,
             health.clone(),
-            &mut progress,
+            (&mut progress, background),
         )
         .run(&mut shutdown)
         .await;

@@ -1,8 +1,10 @@
 //! The rules a [`Config`] must satisfy, each failure naming the field path
 //! and the constraint, and the policy for pass-through Kafka properties.
 
+use crate::cleanup::Cleanup;
 use crate::envelope::{render_topic, topic_name_problem};
-use crate::replication::Conninfo;
+use crate::otel::Endpoint;
+use crate::replication::{Conninfo, HEARTBEAT_PREFIX};
 
 use super::{Config, ConfigError};
 
@@ -55,6 +57,7 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     validate_postgres(config)?;
     validate_kafka(config)?;
     validate_properties(config)?;
+    validate_tracing(config)?;
     if config.cloudevents.source.trim().is_empty() {
         return Err(invalid(
             "cloudevents.source",
@@ -186,6 +189,38 @@ fn validate_postgres(config: &Config) -> Result<(), ConfigError> {
                  choose another",
             ));
         }
+        if config.tracing.otlp_endpoint.is_some()
+            && (lower == "traceparent" || lower == "tracestate")
+        {
+            return Err(invalid(
+                field,
+                "with tracing.otlp_endpoint set, the relay writes the traceparent and \
+                 tracestate headers itself (its produce span's context); choose another name",
+            ));
+        }
+    }
+    if pg.message_prefix.is_empty() || pg.message_prefix == HEARTBEAT_PREFIX {
+        return Err(invalid(
+            "postgres.message_prefix",
+            format!(
+                "must be a non-empty prefix other than {HEARTBEAT_PREFIX:?} (the relay's \
+                 heartbeat): the prefix outbox_emit writes, \"outbox\" by default"
+            ),
+        ));
+    }
+    if pg.cleanup == Cleanup::DeleteAfterAck && !pg.source.table() {
+        return Err(invalid(
+            "postgres.cleanup",
+            "\"delete-after-ack\" deletes outbox table rows, and postgres.source = \
+             \"messages\" has none: leave cleanup at \"none\" (messages leave nothing to clean up)",
+        ));
+    }
+    Ok(())
+}
+
+fn validate_tracing(config: &Config) -> Result<(), ConfigError> {
+    if let Some(url) = &config.tracing.otlp_endpoint {
+        Endpoint::parse(url.trim()).map_err(|why| invalid("tracing.otlp_endpoint", why))?;
     }
     Ok(())
 }

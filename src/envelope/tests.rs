@@ -20,6 +20,7 @@ fn row() -> OutboxRow {
         payload: Bytes::from_static(PAYLOAD.as_bytes()),
         timestamp: None,
         trace_parent: None,
+        trace_state: None,
         headers: vec![("tenant".to_owned(), Bytes::from_static(b"acme"))],
         source: None,
     }
@@ -329,6 +330,59 @@ fn traceparent_from_bare_value_or_debezium_properties() {
 }
 
 #[test]
+fn tracestate_travels_unchanged_beside_its_traceparent() {
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let state = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE";
+    // From a tracestate column.
+    let mut r = row();
+    r.trace_parent = Some(tp.to_owned());
+    r.trace_state = Some(state.to_owned());
+    let record = build_record(&r, commit_time(), &settings(ContentMode::Binary)).unwrap();
+    assert_eq!(header_str(&record, "ce_traceparent"), Some(tp));
+    assert_eq!(header_str(&record, "ce_tracestate"), Some(state));
+    let record = build_record(&r, commit_time(), &settings(ContentMode::Structured)).unwrap();
+    let doc: Value = serde_json::from_slice(&record.value).unwrap();
+    assert_eq!(
+        (doc["traceparent"].as_str(), doc["tracestate"].as_str()),
+        (Some(tp), Some(state))
+    );
+
+    // From Debezium's properties text, where Properties.store escapes `=`.
+    r.trace_state = None;
+    r.trace_parent = Some(format!(
+        "#Mon May 01 12:00:00 UTC 2024\ntracestate=rojo\\=00f067aa0ba902b7,congo\\=t61rcWkgMzE\ntraceparent={tp}\n"
+    ));
+    let record = build_record(&r, commit_time(), &settings(ContentMode::Binary)).unwrap();
+    assert_eq!(header_str(&record, "ce_traceparent"), Some(tp));
+    assert_eq!(header_str(&record, "ce_tracestate"), Some(state));
+
+    // A tracestate without a traceparent, or a malformed one, is dropped;
+    // the event and its traceparent are not.
+    r.trace_parent = None;
+    r.trace_state = Some(state.to_owned());
+    let record = build_record(&r, commit_time(), &settings(ContentMode::Binary)).unwrap();
+    assert_eq!(header(&record, "ce_tracestate"), None);
+    r.trace_parent = Some(tp.to_owned());
+    for bad in ["no-equals", "UPPER=x", "k=v,", "k=a,b=c=d", "k=\u{e9}"] {
+        r.trace_state = Some(bad.to_owned());
+        let record = build_record(&r, commit_time(), &settings(ContentMode::Binary)).unwrap();
+        let kept = header_str(&record, "ce_tracestate");
+        assert_eq!(header_str(&record, "ce_traceparent"), Some(tp), "{bad}");
+        assert!(
+            kept.is_none() || is_tracestate(bad),
+            "{bad:?} kept as {kept:?}"
+        );
+    }
+    assert!(is_tracestate("k=v,"), "an empty member is allowed");
+    assert!(
+        !is_tracestate("UPPER=x") && !is_tracestate("k=a,b=c=d") && !is_tracestate("no-equals")
+    );
+    let too_many: Vec<String> = (0..33).map(|i| format!("k{i}=v")).collect();
+    assert!(!is_tracestate(&too_many.join(",")));
+    assert!(is_tracestate(&too_many[..32].join(",")));
+}
+
+#[test]
 fn content_mode_deserializes_from_lowercase_names() {
     #[derive(Deserialize)]
     struct M {
@@ -417,6 +471,7 @@ prop_compose! {
             payload: Bytes::from(text),
             timestamp,
             trace_parent: None,
+        trace_state: None,
             headers: headers.into_iter().map(|(n, v)| (n, Bytes::from(v))).collect(),
             source,
         };
@@ -536,4 +591,37 @@ proptest! {
             Err(e) => prop_assert_eq!(e.reason_code(), "invalid_topic"),
         }
     }
+}
+
+#[test]
+fn a_dropped_trace_context_says_which_part() {
+    let tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let dropped = |parent: Option<&str>, state: Option<&str>| {
+        let mut r = row();
+        r.trace_parent = parent.map(str::to_owned);
+        r.trace_state = state.map(str::to_owned);
+        let kept = TraceContext::of_row(&r);
+        TraceContext::dropped(&r, kept.as_ref())
+    };
+    assert_eq!(dropped(None, None), None);
+    assert_eq!(
+        dropped(Some(""), None),
+        None,
+        "an empty column is no context"
+    );
+    assert_eq!(dropped(Some(tp), None), None);
+    assert_eq!(dropped(Some(tp), Some("congo=t61rcWkgMzE")), None);
+    assert_eq!(
+        dropped(Some("00-zz-b7ad6b7169203331-01"), None),
+        Some("traceparent")
+    );
+    assert_eq!(dropped(Some(tp), Some("UPPER=x")), Some("tracestate"));
+    assert_eq!(
+        dropped(Some(&format!("traceparent={tp}\ntracestate=k=a=b")), None),
+        Some("tracestate")
+    );
+    assert_eq!(
+        dropped(Some(&tp.to_uppercase()), Some("k=v")),
+        Some("traceparent")
+    );
 }

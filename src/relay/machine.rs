@@ -21,6 +21,15 @@
 //!   a batch is sent alone, nothing else in flight, reading paused; its
 //!   report says whether it was the culprit; see `refusals.rs`).
 //!
+//! Events come from the outbox table's inserts and from transactional
+//! logical messages with the outbox prefix (`postgres.source`); both go
+//! through `routing.rs` and count in their transaction alike, so the order
+//! of a key holds across them. A non-transactional outbox message is
+//! refused (logged at error, counted, never published): it is not atomic
+//! with any business write. Beside the decisions, the machine notes the
+//! rows a confirmed transaction leaves to delete (`cleanup.rs`) and starts
+//! and ends the produce spans of traced events (`otel.rs`).
+//!
 //! Invariants: the ack tracker only ever confirms whole transactions whose
 //! every record was acknowledged; records of one key are handed over in
 //! commit order (a suspect pauses reading, so nothing overtakes it); any
@@ -42,15 +51,19 @@ use super::refusals::{
 use super::routing::{Commit, DeliveryTag, Routed, Router};
 use crate::ack::AckTracker;
 use crate::assembler::{AssemblyError, Relation, TransactionAssembler, TxEvent};
+use crate::cleanup::{Cleanup, Collector, Deletable};
 use crate::deadletter;
-use crate::envelope::KafkaRecord;
+use crate::envelope::{KafkaRecord, TraceContext};
 use crate::lsn::Lsn;
 use crate::metrics as m;
+use crate::otel::Tracer;
 use crate::pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
 use crate::replication::{OutboxTable, RelationClass};
 use crate::sink::{
     DeliveryError, DeliveryReport, KafkaSink, OnUnroutable, RefusalClass, Refused, SendError,
 };
+
+mod sources;
 
 type SessionResult<T> = Result<T, SessionError>;
 
@@ -138,11 +151,21 @@ pub struct SessionMachine<'a> {
     refusals: &'a mut Refusals,
     outgoing: Outgoing,
     isolation: Isolation,
-    outbox: OutboxTable,
+    /// The outbox table as resolved at connect; `None` when events come
+    /// from messages only (every relation is then another table).
+    outbox: Option<OutboxTable>,
     /// What each relation described in this session is, by OID.
     classes: HashMap<u32, RelationClass>,
-    /// Outbox rows seen, for the loop's idle detection.
+    /// Outbox rows and messages seen, for the loop's idle detection.
     rows_seen: u64,
+    /// The rows of confirmed transactions, when cleanup is on.
+    cleanup: Option<Collector>,
+    /// Produce spans, when tracing is on.
+    tracer: Option<Tracer>,
+    /// Outbox messages arrived while the source excludes them: said once.
+    warned_messages_off: bool,
+    /// A malformed trace context was dropped: said once.
+    warned_trace_context: bool,
 }
 
 impl<'a> SessionMachine<'a> {
@@ -150,11 +173,18 @@ impl<'a> SessionMachine<'a> {
     /// carried from the last session on the same server).
     pub fn new(
         settings: &'a RelaySettings,
-        outbox: OutboxTable,
+        outbox: Option<OutboxTable>,
         confirmed: Lsn,
         refusals: &'a mut Refusals,
     ) -> Self {
         forget_confirmed(refusals, confirmed);
+        let source_table = outbox.as_ref().map_or_else(
+            || format!("{}.{}", settings.table.0, settings.table.1),
+            OutboxTable::qualified_name,
+        );
+        let cleanup = (settings.source.cleanup == Cleanup::DeleteAfterAck
+            && settings.source.kind.table())
+        .then(Collector::new);
         SessionMachine {
             settings,
             tracker: AckTracker::new(confirmed),
@@ -169,15 +199,33 @@ impl<'a> SessionMachine<'a> {
                 settings.columns.clone(),
                 settings.envelope.clone(),
                 settings.dlq_topic.clone(),
-                outbox.qualified_name(),
-            ),
+                source_table,
+            )
+            .with_message_prefix(&settings.source.message_prefix),
             refusals,
             outgoing: Outgoing::Clear,
             isolation: Isolation::None,
             outbox,
             classes: HashMap::new(),
             rows_seen: 0,
+            cleanup,
+            tracer: None,
+            warned_messages_off: false,
+            warned_trace_context: false,
         }
+    }
+
+    /// Starts a produce span for each traced event.
+    pub fn with_tracer(mut self, tracer: Option<Tracer>) -> Self {
+        self.tracer = tracer;
+        self
+    }
+
+    /// The rows of every transaction confirmed so far that were not handed
+    /// out yet (cleanup on): nothing above the confirmed position.
+    pub fn take_deletable(&mut self) -> Option<Deletable> {
+        let confirmed = self.tracker.confirmed();
+        self.cleanup.as_mut()?.release(confirmed)
     }
 
     /// The acknowledged prefix: what may be confirmed to PostgreSQL.
@@ -255,14 +303,17 @@ impl<'a> SessionMachine<'a> {
         };
         match event {
             TxEvent::Begin {
+                xid,
                 final_lsn,
                 commit_time,
-                ..
             } => {
                 self.txn = if final_lsn < self.tracker.confirmed() {
                     TxnState::Replaying
                 } else {
                     let time = pg_timestamp_to_utc(commit_time).unwrap_or_else(Utc::now);
+                    if let Some(cleanup) = &mut self.cleanup {
+                        cleanup.begin(xid);
+                    }
                     TxnState::Delivering(Commit {
                         txn: self.tracker.open_at(time),
                         lsn: final_lsn,
@@ -270,12 +321,14 @@ impl<'a> SessionMachine<'a> {
                     })
                 };
             }
-            TxEvent::Relation(relation) => {
-                if !self.outbox.members.contains(&relation.oid) {
+            TxEvent::Relation(relation) => match &self.outbox {
+                Some(outbox) if !outbox.members.contains(&relation.oid) => {
                     return Ok(Step::LookUp(relation));
                 }
-                self.relation_classified(&relation, RelationClass::Outbox);
-            }
+                Some(_) => self.relation_classified(&relation, RelationClass::Outbox),
+                // Messages only: no table's rows are events.
+                None => self.relation_classified(&relation, RelationClass::Other),
+            },
             TxEvent::Insert { relation, tuple } => self.on_insert(&relation, &tuple, producer)?,
             TxEvent::Update { relation } => self.count_ignored(&relation, "update"),
             TxEvent::Delete { relation } => self.count_ignored(&relation, "delete"),
@@ -284,21 +337,16 @@ impl<'a> SessionMachine<'a> {
                     self.count_ignored(relation, "truncate");
                 }
             }
-            TxEvent::Message(msg) => {
-                // A non-transactional message (the heartbeat, or anyone's)
-                // arrives when it is decoded: every transaction committed
-                // before it has been received. With nothing in flight, the
-                // slot may move up to it.
-                if !msg.transactional {
-                    self.advance_when_idle(msg.lsn);
-                }
-            }
+            TxEvent::Message(msg) => self.on_message(&msg, producer)?,
             TxEvent::Commit { end_lsn, .. } => {
                 if let TxnState::Delivering(commit) =
                     std::mem::replace(&mut self.txn, TxnState::Idle)
                 {
                     metrics::counter!(m::TRANSACTIONS).increment(1);
                     self.tracker.close(commit.txn, end_lsn)?;
+                    if let Some(cleanup) = &mut self.cleanup {
+                        cleanup.commit(end_lsn);
+                    }
                 }
             }
         }
@@ -328,12 +376,12 @@ impl<'a> SessionMachine<'a> {
     pub fn relation_classified(&mut self, relation: &Relation, class: RelationClass) {
         match class {
             RelationClass::Outbox => {
-                if relation.oid == self.outbox.oid
-                    && (relation.namespace != self.outbox.schema
-                        || relation.name != self.outbox.name)
+                if let Some(outbox) = &self.outbox
+                    && relation.oid == outbox.oid
+                    && (relation.namespace != outbox.schema || relation.name != outbox.name)
                 {
                     tracing::warn!(
-                        configured = %self.outbox.qualified_name(),
+                        configured = %outbox.qualified_name(),
                         now = %relation.qualified_name(),
                         oid = relation.oid,
                         "the outbox table was renamed; streaming on (same table). Set \
@@ -344,7 +392,7 @@ impl<'a> SessionMachine<'a> {
             RelationClass::OutboxByPublication => tracing::warn!(
                 relation = %relation.qualified_name(),
                 oid = relation.oid,
-                outbox = %self.outbox.qualified_name(),
+                outbox = %self.outbox.as_ref().map(OutboxTable::qualified_name).unwrap_or_default(),
                 "relation is not in the outbox's partition tree now, but the publication \
                  publishes nothing else: taking its rows as outbox rows (a partition detached \
                  or dropped since)"
@@ -366,9 +414,9 @@ impl<'a> SessionMachine<'a> {
         self.classes.insert(relation.oid, class);
     }
 
-    /// The outbox table as resolved at connect.
-    pub fn outbox(&self) -> &OutboxTable {
-        &self.outbox
+    /// The outbox table as resolved at connect (`None`: messages only).
+    pub fn outbox(&self) -> Option<&OutboxTable> {
+        self.outbox.as_ref()
     }
 
     fn is_outbox(&self, relation: &Relation) -> bool {
@@ -404,35 +452,55 @@ impl<'a> SessionMachine<'a> {
             return Ok(());
         }
         self.rows_seen += 1;
-        match self.router.route(relation, tuple, &commit, self.refusals) {
+        if let Some(cleanup) = &mut self.cleanup {
+            cleanup.row(self.router.event_id(relation, tuple).as_deref());
+        }
+        let routed = self.router.route(relation, tuple, &commit, self.refusals);
+        self.deliver(routed, producer)
+    }
+
+    /// Hands what a row or message became to the producer, counted in its
+    /// transaction.
+    fn deliver(&mut self, routed: Routed, producer: &mut impl Producer) -> SessionResult<()> {
+        match routed {
             Routed::DeadLetter { record, tag } => {
                 self.send_dead_letter(record, tag, false, producer)
             }
             Routed::Event {
-                record,
-                tag,
-                suspect: true,
-                ..
+                mut record,
+                mut tag,
+                row,
+                origin,
+                suspect,
             } => {
-                self.isolation = Isolation::Waiting {
-                    record,
-                    tag,
-                    counted: false,
-                };
-                self.send_isolated_when_alone(producer)
-            }
-            Routed::Event {
-                record, tag, row, ..
-            } => {
+                if row.trace_parent.is_some() || row.trace_state.is_some() {
+                    let trace = TraceContext::of_row(&row);
+                    if let Some(part) = TraceContext::dropped(&row, trace.as_ref()) {
+                        self.trace_context_dropped(part, &row.id);
+                    }
+                    if let (Some(tracer), Some(parent)) = (&self.tracer, &trace) {
+                        tag.span = tracer.start(parent, &mut record, &row.id);
+                    }
+                }
+                if suspect {
+                    self.isolation = Isolation::Waiting {
+                        record,
+                        tag,
+                        counted: false,
+                    };
+                    return self.send_isolated_when_alone(producer);
+                }
                 self.tracker.add_event(tag.txn)?;
                 match self.send_counted(record, tag, producer)? {
                     None => Ok(()),
                     // Refused before it left (larger than message.max.bytes,
                     // or its topic is known not to exist): its dead letter
                     // takes its place in the transaction.
-                    Some((refused, tag)) => {
+                    Some((refused, mut tag)) => {
+                        self.end_span(&mut tag, Some(refused.reason()));
                         let (record, tag) = self.router.dead_letter(
                             &row,
+                            origin,
                             refused.reason(),
                             refused.kind.reason_code(),
                             tag,
@@ -565,9 +633,13 @@ impl<'a> SessionMachine<'a> {
     /// `refusals.rs`.
     pub fn on_report(
         &mut self,
-        report: DeliveryReport<DeliveryTag>,
+        mut report: DeliveryReport<DeliveryTag>,
         producer: &mut impl Producer,
     ) -> SessionResult<()> {
+        if report.tag.span.is_some() {
+            let error = report.result.as_ref().err().map(ToString::to_string);
+            self.end_span(&mut report.tag, error);
+        }
         match report.result {
             Ok(()) => {
                 if self.is_isolated(&report.tag) {
@@ -599,7 +671,14 @@ impl<'a> SessionMachine<'a> {
     /// dropped reports everything it held). A refusal among them is noted
     /// for the replay (librdkafka may report a fatal error's consequences
     /// before its cause); returns it when it is fatal.
-    pub fn on_leftover(&mut self, report: DeliveryReport<DeliveryTag>) -> Option<SessionError> {
+    pub fn on_leftover(&mut self, mut report: DeliveryReport<DeliveryTag>) -> Option<SessionError> {
+        if report.tag.span.is_some() {
+            let error = match &report.result {
+                Ok(()) => None,
+                Err(e) => Some(e.to_string()),
+            };
+            self.end_span(&mut report.tag, error);
+        }
         let Err(DeliveryError::Refused(refused)) = report.result else {
             return None;
         };

@@ -1,8 +1,11 @@
 //! The session machine against a model broker, no Kafka, no PostgreSQL.
 //!
-//! A model test: committed transactions (outbox rows over a few keys, some
-//! too large for the broker, some transactions touching only another table)
-//! are streamed into the machine while a fake producer and broker answer in
+//! A model test: committed transactions (outbox events over a few keys,
+//! each an inserted row or a transactional outbox message, mixed in one
+//! transaction, some too large for the broker, some transactions touching
+//! only another table; between them, non-transactional outbox messages the
+//! machine must refuse and messages of other prefixes it must ignore) are
+//! streamed into the machine while a fake producer and broker answer in
 //! random orders: acknowledgements per partition in order, transient
 //! failures, full queues, "too large" refusals of a record and of its batch
 //! mates. A failed session is replayed the way the relay does it: a new
@@ -11,7 +14,9 @@
 //! * nothing is confirmed past a transaction with a row not yet acknowledged
 //!   (as its event or its dead letter) by the broker;
 //! * per key, the first occurrences of events in the broker's log are in
-//!   commit order.
+//!   commit order, across rows and messages;
+//! * nothing but the committed events (or their dead letters) reaches the
+//!   broker: no refused non-transactional message, no other prefix.
 //!
 //! At the end every row was acknowledged and the last transaction confirmed.
 
@@ -24,10 +29,12 @@ use proptest::prelude::*;
 use super::*;
 use crate::envelope::{ContentMode, EnvelopeSettings};
 use crate::outbox::ColumnMap;
+use crate::outbox::Source;
 use crate::pgoutput::encode::encode;
 use crate::pgoutput::{
-    Begin, Column, Commit as CommitMsg, Insert, Message, RelationBody, TupleValue,
+    Begin, Column, Commit as CommitMsg, Insert, LogicalMessage, Message, RelationBody, TupleValue,
 };
+use crate::relay::SourceSettings;
 use crate::replication::ReplicationSettings;
 use crate::sink::{RefusalKind, SinkSettings};
 
@@ -65,6 +72,11 @@ fn settings(max_in_flight: usize) -> RelaySettings {
         shutdown_drain: Duration::from_secs(1),
         on_unroutable: OnUnroutable::Stop,
         unhealthy_after: Duration::from_secs(60),
+        source: SourceSettings {
+            kind: Source::Both,
+            ..SourceSettings::default()
+        },
+        otlp: None,
     }
 }
 
@@ -79,12 +91,15 @@ fn outbox_table() -> OutboxTable {
     }
 }
 
-/// One committed outbox row.
+/// One committed outbox event.
 #[derive(Debug, Clone)]
 struct Row {
     id: String,
     key: String,
     too_large: bool,
+    /// Written with `outbox_emit` (a transactional logical message) rather
+    /// than inserted.
+    message: bool,
 }
 
 /// One committed transaction: its outbox rows (none: it touched another
@@ -120,14 +135,41 @@ fn relation_message(oid: u32, columns: &[&str]) -> Bytes {
     }))
 }
 
-/// The WAL messages of `txn`, as pgoutput sends them.
-fn messages(txn: &Txn, xid: u32) -> Vec<Bytes> {
+fn logical_message(transactional: bool, lsn: Lsn, prefix: &str, content: String) -> Bytes {
+    encode(&Message::Message(LogicalMessage {
+        xid: None,
+        transactional,
+        lsn,
+        prefix: prefix.into(),
+        content: Bytes::from(content),
+    }))
+}
+
+/// The WAL messages of `txn`, as pgoutput sends them, after (`strays`)
+/// the non-transactional messages written just before it commits: an
+/// outbox one (refused) and a heartbeat.
+fn messages(txn: &Txn, xid: u32, strays: bool) -> Vec<Bytes> {
     let text = |s: &str| TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()));
-    let mut out = vec![encode(&Message::Begin(Begin {
+    let stray = |n: u64, prefix: &str| {
+        logical_message(
+            false,
+            Lsn(txn.final_lsn.0 - 0x90 + n),
+            prefix,
+            format!(
+                r#"{{"id":"stray-{xid}","aggregatetype":"order","aggregateid":"k0","type":"T","payload":{{}}}}"#
+            ),
+        )
+    };
+    let mut out = if strays {
+        vec![stray(0, "outbox"), stray(1, "outbox-relay-heartbeat")]
+    } else {
+        Vec::new()
+    };
+    out.push(encode(&Message::Begin(Begin {
         final_lsn: txn.final_lsn,
         commit_time: 0,
         xid,
-    }))];
+    })));
     // Every transaction writes a business row beside its outbox rows.
     out.push(encode(&Message::Insert(Insert {
         xid: None,
@@ -136,12 +178,27 @@ fn messages(txn: &Txn, xid: u32) -> Vec<Bytes> {
             columns: vec![text("business")],
         },
     })));
-    for row in &txn.rows {
+    for (i, row) in txn.rows.iter().enumerate() {
         let payload = if row.too_large {
             format!(r#"{{"pad":"{}"}}"#, "x".repeat(BROKER_LIMIT * 2))
         } else {
             format!(r#"{{"id":"{}"}}"#, row.id)
         };
+        if row.message {
+            let lsn = Lsn(txn.final_lsn.0 - 0x40 + i as u64);
+            // Another prefix in the same transaction is someone else's.
+            out.push(logical_message(true, lsn, "audit", payload.clone()));
+            out.push(logical_message(
+                true,
+                lsn,
+                "outbox",
+                format!(
+                    r#"{{"id":"{}","aggregatetype":"order","aggregateid":"{}","type":"Placed","payload":{payload}}}"#,
+                    row.id, row.key
+                ),
+            ));
+            continue;
+        }
         out.push(encode(&Message::Insert(Insert {
             xid: None,
             relation_id: OUTBOX_OID,
@@ -237,6 +294,8 @@ struct BrokerLog {
     acked: HashSet<String>,
     /// Per key, the row ids of acknowledged events in log order.
     events: HashMap<String, Vec<String>>,
+    /// Every acknowledged record's row key, events and dead letters.
+    delivered: Vec<String>,
 }
 
 fn too_large(tag: &DeliveryTag, record: &KafkaRecord) -> DeliveryReport<DeliveryTag> {
@@ -296,6 +355,7 @@ fn answer(
         return Some(vec![transient(&tag)]);
     }
     log.acked.insert(tag.row_key.clone());
+    log.delivered.push(tag.row_key.clone());
     if !tag.dead_letter {
         let key = String::from_utf8(tag.key.to_vec()).unwrap();
         log.events.entry(key).or_default().push(tag.row_key.clone());
@@ -324,6 +384,12 @@ fn check(txns: &[Txn], confirmed: Lsn, log: &BrokerLog) -> Result<(), TestCaseEr
         .enumerate()
         .map(|(i, r)| (r.id.as_str(), i))
         .collect();
+    for id in &log.delivered {
+        prop_assert!(
+            order.contains_key(id.as_str()),
+            "{id} reached the broker but is no committed event"
+        );
+    }
     for (key, ids) in &log.events {
         let mut seen = HashSet::new();
         let firsts: Vec<usize> = ids
@@ -340,9 +406,9 @@ fn check(txns: &[Txn], confirmed: Lsn, log: &BrokerLog) -> Result<(), TestCaseEr
 }
 
 fn txns_strategy() -> impl Strategy<Value = Vec<Txn>> {
-    // (rows per transaction, key of each, too large?)
+    // (rows per transaction, key of each, too large?, a message?)
     prop::collection::vec(
-        prop::collection::vec((0u8..4, prop::bool::weighted(0.08)), 0..4),
+        prop::collection::vec((0u8..4, prop::bool::weighted(0.08), prop::bool::ANY), 0..4),
         1..25,
     )
     .prop_map(|specs| {
@@ -354,12 +420,13 @@ fn txns_strategy() -> impl Strategy<Value = Vec<Txn>> {
                 lsn += 0x100;
                 let rows = rows
                     .into_iter()
-                    .map(|(key, too_large)| {
+                    .map(|(key, too_large, message)| {
                         n += 1;
                         Row {
                             id: format!("r{n}"),
                             key: format!("k{key}"),
                             too_large,
+                            message,
                         }
                     })
                     .collect();
@@ -389,7 +456,8 @@ fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCa
             queue_full_percent: if steps < fault_steps { 5 } else { 0 },
             rng: Rng(rng.next() | 1),
         };
-        let mut machine = SessionMachine::new(&settings, outbox_table(), confirmed, &mut refusals);
+        let mut machine =
+            SessionMachine::new(&settings, Some(outbox_table()), confirmed, &mut refusals);
         // The slot re-sends every transaction after the confirmed position,
         // relations described first.
         let mut wal: VecDeque<Bytes> = VecDeque::from(vec![
@@ -401,7 +469,7 @@ fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCa
         ]);
         for (xid, txn) in txns.iter().enumerate() {
             if txn.end_lsn > confirmed {
-                wal.extend(messages(txn, xid as u32 + 1));
+                wal.extend(messages(txn, xid as u32 + 1, true));
             }
         }
         let ended = loop {
@@ -493,7 +561,8 @@ proptest! {
 fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space() {
     let settings = settings(10);
     let mut refusals = Refusals::new();
-    let mut machine = SessionMachine::new(&settings, outbox_table(), Lsn(0x10), &mut refusals);
+    let mut machine =
+        SessionMachine::new(&settings, Some(outbox_table()), Lsn(0x10), &mut refusals);
     let mut producer = FakeProducer {
         queues: BTreeMap::new(),
         queue_full_percent: 0,
@@ -523,11 +592,12 @@ fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space()
             id: "head".into(),
             key: "k".into(),
             too_large: false,
+            message: false,
         }],
         final_lsn: Lsn(lsn),
         end_lsn: Lsn(lsn + 8),
     };
-    for data in messages(&head, 1) {
+    for data in messages(&head, 1, false) {
         feed(&mut machine, &mut producer, data);
     }
     for xid in 2..20_002u32 {
@@ -537,7 +607,7 @@ fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space()
             final_lsn: Lsn(lsn),
             end_lsn: Lsn(lsn + 8),
         };
-        for data in messages(&empty, xid) {
+        for data in messages(&empty, xid, false) {
             feed(&mut machine, &mut producer, data);
         }
         assert!(

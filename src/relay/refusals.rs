@@ -199,6 +199,7 @@ mod tests {
             lsn: Lsn(1),
             key: Bytes::from_static(b"k"),
             dead_letter,
+            span: None,
         }
     }
 

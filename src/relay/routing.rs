@@ -1,10 +1,14 @@
-//! Routing: what one inserted outbox row becomes, in one place.
+//! Routing: what one outbox event, an inserted outbox row or an outbox
+//! logical message, becomes, in one place.
 //!
-//! A row becomes its CloudEvent record, or, when it cannot (a column that
-//! cannot be read, a payload that is not JSON, a topic Kafka would refuse,
-//! a fate a refused earlier attempt left in [`Refusals`]), its dead letter:
-//! the payload and every readable column, with the reason ("bad rows don't
-//! stop the stream", docs/design.md). Pure: no I/O, no clock.
+//! A row or message becomes its CloudEvent record, or, when it cannot (a
+//! column that cannot be read, a message that is not the JSON object
+//! `outbox_emit` writes, a payload that is not JSON, a topic Kafka would
+//! refuse, a fate a refused earlier attempt left in [`Refusals`]), its dead
+//! letter: the payload (a broken message's whole content) and every
+//! readable column or member, with the reason ("bad rows don't stop the
+//! stream", docs/design.md). Both sources take the same path from the
+//! extracted [`OutboxRow`] on. Pure: no I/O, no clock.
 //!
 //! Every record travels with a [`DeliveryTag`]: which transaction it counts
 //! in, which row it stands for, and whether it is a dead letter.
@@ -17,10 +21,11 @@ use chrono::{DateTime, Utc};
 use super::refusals::{EventFate, Refusals, anonymous_row_key};
 use crate::ack::TxnId;
 use crate::assembler::Relation;
-use crate::deadletter::{DeadLetter, dead_letter_record, row_columns};
+use crate::deadletter::{self as dl, DeadLetter, dead_letter_record, row_columns};
 use crate::envelope::{EnvelopeSettings, KafkaRecord, build_record};
 use crate::lsn::Lsn;
-use crate::outbox::{ColumnMap, OutboxRow, RowExtractor};
+use crate::otel::ProduceSpan;
+use crate::outbox::{ColumnMap, OutboxRow, RowExtractor, message};
 use crate::pgoutput::TupleData;
 
 /// What the relay needs to know about a record when its delivery report
@@ -39,6 +44,18 @@ pub struct DeliveryTag {
     pub key: Bytes,
     /// A dead letter, not the event itself.
     pub dead_letter: bool,
+    /// The record's produce span, when tracing is on and the row carries a
+    /// trace context; ended with the record's delivery report.
+    pub span: Option<Box<ProduceSpan>>,
+}
+
+/// Where an event came from, for its dead letter's `source_table`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A row inserted into the outbox table.
+    Table,
+    /// An outbox logical message.
+    Message,
 }
 
 /// The transaction a row was committed in.
@@ -60,6 +77,7 @@ pub enum Routed {
         record: KafkaRecord,
         tag: DeliveryTag,
         row: Box<OutboxRow>,
+        origin: Origin,
         suspect: bool,
     },
     /// Its dead letter.
@@ -77,6 +95,8 @@ pub struct Router {
     dead_letter_topic: String,
     /// `schema.name` of the outbox, for the dead-letter `source_table`.
     source_table: String,
+    /// The dead-letter `source_table` of a message: `message:<prefix>`.
+    message_source: String,
 }
 
 impl Router {
@@ -91,6 +111,67 @@ impl Router {
             envelope,
             dead_letter_topic,
             source_table,
+            message_source: format!("message:{}", message::DEFAULT_PREFIX),
+        }
+    }
+
+    /// Messages with this prefix are the outbox's (their dead letters say so).
+    pub fn with_message_prefix(mut self, prefix: &str) -> Self {
+        self.message_source = format!("message:{prefix}");
+        self
+    }
+
+    /// The id column's text of an inserted row, when it can be read.
+    pub fn event_id(&self, relation: &Relation, tuple: &TupleData) -> Option<String> {
+        self.extractor.event_id(relation, tuple)
+    }
+
+    /// The record for one outbox logical message of `commit`. `lsn` is the
+    /// message's own LSN: unique, it keys the refusals of a message whose
+    /// id cannot be read.
+    pub fn route_message(
+        &mut self,
+        content: &Bytes,
+        lsn: Lsn,
+        commit: &Commit,
+        refusals: &Refusals,
+    ) -> Routed {
+        match message::parse(content) {
+            Ok(row) => self.route_row(row, Origin::Message, commit, refusals),
+            Err(failed) => {
+                let (e, salvaged) = *failed;
+                let member = |name: &str| {
+                    salvaged
+                        .columns
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, v)| v.clone())
+                };
+                let key = member(dl::AGGREGATE_ID_HEADER).unwrap_or_default();
+                let value = salvaged.payload.unwrap_or_default();
+                let row_key = member(dl::ID_HEADER)
+                    .and_then(|id| String::from_utf8(id.to_vec()).ok())
+                    .unwrap_or_else(|| anonymous_row_key(lsn, &key, &value));
+                let tag = DeliveryTag {
+                    txn: commit.txn,
+                    row_key,
+                    lsn: commit.lsn,
+                    key: key.clone(),
+                    dead_letter: true,
+                    span: None,
+                };
+                let record = dead_letter_record(DeadLetter {
+                    topic: &self.dead_letter_topic,
+                    reason: e.to_string(),
+                    reason_code: e.reason_code(),
+                    key,
+                    lsn: commit.lsn,
+                    source_table: &self.message_source,
+                    value,
+                    columns: salvaged.columns,
+                });
+                Routed::DeadLetter { record, tag }
+            }
         }
     }
 
@@ -119,6 +200,7 @@ impl Router {
                     lsn: commit.lsn,
                     key: key.clone(),
                     dead_letter: true,
+                    span: None,
                 };
                 let record = dead_letter_record(DeadLetter {
                     topic: &self.dead_letter_topic,
@@ -133,12 +215,24 @@ impl Router {
                 return Routed::DeadLetter { record, tag };
             }
         };
+        self.route_row(row, Origin::Table, commit, refusals)
+    }
+
+    /// The record for an extracted row, whichever its source.
+    fn route_row(
+        &self,
+        row: OutboxRow,
+        origin: Origin,
+        commit: &Commit,
+        refusals: &Refusals,
+    ) -> Routed {
         let tag = DeliveryTag {
             txn: commit.txn,
             row_key: row.id.clone(),
             lsn: commit.lsn,
             key: Bytes::copy_from_slice(row.aggregate_id.as_bytes()),
             dead_letter: false,
+            span: None,
         };
         // Almost always empty: skip hashing the id on the hot path.
         let fate = if refusals.is_empty() {
@@ -149,7 +243,7 @@ impl Router {
                 .map_or(EventFate::Send, |f| f.event.clone())
         };
         if let EventFate::DeadLetter { reason, code } = fate {
-            let (record, tag) = self.dead_letter(&row, reason, code, tag);
+            let (record, tag) = self.dead_letter(&row, origin, reason, code, tag);
             return Routed::DeadLetter { record, tag };
         }
         match build_record(&row, commit.time, &self.envelope) {
@@ -157,20 +251,24 @@ impl Router {
                 record,
                 tag,
                 row: Box::new(row),
+                origin,
                 suspect: fate == EventFate::Suspect,
             },
             Err(e) => {
-                let (record, tag) = self.dead_letter(&row, e.to_string(), e.reason_code(), tag);
+                let (record, tag) =
+                    self.dead_letter(&row, origin, e.to_string(), e.reason_code(), tag);
                 Routed::DeadLetter { record, tag }
             }
         }
     }
 
     /// The dead letter of an extracted row, in place of its event: its
-    /// payload as the value, its columns as headers.
+    /// payload as the value, its columns as headers. The event's produce
+    /// span, if any, is the caller's to end: the dead letter has none.
     pub fn dead_letter(
         &self,
         row: &OutboxRow,
+        origin: Origin,
         reason: String,
         reason_code: &'static str,
         tag: DeliveryTag,
@@ -181,12 +279,16 @@ impl Router {
             reason_code,
             key: tag.key.clone(),
             lsn: tag.lsn,
-            source_table: &self.source_table,
+            source_table: match origin {
+                Origin::Table => &self.source_table,
+                Origin::Message => &self.message_source,
+            },
             value: row.payload.clone(),
             columns: row_columns(row),
         });
         let tag = DeliveryTag {
             dead_letter: true,
+            span: None,
             ..tag
         };
         (record, tag)
@@ -194,178 +296,5 @@ impl Router {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::ack::AckTracker;
-    use crate::envelope::ContentMode;
-    use crate::pgoutput::{Column, TupleValue};
-    use crate::relay::refusals::RowFate;
-
-    fn relation() -> Arc<Relation> {
-        let columns = ["id", "aggregatetype", "aggregateid", "type", "payload"]
-            .iter()
-            .map(|name| Column {
-                flags: 0,
-                name: (*name).into(),
-                type_oid: 25,
-                type_modifier: -1,
-            })
-            .collect();
-        Arc::new(Relation {
-            oid: 1,
-            namespace: "public".into(),
-            name: "outbox".into(),
-            replica_identity: b'd',
-            columns,
-        })
-    }
-
-    fn tuple(values: [Option<&str>; 5]) -> TupleData {
-        TupleData {
-            columns: values
-                .iter()
-                .map(|v| match v {
-                    Some(v) => TupleValue::Text(Bytes::copy_from_slice(v.as_bytes())),
-                    None => TupleValue::Null,
-                })
-                .collect(),
-        }
-    }
-
-    fn router() -> Router {
-        Router::new(
-            ColumnMap::default(),
-            EnvelopeSettings {
-                source: "/test".into(),
-                mode: ContentMode::Binary,
-                topic_template: "outbox.event.{aggregatetype}".into(),
-            },
-            "dlq".into(),
-            "public.outbox".into(),
-        )
-    }
-
-    fn commit() -> Commit {
-        Commit {
-            txn: AckTracker::new(Lsn::ZERO).open(),
-            lsn: Lsn(0x100),
-            time: DateTime::from_timestamp(0, 0).unwrap(),
-        }
-    }
-
-    fn header<'r>(record: &'r KafkaRecord, name: &str) -> Option<&'r [u8]> {
-        record
-            .headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_ref())
-    }
-
-    #[test]
-    fn a_good_row_becomes_its_event_keyed_by_the_aggregate() {
-        let routed = router().route(
-            &relation(),
-            &tuple([
-                Some("e1"),
-                Some("order"),
-                Some("7"),
-                Some("Placed"),
-                Some("{}"),
-            ]),
-            &commit(),
-            &Refusals::new(),
-        );
-        let Routed::Event {
-            record,
-            tag,
-            suspect,
-            ..
-        } = routed
-        else {
-            panic!("expected the event, got {routed:?}");
-        };
-        assert_eq!(record.topic, "outbox.event.order");
-        assert_eq!(record.key.as_ref(), b"7");
-        assert_eq!(record.value.as_ref(), b"{}");
-        assert_eq!((tag.row_key.as_str(), tag.dead_letter), ("e1", false));
-        assert!(!suspect);
-    }
-
-    #[test]
-    fn a_row_without_a_key_is_dead_lettered_with_its_payload() {
-        let routed = router().route(
-            &relation(),
-            &tuple([
-                Some("e1"),
-                Some("order"),
-                None,
-                Some("Placed"),
-                Some(r#"{"a":1}"#),
-            ]),
-            &commit(),
-            &Refusals::new(),
-        );
-        let Routed::DeadLetter { record, tag } = routed else {
-            panic!("expected a dead letter, got {routed:?}");
-        };
-        assert_eq!(record.topic, "dlq");
-        assert_eq!(record.value.as_ref(), br#"{"a":1}"#);
-        assert_eq!(header(&record, "dlq_reason_code"), Some(&b"null_key"[..]));
-        assert_eq!(header(&record, "id"), Some(&b"e1"[..]));
-        assert_eq!(tag.row_key, "e1");
-        assert!(tag.dead_letter);
-    }
-
-    #[test]
-    fn a_payload_that_is_not_json_is_dead_lettered_unchanged() {
-        let routed = router().route(
-            &relation(),
-            &tuple([
-                Some("e1"),
-                Some("order"),
-                Some("7"),
-                Some("Placed"),
-                Some("not json"),
-            ]),
-            &commit(),
-            &Refusals::new(),
-        );
-        let Routed::DeadLetter { record, tag } = routed else {
-            panic!("expected a dead letter, got {routed:?}");
-        };
-        assert_eq!(record.value.as_ref(), b"not json");
-        assert_eq!(record.key.as_ref(), b"7");
-        assert_eq!(tag.row_key, "e1");
-    }
-
-    #[test]
-    fn a_fate_left_by_a_refusal_decides_the_replay() {
-        let row = tuple([
-            Some("e1"),
-            Some("order"),
-            Some("7"),
-            Some("Placed"),
-            Some("{}"),
-        ]);
-        let mut refusals = Refusals::new();
-        refusals.insert(
-            "e1".into(),
-            RowFate {
-                event: EventFate::Suspect,
-                ..RowFate::default()
-            },
-        );
-        let routed = router().route(&relation(), &row, &commit(), &refusals);
-        assert!(matches!(routed, Routed::Event { suspect: true, .. }));
-        refusals.get_mut("e1").unwrap().event = EventFate::DeadLetter {
-            reason: "too large".into(),
-            code: "too_large",
-        };
-        let routed = router().route(&relation(), &row, &commit(), &refusals);
-        let Routed::DeadLetter { record, .. } = routed else {
-            panic!("expected a dead letter, got {routed:?}");
-        };
-        assert_eq!(header(&record, "dlq_reason_code"), Some(&b"too_large"[..]));
-        assert_eq!(record.value.as_ref(), b"{}");
-    }
-}
+#[path = "routing_tests.rs"]
+mod tests;

@@ -15,6 +15,10 @@
 //! * the producer's client-level refusal (SASL refused), which is fatal;
 //! * the idle heartbeat.
 //!
+//! Whenever the confirmed position moves, the rows of the transactions it
+//! confirmed go to the cleanup's deleter (when `postgres.cleanup` is on),
+//! without waiting for it.
+//!
 //! Nothing here sleeps or polls: every wake-up is a socket becoming readable,
 //! a delivery report, a timer the stream owns, or shutdown.
 
@@ -24,17 +28,18 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::RelaySettings;
 use super::error::SessionError;
 use super::machine::{SessionMachine, Step};
 use super::progress::Progress;
 use super::refusals::Refusals;
 use super::routing::DeliveryTag;
+use super::{Background, RelaySettings};
+use crate::cleanup::Deleter;
 use crate::lsn::Lsn;
 use crate::metrics::{self as m, Health};
 use crate::replication::{
-    OutboxTable, ReplicationSettings, ReplicationStream, SqlConnection, StreamItem, classify,
-    emit_heartbeat, look_up,
+    OutboxTable, RelationClass, ReplicationSettings, ReplicationStream, SqlConnection, StreamItem,
+    classify, emit_heartbeat, look_up,
 };
 use crate::sink::{DeliveryReport, KafkaSink};
 
@@ -72,6 +77,8 @@ pub(super) struct Session<'a> {
     /// Counts acknowledgements for the progress line; outlives the session.
     progress: &'a mut Progress,
     commit_to_ack: metrics::Histogram,
+    /// Where confirmed rows go to be deleted, when cleanup is on.
+    deleter: Option<Deleter>,
 }
 
 impl<'a> Session<'a> {
@@ -79,14 +86,17 @@ impl<'a> Session<'a> {
         settings: &'a RelaySettings,
         stream: ReplicationStream,
         (sink, reports): (KafkaSink<DeliveryTag>, Reports),
-        (outbox, confirmed): (OutboxTable, Lsn),
+        (outbox, confirmed): (Option<OutboxTable>, Lsn),
         refusals: &'a mut Refusals,
         health: Health,
-        progress: &'a mut Progress,
+        // What outlives the session: the progress line's counts, and the
+        // background tasks' handles.
+        (progress, background): (&'a mut Progress, &Background),
     ) -> Self {
         Session {
             settings,
-            machine: SessionMachine::new(settings, outbox, confirmed, refusals),
+            machine: SessionMachine::new(settings, outbox, confirmed, refusals)
+                .with_tracer(background.tracer.clone()),
             stream,
             sink,
             reports,
@@ -94,6 +104,7 @@ impl<'a> Session<'a> {
             confirmed,
             catalog: None,
             progress,
+            deleter: background.deleter.clone(),
             commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK),
         }
     }
@@ -251,7 +262,10 @@ impl<'a> Session<'a> {
                 metrics::counter!(m::BYTES_RECEIVED).increment(data.len() as u64);
                 metrics::gauge!(m::RECEIVED_LSN).set(wal_end.as_u64() as f64);
                 if let Step::LookUp(relation) = self.machine.on_wal(data, &mut self.sink)? {
-                    let class = classify(self.look_up(relation.oid).await?);
+                    let class = match self.look_up(relation.oid).await? {
+                        Some(lookup) => classify(lookup),
+                        None => RelationClass::Other,
+                    };
                     self.machine.relation_classified(&relation, class);
                 }
             }
@@ -266,8 +280,14 @@ impl<'a> Session<'a> {
     }
 
     /// One catalog look-up on the session's SQL connection (opened on
-    /// first use, kept for the session).
-    async fn look_up(&mut self, oid: u32) -> SessionResult<crate::replication::RelationLookup> {
+    /// first use, kept for the session); `None` without an outbox table.
+    async fn look_up(
+        &mut self,
+        oid: u32,
+    ) -> SessionResult<Option<crate::replication::RelationLookup>> {
+        let Some(outbox) = self.machine.outbox().cloned() else {
+            return Ok(None);
+        };
         let connection = match &mut self.catalog {
             Some(connection) => connection,
             None => self
@@ -276,7 +296,7 @@ impl<'a> Session<'a> {
         };
         let result = look_up(
             connection,
-            self.machine.outbox(),
+            &outbox,
             &self.settings.replication.publication,
             oid,
         )
@@ -285,7 +305,7 @@ impl<'a> Session<'a> {
             // A broken connection is not reused.
             self.catalog = None;
         }
-        Ok(result?)
+        Ok(Some(result?))
     }
 
     /// Passes the machine's acknowledged prefix to the stream; the stream
@@ -297,6 +317,9 @@ impl<'a> Session<'a> {
             self.stream.confirm(confirmed);
             metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
             self.health.progress();
+        }
+        if let Some(deleter) = &mut self.deleter {
+            deleter.hand_over(self.machine.take_deletable());
         }
     }
 

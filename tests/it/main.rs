@@ -14,6 +14,13 @@
 //! * [`auth_tls`]: authentication, TLS, secrets never in logs.
 //! * [`shutdown`]: SIGTERM and `kill -9`, restarts.
 //! * [`takeover`]: two relays on a slot, failover, a slot moved by others.
+//! * [`outbox_messages`]: the table-less outbox (`outbox_emit`,
+//!   `postgres.source`): end to end, order across rows and messages, kill -9.
+//! * [`outbox_cleanup`]: `postgres.cleanup = "delete-after-ack"`: never a
+//!   row the broker does not hold (a mock broker down), a small table under
+//!   sustained load.
+//! * [`trace_context`]: a writer's trace reaches the consumer; the produce
+//!   span exported over OTLP.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
@@ -48,6 +55,8 @@ mod docs;
 mod fuzz_corpus;
 mod memory;
 mod ops;
+mod outbox_cleanup;
+mod outbox_messages;
 mod payloads;
 mod replication;
 mod schema_change;
@@ -56,3 +65,4 @@ mod shutdown;
 mod smoke;
 mod soak;
 mod takeover;
+mod trace_context;

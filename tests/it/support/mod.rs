@@ -14,6 +14,8 @@
 //! * [`services`]: `scripts/services` (stopping and starting Kafka and
 //!   PostgreSQL, standbys) and the lock that keeps the tests that disturb
 //!   the shared services apart from every other test.
+//! * [`messages`]: `sql/outbox_emit.sql` installed, and transactions whose
+//!   events are outbox messages, rows, or both.
 //! * [`mock`] (librdkafka's mock cluster), [`proxy`] (a TCP proxy that
 //!   stalls), [`tls`] (a throwaway CA, a TLS man in the middle), [`auth`]
 //!   (roles and connection strings), [`http`] (/health and /metrics).
@@ -31,6 +33,7 @@ pub mod checker;
 pub mod cluster;
 pub mod http;
 pub mod kafka;
+pub mod messages;
 pub mod mock;
 pub mod outbox;
 pub mod proxy;

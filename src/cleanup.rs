@@ -1,0 +1,545 @@
+//! Cleanup of a table outbox (`postgres.cleanup = "delete-after-ack"`): the
+//! relay deletes outbox rows once the broker holds their events, so the
+//! table stays small without a cron job.
+//!
+//! Role: [`Collector`] (pure, inside the session machine) notes the ids of
+//! the outbox rows of each transaction and releases them once the ack
+//! tracker's confirmed position has passed the transaction's end LSN;
+//! [`spawn_deleter`] runs a background task that deletes released rows in
+//! batches on an ordinary SQL connection.
+//!
+//! Invariants:
+//! * Never a row above the confirmed position: a transaction's rows are
+//!   released only when [`Collector::release`] is given a confirmed
+//!   position at or past its Commit's end LSN (the ack tracker's: every
+//!   event of it and of every transaction before it acknowledged). What is
+//!   not confirmed stays in the table, where `outbox-relay status` counts it
+//!   and from where it can be re-published should the slot ever be lost.
+//! * Bounded memory. Ids wait between their Commit and its confirmation:
+//!   normally about `relay.channel_capacity` of them, but transactions whose
+//!   events are all acknowledged keep arriving while an earlier one waits
+//!   (a slow partition), and a single transaction may hold a million rows.
+//!   So at most [`MAX_HELD_IDS`] ids are held in all. A transaction whose
+//!   ids do not fit keeps its transaction id instead, and its rows are
+//!   deleted by `xmin` (the inserting transaction; a scan, but only for
+//!   transactions that outgrow the cap, like a backfill). The fallback
+//!   never deletes another transaction's rows: a row's `xmin` is the
+//!   transaction that inserted it. It misses rows inserted in a savepoint
+//!   of such a transaction (their `xmin` is the subtransaction's, which
+//!   pgoutput does not send): those stay, which errs on the safe side. At
+//!   most [`MAX_HELD_TXNS`] transactions wait; beyond that their rows are
+//!   left in the table and counted (`outbox_relay_cleanup_skipped_rows_total`).
+//! * Never slows the stream: released rows go to the deleter through a
+//!   bounded channel with `try_send`; when the deleter lags they wait in
+//!   the session for the next hand-over, up to [`MAX_HELD_IDS`] ids; beyond
+//!   that (a slow or unreachable database) they are left in the table and
+//!   counted, like rows the deleter could not delete. Rows left behind are safe to delete
+//!   by hand once `outbox-relay status` shows the relay past them.
+//! * A crash loses what was released and not yet deleted (at most a few
+//!   batches): those rows stay, and are counted by nobody. Rows the relay
+//!   had not confirmed come back with the replay and are deleted then.
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::lsn::Lsn;
+use crate::metrics as m;
+use postgres_protocol::escape::{
+    escape_identifier as quote_ident, escape_literal as quote_literal,
+};
+
+use crate::replication::{ReplicationSettings, SqlConnection};
+
+/// What the relay does with outbox rows once their events are confirmed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Cleanup {
+    /// Nothing: the service deletes them (in the inserting transaction, or
+    /// later), or a partitioned outbox drops old partitions.
+    #[default]
+    None,
+    /// Delete them in batches once confirmed.
+    DeleteAfterAck,
+}
+
+impl Cleanup {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Cleanup::None => "none",
+            Cleanup::DeleteAfterAck => "delete-after-ack",
+        }
+    }
+}
+
+/// Ids held between their Commit and its confirmation, at most (a few MB).
+pub const MAX_HELD_IDS: usize = 100_000;
+/// Transactions waiting for their confirmation, at most.
+pub const MAX_HELD_TXNS: usize = 100_000;
+/// Ids per DELETE statement, at most.
+const BATCH_IDS: usize = 1_000;
+/// Released batches waiting for the deleter, at most.
+const QUEUE: usize = 256;
+/// Tries of one DELETE before its rows are left in the table.
+const TRIES: u32 = 3;
+/// Longest a DELETE may run.
+const STATEMENT_TIMEOUT: &str = "30s";
+
+/// Rows that may be deleted: their transactions are confirmed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Deletable {
+    /// Values of the id column.
+    pub ids: Vec<String>,
+    /// Transactions whose rows are deleted by `xmin` (they outgrew
+    /// [`MAX_HELD_IDS`]).
+    pub xids: Vec<u32>,
+}
+
+impl Deletable {
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty() && self.xids.is_empty()
+    }
+}
+
+/// One transaction's rows.
+#[derive(Debug)]
+struct Txn {
+    xid: u32,
+    ids: Vec<String>,
+    /// Some ids did not fit: delete by `xmin` instead.
+    by_xmin: bool,
+    /// Rows seen, for the skipped count.
+    rows: u64,
+}
+
+/// The session's side: notes rows per transaction, releases them once
+/// confirmed. Pure. See the module docs for the bounds.
+#[derive(Debug, Default)]
+pub struct Collector {
+    open: Option<Txn>,
+    /// Closed transactions with rows, by ascending end LSN.
+    waiting: VecDeque<(Lsn, Txn)>,
+    held_ids: usize,
+}
+
+impl Collector {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A transaction whose events are being sent begins.
+    pub fn begin(&mut self, xid: u32) {
+        if let Some(open) = self.open.take() {
+            self.held_ids -= open.ids.len();
+        }
+        self.open = Some(Txn {
+            xid,
+            ids: Vec::new(),
+            by_xmin: false,
+            rows: 0,
+        });
+    }
+
+    /// An outbox row of the open transaction (`None`: its id cannot be read).
+    pub fn row(&mut self, id: Option<&str>) {
+        let Some(open) = &mut self.open else {
+            return;
+        };
+        open.rows += 1;
+        match id {
+            Some(id) if !open.by_xmin && self.held_ids < MAX_HELD_IDS => {
+                open.ids.push(id.to_owned());
+                self.held_ids += 1;
+            }
+            _ => {
+                // Keep the ids held so far (they are deleted by id, cheaply
+                // and with the same result) and fall back for the rest.
+                open.by_xmin = true;
+            }
+        }
+    }
+
+    /// The open transaction's Commit.
+    pub fn commit(&mut self, end_lsn: Lsn) {
+        let Some(txn) = self.open.take() else {
+            return;
+        };
+        if txn.rows == 0 {
+            return;
+        }
+        if self.waiting.len() >= MAX_HELD_TXNS {
+            self.held_ids -= txn.ids.len();
+            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(txn.rows);
+            return;
+        }
+        self.waiting.push_back((end_lsn, txn));
+    }
+
+    /// The rows of every transaction confirmed at `confirmed`.
+    pub fn release(&mut self, confirmed: Lsn) -> Option<Deletable> {
+        let mut out = Deletable::default();
+        while let Some((end_lsn, _)) = self.waiting.front() {
+            if *end_lsn > confirmed {
+                break;
+            }
+            let Some((_, txn)) = self.waiting.pop_front() else {
+                break;
+            };
+            self.held_ids -= txn.ids.len();
+            if txn.by_xmin {
+                out.xids.push(txn.xid);
+            }
+            out.ids.extend(txn.ids);
+        }
+        (!out.is_empty()).then_some(out)
+    }
+
+    /// Ids held now.
+    pub fn held_ids(&self) -> usize {
+        self.held_ids
+    }
+
+    /// Transactions waiting for their confirmation.
+    pub fn waiting_txns(&self) -> usize {
+        self.waiting.len()
+    }
+}
+
+/// Where the deleter deletes.
+#[derive(Debug, Clone)]
+pub struct DeleterSettings {
+    /// An ordinary session with the relay's conninfo (the role needs DELETE
+    /// on the table).
+    pub connection: ReplicationSettings,
+    /// The outbox table, `(schema, name)`.
+    pub table: (String, String),
+    /// Its id column.
+    pub id_column: String,
+}
+
+/// The session's hand-off to the deleter.
+#[derive(Debug, Clone)]
+pub struct Deleter {
+    tx: mpsc::Sender<Deletable>,
+    /// Released rows the deleter could not take yet (its queue was full):
+    /// they go with the next hand-over.
+    pending: Deletable,
+}
+
+impl Deleter {
+    /// Hands released rows over, with any that waited, never waiting
+    /// itself: when the deleter's queue is full they wait for the next
+    /// hand-over (every confirmed position, every status update). Only
+    /// beyond [`MAX_HELD_IDS`] waiting ids, or once the deleter is gone,
+    /// are rows left in the table and counted.
+    pub fn hand_over(&mut self, rows: Option<Deletable>) {
+        if let Some(rows) = rows {
+            self.pending.ids.extend(rows.ids);
+            self.pending.xids.extend(rows.xids);
+        }
+        if self.pending.is_empty() {
+            return;
+        }
+        match self.tx.try_send(std::mem::take(&mut self.pending)) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(rows)) if rows.ids.len() <= MAX_HELD_IDS => {
+                self.pending = rows;
+            }
+            Err(
+                mpsc::error::TrySendError::Full(rows) | mpsc::error::TrySendError::Closed(rows),
+            ) => {
+                metrics::counter!(m::CLEANUP_SKIPPED_ROWS)
+                    .increment(rows.ids.len() as u64 + rows.xids.len() as u64);
+            }
+        }
+    }
+}
+
+impl Drop for Deleter {
+    /// A session that ends hands over what waited, once more.
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            self.hand_over(None);
+        }
+        let left = self.pending.ids.len() as u64 + self.pending.xids.len() as u64;
+        if left > 0 {
+            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(left);
+        }
+    }
+}
+
+/// Starts the deleter. It ends, after deleting what it was handed, once
+/// every [`Deleter`] clone is dropped.
+pub fn spawn_deleter(settings: DeleterSettings) -> (Deleter, JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let deleter = Deleter {
+        tx,
+        pending: Deletable::default(),
+    };
+    (deleter, tokio::spawn(delete_loop(settings, rx)))
+}
+
+async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable>) {
+    let mut connection: Option<SqlConnection> = None;
+    let mut ids: Vec<String> = Vec::new();
+    let mut xids: Vec<u32> = Vec::new();
+    let mut warned = false;
+    while let Some(rows) = rx.recv().await {
+        ids.extend(rows.ids);
+        xids.extend(rows.xids);
+        // Whatever else is waiting joins this batch.
+        while ids.len() < BATCH_IDS
+            && let Ok(rows) = rx.try_recv()
+        {
+            ids.extend(rows.ids);
+            xids.extend(rows.xids);
+        }
+        while !ids.is_empty() || !xids.is_empty() {
+            let take = ids.len().min(BATCH_IDS);
+            let batch: Vec<String> = ids.drain(..take).collect();
+            let by_xmin = std::mem::take(&mut xids);
+            let Some(sql) = delete_sql(&settings, &batch, &by_xmin) else {
+                continue;
+            };
+            let mut deleted = None;
+            for attempt in 0..TRIES {
+                match run(&settings, &mut connection, &sql).await {
+                    Ok(n) => {
+                        deleted = Some(n);
+                        break;
+                    }
+                    Err(e) => {
+                        connection = None;
+                        if !warned {
+                            let table = format!(
+                                "{}.{}",
+                                quote_ident(&settings.table.0),
+                                quote_ident(&settings.table.1)
+                            );
+                            tracing::warn!(
+                                table = %table,
+                                error = %e,
+                                "cannot delete confirmed outbox rows; they stay in the table. \
+                                 The relay's role needs DELETE on it: GRANT DELETE ON {table} \
+                                 TO <relay role>"
+                            );
+                            warned = true;
+                        }
+                        if attempt + 1 < TRIES {
+                            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                        }
+                    }
+                }
+            }
+            match deleted {
+                Some(n) => {
+                    metrics::counter!(m::CLEANUP_DELETED_ROWS).increment(n);
+                    warned = false;
+                }
+                None => {
+                    metrics::counter!(m::CLEANUP_SKIPPED_ROWS)
+                        .increment(batch.len() as u64 + by_xmin.len() as u64);
+                }
+            }
+        }
+    }
+    if let Some(connection) = connection {
+        connection.close().await;
+    }
+}
+
+/// Runs one DELETE; returns the rows deleted.
+async fn run(
+    settings: &DeleterSettings,
+    connection: &mut Option<SqlConnection>,
+    sql: &str,
+) -> Result<u64, crate::replication::ReplicationError> {
+    let conn = match connection {
+        Some(conn) => conn,
+        None => {
+            let mut conn = SqlConnection::connect_normal(&settings.connection).await?;
+            conn.query(
+                &format!("SET statement_timeout = '{STATEMENT_TIMEOUT}'"),
+                "limiting the cleanup's statement time",
+            )
+            .await?;
+            connection.insert(conn)
+        }
+    };
+    let rows = conn.query(sql, "deleting confirmed outbox rows").await?;
+    Ok(rows
+        .first()
+        .and_then(|row| row.first())
+        .and_then(|v| v.as_deref())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0))
+}
+
+/// The statement that deletes `ids` (by the id column, through its index)
+/// and the rows of `xids` (by `xmin`), counting what it deleted.
+pub fn delete_sql(settings: &DeleterSettings, ids: &[String], xids: &[u32]) -> Option<String> {
+    if ids.is_empty() && xids.is_empty() {
+        return None;
+    }
+    let table = format!(
+        "{}.{}",
+        quote_ident(&settings.table.0),
+        quote_ident(&settings.table.1)
+    );
+    let mut conditions = Vec::new();
+    if !ids.is_empty() {
+        let mut list = String::new();
+        for (i, id) in ids.iter().enumerate() {
+            let _ = write!(
+                list,
+                "{}{}",
+                if i == 0 { "" } else { ", " },
+                quote_literal(id)
+            );
+        }
+        conditions.push(format!("{} IN ({list})", quote_ident(&settings.id_column)));
+    }
+    if !xids.is_empty() {
+        let list: Vec<String> = xids.iter().map(|x| format!("'{x}'::xid")).collect();
+        conditions.push(format!("xmin IN ({})", list.join(", ")));
+    }
+    Some(format!(
+        "WITH d AS (DELETE FROM {table} WHERE {} RETURNING 1) SELECT count(*) FROM d",
+        conditions.join(" OR ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(d: &Deletable) -> Vec<&str> {
+        d.ids.iter().map(String::as_str).collect()
+    }
+
+    #[test]
+    fn rows_are_released_only_once_confirmed_past_their_commit() {
+        let mut c = Collector::new();
+        c.begin(10);
+        c.row(Some("a"));
+        c.row(Some("b"));
+        c.commit(Lsn(0x200));
+        c.begin(11);
+        c.commit(Lsn(0x300)); // no outbox rows: nothing to hold
+        c.begin(12);
+        c.row(Some("c"));
+        c.commit(Lsn(0x400));
+        c.begin(13);
+        c.row(Some("open"));
+        assert_eq!(c.waiting_txns(), 2);
+        assert_eq!(c.release(Lsn(0x1ff)), None, "below the first end LSN");
+        assert_eq!(ids(&c.release(Lsn(0x200)).unwrap()), ["a", "b"]);
+        assert_eq!(c.release(Lsn(0x3ff)), None);
+        // Far past everything closed: the open transaction still waits.
+        assert_eq!(ids(&c.release(Lsn(0x10_000)).unwrap()), ["c"]);
+        assert_eq!(c.release(Lsn(u64::MAX)), None);
+        assert_eq!(c.held_ids(), 1);
+        c.commit(Lsn(0x500));
+        assert_eq!(ids(&c.release(Lsn(0x500)).unwrap()), ["open"]);
+        assert_eq!(c.held_ids(), 0);
+    }
+
+    #[test]
+    fn a_transaction_that_outgrows_the_cap_falls_back_to_its_xid() {
+        let mut c = Collector::new();
+        c.begin(7);
+        for i in 0..MAX_HELD_IDS + 10 {
+            c.row(Some(&i.to_string()));
+        }
+        assert_eq!(c.held_ids(), MAX_HELD_IDS);
+        c.commit(Lsn(0x100));
+        // The next transaction's ids do not fit either while those wait.
+        c.begin(8);
+        c.row(Some("x"));
+        c.commit(Lsn(0x200));
+        assert_eq!(c.held_ids(), MAX_HELD_IDS);
+        let d = c.release(Lsn(0x100)).unwrap();
+        assert_eq!((d.ids.len(), d.xids.as_slice()), (MAX_HELD_IDS, &[7][..]));
+        let d = c.release(Lsn(0x200)).unwrap();
+        assert_eq!((d.ids.len(), d.xids.as_slice()), (0, &[8][..]));
+        // An unreadable id also falls back.
+        c.begin(9);
+        c.row(None);
+        c.commit(Lsn(0x300));
+        assert_eq!(c.release(Lsn(0x300)).unwrap().xids, [9]);
+        assert_eq!(c.held_ids(), 0);
+    }
+
+    #[test]
+    fn waiting_transactions_are_bounded() {
+        let mut c = Collector::new();
+        for i in 0..MAX_HELD_TXNS as u64 + 5 {
+            c.begin(i as u32);
+            c.row(Some("r"));
+            c.commit(Lsn(0x100 + i));
+        }
+        assert_eq!(c.waiting_txns(), MAX_HELD_TXNS);
+        assert_eq!(c.held_ids(), MAX_HELD_TXNS);
+        let d = c.release(Lsn(u64::MAX)).unwrap();
+        assert_eq!(d.ids.len(), MAX_HELD_TXNS);
+        assert_eq!(c.held_ids(), 0);
+    }
+
+    #[test]
+    fn a_begin_without_commit_forgets_the_open_rows() {
+        // The replay after a failed session starts a new machine; within one
+        // session a Begin always follows a Commit, but the count stays right.
+        let mut c = Collector::new();
+        c.begin(1);
+        c.row(Some("a"));
+        c.begin(2);
+        assert_eq!(c.held_ids(), 0);
+    }
+
+    #[test]
+    fn the_delete_names_ids_as_literals_and_xids_by_xmin() {
+        let settings = DeleterSettings {
+            connection: ReplicationSettings::new(
+                crate::replication::Conninfo::parse("host=h user=u").unwrap(),
+                "",
+                "",
+            ),
+            table: ("app".into(), "Out box".into()),
+            id_column: "id".into(),
+        };
+        assert_eq!(delete_sql(&settings, &[], &[]), None);
+        let sql = delete_sql(&settings, &["a'b".into(), "c".into()], &[42]).unwrap();
+        assert!(sql.contains("DELETE FROM \"app\".\"Out box\""), "{sql}");
+        assert!(sql.contains("\"id\" IN ('a''b', 'c')"), "{sql}");
+        assert!(sql.contains("xmin IN ('42'::xid)"), "{sql}");
+    }
+
+    #[test]
+    fn rows_the_deleter_cannot_take_yet_wait_for_the_next_hand_over() {
+        let (tx, mut rx) = mpsc::channel(1);
+        let mut deleter = Deleter {
+            tx,
+            pending: Deletable::default(),
+        };
+        let rows = |id: &str| Deletable {
+            ids: vec![id.to_owned()],
+            xids: Vec::new(),
+        };
+        deleter.hand_over(Some(rows("a")));
+        // The queue is full: "b" waits, it is not left in the table.
+        deleter.hand_over(Some(rows("b")));
+        deleter.hand_over(Some(rows("c")));
+        assert_eq!(rx.try_recv().unwrap().ids, ["a"]);
+        assert!(rx.try_recv().is_err());
+        // The next hand-over, with or without new rows, sends what waited.
+        deleter.hand_over(None);
+        assert_eq!(rx.try_recv().unwrap().ids, ["b", "c"]);
+        deleter.hand_over(None);
+        assert!(rx.try_recv().is_err(), "nothing twice");
+    }
+}

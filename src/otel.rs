@@ -1,0 +1,452 @@
+//! OpenTelemetry for the relay's produce step: a span per event whose row
+//! carries a trace context, child of that context, exported over OTLP/HTTP
+//! (JSON encoding) to a collector (`[tracing] otlp_endpoint`).
+//!
+//! Role: [`Tracer::start`] gives a record its produce span and writes the
+//! span's own context into the record's W3C `traceparent` header (and the
+//! row's `tracestate` into `tracestate`), so a consumer's span continues
+//! from the relay's, which continues from the service that wrote the row.
+//! [`Tracer::end`] hands the finished span to the exporter task
+//! ([`spawn_exporter`]), which posts batches to `<endpoint>/v1/traces`.
+//!
+//! Why not the OpenTelemetry SDK: the relay makes one kind of span, with
+//! one propagator and one exporter. The SDK with its OTLP exporter brings
+//! an HTTP client stack, protobuf code generation types and a runtime
+//! integration, a large share of the relay's compile time on a small
+//! machine, for what is here a few hundred lines on top of what the relay
+//! already links (tokio, serde_json, rand). OTLP/HTTP with JSON is part of
+//! the OTLP specification and every collector accepts it.
+//!
+//! Invariants:
+//! * Without an endpoint there is no [`Tracer`]: no span is created, no
+//!   header added, no task runs.
+//! * The stream never waits for tracing: finished spans go through a
+//!   bounded channel, and when it is full the span is dropped and counted
+//!   (`outbox_relay_trace_spans_dropped_total`), as is a batch the collector
+//!   does not take.
+//! * The relay only continues traces, it does not start them: an event
+//!   whose row has no (valid) traceparent gets no span. Sampling follows
+//!   the parent: a span whose parent is not sampled gets its own id (so the
+//!   `traceparent` header stays a true child) and is never exported.
+//! * The row's own context reaches the event unchanged in the CloudEvents
+//!   `traceparent`/`tracestate` attributes whether or not this runs.
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::envelope::{KafkaRecord, TraceContext};
+use crate::metrics as m;
+
+/// Kafka header that carries the produce span's W3C context.
+pub const TRACEPARENT_HEADER: &str = "traceparent";
+/// Kafka header that carries the row's `tracestate`, unchanged.
+pub const TRACESTATE_HEADER: &str = "tracestate";
+
+/// Finished spans waiting for the exporter, at most.
+const QUEUE: usize = 4096;
+/// Spans per OTLP request, at most.
+const BATCH: usize = 512;
+/// A finished span waits at most this long before it is exported.
+const FLUSH_EVERY: Duration = Duration::from_millis(500);
+/// One OTLP request (connect, send, answer) takes at most this long.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where spans go, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtlpSettings {
+    pub endpoint: Endpoint,
+    /// `service.name` of the spans' resource.
+    pub service_name: String,
+}
+
+/// An OTLP/HTTP endpoint: `http://host[:port][/path]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    /// `/v1/traces` unless the URL names a path.
+    pub path: String,
+}
+
+impl Endpoint {
+    /// Parses `url`. The base URL of a collector gets OTLP's traces path
+    /// (`/v1/traces`), as `OTEL_EXPORTER_OTLP_ENDPOINT` does; a URL with a
+    /// path is taken as the traces URL itself.
+    ///
+    /// # Errors
+    /// Why the URL is refused (for the config error).
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        let Some(rest) = url.strip_prefix("http://") else {
+            return Err(if url.starts_with("https://") {
+                "https is not supported: export to a collector beside the relay over plain \
+                 http (http://127.0.0.1:4318), and let it forward over TLS"
+                    .to_owned()
+            } else {
+                "must be an http:// URL of an OTLP/HTTP receiver, e.g. http://127.0.0.1:4318"
+                    .to_owned()
+            });
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, ""),
+        };
+        if authority.is_empty() || authority.contains('@') {
+            return Err("must name a host (and no credentials): http://host:port".to_owned());
+        }
+        let (host, port) = match authority.rsplit_once(':') {
+            Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
+                let port =
+                    port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                        format!("the port {port:?} is not a number from 1 to 65535")
+                    })?;
+                (host, port)
+            }
+            _ => (authority, 80),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || path.contains(char::is_whitespace) {
+            return Err("must be http://host[:port][/path]".to_owned());
+        }
+        let path = if path.is_empty() || path == "/" {
+            "/v1/traces".to_owned()
+        } else {
+            path.to_owned()
+        };
+        Ok(Endpoint {
+            host: host.to_owned(),
+            port,
+            path,
+        })
+    }
+}
+
+/// The ids of a W3C trace context (`traceparent`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanContext {
+    pub trace_id: [u8; 16],
+    pub span_id: [u8; 8],
+    pub sampled: bool,
+}
+
+impl SpanContext {
+    /// Parses a `traceparent` already validated by
+    /// [`crate::envelope::is_traceparent`] (or any version-00 form).
+    pub fn parse(traceparent: &str) -> Option<SpanContext> {
+        let mut parts = traceparent.split('-');
+        let _version = parts.next()?;
+        let trace_id = hex_array::<16>(parts.next()?)?;
+        let span_id = hex_array::<8>(parts.next()?)?;
+        let flags = u8::from_str_radix(parts.next()?, 16).ok()?;
+        Some(SpanContext {
+            trace_id,
+            span_id,
+            sampled: flags & 1 == 1,
+        })
+    }
+
+    /// The version-00 `traceparent` of this context.
+    pub fn traceparent(&self) -> String {
+        format!(
+            "00-{}-{}-{:02x}",
+            hex(&self.trace_id),
+            hex(&self.span_id),
+            u8::from(self.sampled)
+        )
+    }
+}
+
+/// A produce span, from the hand-off to the producer to the broker's
+/// answer. Travels with its record's delivery tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProduceSpan {
+    /// Its own context: the row's trace, a new span id.
+    pub context: SpanContext,
+    pub parent_span_id: [u8; 8],
+    pub tracestate: Option<String>,
+    pub start_unix_nanos: u64,
+    pub topic: String,
+    pub key: Bytes,
+    pub event_id: String,
+}
+
+/// A finished span, as the exporter receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Finished {
+    span: ProduceSpan,
+    end_unix_nanos: u64,
+    /// `None`: delivered; else why not.
+    error: Option<String>,
+}
+
+/// Starts and ends produce spans; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Tracer {
+    finished: mpsc::Sender<Finished>,
+}
+
+impl Tracer {
+    /// Gives `record` its produce span when `parent` is a valid trace
+    /// context: writes the span's `traceparent` (and the parent's
+    /// `tracestate`) into the record's headers and returns the span.
+    pub fn start(
+        &self,
+        parent: &TraceContext,
+        record: &mut KafkaRecord,
+        event_id: &str,
+    ) -> Option<Box<ProduceSpan>> {
+        let parent_context = SpanContext::parse(&parent.traceparent)?;
+        let context = SpanContext {
+            span_id: new_span_id(),
+            ..parent_context
+        };
+        record.headers.push((
+            TRACEPARENT_HEADER.to_owned(),
+            Bytes::from(context.traceparent()),
+        ));
+        if let Some(state) = &parent.tracestate {
+            record.headers.push((
+                TRACESTATE_HEADER.to_owned(),
+                Bytes::copy_from_slice(state.as_bytes()),
+            ));
+        }
+        Some(Box::new(ProduceSpan {
+            context,
+            parent_span_id: parent_context.span_id,
+            tracestate: parent.tracestate.clone(),
+            start_unix_nanos: unix_nanos(SystemTime::now()),
+            topic: record.topic.clone(),
+            key: record.key.clone(),
+            event_id: event_id.to_owned(),
+        }))
+    }
+
+    /// Ends `span` (`error`: why the record did not get through) and hands
+    /// it to the exporter, never waiting: a full queue drops it.
+    pub fn end(&self, span: ProduceSpan, error: Option<String>) {
+        if !span.context.sampled {
+            return;
+        }
+        let finished = Finished {
+            span,
+            end_unix_nanos: unix_nanos(SystemTime::now()),
+            error,
+        };
+        if self.finished.try_send(finished).is_err() {
+            metrics::counter!(m::TRACE_SPANS_DROPPED).increment(1);
+        }
+    }
+}
+
+/// Starts the exporter task. It ends, after exporting what it holds, once
+/// every [`Tracer`] clone is dropped.
+pub fn spawn_exporter(settings: OtlpSettings) -> (Tracer, JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let task = tokio::spawn(export_loop(settings, rx));
+    (Tracer { finished: tx }, task)
+}
+
+async fn export_loop(settings: OtlpSettings, mut rx: mpsc::Receiver<Finished>) {
+    let mut batch: Vec<Finished> = Vec::with_capacity(BATCH);
+    let mut failing = false;
+    loop {
+        match rx.recv().await {
+            Some(span) => batch.push(span),
+            None => return,
+        }
+        // Gather more, for at most FLUSH_EVERY.
+        let deadline = tokio::time::sleep(FLUSH_EVERY);
+        tokio::pin!(deadline);
+        let mut closed = false;
+        while batch.len() < BATCH {
+            tokio::select! {
+                span = rx.recv() => match span {
+                    Some(span) => batch.push(span),
+                    None => {
+                        closed = true;
+                        break;
+                    }
+                },
+                () = &mut deadline => break,
+            }
+        }
+        {
+            let count = batch.len() as u64;
+            let body = otlp_json(&settings.service_name, &batch);
+            batch.clear();
+            match post(&settings.endpoint, &body).await {
+                Ok(()) => {
+                    metrics::counter!(m::TRACE_SPANS_EXPORTED).increment(count);
+                    if failing {
+                        tracing::info!("the OTLP collector takes spans again");
+                        failing = false;
+                    }
+                }
+                Err(e) => {
+                    metrics::counter!(m::TRACE_SPANS_DROPPED).increment(count);
+                    // Once per outage, not once per batch.
+                    if !failing {
+                        tracing::warn!(
+                            endpoint = %format!("http://{}:{}{}", settings.endpoint.host, settings.endpoint.port, settings.endpoint.path),
+                            error = %e,
+                            "cannot export spans to the OTLP collector; dropping them until it answers"
+                        );
+                        failing = true;
+                    }
+                }
+            }
+        }
+        if closed {
+            return;
+        }
+    }
+}
+
+/// The OTLP/HTTP JSON document for `spans` (ids in hex, 64-bit integers as
+/// decimal strings, as the OTLP JSON mapping has them).
+fn otlp_json(service_name: &str, spans: &[Finished]) -> Vec<u8> {
+    let string = |key: &str, value: &str| json!({"key": key, "value": {"stringValue": value}});
+    let spans: Vec<serde_json::Value> = spans
+        .iter()
+        .map(|f| {
+            let s = &f.span;
+            let mut attributes = vec![
+                string("messaging.system", "kafka"),
+                string("messaging.operation.type", "publish"),
+                string("messaging.operation.name", "send"),
+                string("messaging.destination.name", &s.topic),
+                string("messaging.message.id", &s.event_id),
+                string("cloudevents.event_id", &s.event_id),
+            ];
+            if let Ok(key) = std::str::from_utf8(&s.key) {
+                attributes.push(string("messaging.kafka.message.key", key));
+            }
+            let status = match &f.error {
+                None => json!({"code": 1}),
+                Some(message) => json!({"code": 2, "message": message}),
+            };
+            let mut span = json!({
+                "traceId": hex(&s.context.trace_id),
+                "spanId": hex(&s.context.span_id),
+                "parentSpanId": hex(&s.parent_span_id),
+                "name": format!("publish {}", s.topic),
+                "kind": 4,
+                "startTimeUnixNano": s.start_unix_nanos.to_string(),
+                "endTimeUnixNano": f.end_unix_nanos.max(s.start_unix_nanos).to_string(),
+                "attributes": attributes,
+                "status": status,
+            });
+            if let Some(state) = &s.tracestate {
+                span["traceState"] = json!(state);
+            }
+            span
+        })
+        .collect();
+    let doc = json!({
+        "resourceSpans": [{
+            "resource": {"attributes": [string("service.name", service_name)]},
+            "scopeSpans": [{
+                "scope": {"name": "outbox-relay", "version": env!("CARGO_PKG_VERSION")},
+                "spans": spans,
+            }],
+        }],
+    });
+    serde_json::to_vec(&doc).unwrap_or_default()
+}
+
+/// Why an export failed.
+#[derive(Debug, thiserror::Error)]
+enum ExportError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the collector answered {0}")]
+    Status(String),
+}
+
+/// One HTTP/1.1 POST on a fresh connection (a batch at most every
+/// [`FLUSH_EVERY`] needs no connection pool).
+async fn post(endpoint: &Endpoint, body: &[u8]) -> Result<(), ExportError> {
+    let exchange = async {
+        let mut stream =
+            tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await?;
+        let mut request = String::new();
+        let host = if endpoint.host.contains(':') {
+            format!("[{}]", endpoint.host)
+        } else {
+            endpoint.host.clone()
+        };
+        let _ = write!(
+            request,
+            "POST {} HTTP/1.1\r\nHost: {host}:{}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            endpoint.path,
+            endpoint.port,
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await?;
+        stream.write_all(body).await?;
+        stream.flush().await?;
+        // The status line is all the answer that matters.
+        let mut head = Vec::with_capacity(256);
+        let mut buf = [0u8; 256];
+        while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 8192 {
+            let n = stream.read(&mut buf).await?;
+            if n == 0 {
+                break;
+            }
+            head.extend_from_slice(&buf[..n]);
+        }
+        let line = String::from_utf8_lossy(&head);
+        let line = line.lines().next().unwrap_or_default().to_owned();
+        match line.split_whitespace().nth(1) {
+            Some(code) if code.starts_with('2') => Ok(()),
+            _ => Err(ExportError::Status(line)),
+        }
+    };
+    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
+        .await
+        .map_err(|_| ExportError::Timeout(REQUEST_TIMEOUT))?
+}
+
+fn new_span_id() -> [u8; 8] {
+    loop {
+        let id: u64 = rand::random();
+        if id != 0 {
+            return id.to_be_bytes();
+        }
+    }
+}
+
+fn unix_nanos(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+fn hex_array<const N: usize>(text: &str) -> Option<[u8; N]> {
+    if text.len() != N * 2 {
+        return None;
+    }
+    let mut out = [0u8; N];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,102 @@
+//! The session machine's share of the event sources beside table rows:
+//! outbox logical messages (`postgres.source`), and the trace context an
+//! event carries (its produce span, a malformed context dropped).
+//!
+//! Invariants: an outbox message counts in its transaction like a row (so
+//! the order of a key holds across both); a non-transactional one is never
+//! published; a malformed trace context never costs the event.
+
+use super::{Producer, SessionMachine, SessionResult, TxnState};
+use crate::assembler::AssemblyError;
+use crate::metrics as m;
+use crate::pgoutput::LogicalMessage;
+use crate::relay::error::SessionError;
+use crate::relay::routing::DeliveryTag;
+
+impl SessionMachine<'_> {
+    /// A logical decoding message: an outbox event when it carries the
+    /// outbox prefix inside a transaction whose events are being sent.
+    pub(super) fn on_message(
+        &mut self,
+        msg: &LogicalMessage,
+        producer: &mut impl Producer,
+    ) -> SessionResult<()> {
+        let ours = msg.prefix == self.settings.source.message_prefix;
+        if !msg.transactional {
+            if ours {
+                // Written whether or not its transaction commits, and
+                // decoded at once: not atomic with any business write.
+                metrics::counter!(m::MESSAGES_REFUSED).increment(1);
+                tracing::error!(
+                    prefix = %msg.prefix,
+                    lsn = %msg.lsn,
+                    bytes = msg.content.len(),
+                    "a non-transactional logical message with the outbox prefix is not \
+                     published: it is not atomic with the business write. Emit outbox \
+                     messages with pg_logical_emit_message(true, ...), as outbox_emit does"
+                );
+            }
+            // A non-transactional message (the heartbeat, or anyone's)
+            // arrives when it is decoded: every transaction committed
+            // before it has been received. With nothing in flight, the
+            // slot may move up to it.
+            self.advance_when_idle(msg.lsn);
+            return Ok(());
+        }
+        if !ours {
+            return Ok(());
+        }
+        let commit = match self.txn {
+            TxnState::Delivering(commit) => commit,
+            TxnState::Replaying => return Ok(()),
+            TxnState::Idle => {
+                return Err(SessionError::OutOfStep {
+                    slot: self.settings.replication.slot.clone(),
+                    source: AssemblyError::OutsideTransaction { message: "Message" },
+                });
+            }
+        };
+        if !self.settings.source.kind.messages() {
+            metrics::counter!(m::CHANGES_IGNORED, "kind" => "message").increment(1);
+            if !self.warned_messages_off {
+                self.warned_messages_off = true;
+                tracing::warn!(
+                    prefix = %msg.prefix,
+                    "outbox logical messages arrive but postgres.source = \"table\": they are \
+                     not published. Set postgres.source = \"both\" (or \"messages\") to \
+                     publish them"
+                );
+            }
+            return Ok(());
+        }
+        self.rows_seen += 1;
+        let routed = self
+            .router
+            .route_message(&msg.content, msg.lsn, &commit, self.refusals);
+        self.deliver(routed, producer)
+    }
+
+    /// A malformed trace context was left out of an event: counted always,
+    /// logged at warn the first time in a session (a service that writes
+    /// garbage in every row must not flood the log).
+    pub(super) fn trace_context_dropped(&mut self, part: &'static str, event_id: &str) {
+        metrics::counter!(m::TRACE_CONTEXT_DROPPED, "part" => part).increment(1);
+        if !self.warned_trace_context {
+            self.warned_trace_context = true;
+            tracing::warn!(
+                event_id,
+                part,
+                "an outbox event's {part} is not valid W3C Trace Context: it is left out of \
+                 the event, which is published without it (counted in \
+                 outbox_relay_trace_context_dropped_total, logged once per session)"
+            );
+        }
+    }
+
+    /// Ends the produce span of `tag`'s record, if it has one.
+    pub(super) fn end_span(&self, tag: &mut DeliveryTag, error: Option<String>) {
+        if let (Some(span), Some(tracer)) = (tag.span.take(), &self.tracer) {
+            tracer.end(*span, error);
+        }
+    }
+}

@@ -1,0 +1,243 @@
+use super::*;
+use crate::ack::AckTracker;
+use crate::envelope::ContentMode;
+use crate::pgoutput::{Column, TupleValue};
+use crate::relay::refusals::RowFate;
+
+fn relation() -> Arc<Relation> {
+    let columns = ["id", "aggregatetype", "aggregateid", "type", "payload"]
+        .iter()
+        .map(|name| Column {
+            flags: 0,
+            name: (*name).into(),
+            type_oid: 25,
+            type_modifier: -1,
+        })
+        .collect();
+    Arc::new(Relation {
+        oid: 1,
+        namespace: "public".into(),
+        name: "outbox".into(),
+        replica_identity: b'd',
+        columns,
+    })
+}
+
+fn tuple(values: [Option<&str>; 5]) -> TupleData {
+    TupleData {
+        columns: values
+            .iter()
+            .map(|v| match v {
+                Some(v) => TupleValue::Text(Bytes::copy_from_slice(v.as_bytes())),
+                None => TupleValue::Null,
+            })
+            .collect(),
+    }
+}
+
+fn router() -> Router {
+    Router::new(
+        ColumnMap::default(),
+        EnvelopeSettings {
+            source: "/test".into(),
+            mode: ContentMode::Binary,
+            topic_template: "outbox.event.{aggregatetype}".into(),
+        },
+        "dlq".into(),
+        "public.outbox".into(),
+    )
+}
+
+fn commit() -> Commit {
+    Commit {
+        txn: AckTracker::new(Lsn::ZERO).open(),
+        lsn: Lsn(0x100),
+        time: DateTime::from_timestamp(0, 0).unwrap(),
+    }
+}
+
+fn header<'r>(record: &'r KafkaRecord, name: &str) -> Option<&'r [u8]> {
+    record
+        .headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_ref())
+}
+
+#[test]
+fn a_good_row_becomes_its_event_keyed_by_the_aggregate() {
+    let routed = router().route(
+        &relation(),
+        &tuple([
+            Some("e1"),
+            Some("order"),
+            Some("7"),
+            Some("Placed"),
+            Some("{}"),
+        ]),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::Event {
+        record,
+        tag,
+        suspect,
+        ..
+    } = routed
+    else {
+        panic!("expected the event, got {routed:?}");
+    };
+    assert_eq!(record.topic, "outbox.event.order");
+    assert_eq!(record.key.as_ref(), b"7");
+    assert_eq!(record.value.as_ref(), b"{}");
+    assert_eq!((tag.row_key.as_str(), tag.dead_letter), ("e1", false));
+    assert!(!suspect);
+}
+
+#[test]
+fn a_row_without_a_key_is_dead_lettered_with_its_payload() {
+    let routed = router().route(
+        &relation(),
+        &tuple([
+            Some("e1"),
+            Some("order"),
+            None,
+            Some("Placed"),
+            Some(r#"{"a":1}"#),
+        ]),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::DeadLetter { record, tag } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(record.topic, "dlq");
+    assert_eq!(record.value.as_ref(), br#"{"a":1}"#);
+    assert_eq!(header(&record, "dlq_reason_code"), Some(&b"null_key"[..]));
+    assert_eq!(header(&record, "id"), Some(&b"e1"[..]));
+    assert_eq!(tag.row_key, "e1");
+    assert!(tag.dead_letter);
+}
+
+#[test]
+fn a_payload_that_is_not_json_is_dead_lettered_unchanged() {
+    let routed = router().route(
+        &relation(),
+        &tuple([
+            Some("e1"),
+            Some("order"),
+            Some("7"),
+            Some("Placed"),
+            Some("not json"),
+        ]),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::DeadLetter { record, tag } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(record.value.as_ref(), b"not json");
+    assert_eq!(record.key.as_ref(), b"7");
+    assert_eq!(tag.row_key, "e1");
+}
+
+#[test]
+fn a_fate_left_by_a_refusal_decides_the_replay() {
+    let row = tuple([
+        Some("e1"),
+        Some("order"),
+        Some("7"),
+        Some("Placed"),
+        Some("{}"),
+    ]);
+    let mut refusals = Refusals::new();
+    refusals.insert(
+        "e1".into(),
+        RowFate {
+            event: EventFate::Suspect,
+            ..RowFate::default()
+        },
+    );
+    let routed = router().route(&relation(), &row, &commit(), &refusals);
+    assert!(matches!(routed, Routed::Event { suspect: true, .. }));
+    refusals.get_mut("e1").unwrap().event = EventFate::DeadLetter {
+        reason: "too large".into(),
+        code: "too_large",
+    };
+    let routed = router().route(&relation(), &row, &commit(), &refusals);
+    let Routed::DeadLetter { record, .. } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(header(&record, "dlq_reason_code"), Some(&b"too_large"[..]));
+    assert_eq!(record.value.as_ref(), b"{}");
+}
+
+fn content(s: &str) -> Bytes {
+    Bytes::copy_from_slice(s.as_bytes())
+}
+
+#[test]
+fn a_message_routes_like_a_row() {
+    let message = content(
+        r#"{"id":"e1","aggregatetype":"order","aggregateid":"7","type":"Placed","payload":{"a": 1}}"#,
+    );
+    let routed = router().route_message(&message, Lsn(0x180), &commit(), &Refusals::new());
+    let Routed::Event {
+        record,
+        tag,
+        origin,
+        ..
+    } = routed
+    else {
+        panic!("expected the event, got {routed:?}");
+    };
+    assert_eq!(origin, Origin::Message);
+    assert_eq!(record.topic, "outbox.event.order");
+    assert_eq!(record.key.as_ref(), b"7");
+    assert_eq!(record.value.as_ref(), br#"{"a": 1}"#);
+    assert_eq!(header(&record, "ce_id"), Some(&b"e1"[..]));
+    assert_eq!((tag.row_key.as_str(), tag.dead_letter), ("e1", false));
+}
+
+#[test]
+fn a_broken_message_is_dead_lettered_with_its_whole_content() {
+    let broken = content(r#"{"id":"e1","aggregatetype":"order","#);
+    let routed = router().with_message_prefix("orders").route_message(
+        &broken,
+        Lsn(0x180),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::DeadLetter { record, tag } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(record.topic, "dlq");
+    assert_eq!(record.value, broken);
+    assert_eq!(
+        header(&record, "dlq_reason_code"),
+        Some(&b"message_invalid"[..])
+    );
+    assert_eq!(
+        header(&record, "source_table"),
+        Some(&b"message:orders"[..])
+    );
+    assert!(tag.row_key.starts_with("@0/180/"), "{}", tag.row_key);
+    // Two broken messages with the same content are told apart by LSN.
+    let other = router().route_message(&broken, Lsn(0x190), &commit(), &Refusals::new());
+    let Routed::DeadLetter { tag: other, .. } = other else {
+        panic!("expected a dead letter");
+    };
+    assert_ne!(tag.row_key, other.row_key);
+
+    // Readable but without a key: its payload and members are kept.
+    let keyless =
+        content(r#"{"id":"e2","aggregatetype":"order","type":"Placed","payload":{"b":2}}"#);
+    let routed = router().route_message(&keyless, Lsn(0x1a0), &commit(), &Refusals::new());
+    let Routed::DeadLetter { record, tag } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(record.value.as_ref(), br#"{"b":2}"#);
+    assert_eq!(header(&record, "dlq_reason_code"), Some(&b"null_key"[..]));
+    assert_eq!(header(&record, "id"), Some(&b"e2"[..]));
+    assert_eq!(tag.row_key, "e2");
+}

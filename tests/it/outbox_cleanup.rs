@@ -1,0 +1,193 @@
+//! `postgres.cleanup = "delete-after-ack"` against real PostgreSQL: rows are
+//! deleted once confirmed and never before. The broker outage runs on
+//! librdkafka's mock cluster (a broker of the test's own); the sustained
+//! load runs against the real broker.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use outbox_relay::cleanup::Cleanup;
+use outbox_relay::relay::RelaySettings;
+
+use crate::support::mock::{Mock, mock_with_topic, read_mock_to_end};
+use crate::support::*;
+
+/// The ids of the rows in the outbox table now.
+async fn ids_in_table(outbox: &TestOutbox) -> HashSet<String> {
+    outbox
+        .admin
+        .query(
+            &format!("SELECT id::text FROM public.{}", outbox.table),
+            &[],
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+async fn rows_in_table(outbox: &TestOutbox) -> i64 {
+    outbox
+        .admin
+        .query_one(
+            &format!("SELECT count(*) FROM public.{}", outbox.table),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// The outbox with cleanup on, the relay's role allowed to delete.
+async fn outbox_with_cleanup() -> TestOutbox {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox
+        .admin
+        .batch_execute(&format!("GRANT DELETE ON public.{} TO relay", outbox.table))
+        .await
+        .unwrap();
+    outbox
+}
+
+fn cleanup_settings(outbox: &TestOutbox) -> RelaySettings {
+    let mut settings = outbox.settings();
+    settings.source.cleanup = Cleanup::DeleteAfterAck;
+    settings
+}
+
+/// Every row the broker has not acknowledged, and every row committed after
+/// it, stays in the table while a mock broker is down; once it is back, the
+/// table empties and the topic holds every event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_the_broker_does_not_hold_stay_in_the_table() {
+    let outbox = outbox_with_cleanup().await;
+    let topic = outbox.topic("order");
+    let mock: Mock = mock_with_topic(3, &topic, 6);
+    // Brokers 1, 2, 3 lead partitions {0, 3}, {1, 4}, {2, 5}.
+    for p in 0..6 {
+        mock.partition_leader(&topic, p, Some(p % 3 + 1)).unwrap();
+    }
+    let mut settings = cleanup_settings(&outbox);
+    settings.sink.brokers = mock.bootstrap_servers();
+    // See faults_broker.rs: the mock checks sequences only with one request
+    // in flight per connection.
+    settings
+        .sink
+        .properties
+        .push(("max.in.flight.requests.per.connection".into(), "1".into()));
+    settings.sink.message_timeout_ms = 2000;
+    let relay = Relay::in_process(settings);
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+
+    // Cleanup works: confirmed rows go.
+    let mut committed = outbox
+        .commit_events(&mut writer, 50, 2, 60, &mut seqs)
+        .await;
+    wait_until("the confirmed rows to be deleted", DEADLINE, || async {
+        rows_in_table(&outbox).await == 0
+    })
+    .await;
+
+    mock.broker_down(1).unwrap();
+    // Every transaction touches all 60 aggregates, so partitions led by
+    // broker 1: none can be confirmed while it is down, though brokers 2
+    // and 3 acknowledge their share of each.
+    let held = outbox
+        .commit_events(&mut writer, 20, 60, 60, &mut seqs)
+        .await;
+    let held_ids: HashSet<String> = held.iter().map(|c| c.id.clone()).collect();
+    committed.extend(held);
+    // Watch the table while the relay goes round its retry loop (its
+    // producer times out, it rewinds, and again: two new walsenders).
+    let mut pids = HashSet::new();
+    let mut samples = 0;
+    let first_pid = outbox.walsender_pid().await;
+    let fault_deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while pids.len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < fault_deadline,
+            "the relay did not rewind twice within 60 s of broker 1 going down"
+        );
+        let present = ids_in_table(&outbox).await;
+        let missing = held_ids.difference(&present).count();
+        assert_eq!(
+            missing, 0,
+            "{missing} rows deleted whose transactions the broker did not fully hold"
+        );
+        samples += 1;
+        if let Some(pid) = outbox
+            .walsender_pid()
+            .await
+            .filter(|p| Some(*p) != first_pid)
+        {
+            pids.insert(pid);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    println!(
+        "broker 1 down: {samples} samples of the table, all {} unconfirmed rows present",
+        held_ids.len()
+    );
+    mock.broker_up(1).unwrap();
+
+    wait_until("the table to empty after recovery", DEADLINE, || async {
+        rows_in_table(&outbox).await == 0
+    })
+    .await;
+    relay.stop().await.expect("graceful stop");
+    let received = read_mock_to_end(&mock.bootstrap_servers(), &topic).await;
+    check_delivery("cleanup-broker-down", &committed, &received);
+    outbox.drop_all().await;
+}
+
+/// A writer commits 20 000 events for a while; the relay deletes behind it,
+/// so the table holds a small window of them, never the backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_table_stays_small_under_sustained_load() {
+    let outbox = outbox_with_cleanup().await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 6).await;
+    let relay = Relay::in_process(cleanup_settings(&outbox));
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = Vec::new();
+    let mut most = 0;
+    let started = std::time::Instant::now();
+    for _ in 0..40 {
+        committed.extend(
+            outbox
+                .commit_events(&mut writer, 100, 5, 100, &mut seqs)
+                .await,
+        );
+        most = most.max(rows_in_table(&outbox).await);
+    }
+    let wrote_for = started.elapsed();
+    let total = committed.len() as i64;
+    wait_until("the table to empty", DEADLINE, || async {
+        rows_in_table(&outbox).await == 0
+    })
+    .await;
+    let size: i64 = outbox
+        .admin
+        .query_one(
+            &format!("SELECT pg_total_relation_size('public.{}')", outbox.table),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    println!(
+        "sustained load: {total} events in {wrote_for:?}; at most {most} rows in the table \
+         (sampled after each 500), 0 at the end; table with index and TOAST {size} bytes"
+    );
+    assert!(
+        most < total / 4,
+        "the table held {most} of {total} rows at once: cleanup fell behind"
+    );
+    let received = consume_all_ids(&topic, &committed, DEADLINE).await;
+    relay.stop().await.expect("graceful stop");
+    check_delivery("cleanup-sustained", &committed, &received);
+    outbox.drop_all().await;
+}
