@@ -1,7 +1,11 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::*;
-use crate::admin::facts::{ColumnFacts, HolderFacts, PublicationFacts, RoleFacts, TableFacts};
+use crate::admin::facts::{
+    ColumnFacts, HolderFacts, PgFacts, PublicationFacts, RoleFacts, TableFacts,
+};
+use crate::admin::kafka::KafkaFacts;
+use crate::replication::{OutboxTable, ReplicationError};
 
 fn config() -> Config {
     let mut config = Config::default();
