@@ -40,6 +40,10 @@
 //!   socket;
 //! * `mod`: conninfo (the settings hold a [`Conninfo`]).
 //!
+//! `conninfo` and `stream` have private submodules (`conninfo/params.rs`,
+//! `conninfo/secrets.rs`; `stream/connect.rs`, `stream/status.rs`) that use
+//! only what their parent's line above names.
+//!
 //! [`confirmed`]: ReplicationStream::confirm
 
 mod auth;

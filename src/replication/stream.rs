@@ -27,32 +27,17 @@ use postgres_protocol::message::frontend;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_postgres::error::SqlState;
 
-use super::auth;
-use super::catalog::{self, ServerIdentity, start_replication_command, validate_slot_name};
-use super::conninfo::{Conninfo, Endpoint};
-use super::error::{ErrorKind, ReplicationError, ServerError};
+use super::StreamItem;
+use super::catalog::ServerIdentity;
+use super::error::{ReplicationError, ServerError};
 use super::outbox_table::OutboxTable;
 use super::protocol::{read_error, server_error, server_notice};
-use super::socket::{self, Frame, FramedSocket};
-use super::{ReplicationSettings, StreamItem};
+use super::socket::{Frame, FramedSocket};
 use crate::lsn::Lsn;
-use crate::pgoutput::{ReplicationMessage, decode_copy_data, encode_standby_status_update};
+use crate::pgoutput::{ReplicationMessage, decode_copy_data};
 
-/// Floor for the status interval, so a zero or tiny setting cannot turn the
-/// stream into a busy loop of status updates.
-const MIN_STATUS_INTERVAL: Duration = Duration::from_millis(100);
-
-/// Read timeout when the server disables `wal_sender_timeout`: that many
-/// status intervals without an answer to a reply request.
-const READ_TIMEOUT_INTERVALS: u32 = 6;
-
-/// How soon an advanced confirmed position is reported, at the latest, and
-/// how often at most. After a crash the slot re-sends everything above the
-/// last position the server *received*, so reporting only every
-/// `status_interval` (10 s) would re-send up to ten seconds of events;
-/// 100 ms keeps that window small while coalescing a busy stream's
-/// confirmations into at most ten small updates a second.
-pub const PROGRESS_REPORT_DELAY: Duration = Duration::from_millis(100);
+mod connect;
+mod status;
 
 /// How long [`ReplicationStream::shutdown`] waits for the server to end the
 /// stream. The final status update is processed before the CopyDone, so a
@@ -87,142 +72,6 @@ pub struct ReplicationStream {
 }
 
 impl ReplicationStream {
-    /// Connects, authenticates, checks slot and publication, and starts
-    /// streaming from the slot's `confirmed_flush_lsn`. Endpoints are tried in
-    /// conninfo order; a fatal error on one stops the attempt.
-    ///
-    /// # Errors
-    /// Fatal: bad slot name, TLS refused, authentication failed,
-    /// missing REPLICATION attribute or database, slot missing / not pgoutput
-    /// / invalidated, publication missing. `SlotBusy`: another process
-    /// streams from the slot. Transient: network, timeouts, server shutdown.
-    pub async fn connect(
-        settings: &ReplicationSettings,
-        start_confirmed: Lsn,
-    ) -> Result<Self, ReplicationError> {
-        let conninfo = &settings.conninfo;
-        validate_slot_name(&settings.slot)?;
-        let connect_timeout = conninfo
-            .connect_timeout
-            .map_or(settings.connect_timeout, |t| {
-                t.min(settings.connect_timeout)
-            });
-        let mut last_error = None;
-        for endpoint in &conninfo.endpoints {
-            let target = endpoint.to_string();
-            let attempt = Self::connect_endpoint(
-                settings,
-                conninfo,
-                endpoint,
-                target.clone(),
-                start_confirmed,
-            );
-            let error = match timeout(connect_timeout, attempt).await {
-                Ok(Ok(stream)) => return Ok(stream),
-                Ok(Err(error)) if error.kind() != ErrorKind::Transient => return Err(error),
-                Ok(Err(error)) => error,
-                Err(_elapsed) => ReplicationError::ConnectTimeout {
-                    target,
-                    timeout: connect_timeout,
-                },
-            };
-            tracing::warn!(%error, "replication endpoint failed");
-            last_error = Some(error);
-        }
-        Err(last_error.unwrap_or_else(|| ReplicationError::Conninfo {
-            conninfo: conninfo.to_string(),
-            reason: "no host to connect to".into(),
-        }))
-    }
-
-    async fn connect_endpoint(
-        settings: &ReplicationSettings,
-        conninfo: &Conninfo,
-        endpoint: &Endpoint,
-        target: String,
-        start_confirmed: Lsn,
-    ) -> Result<Self, ReplicationError> {
-        let socket = socket::open(endpoint, &conninfo.tls, &target).await?;
-        let mut socket = FramedSocket::new(socket);
-        let session =
-            auth::startup(&mut socket, conninfo, &settings.application_name, &target).await?;
-        let checked = catalog::check(&mut socket, settings, &target).await?;
-        let mut stream = ReplicationStream {
-            socket,
-            target,
-            slot: settings.slot.clone(),
-            publication: settings.publication.clone(),
-            database: conninfo.dbname.clone(),
-            backend_pid: session.backend_pid,
-            slot_confirmed_flush: checked.confirmed_flush,
-            identity: checked.identity,
-            timeline_fork: checked.timeline_fork,
-            outbox: checked.outbox,
-            confirmed: start_confirmed,
-            status_interval: status_interval(settings.status_interval, checked.wal_sender_timeout),
-            read_timeout: read_timeout(settings.status_interval, checked.wal_sender_timeout),
-            next_status_at: Instant::now(),
-            probe_sent_at: None,
-            received_since_status: false,
-            reported: start_confirmed,
-            reported_at: Instant::now(),
-        };
-        stream.start().await?;
-        tracing::info!(
-            target_endpoint = %stream.target,
-            conninfo = %conninfo,
-            slot = %stream.slot,
-            publication = %stream.publication,
-            slot_confirmed_flush = %stream.slot_confirmed_flush,
-            server = %stream.identity,
-            start_confirmed = %start_confirmed,
-            tls = stream.is_tls(),
-            channel_binding = session.channel_bound,
-            backend_pid = stream.backend_pid,
-            server_version = session.server_version.as_deref().unwrap_or("?"),
-            status_interval_ms = stream.status_interval.as_millis() as u64,
-            "replication stream started"
-        );
-        Ok(stream)
-    }
-
-    /// Sends START_REPLICATION and waits for CopyBothResponse.
-    async fn start(&mut self) -> Result<(), ReplicationError> {
-        let action = "starting replication";
-        let command = start_replication_command(&self.slot, &self.publication);
-        frontend::query(&command, self.socket.write_buf()).map_err(|e| self.protocol(action, e))?;
-        self.socket.flush().await.map_err(|e| self.io(action, e))?;
-        loop {
-            let mut frame = self
-                .socket
-                .read_frame()
-                .await
-                .map_err(|e| read_error(&self.target, action, e))?;
-            // CopyBothResponse ('W') is not among the messages
-            // postgres-protocol parses; it has to be recognized by its tag.
-            if frame.tag == b'W' {
-                self.next_status_at = Instant::now() + self.status_interval;
-                return Ok(());
-            }
-            match Message::parse(&mut frame.bytes).map_err(|e| self.protocol(action, e))? {
-                Some(Message::ErrorResponse(body)) => {
-                    return Err(self.server_failure(server_error(&body), action));
-                }
-                Some(Message::NoticeResponse(_) | Message::ParameterStatus(_)) => {}
-                _ => {
-                    return Err(ReplicationError::Protocol {
-                        target: self.target.clone(),
-                        action,
-                        reason: format!(
-                            "message {:?} instead of CopyBothResponse",
-                            char::from(frame.tag)
-                        ),
-                    });
-                }
-            }
-        }
-    }
-
     /// The next XLogData or keepalive. Answers keepalives that request a
     /// reply and sends the periodic status update on the way. Cancel-safe.
     ///
@@ -344,67 +193,6 @@ impl ReplicationStream {
         }
     }
 
-    /// When the next status update is due: the periodic one, or sooner a
-    /// progress report when the confirmed position moved since the last
-    /// update (at most one per [`PROGRESS_REPORT_DELAY`]).
-    pub fn status_due_at(&self) -> Instant {
-        if self.confirmed > self.reported {
-            self.next_status_at
-                .min(self.reported_at + PROGRESS_REPORT_DELAY)
-        } else {
-            self.next_status_at
-        }
-    }
-
-    /// Queues the status update that is due, if any; returns whether it did.
-    fn queue_due_status(&mut self) -> Result<bool, ReplicationError> {
-        let now = Instant::now();
-        if now >= self.next_status_at {
-            // Asking for a reply when the server has been quiet is the
-            // liveness probe the read timeout relies on.
-            let probe = !self.received_since_status;
-            self.queue_status(probe)?;
-            Ok(true)
-        } else if self.confirmed > self.reported && now >= self.reported_at + PROGRESS_REPORT_DELAY
-        {
-            self.queue_progress_report()?;
-            Ok(true)
-        } else {
-            Ok(false)
-        }
-    }
-
-    /// Appends a status update carrying the confirmed LSN to the write buffer
-    /// and restarts the periodic interval.
-    fn queue_status(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
-        self.write_status_update(reply_requested)?;
-        let now = Instant::now();
-        self.next_status_at = now + self.status_interval;
-        self.received_since_status = false;
-        if reply_requested && self.probe_sent_at.is_none() {
-            self.probe_sent_at = Some(now);
-        }
-        Ok(())
-    }
-
-    /// A status update that only reports progress: it leaves the periodic
-    /// interval and the liveness probe alone.
-    fn queue_progress_report(&mut self) -> Result<(), ReplicationError> {
-        self.write_status_update(false)
-    }
-
-    fn write_status_update(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
-        let lsn = self.confirmed;
-        let client_time = crate::pgoutput::utc_to_pg_timestamp(chrono::Utc::now());
-        let update = encode_standby_status_update(lsn, lsn, lsn, client_time, reply_requested);
-        frontend::CopyData::new(update)
-            .map_err(|e| self.protocol("sending a status update", e))?
-            .write(self.socket.write_buf());
-        self.reported = lsn;
-        self.reported_at = Instant::now();
-        Ok(())
-    }
-
     /// Records the LSN the caller confirms: the end LSN of the last
     /// transaction the broker acknowledged, with all before it. Lower values
     /// are ignored. No I/O: the next status update carries it.
@@ -452,33 +240,6 @@ impl ReplicationStream {
     /// The effective status interval: `min(status_interval, wal_sender_timeout / 2)`.
     pub fn status_interval(&self) -> Duration {
         self.status_interval
-    }
-
-    /// Sends the status update that is due by [`ReplicationStream::status_due_at`],
-    /// if any. For a caller that is not calling `next` (backpressure, drain).
-    /// Cancel-safe like [`ReplicationStream::send_status`].
-    ///
-    /// # Errors
-    /// Transient I/O errors.
-    pub async fn send_due_status(&mut self) -> Result<(), ReplicationError> {
-        self.queue_due_status()?;
-        self.socket
-            .flush()
-            .await
-            .map_err(|e| self.io("sending a status update", e))
-    }
-
-    /// Sends a status update with the confirmed LSN now. Cancel-safe: a
-    /// cancelled call leaves the rest of the update queued for the next call.
-    ///
-    /// # Errors
-    /// Transient I/O errors.
-    pub async fn send_status(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
-        self.queue_status(reply_requested)?;
-        self.socket
-            .flush()
-            .await
-            .map_err(|e| self.io("sending a status update", e))
     }
 
     /// Ends the stream: a final status update with the confirmed LSN,
@@ -602,24 +363,5 @@ impl ReplicationStream {
     }
 }
 
-/// `min(configured, wal_sender_timeout / 2)`, at least [`MIN_STATUS_INTERVAL`].
-fn status_interval(configured: Duration, wal_sender_timeout: Option<Duration>) -> Duration {
-    wal_sender_timeout
-        .map_or(configured, |t| configured.min(t / 2))
-        .max(MIN_STATUS_INTERVAL)
-}
-
-/// How long a reply request may go unanswered. A live walsender answers at
-/// once (it reads our messages between every record it decodes or sends);
-/// `wal_sender_timeout` is the bound the server applies to us in turn. When
-/// the server has none, a few status intervals.
-fn read_timeout(configured: Duration, wal_sender_timeout: Option<Duration>) -> Duration {
-    match wal_sender_timeout {
-        Some(t) => t,
-        None => status_interval(configured, None) * READ_TIMEOUT_INTERVALS,
-    }
-}
-
 #[cfg(test)]
-#[path = "stream_tests.rs"]
 mod tests;

@@ -8,7 +8,9 @@ use bytes::{BufMut, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
+use super::status::{MIN_STATUS_INTERVAL, read_timeout, status_interval};
 use super::*;
+use crate::replication::ErrorKind;
 use crate::replication::socket::Socket;
 
 const CONFIRMED: Lsn = Lsn(0x100);
