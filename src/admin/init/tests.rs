@@ -1,5 +1,5 @@
 use super::*;
-use crate::admin::facts::{PublicationFacts, RoleFacts, TableFacts};
+use crate::admin::facts::{PgFacts, PublicationFacts, RoleFacts, TableFacts};
 
 fn config() -> Config {
     let mut config = Config::default();

@@ -1,0 +1,306 @@
+//! The pure half of `init`: from the catalog's facts and the options to the
+//! statements still missing, in order, or a refusal; and the outbox table's
+//! `CREATE TABLE`.
+//!
+//! Role: [`plan`] decides, [`super::run`] executes. Every refusal is decided
+//! here, before the first statement runs (see [`super`] for the rules,
+//! among them "Loud on lost history": no new slot where one was lost).
+
+use std::fmt::Write as _;
+
+use postgres_protocol::escape::escape_identifier;
+
+use crate::config::Config;
+use crate::replication::{ErrorKind, evaluate_slot_json};
+
+use super::{InitError, MIN_SERVER_VERSION_NUM};
+use crate::admin::facts::PgFacts;
+
+/// What `init` was asked to do besides the publication and the slot.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InitOptions {
+    /// Create the outbox table when it does not exist.
+    pub create_table: bool,
+    /// Grant this role what the relay needs.
+    pub grant: Option<String>,
+    /// Create the slot even though the publication exists already.
+    pub allow_new_slot: bool,
+}
+
+/// One statement init runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// What it does, for people (`create publication "outbox_pub"`).
+    pub summary: String,
+    pub sql: String,
+}
+
+/// What init will do.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Statements to run, in order.
+    pub steps: Vec<Step>,
+    /// Statements init never runs itself (role attributes): printed for a
+    /// superuser to run.
+    pub manual: Vec<Step>,
+    /// What is already in place.
+    pub in_place: Vec<String>,
+}
+
+/// The statements still missing for `config`'s setup, given what the
+/// catalog says, or why init refuses.
+///
+/// # Errors
+/// See [`InitError`]; nothing has been changed when this fails.
+pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<Plan, InitError> {
+    let pg = &config.postgres;
+    let (schema, name) = pg.table_parts();
+    let table_sql = format!(
+        "{}.{}",
+        escape_identifier(&schema),
+        escape_identifier(&name)
+    );
+    let table_shown = format!("{schema}.{name}");
+    let mut plan = Plan::default();
+
+    if facts.server_version_num < MIN_SERVER_VERSION_NUM {
+        return Err(InitError::ServerTooOld {
+            version: facts.server_version.clone(),
+        });
+    }
+
+    // The table.
+    match &facts.table {
+        Some(table) => plan.in_place.push(if table.partitioned {
+            format!(
+                "outbox table {table_shown} (partitioned, {} partitions)",
+                table.partitions
+            )
+        } else {
+            format!("outbox table {table_shown}")
+        }),
+        None if options.create_table => plan.steps.push(Step {
+            summary: format!("create the outbox table {table_shown}"),
+            sql: create_table_sql(config),
+        }),
+        None => {
+            return Err(InitError::TableMissing {
+                table: table_shown,
+                database: facts.database.clone(),
+            });
+        }
+    }
+
+    // The relay role's privileges.
+    if let Some(grantee) = &options.grant {
+        let role = facts
+            .role
+            .as_ref()
+            .filter(|r| &r.name == grantee)
+            .ok_or_else(|| InitError::RoleMissing {
+                role: grantee.clone(),
+            })?;
+        let grantee_sql = escape_identifier(grantee);
+        if role.schema_usage == Some(true) {
+            plan.in_place
+                .push(format!("USAGE on schema {schema} for {grantee}"));
+        } else {
+            plan.steps.push(Step {
+                summary: format!("grant {grantee} USAGE on schema {schema}"),
+                sql: format!(
+                    "GRANT USAGE ON SCHEMA {} TO {grantee_sql}",
+                    escape_identifier(&schema)
+                ),
+            });
+        }
+        if role.table_select == Some(true) {
+            plan.in_place
+                .push(format!("SELECT on {table_shown} for {grantee}"));
+        } else {
+            plan.steps.push(Step {
+                summary: format!("grant {grantee} SELECT on {table_shown}"),
+                sql: format!("GRANT SELECT ON {table_sql} TO {grantee_sql}"),
+            });
+        }
+        let mut missing = Vec::new();
+        if !role.login {
+            missing.push("LOGIN");
+        }
+        if !role.replication && !role.superuser {
+            missing.push("REPLICATION");
+        }
+        if missing.is_empty() {
+            plan.in_place
+                .push(format!("role {grantee} has LOGIN and REPLICATION"));
+        } else {
+            plan.manual.push(Step {
+                summary: format!(
+                    "give role {grantee} {} (a role attribute: init leaves it to a superuser)",
+                    missing.join(" and ")
+                ),
+                sql: format!("ALTER ROLE {grantee_sql} {}", missing.join(" ")),
+            });
+        }
+    }
+
+    // The publication.
+    let publication_sql = escape_identifier(&pg.publication);
+    match &facts.publication {
+        None => {
+            let via_root = facts.table.as_ref().is_some_and(|t| t.partitioned);
+            plan.steps.push(Step {
+                summary: format!("create publication {:?} on {table_shown}", pg.publication),
+                sql: format!(
+                    "CREATE PUBLICATION {publication_sql} FOR TABLE {table_sql} WITH (publish = \
+                     'insert'{})",
+                    if via_root {
+                        ", publish_via_partition_root = true"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        Some(publication) => {
+            if publication.insert {
+                plan.in_place.push(format!(
+                    "publication {:?} publishes inserts",
+                    pg.publication
+                ));
+            } else {
+                // Keep what it publishes already (someone else may rely on
+                // it), and add inserts.
+                let mut ops = vec!["insert"];
+                for (on, op) in [
+                    (publication.update, "update"),
+                    (publication.delete, "delete"),
+                    (publication.truncate, "truncate"),
+                ] {
+                    if on {
+                        ops.push(op);
+                    }
+                }
+                plan.steps.push(Step {
+                    summary: format!("let publication {:?} publish inserts", pg.publication),
+                    sql: format!(
+                        "ALTER PUBLICATION {publication_sql} SET (publish = '{}')",
+                        ops.join(", ")
+                    ),
+                });
+            }
+            if publication.has_table {
+                plan.in_place.push(format!(
+                    "publication {:?} contains {table_shown}",
+                    pg.publication
+                ));
+            } else {
+                plan.steps.push(Step {
+                    summary: format!("add {table_shown} to publication {:?}", pg.publication),
+                    sql: format!("ALTER PUBLICATION {publication_sql} ADD TABLE {table_sql}"),
+                });
+            }
+        }
+    }
+
+    // The slot.
+    match &facts.slot {
+        Some(row) => match evaluate_slot_json(&pg.slot, &facts.database, &row.to_string()) {
+            Ok(confirmed) => plan.in_place.push(format!(
+                "replication slot {:?} (pgoutput, confirmed_flush_lsn {confirmed})",
+                pg.slot
+            )),
+            // Held by a running relay (or another reader): it exists, which
+            // is all init is about; `check` reports who holds it.
+            Err(e) if e.kind() == ErrorKind::SlotBusy => plan
+                .in_place
+                .push(format!("replication slot {:?} (in use)", pg.slot)),
+            Err(source) => {
+                return Err(InitError::SlotUnusable {
+                    slot: pg.slot.clone(),
+                    source,
+                });
+            }
+        },
+        None => {
+            // Without an outbox table, no outbox row was ever committed:
+            // a new slot skips nothing.
+            if facts.publication.is_some() && facts.table.is_some() && !options.allow_new_slot {
+                return Err(InitError::SlotWouldSkip {
+                    slot: pg.slot.clone(),
+                    publication: pg.publication.clone(),
+                });
+            }
+            let wal_level = facts.setting("wal_level").unwrap_or("unknown");
+            if wal_level != "logical" {
+                return Err(InitError::WalLevel {
+                    wal_level: wal_level.to_owned(),
+                });
+            }
+            if let Some(max) = facts.setting_i64("max_replication_slots")
+                && facts.slots_used >= max
+            {
+                return Err(InitError::NoFreeSlot { max });
+            }
+            if !facts.session_can_replicate {
+                return Err(InitError::CannotCreateSlot {
+                    role: facts.session_role.clone(),
+                });
+            }
+            plan.steps.push(Step {
+                summary: format!("create replication slot {:?} (pgoutput)", pg.slot),
+                // The name passed the slot-name rule ([a-z0-9_]) in config
+                // validation: it needs no escaping.
+                sql: format!(
+                    "SELECT pg_create_logical_replication_slot('{}', 'pgoutput')",
+                    pg.slot
+                ),
+            });
+        }
+    }
+    Ok(plan)
+}
+
+/// `CREATE TABLE` for a Debezium-compatible outbox with the configured
+/// column names (as `sql/outbox.sql` with the defaults).
+pub fn create_table_sql(config: &Config) -> String {
+    let pg = &config.postgres;
+    let (schema, name) = pg.table_parts();
+    let c = &pg.columns;
+    let mut columns: Vec<(String, &str)> = vec![
+        (c.id.clone(), "uuid PRIMARY KEY"),
+        (c.aggregate_type.clone(), "text NOT NULL"),
+        (c.aggregate_id.clone(), "text NOT NULL"),
+        (c.event_type.clone(), "text NOT NULL"),
+        (c.payload.clone(), "jsonb NOT NULL"),
+    ];
+    if let Some(timestamp) = c.timestamp_column() {
+        columns.push((timestamp.to_owned(), "timestamptz NOT NULL DEFAULT now()"));
+    }
+    if let Some(tracing) = c.tracing_span_context_column() {
+        columns.push((tracing.to_owned(), "text"));
+    }
+    if let Some(source) = c.source_column() {
+        columns.push((source.to_owned(), "text"));
+    }
+    for column in pg.header_columns.keys() {
+        columns.push((column.clone(), "text"));
+    }
+    // One column may serve two roles (a header copied from a mapped column).
+    let mut seen = std::collections::HashSet::new();
+    columns.retain(|(column, _)| seen.insert(column.clone()));
+    let mut sql = format!(
+        "CREATE TABLE IF NOT EXISTS {}.{} (",
+        escape_identifier(&schema),
+        escape_identifier(&name)
+    );
+    for (i, (column, definition)) in columns.iter().enumerate() {
+        let _ = write!(
+            sql,
+            "{}\n    {} {definition}",
+            if i == 0 { "" } else { "," },
+            escape_identifier(column)
+        );
+    }
+    sql.push_str("\n)");
+    sql
+}
