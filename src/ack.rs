@@ -17,8 +17,12 @@
 //!   (confirming the commit LSN makes the server re-send the transaction).
 //! * [`AckTracker::idle_advance`] moves the position to a keepalive's WAL end
 //!   only when nothing at all is in flight.
-//! * After a failed delivery, [`AckTracker::reset`] forgets everything in
-//!   flight and keeps the confirmed position: the stream rewinds to it.
+//! * A failed delivery ends the session; the next session starts a new
+//!   tracker at the confirmed position (`SessionMachine::new` in
+//!   `relay::machine`), and the stream rewinds to it.
+//!   [`AckTracker::reset`] does the same to a tracker in place (forgets
+//!   everything in flight, keeps the confirmed position); the relay itself
+//!   does not call it.
 //! * Misuse is a typed [`AckError`], never a panic.
 //! * Memory is bounded by what is in flight, not by how long the oldest
 //!   event waits: consecutive done transactions (closed, every event acked)
@@ -304,9 +308,11 @@ impl AckTracker {
         self.pending_events
     }
 
-    /// After a failed delivery: forgets every in-flight transaction. The
-    /// confirmed position stays; the stream restarts from it, and ids issued
-    /// before the reset now answer [`AckError::Stale`].
+    /// Forgets every in-flight transaction, as after a failed delivery. The
+    /// confirmed position stays; the stream would restart from it, and ids
+    /// issued before the reset now answer [`AckError::Stale`]. The relay does
+    /// not call it: a failed delivery ends the session, and the next one
+    /// starts a new tracker at the confirmed position.
     pub fn reset(&mut self) {
         self.reset_floor = self.next_id;
         self.next_to_close = self.next_id;

@@ -482,8 +482,10 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
             .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
     }
 
-    /// Waits (blocking, up to `timeout`) for everything in flight. Used on
-    /// shutdown, off the async runtime's worker threads.
+    /// Waits (blocking, up to `timeout`) for everything in flight; call it
+    /// off the async runtime's worker threads. The relay does not use it: on
+    /// shutdown the session drains by waiting for the delivery reports, up
+    /// to `kafka.shutdown_drain_secs` (see `relay::session`).
     pub fn flush(&self, timeout: Duration) -> Result<(), KafkaError> {
         self.producer.flush(timeout)
     }

@@ -4,13 +4,16 @@
 //! It checks the framing (Begin … changes … Commit), resolves relation ids to
 //! the cached table shape, and turns each message into at most one
 //! [`TxEvent`] right away. It never buffers a transaction, so a 1M-row
-//! transaction streams through in constant memory (design invariant 9).
+//! transaction streams through in constant memory ("Bounded memory" in
+//! docs/design.md).
 //!
 //! Invariants:
 //! * at most one transaction is open; a nested Begin, a change or Commit
 //!   outside a transaction, or a Commit whose LSN is not the Begin's
-//!   `final_lsn` is an error (the stream is then out of step: reconnect and
-//!   [`TransactionAssembler::reset`]);
+//!   `final_lsn` is an error (the stream is then out of step: the relay ends
+//!   the session and reconnects, and the next session builds a new
+//!   assembler, to which the server resends every unconfirmed transaction
+//!   from its Begin and describes each relation again);
 //! * a change is only emitted for a relation the server described first, with
 //!   a tuple of exactly that relation's column count;
 //! * a Relation message replaces the cached shape with a new `Arc`, so events
@@ -98,14 +101,15 @@ pub enum TxEvent {
         xid: u32,
         commit_lsn: Lsn,
         /// The position to confirm once every event of the transaction is
-        /// acknowledged (design invariant 2).
+        /// acknowledged ("Confirm the commit's end LSN").
         end_lsn: Lsn,
         commit_time: i64,
     },
 }
 
 /// The stream broke transaction framing or referenced something unknown.
-/// Any of these means the stream and the relay are out of step: reconnect.
+/// Any of these means the stream and the relay are out of step: the relay
+/// ends the session and reconnects with a new assembler.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum AssemblyError {
     #[error(
@@ -283,8 +287,10 @@ impl TransactionAssembler {
         self.open.is_some()
     }
 
-    /// Forgets the open transaction and the relation cache: after a
-    /// reconnect the server resends the transaction from its Begin and
+    /// Forgets the open transaction and the relation cache, as a new
+    /// assembler would start. The relay does not call it: each session
+    /// (one connection) builds its own assembler, and after a reconnect the
+    /// server resends every unconfirmed transaction from its Begin and
     /// describes every relation again before using it.
     pub fn reset(&mut self) {
         self.open = None;

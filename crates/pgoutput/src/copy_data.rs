@@ -7,7 +7,8 @@
 //!
 //! The keepalive's `wal_end` is the last WAL position the server *sent*, not
 //! one the relay has handled: confirming it is only safe when nothing is in
-//! flight (design invariant 5).
+//! flight ("Keepalives answered, progress reported promptly" in
+//! docs/design.md).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
