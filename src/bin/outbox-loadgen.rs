@@ -410,3 +410,71 @@ async fn run_open_loop(
     }
     Ok((timings.len() as u64, timings))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn word(bytes: &[u8], i: usize) -> u64 {
+        u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap())
+    }
+
+    #[test]
+    fn timing_file_is_indexed_by_event_number_with_gaps_as_zeros() {
+        let dir = std::env::temp_dir().join(format!("loadgen-timing-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.bin");
+        // Out of order (connections finish in any order), event 1 never committed.
+        let timings = [
+            (
+                2,
+                EventTiming {
+                    due_ns: 30,
+                    committed_ns: 35,
+                },
+            ),
+            (
+                0,
+                EventTiming {
+                    due_ns: 10,
+                    committed_ns: 17,
+                },
+            ),
+        ];
+        write_timing_file(&path, 1_000, 2.5, &timings).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..8], TIMING_MAGIC);
+        assert_eq!(word(&bytes, 1), 1_000);
+        assert_eq!(word(&bytes, 2), 2_500_000_000);
+        assert_eq!(word(&bytes, 3), 3, "count = highest n + 1");
+        assert_eq!(bytes.len(), 32 + 3 * 16);
+        let pair = |n: usize| (word(&bytes, 4 + 2 * n), word(&bytes, 5 + 2 * n));
+        assert_eq!(pair(0), (10, 17));
+        assert_eq!(pair(1), (0, 0));
+        assert_eq!(pair(2), (30, 35));
+        assert!(!path.with_extension("tmp").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn lateness_is_commit_returned_minus_due() {
+        let timings: Vec<(u64, EventTiming)> = (0..1000u64)
+            .map(|n| {
+                (
+                    n,
+                    EventTiming {
+                        due_ns: n * 1_000_000,
+                        // n µs late
+                        committed_ns: n * 1_000_000 + n * 1_000,
+                    },
+                )
+            })
+            .collect();
+        let s = lateness_summary(&timings);
+        assert_eq!(
+            s,
+            "due-to-commit-returned us: p50=500 p99=989 p99.9=998 max=999"
+        );
+        assert_eq!(lateness_summary(&[]), "no events committed");
+    }
+}
