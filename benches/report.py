@@ -117,7 +117,11 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
     w("|---|---|---|")
     w(f"| decode | `pg_recvlogical` (pgoutput, the W3 WAL, own slot) to /dev/null | {fmt(decode)} |")
     w(f"| broker | `ProducerPerformance` {s['broker_records']:,} records of {s['payload']} B, acks=all, "
-      f"idempotent, linger.ms=5 | {fmt(broker)} |\n")
+      f"idempotent, linger.ms=5: best 5 s window (whole run incl. JVM warm-up: "
+      f"{fmt(mmm([r.get('overall_records_per_s') for r in bc]) if bc else None)}) | {fmt(broker)} |\n")
+    w("The decode ceiling is what PostgreSQL's walsender can stream to a client that does nothing; "
+      "the broker ceiling what one Java producer gets acknowledged. A ceiling below the relay's rate means "
+      "the ceiling tool itself was the limit (CPU shared with other work, JVM warm-up), not the service.\n")
 
     if w3:
         w(f"## W3: backlog drain ({w3['rows']:,} single-row transactions, {s['payload']}-byte payload)\n")

@@ -586,9 +586,14 @@ def ceiling_broker(env: Env) -> list[dict]:
              "enable.idempotence=true", "linger.ms=5", "compression.type=none"],
             capture_output=True,
         )
-        last = [l for l in r.stdout.splitlines() if "records sent" in l][-1]
-        m = re.search(r"([\d.]+) records/sec.*?([\d.]+) ms avg latency.*?([\d.]+) ms max latency", last)
-        out.append({"records_per_s": float(m.group(1)), "avg_latency_ms": float(m.group(2)), "line": last})
+        lines = [l for l in r.stdout.splitlines() if "records sent" in l]
+        rate = lambda l: float(re.search(r"([\d.]+) records/sec", l).group(1))  # noqa: E731
+        # The last line is the whole run, JVM warm-up included; the others are
+        # 5 s windows, whose best is the steady rate (the ceiling we quote).
+        windows = [rate(l) for l in lines[:-1]]
+        out.append({"records_per_s": max(windows + [rate(lines[-1])]), "overall_records_per_s": rate(lines[-1]),
+                    "line": lines[-1]})
+        last = lines[-1]
         log(f"broker ceiling run {i + 1}: {last}")
     return out
 
