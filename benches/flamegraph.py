@@ -69,6 +69,15 @@ def read_folded(path: str) -> Counter:
     return c
 
 
+# Frames every stack passes through (thread start, runtime plumbing, futures
+# glue): true for everything, so they say nothing in the "including callees" list.
+PLUMBING = re.compile(
+    r"^(\[unknown\]|clone3?|start_thread|_start|__libc_start.*|main|std::.*|core::ops::function.*"
+    r"|<core::future::.*|<tokio::.*|tokio::runtime::.*|tokio::task::.*|.*\{\{closure\}\}$"
+    r"|<alloc::boxed::Box<F,A> as core::ops::function::FnOnce.*)$"
+)
+
+
 def top(stacks: Counter, n: int = 15) -> dict:
     total = sum(stacks.values())
     self_c: Counter = Counter()
@@ -79,7 +88,8 @@ def top(stacks: Counter, n: int = 15) -> dict:
         threads[frames[0]] += cnt
         self_c[frames[-1]] += cnt
         for f in set(frames[1:]):
-            incl[f] += cnt
+            if not PLUMBING.match(f):
+                incl[f] += cnt
     pct = lambda c: [{"function": f, "share": v / total} for f, v in c.most_common(n)]
     return {"samples": total, "self": pct(self_c), "total": pct(incl), "threads": pct(threads)}
 
