@@ -181,14 +181,15 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
     rss5 = None
     if w1:
         w(f"## W1: latency under open-loop load ({s['w1_secs']:g} s per rate after a {s['w1_warmup']:g} s warm-up, "
-          f"{s['w1_connections']} writer connections)\n")
+          f"{s['w1_connections']} writer connections; each system first gets {s.get('system_warmup', 0):g} s of "
+          f"load at the lowest rate that is left out)\n")
         w("Commit-to-consume latency: from the moment the writer's COMMIT returned to the moment a Kafka "
           "consumer on this host received the record (PostgreSQL only: the moment `pg_recvlogical` with "
           "`test_decoding` printed the row). The writer (`outbox-loadgen --open-loop`) schedules each "
           "transaction at a fixed time whatever the previous ones took, and every event is measured, so "
           "stalls are not hidden (no coordinated omission). HDR histograms; milliseconds.\n")
-        w("| rate/s | system | p50 | p99 | p99.9 | max | events measured | lost |")
-        w("|---|---|---|---|---|---|---|---|")
+        w("| rate/s | system | p50 | p99 | p99.9 | max | writer reached events/s | events measured | lost |")
+        w("|---|---|---|---|---|---|---|---|---|")
         rates = sorted({int(r) for k in w1 for r in w1[k]})
         for rate in rates:
             for key in ("broker", "postgres", "relay", "dbz_default", "dbz_tuned"):
@@ -197,21 +198,40 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
                     continue
                 measured = sum(r["measured"] for r in runs)
                 lost = sum(r["lost"] for r in runs)
+                reached = mmm([r.get("commit_rate") for r in runs])
+                short = reached is not None and reached["median"] < 0.95 * rate
                 w(f"| {rate:,} | {SYSTEMS[key]} | {fmt(lat(runs, 'p50_us'), digits=2)} | {fmt(lat(runs, 'p99_us'), digits=2)} | "
-                  f"{fmt(lat(runs, 'p999_us'), digits=2)} | {fmt(lat(runs, 'max_us'), digits=1)} | {measured:,} | {lost} |")
+                  f"{fmt(lat(runs, 'p999_us'), digits=2)} | {fmt(lat(runs, 'max_us'), digits=1)} | "
+                  f"{fmt(reached)}{' ⚠' if short else ''} | {measured:,} | {lost} |")
         w("")
+        w("⚠ = the writer could not keep the schedule (its commits returned late: PostgreSQL and the "
+          "writer did not get the CPU for that rate), so the step ran at the lower rate shown; its "
+          "latencies are still measured per event from commit-returned.\n")
         get = lambda key, rate: w1.get(key, {}).get(str(rate)) or w1.get(key, {}).get(rate)  # noqa: E731
+        slow_pg = [r for r in rates if get("postgres", r) and lat(get("postgres", r), "p50_us")["median"] > 1000]
+        if slow_pg:
+            w(f"**Doubtful rows:** the PostgreSQL-only path (`pg_recvlogical` with `test_decoding`, which prints "
+              f"every column of both tables as text, read by `outbox-latency stdin`) lagged by a near-constant "
+              f"amount from the first quarter of the step on at {', '.join(f'{r:,}' for r in slow_pg)} events/s, "
+              f"more than the relay that reads the same WAL. Not explained yet (a slow text reader on a "
+              f"saturated machine is the suspect); do not read those rows as PostgreSQL's latency.\n")
         relay5, broker5, pg5 = get("relay", 5000), get("broker", 5000), get("postgres", 5000)
         if relay5:
             p50, p99 = lat(relay5, "p50_us")["median"], lat(relay5, "p99_us")["median"]
-            targets.append(("W1 at 5k/s: p50 ≤ 5 ms", f"{p50:.2f} ms", p50 <= 5))
-            targets.append(("W1 at 5k/s: p99 ≤ 10 ms", f"{p99:.2f} ms", p99 <= 10))
+            reached = (mmm([r.get("commit_rate") for r in relay5]) or {"median": 0})["median"]
+            # A step whose writer fell short was not run at 5k/s: its
+            # latencies are real but do not answer the 5k/s question.
+            judged = reached >= 0.95 * 5000
+            note = "" if judged else f" (writer reached only {reached:,.0f}/s: 5k/s not achieved, not judged)"
+            targets.append(("W1 at 5k/s: p50 ≤ 5 ms", f"{p50:.2f} ms{note}", (p50 <= 5) if judged else None))
+            targets.append(("W1 at 5k/s: p99 ≤ 10 ms", f"{p99:.2f} ms{note}", (p99 <= 10) if judged else None))
             if broker5:
                 b99 = lat(broker5, "p99_us")["median"]
                 b50 = lat(broker5, "p50_us")["median"]
                 ok = p99 - b99 <= 5 and p50 - b50 <= 5
                 targets.append(("W1 at 5k/s within 5 ms of the broker alone",
-                                f"p50 +{p50 - b50:.2f} ms, p99 +{p99 - b99:.2f} ms over the broker alone", ok))
+                                f"p50 +{p50 - b50:.2f} ms, p99 +{p99 - b99:.2f} ms over the broker alone{note}",
+                                ok if judged else None))
             w("What the relay adds at 5k/s (medians): ")
             if pg5:
                 w(f"* PostgreSQL alone (commit → walsender → client) p50 {lat(pg5, 'p50_us')['median']:.2f} ms, "
@@ -247,7 +267,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
                 q = [x for x in st["quarters_p99_us"] if x is not None]
                 lag = max((v for _, v in st.get("slot_lag") or []), default=0)
                 desc.append(f"{st['rate']:,}: {q[-1] / 1000 if q else float('nan'):.1f}, {lag / 2**20:.1f}, "
-                            f"{st['measured_rate']:,.0f}{'' if st['sustained'] else ' ✗'}")
+                            f"{st.get('commit_rate', 0):,.0f}{'' if st['sustained'] else ' ✗'}")
             note = " (every step sustained: the limit is above the last step)" if runs[0].get("limit_reached") else ""
             w(f"| {SYSTEMS[key]} | {fmt(best)}{note} | {'; '.join(desc)} |")
         w("")

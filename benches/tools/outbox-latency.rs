@@ -367,6 +367,11 @@ fn report(timing: &Timing, arrivals: &Arrivals) -> anyhow::Result<()> {
         quarters[q].saturating_record(us);
     }
     let window_secs = span as f64 / 1e9;
+    // What the writer achieved: an open-loop writer that cannot keep its
+    // schedule commits late, and the step ran at this rate, not the target.
+    let first_commit = measured.iter().map(|e| e.2).min().unwrap_or(0);
+    let last_commit = measured.iter().map(|e| e.2).max().unwrap_or(0);
+    let commit_secs = (last_commit.saturating_sub(first_commit) as f64 / 1e9).max(1e-9);
     let out = json!({
         "committed": timing.committed(),
         "measured": measured.len(),
@@ -376,6 +381,7 @@ fn report(timing: &Timing, arrivals: &Arrivals) -> anyhow::Result<()> {
         "unnumbered": arrivals.unnumbered,
         "window_secs": window_secs,
         "measured_rate": measured.len() as f64 / window_secs.max(1e-9),
+        "commit_rate": measured.len() as f64 / commit_secs,
         "commit_to_consume": summary(&commit_to),
         "due_to_consume": summary(&due_to),
         "quarters_p99_us": quarters.iter().map(|h| if h.is_empty() { None } else { Some(h.value_at_quantile(0.99)) }).collect::<Vec<_>>(),
