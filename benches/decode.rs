@@ -11,6 +11,8 @@
 //! `timestamptz` column, ~500-byte jsonb payload) extracted into an
 //! `OutboxRow` and built into its CloudEvents record (binary mode), the
 //! step the W3 flame graph shows between the decoder and the producer.
+//! `time/*` sets the general timestamp parser beside the hand-written fast
+//! path the relay uses for every event.
 //!
 //! Times are the benchmark thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`),
 //! not wall time: the machines this runs on are shared, and CPU time is
@@ -27,7 +29,9 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use outbox_relay::assembler::Relation;
 use outbox_relay::assembler::{TransactionAssembler, TxEvent};
 use outbox_relay::envelope::{ContentMode, EnvelopeSettings, build_record};
-use outbox_relay::outbox::{ColumnMap, RowExtractor};
+use outbox_relay::outbox::{
+    ColumnMap, RowExtractor, parse_pg_timestamp, parse_pg_timestamp_general,
+};
 use outbox_relay::pgoutput::{Column, DecodeContext, TupleData, TupleValue, decode};
 
 /// CPU time of the calling thread.
@@ -189,9 +193,34 @@ fn bench_outbox_row(c: &mut Cpu) {
     group.finish();
 }
 
+fn bench_time(c: &mut Cpu) {
+    let texts: Vec<String> = (0..100)
+        .map(|i| format!("2026-11-30 15:{:02}:57.{:06}+00", i % 60, i * 1013))
+        .collect();
+    let mut group = c.benchmark_group("time");
+    group.throughput(Throughput::Elements(texts.len() as u64));
+    group.bench_function("parse_general", |b| {
+        b.iter(|| {
+            texts
+                .iter()
+                .filter(|t| parse_pg_timestamp_general(black_box(t)).is_some())
+                .count()
+        })
+    });
+    group.bench_function("parse_fast", |b| {
+        b.iter(|| {
+            texts
+                .iter()
+                .filter(|t| parse_pg_timestamp(black_box(t)).is_some())
+                .count()
+        })
+    });
+    group.finish();
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default().with_measurement(ThreadCpuTime(WallTime));
-    targets = bench_outbox_stream, bench_outbox_row
+    targets = bench_outbox_stream, bench_outbox_row, bench_time
 }
 criterion_main!(benches);
