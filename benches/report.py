@@ -19,6 +19,7 @@ PLOTS = BENCHES / "plots"
 
 SYSTEMS = {
     "relay": "outbox-relay",
+    "relay_base": "outbox-relay (baseline build)",
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
     "broker": "broker alone",
@@ -133,13 +134,18 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w(f"| pg_recvlogical (decode ceiling) | {fmt(decode)} | | "
           f"{fmt(mmm([r['cpu_s'] / w3['rows'] * 1e6 for r in w3['recv']]), digits=2)} | |")
         stats = {}
-        for key in ("relay", "dbz_default", "dbz_tuned"):
+        for key in ("relay", "relay_base", "dbz_default", "dbz_tuned"):
             if w3.get(key):
                 st = stats[key] = drain_stats(w3[key])
                 w(f"| {SYSTEMS[key]} | {fmt(st['rate'])} | {fmt(st['startup'], digits=3)} | "
                   f"{fmt(st['cpu'], digits=2)} | {fmt(st['rss'], digits=1)} |")
         w("")
         relay = stats.get("relay")
+        if relay and stats.get("relay_base"):
+            base = stats["relay_base"]
+            w(f"The baseline build ({s.get('relay_baseline')}) drained the same WAL from its own slot right "
+              f"after the relay in each repeat: CPU {base['cpu']['median']:.2f} → {relay['cpu']['median']:.2f} µs/event, "
+              f"drain {base['rate']['median']:,.0f} → {relay['rate']['median']:,.0f} events/s (baseline → this build).\n")
         if relay and decode:
             r = relay["rate"]["median"] / decode["median"]
             w(f"* relay / decode ceiling: **{r:.2f}**")

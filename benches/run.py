@@ -93,6 +93,7 @@ class Settings:
     debezium: bool
     flamegraph: bool
     workloads: list[str]
+    relay_baseline: str
 
     @staticmethod
     def from_env(quick: bool, only: str | None, no_debezium: bool) -> "Settings":
@@ -116,6 +117,7 @@ class Settings:
             debezium=not no_debezium and os.environ.get("BENCH_DEBEZIUM", "1") != "0",
             flamegraph=os.environ.get("BENCH_FLAMEGRAPH", "1") != "0",
             workloads=(only or os.environ.get("BENCH_ONLY") or "ceilings,w1,w2,w3,w4").split(","),
+            relay_baseline=os.environ.get("BENCH_RELAY_BASELINE", ""),
         )
 
 
@@ -305,8 +307,11 @@ CREATE PUBLICATION {pub} FOR TABLE public.{table} WITH (publish = 'insert');
 class Relay:
     label = "outbox-relay"
 
-    def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, perf_out: Path | None = None):
+    def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, perf_out: Path | None = None,
+                 binary: Path | None = None):
         self.env = env
+        if binary is not None:
+            self.label = "outbox-relay (baseline)"
         self.topic = f"{prefix}.order"
         conf = env.work / f"{prefix}.toml"
         conf.write_text(
@@ -325,7 +330,7 @@ source = "/bench"
 """
         )
         self.log = env.work / f"{prefix}.log"
-        cmd = [str(env.relay_bin), "run", "--config", str(conf)]
+        cmd = [str(binary or env.relay_bin), "run", "--config", str(conf)]
         self.perf = None
         if perf_out is not None:
             self.perf = subprocess.Popen(
@@ -680,6 +685,8 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool)
         "recv": [env.create_slot() for _ in range(s.repeat)],
         "relay": [env.create_slot() for _ in range(s.repeat)],
     }
+    if s.relay_baseline:
+        slots["relay_base"] = [env.create_slot() for _ in range(s.repeat)]
     if s.debezium:
         slots["dbz_default"] = [env.create_slot() for _ in range(s.repeat)]
         slots["dbz_tuned"] = [env.create_slot() for _ in range(s.repeat)]
@@ -690,15 +697,31 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool)
     load_backlog(env, table, rows, one_txn)
     end_lsn = env.sql("SELECT pg_current_wal_insert_lsn()")
     log(f"{name}: loaded in {time.time() - t0:.1f} s; WAL up to {end_lsn}")
-    res: dict = {"rows": rows, "recv": [], "relay": [], "dbz_default": [], "dbz_tuned": []}
+    res: dict = {"rows": rows, "recv": [], "relay": [], "relay_base": [], "dbz_default": [], "dbz_tuned": []}
     for i in range(s.repeat):
         r = recvlogical_drain(env, slots["recv"][i], pub, end_lsn, rows)
         log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s")
         res["recv"].append(r)
-        r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows)
-        log(f"{name} run {i + 1}: relay {r['drain_events_per_s']:.0f} events/s, first event after "
-            f"{r['startup_to_first_event_s']:.3f} s, {r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
-        res["relay"].append(r)
+
+        def this_build() -> None:
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows)
+            log(f"{name} run {i + 1}: relay {r['drain_events_per_s']:.0f} events/s, first event after "
+                f"{r['startup_to_first_event_s']:.3f} s, {r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
+            res["relay"].append(r)
+
+        def baseline_build() -> None:
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_base"][i], p,
+                                                  binary=Path(s.relay_baseline)), rows)
+            log(f"{name} run {i + 1}: baseline relay {r['drain_events_per_s']:.0f} events/s, "
+                f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
+            res["relay_base"].append(r)
+
+        # Another build of the relay (BENCH_RELAY_BASELINE) drains the same WAL
+        # from its own slot beside this one, first on every other repeat: a
+        # before/after in one run, not biased by which drains first.
+        order = [this_build] + ([baseline_build] if s.relay_baseline else [])
+        for drain in order if i % 2 == 0 else reversed(order):
+            drain()
         if s.debezium:
             for key, tuned in (("dbz_default", False), ("dbz_tuned", True)):
                 r = system_drain(env, lambda p: Debezium(env, table, pub, slots[key][i], p, tuned), rows)
