@@ -143,8 +143,8 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         relay = stats.get("relay")
         if relay and stats.get("relay_base"):
             base = stats["relay_base"]
-            w(f"The baseline build ({s.get('relay_baseline')}) drained the same WAL from its own slot right "
-              f"after the relay in each repeat: CPU {base['cpu']['median']:.2f} → {relay['cpu']['median']:.2f} µs/event, "
+            w(f"The baseline build ({s.get('relay_baseline')}) drained the same WAL from its own slot beside "
+              f"the relay in each repeat (alternating which went first): CPU {base['cpu']['median']:.2f} → {relay['cpu']['median']:.2f} µs/event, "
               f"drain {base['rate']['median']:,.0f} → {relay['rate']['median']:,.0f} events/s (baseline → this build).\n")
         if relay and decode:
             r = relay["rate"]["median"] / decode["median"]
