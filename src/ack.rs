@@ -27,12 +27,21 @@
 //!   acknowledgement take one entry. Every operation is O(log n) in the
 //!   entries held (a `BTreeMap` keyed by the first id of each run).
 //!
+//! For the metrics, each transaction may carry its commit time
+//! ([`AckTracker::open_at`]): [`AckTracker::commit_time`] gives it back when
+//! one of its events is acknowledged (commit-to-ack latency), and
+//! [`AckTracker::oldest_unacked_commit_time`] names the oldest transaction
+//! still waiting for the broker. Runs of done transactions drop it with
+//! everything else about them.
+//!
 //! Transactions must be opened in commit order. pgoutput without streaming
 //! (protocol version 1) sends each transaction whole, at commit time, so Begin
 //! order is commit order.
 
 use std::collections::BTreeMap;
 use std::fmt;
+
+use chrono::{DateTime, Utc};
 
 use crate::lsn::Lsn;
 
@@ -87,6 +96,8 @@ struct Run {
     /// The Commit's end LSN (of the last transaction of the run), once the
     /// Commit arrived.
     end_lsn: Option<Lsn>,
+    /// The commit time given to [`AckTracker::open_at`], of a run of one.
+    commit_time: Option<DateTime<Utc>>,
 }
 
 impl Run {
@@ -132,6 +143,17 @@ impl AckTracker {
 
     /// Opens the next transaction (at Begin).
     pub fn open(&mut self) -> TxnId {
+        self.open_with(None)
+    }
+
+    /// Opens the next transaction (at Begin), remembering its commit time
+    /// for [`AckTracker::commit_time`] and
+    /// [`AckTracker::oldest_unacked_commit_time`].
+    pub fn open_at(&mut self, commit_time: DateTime<Utc>) -> TxnId {
+        self.open_with(Some(commit_time))
+    }
+
+    fn open_with(&mut self, commit_time: Option<DateTime<Utc>>) -> TxnId {
         let id = self.next_id;
         self.next_id += 1;
         self.queue.insert(
@@ -140,9 +162,31 @@ impl AckTracker {
                 len: 1,
                 unacked: 0,
                 end_lsn: None,
+                commit_time,
             },
         );
         TxnId(id)
+    }
+
+    /// The commit time `txn` was opened with, while it has events in flight
+    /// (that is when its acknowledgements arrive); `None` once it is done,
+    /// or when it was opened without one.
+    pub fn commit_time(&self, txn: TxnId) -> Option<DateTime<Utc>> {
+        let id = self.known(txn).ok()?;
+        let (&first, run) = self.queue.range(..=id).next_back()?;
+        (first == id && run.len == 1)
+            .then_some(run.commit_time)
+            .flatten()
+    }
+
+    /// The commit time of the oldest transaction with events handed to the
+    /// producer and not yet acknowledged; `None` when no event waits.
+    /// Usually the first entry; at worst a scan of what is in flight.
+    pub fn oldest_unacked_commit_time(&self) -> Option<DateTime<Utc>> {
+        self.queue
+            .values()
+            .find(|run| run.unacked > 0)
+            .and_then(|run| run.commit_time)
     }
 
     /// Records that one event of `txn` was handed to the producer.

@@ -56,7 +56,7 @@ use postgres_protocol::escape::{
 use crate::replication::{ReplicationSettings, SqlConnection};
 
 /// What the relay does with outbox rows once their events are confirmed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Cleanup {
     /// Nothing: the service deletes them (in the inserting transaction, or

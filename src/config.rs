@@ -17,9 +17,11 @@
 //! * Every duration has an upper bound (see `validate.rs`), so a deadline
 //!   `Instant::now() + duration` built from a valid config never overflows,
 //!   and a typo cannot turn into a week-long wait.
-//! * Secrets never reach `Debug`, `Display` or an error message: the password
-//!   in `postgres.url` and Kafka properties that look secret are shown as
-//!   `***`, and parse errors never quote the offending text.
+//! * Secrets never reach `Debug`, `Display`, `Serialize` or an error
+//!   message: the password in `postgres.url` and Kafka properties that look
+//!   secret are shown as `***`, and parse errors never quote the offending
+//!   text. Serializing a config (the start-up line, the documentation test)
+//!   yields the redacted values, so it can never round-trip a secret.
 
 mod redact;
 mod sources;
@@ -32,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use figment::Figment;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::cleanup::Cleanup;
 use crate::envelope::{ContentMode, DEFAULT_TOPIC_TEMPLATE, EnvelopeSettings};
@@ -93,7 +95,7 @@ fn render_problems(problems: &[ParseProblem]) -> String {
 
 /// The whole configuration. Obtain it through [`Config::load`] or
 /// [`Config::from_figment`], which validate it.
-#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub postgres: PostgresConfig,
@@ -104,11 +106,12 @@ pub struct Config {
 }
 
 /// `[postgres]`: where the outbox rows come from.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct PostgresConfig {
     /// libpq URL or key=value conninfo. Holds the password: never log it,
-    /// use [`redact_conninfo`].
+    /// use [`redact_conninfo`] (serialization does).
+    #[serde(serialize_with = "serialize_redacted_conninfo")]
     pub url: String,
     pub slot: String,
     pub publication: String,
@@ -152,7 +155,7 @@ impl Default for PostgresConfig {
 
 /// `[postgres.columns]`: outbox column names. Defaults match Debezium's
 /// outbox event router. An empty optional column name means "no such column".
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutboxColumns {
     pub id: String,
@@ -184,7 +187,7 @@ impl Default for OutboxColumns {
 }
 
 /// `[kafka]`: where the events go.
-#[derive(Clone, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct KafkaConfig {
     pub brokers: String,
@@ -198,8 +201,11 @@ pub struct KafkaConfig {
     /// What to do with an event the broker cannot route to its topic.
     pub on_unroutable: OnUnroutable,
     /// Other librdkafka properties, as text. May hold secrets: see
-    /// [`is_secret_property`].
-    #[serde(deserialize_with = "sources::deserialize_properties")]
+    /// [`is_secret_property`] (serialization hides them).
+    #[serde(
+        deserialize_with = "sources::deserialize_properties",
+        serialize_with = "serialize_redacted_properties"
+    )]
     pub properties: BTreeMap<String, String>,
 }
 
@@ -220,7 +226,7 @@ impl Default for KafkaConfig {
 }
 
 /// `[cloudevents]`.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct CloudEventsConfig {
     pub source: String,
@@ -228,7 +234,7 @@ pub struct CloudEventsConfig {
 }
 
 /// `[relay]`.
-#[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RelayConfig {
     pub channel_capacity: usize,
@@ -237,6 +243,8 @@ pub struct RelayConfig {
     /// /health turns 503 once a retry loop has gone on this long without
     /// progress.
     pub unhealthy_after_secs: u64,
+    /// Seconds between progress lines while there is work; 0 = none.
+    pub progress_interval_secs: u64,
 }
 
 impl Default for RelayConfig {
@@ -246,12 +254,13 @@ impl Default for RelayConfig {
             metrics_addr: None,
             log_format: LogFormat::Text,
             unhealthy_after_secs: 120,
+            progress_interval_secs: 30,
         }
     }
 }
 
 /// `[tracing]`: OpenTelemetry. Without an endpoint nothing of it runs.
-#[derive(Debug, Clone, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct TracingConfig {
     /// OTLP/HTTP endpoint of a collector, `http://host:port` (the path
@@ -262,7 +271,7 @@ pub struct TracingConfig {
 }
 
 /// Log line format.
-#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]
@@ -418,6 +427,73 @@ impl KafkaConfig {
 impl RelayConfig {
     pub fn unhealthy_after(&self) -> Duration {
         Duration::from_secs(self.unhealthy_after_secs)
+    }
+
+    /// `None` when progress lines are off.
+    pub fn progress_interval(&self) -> Option<Duration> {
+        (self.progress_interval_secs > 0).then(|| Duration::from_secs(self.progress_interval_secs))
+    }
+}
+
+fn serialize_redacted_conninfo<S: Serializer>(url: &str, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&redact_conninfo(url))
+}
+
+fn serialize_redacted_properties<S: Serializer>(
+    properties: &BTreeMap<String, String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_map(properties.iter().map(|(k, v)| {
+        let shown = if is_secret_property(k) {
+            "***"
+        } else {
+            v.as_str()
+        };
+        (k, shown)
+    }))
+}
+
+impl Config {
+    /// Every key with its value, secrets redacted, as `(dotted key, value)`
+    /// sorted by key within each table. A table with no entries (`kafka.properties` when none
+    /// is set) is one key with an empty object.
+    pub fn flattened(&self) -> Vec<(String, serde_json::Value)> {
+        fn walk(
+            prefix: &str,
+            value: serde_json::Value,
+            out: &mut Vec<(String, serde_json::Value)>,
+        ) {
+            match value {
+                serde_json::Value::Object(map) if !map.is_empty() => {
+                    for (key, value) in map {
+                        let path = if prefix.is_empty() {
+                            key
+                        } else {
+                            format!("{prefix}.{key}")
+                        };
+                        walk(&path, value, out);
+                    }
+                }
+                leaf => out.push((prefix.to_owned(), leaf)),
+            }
+        }
+        let mut out = Vec::new();
+        // Serializing plain data to a JSON value cannot fail.
+        if let Ok(value) = serde_json::to_value(self) {
+            walk("", value, &mut out);
+        }
+        out
+    }
+
+    /// The effective configuration on one line, `key=value` with values as
+    /// JSON (strings quoted), secrets redacted: for the start-up log.
+    pub fn effective(&self) -> String {
+        let pairs: Vec<String> = self
+            .flattened()
+            .into_iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
+        pairs.join(" ")
     }
 }
 

@@ -45,12 +45,16 @@ pub const AGGREGATE_ID_HEADER: &str = "aggregateid";
 pub const TYPE_HEADER: &str = "type";
 pub const TIMESTAMP_HEADER: &str = "timestamp";
 
+/// The stable label of why the row was dead-lettered (also the `reason`
+/// label of the dead-letter counter).
+pub const REASON_CODE_HEADER: &str = "dlq_reason_code";
+
 const TRUNCATED_HEADER: &str = "dlq_truncated";
 const PAYLOAD_SIZE_HEADER: &str = "dlq_payload_size";
 const PAYLOAD_SHA256_HEADER: &str = "dlq_payload_sha256";
 /// What [`minimal`] keeps.
 const MINIMAL_HEADERS: &[&str] = &[
-    "dlq_reason_code",
+    REASON_CODE_HEADER,
     "lsn",
     "source_table",
     ID_HEADER,
@@ -85,7 +89,7 @@ pub fn dead_letter_record(dl: DeadLetter<'_>) -> KafkaRecord {
             bounded(dl.reason.as_bytes(), MAX_REASON),
         ),
         (
-            "dlq_reason_code".to_string(),
+            REASON_CODE_HEADER.to_string(),
             Bytes::from_static(dl.reason_code.as_bytes()),
         ),
         ("lsn".to_string(), Bytes::from(dl.lsn.to_string())),

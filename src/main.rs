@@ -15,19 +15,55 @@ use figment::providers::Serialized;
 use outbox_relay::admin::{self, AdminTarget, init::InitOptions};
 use outbox_relay::config::{Config, LogFormat};
 use outbox_relay::metrics::{self, Health};
-use outbox_relay::relay::{self, RelaySettings};
+use outbox_relay::relay::{self, Observability, RelayError, RelaySettings, Side};
 use tokio::sync::watch;
 
-/// Exit code for a configuration the relay refuses (like clap's usage errors).
-const EXIT_CONFIG: u8 = 2;
-/// Exit code for a fatal runtime error (slot missing, authentication refused...).
+// Exit codes, documented in README.md, docs/operations.md and `--help`
+// (EXIT_CODES_HELP). A clean stop (SIGTERM/SIGINT, in-flight events drained
+// and confirmed) exits 0.
+
+/// `run`: a fatal error that is neither PostgreSQL's nor Kafka's (the metrics
+/// address cannot be bound, the async runtime cannot start). The operator
+/// commands exit 1 on any failure.
 const EXIT_FATAL: u8 = 1;
+/// A configuration the relay refuses (like clap's usage errors).
+const EXIT_CONFIG: u8 = 2;
+/// `run`: PostgreSQL refuses in a way retrying cannot cure (slot missing or
+/// invalidated, publication or table missing, authentication refused, a
+/// stream that cannot be decoded).
+const EXIT_SOURCE: u8 = 3;
+/// `run`: Kafka refuses in a way retrying cannot cure (credentials or ACLs
+/// refused, a topic that does not exist and is not created, a missing
+/// dead-letter topic).
+const EXIT_SINK: u8 = 4;
+
+/// The exit codes as `--help` shows them (tests/ops.rs checks the lines).
+const EXIT_CODES_HELP: &str = "\
+Exit codes of `run`:
+  0  clean stop: SIGTERM/SIGINT, in-flight events drained and confirmed
+  1  another fatal error (relay.metrics_addr cannot be bound, ...)
+  2  configuration refused (unknown key, value out of bounds); also usage errors
+  3  PostgreSQL needs a person: slot missing or invalidated, publication or
+     table missing, authentication refused, undecodable stream
+  4  Kafka needs a person: credentials or ACLs refused, a topic missing and
+     not created (dead-letter topic, or kafka.on_unroutable = \"stop\")
+Transient failures on either side are retried and never end the process.
+init, check and status exit 1 on failure.";
+
+/// The exit code of a fatal relay error: which side must be fixed.
+fn exit_code(error: &RelayError) -> u8 {
+    match error.side() {
+        Side::Source => EXIT_SOURCE,
+        Side::Sink => EXIT_SINK,
+    }
+}
 
 #[derive(Parser)]
 #[command(
     name = "outbox-relay",
     version,
-    about = "Relays a PostgreSQL transactional outbox to Kafka as CloudEvents, confirming only what the broker acknowledged"
+    about = "Relays a PostgreSQL transactional outbox to Kafka as CloudEvents, confirming only what the broker acknowledged",
+    after_help = EXIT_CODES_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -37,6 +73,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Stream the outbox to Kafka until SIGTERM/SIGINT.
+    #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
     /// Load and validate the config, print it with secrets redacted, and exit.
     CheckConfig(RunArgs),
@@ -200,11 +237,18 @@ fn main() -> ExitCode {
                 Ok(result) => result,
                 // A panic stays a panic, as it was on this thread.
                 Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(e) => Err(anyhow::anyhow!("the relay task was cancelled: {e}")),
+                Err(e) => Err(RunError::Setup(anyhow::anyhow!(
+                    "the relay task was cancelled: {e}"
+                ))),
             }
         }) {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
+            Err(RunError::Relay(e)) => {
+                tracing::error!("{e:#}");
+                eprintln!("outbox-relay: {e:#}");
+                ExitCode::from(exit_code(&e))
+            }
+            Err(RunError::Setup(e)) => {
                 tracing::error!("{e:#}");
                 eprintln!("outbox-relay: {e:#}");
                 ExitCode::from(EXIT_FATAL)
@@ -278,15 +322,25 @@ async fn status_command(config: &Config, args: StatusArgs) -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+/// Why `run` stopped for good.
+enum RunError {
+    /// The relay met a fatal error on one side.
+    Relay(RelayError),
+    /// The process could not set itself up (metrics listener).
+    Setup(anyhow::Error),
+}
+
+async fn run(config: Config) -> Result<(), RunError> {
     let health = Health::default();
     if let Some(addr) = config.relay.metrics_addr {
-        let handle = metrics::install_recorder().map_err(anyhow::Error::msg)?;
+        let handle =
+            metrics::install_recorder().map_err(|e| RunError::Setup(anyhow::Error::msg(e)))?;
         let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .with_context(|| format!("cannot listen on relay.metrics_addr {addr}"))?;
+            .with_context(|| format!("cannot listen on relay.metrics_addr {addr}"))
+            .map_err(RunError::Setup)?;
         tokio::spawn(metrics::serve(listener, handle, health.clone()));
-        tracing::info!(%addr, "serving /metrics and /health");
+        tracing::info!(%addr, "serving /metrics, /health and /ready");
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
@@ -295,15 +349,22 @@ async fn run(config: Config) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
     let settings = RelaySettings::from_config(&config);
+    // Every key as the relay will use it (file, environment and flags
+    // merged, defaults filled in), secrets as ***: the first thing to read
+    // when the relay does not do what its config file seems to say.
     tracing::info!(
-        slot = %config.postgres.slot,
-        publication = %config.postgres.publication,
-        table = %config.postgres.table,
-        brokers = %config.kafka.brokers,
+        version = env!("CARGO_PKG_VERSION"),
+        config = %config.effective(),
         "outbox-relay starting"
     );
-    relay::run(settings, stop_rx, health).await?;
-    Ok(())
+    relay::run_observed(
+        settings,
+        Observability::from_config(&config),
+        stop_rx,
+        health,
+    )
+    .await
+    .map_err(RunError::Relay)
 }
 
 async fn wait_for_signal() {

@@ -1,27 +1,31 @@
-//! Metric names, their descriptions, and the /metrics + /health endpoint.
+//! Metric names, their descriptions, and the HTTP endpoint: `/metrics`,
+//! `/health` and `/ready` (their state lives in [`health`]).
 //!
 //! Every metric the relay records is named here, once, in Prometheus style
-//! (`outbox_relay_*`, base units). The rest of the crate records through the
-//! `metrics` facade; without an installed exporter those calls are no-ops,
-//! which keeps library tests free of global state.
+//! (`outbox_relay_*`, base units: seconds, bytes), and listed in [`ALL`]. The
+//! rest of the crate records through the `metrics` facade; without an
+//! installed exporter those calls are no-ops, which keeps library tests free
+//! of global state.
 //!
-//! `/health` answers 200 while the relay streams and makes progress; 503 when
-//! it does not stream, or when a retry loop (reconnecting, rebuilding the
-//! producer) has gone on for `relay.unhealthy_after_secs` without progress,
-//! with the last reason in the body.
+//! Label cardinality is bounded: `reason` and `kind` take values from fixed
+//! sets in the code ([`reason`], the dead-letter reason codes, the ignored
+//! change kinds); `topic` takes one value per topic the relay wrote to:
+//! `kafka.topic` is a template over `{aggregatetype}` and `{type}`, so as
+//! many series as the outbox has aggregate types or event types, plus the
+//! dead-letter topic.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod health;
+
+use std::time::Duration;
 
 use axum::Router;
-use axum::http::StatusCode;
 use axum::routing::get;
-use metrics::{Unit, describe_counter, describe_gauge};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 pub const EVENTS_PUBLISHED: &str = "outbox_relay_events_published_total";
 pub const EVENTS_DEAD_LETTERED: &str = "outbox_relay_events_dead_lettered_total";
+pub const PUBLISHED_BYTES: &str = "outbox_relay_published_bytes_total";
 pub const TRANSACTIONS: &str = "outbox_relay_transactions_total";
 pub const CHANGES_IGNORED: &str = "outbox_relay_changes_ignored_total";
 pub const DELIVERY_FAILURES: &str = "outbox_relay_delivery_failures_total";
@@ -30,15 +34,65 @@ pub const HEARTBEATS: &str = "outbox_relay_heartbeats_total";
 pub const CONFIRMED_LSN: &str = "outbox_relay_confirmed_lsn";
 pub const RECEIVED_LSN: &str = "outbox_relay_received_lsn";
 pub const EVENTS_IN_FLIGHT: &str = "outbox_relay_events_in_flight";
+pub const OLDEST_UNACKED_AGE: &str = "outbox_relay_oldest_unacked_event_age_seconds";
+pub const COMMIT_TO_ACK: &str = "outbox_relay_commit_to_ack_seconds";
 pub const BYTES_RECEIVED: &str = "outbox_relay_wal_received_bytes_total";
+pub const SLOT_LAG: &str = "outbox_relay_slot_lag_bytes";
+pub const SLOT_SAFE_WAL_SIZE: &str = "outbox_relay_slot_safe_wal_size_bytes";
+pub const SLOT_SAMPLE_FAILURES: &str = "outbox_relay_slot_sample_failures_total";
 pub const SERVER_CHANGES: &str = "outbox_relay_server_changes_total";
 pub const SLOT_JUMPS: &str = "outbox_relay_slot_jumps_total";
+pub const READY: &str = "outbox_relay_ready";
 pub const MESSAGES_REFUSED: &str = "outbox_relay_messages_refused_total";
 pub const CLEANUP_DELETED_ROWS: &str = "outbox_relay_cleanup_deleted_rows_total";
 pub const CLEANUP_SKIPPED_ROWS: &str = "outbox_relay_cleanup_skipped_rows_total";
 pub const TRACE_SPANS_EXPORTED: &str = "outbox_relay_trace_spans_exported_total";
 pub const TRACE_SPANS_DROPPED: &str = "outbox_relay_trace_spans_dropped_total";
 pub const TRACE_CONTEXT_DROPPED: &str = "outbox_relay_trace_context_dropped_total";
+
+/// Every metric name above: the dashboard and the alert rules in `deploy/`
+/// may use these and no others (a unit test checks it).
+pub const ALL: &[&str] = &[
+    EVENTS_PUBLISHED,
+    EVENTS_DEAD_LETTERED,
+    PUBLISHED_BYTES,
+    TRANSACTIONS,
+    CHANGES_IGNORED,
+    DELIVERY_FAILURES,
+    RECONNECTS,
+    HEARTBEATS,
+    CONFIRMED_LSN,
+    RECEIVED_LSN,
+    EVENTS_IN_FLIGHT,
+    OLDEST_UNACKED_AGE,
+    COMMIT_TO_ACK,
+    BYTES_RECEIVED,
+    SLOT_LAG,
+    SLOT_SAFE_WAL_SIZE,
+    SLOT_SAMPLE_FAILURES,
+    SERVER_CHANGES,
+    SLOT_JUMPS,
+    READY,
+    MESSAGES_REFUSED,
+    CLEANUP_DELETED_ROWS,
+    CLEANUP_SKIPPED_ROWS,
+    TRACE_SPANS_EXPORTED,
+    TRACE_SPANS_DROPPED,
+    TRACE_CONTEXT_DROPPED,
+];
+
+/// The histograms among [`ALL`]: Prometheus shows each as `<name>_bucket`,
+/// `<name>_sum` and `<name>_count`.
+pub const HISTOGRAMS: &[&str] = &[COMMIT_TO_ACK];
+
+/// Buckets of [`COMMIT_TO_ACK`], in seconds: from a few milliseconds (a
+/// relay keeping up, broker close by) to an hour (a backlog drained after an
+/// outage).
+pub const COMMIT_TO_ACK_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
+pub use health::Health;
 
 /// The `reason` label of [`DELIVERY_FAILURES`] and [`RECONNECTS`]: a small
 /// fixed set, so that a dashboard can tell a broker outage from a refusal
@@ -83,7 +137,7 @@ pub fn describe() {
     );
     describe_counter!(
         DELIVERY_FAILURES,
-        "Failed deliveries that made the relay rebuild the producer and replay from the confirmed LSN, by reason."
+        "Producer rebuilds: failed deliveries that made the relay rebuild the producer and replay from the confirmed LSN, by reason."
     );
     describe_counter!(
         RECONNECTS,
@@ -134,10 +188,43 @@ pub fn describe() {
         TRACE_SPANS_DROPPED,
         "Produce spans dropped: the export queue was full or the collector did not take them."
     );
-    metrics::describe_counter!(
+    describe_counter!(
         BYTES_RECEIVED,
         Unit::Bytes,
         "Replication payload bytes received from PostgreSQL."
+    );
+    describe_counter!(
+        PUBLISHED_BYTES,
+        Unit::Bytes,
+        "Bytes of records the broker acknowledged (key, value and headers, before compression), by topic; the dead-letter topic included."
+    );
+    describe_histogram!(
+        COMMIT_TO_ACK,
+        Unit::Seconds,
+        "From the PostgreSQL transaction's commit time to the broker's acknowledgement, per event (clock skew between the hosts included)."
+    );
+    describe_gauge!(
+        OLDEST_UNACKED_AGE,
+        Unit::Seconds,
+        "Age (since its transaction's commit) of the oldest event handed to the producer and not yet acknowledged; 0 when none waits."
+    );
+    describe_gauge!(
+        SLOT_LAG,
+        Unit::Bytes,
+        "pg_current_wal_lsn() - confirmed_flush_lsn of the slot, sampled from the server every 5 s: the WAL the slot keeps."
+    );
+    describe_gauge!(
+        SLOT_SAFE_WAL_SIZE,
+        Unit::Bytes,
+        "The slot's safe_wal_size: how much more WAL may be written before the slot is invalidated (absent when max_slot_wal_keep_size is unlimited)."
+    );
+    describe_counter!(
+        SLOT_SAMPLE_FAILURES,
+        "Samples of the slot's lag that failed (connection or query); the lag gauge keeps its last value meanwhile."
+    );
+    describe_gauge!(
+        READY,
+        "1 while /ready answers 200 (streaming, producer working), else 0."
     );
 }
 
@@ -145,200 +232,166 @@ pub fn describe() {
 /// 503, unless `relay.unhealthy_after_secs` says otherwise.
 pub const DEFAULT_UNHEALTHY_AFTER: Duration = Duration::from_secs(120);
 
-/// Longest failure text /health shows.
-const MAX_REASON_LEN: usize = 300;
-
-/// Shared state behind /health: whether the relay streams, and since when a
-/// retry loop has gone on without progress.
-///
-/// Progress is the confirmed LSN moving, or the stream showing that nothing
-/// is left to confirm; a session that starts, sends and fails again is not
-/// progress. Recording progress is two atomic loads on the hot path.
-#[derive(Debug, Clone)]
-pub struct Health(Arc<HealthState>);
-
-#[derive(Debug)]
-struct HealthState {
-    streaming: AtomicBool,
-    origin: Instant,
-    /// Milliseconds since `origin` of the first failure since the last
-    /// progress, plus one; 0 when there is none.
-    failing_since: AtomicU64,
-    unhealthy_after_ms: AtomicU64,
-    reason: Mutex<String>,
-}
-
-impl Default for Health {
-    fn default() -> Self {
-        Health(Arc::new(HealthState {
-            streaming: AtomicBool::new(false),
-            origin: Instant::now(),
-            failing_since: AtomicU64::new(0),
-            unhealthy_after_ms: AtomicU64::new(millis(DEFAULT_UNHEALTHY_AFTER)),
-            reason: Mutex::new(String::new()),
-        }))
-    }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-impl Health {
-    pub fn set_streaming(&self, streaming: bool) {
-        self.0.streaming.store(streaming, Ordering::Relaxed);
-    }
-
-    pub fn is_streaming(&self) -> bool {
-        self.0.streaming.load(Ordering::Relaxed)
-    }
-
-    /// How long a retry loop may go on without progress.
-    pub fn set_unhealthy_after(&self, after: Duration) {
-        self.0
-            .unhealthy_after_ms
-            .store(millis(after), Ordering::Relaxed);
-    }
-
-    /// A retry loop went round once more: `reason` is one of
-    /// [`reason`]'s labels, `detail` the error (shown, cut, on /health).
-    pub fn retrying(&self, reason: &str, detail: &dyn std::fmt::Display) {
-        let mut text = format!("{reason}: {detail}");
-        if text.len() > MAX_REASON_LEN {
-            let mut end = MAX_REASON_LEN;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
-        }
-        *self.0.reason.lock().unwrap_or_else(|e| e.into_inner()) = text;
-        let now = millis(self.0.origin.elapsed()) + 1;
-        let _ = self
-            .0
-            .failing_since
-            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
-    }
-
-    /// The relay made progress: whatever failed before is over.
-    pub fn progress(&self) {
-        if self.0.failing_since.load(Ordering::Relaxed) != 0 {
-            self.0.failing_since.store(0, Ordering::Relaxed);
-        }
-    }
-
-    /// The /health answer: status code and body.
-    pub fn status(&self) -> (StatusCode, String) {
-        self.status_at(self.0.origin.elapsed())
-    }
-
-    /// The /health answer at `now` (time since this value was created).
-    fn status_at(&self, now: Duration) -> (StatusCode, String) {
-        let since = self.0.failing_since.load(Ordering::Relaxed);
-        let reason = || {
-            self.0
-                .reason
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone()
-        };
-        if since != 0 {
-            let stalled = Duration::from_millis(millis(now).saturating_sub(since - 1));
-            let limit = Duration::from_millis(self.0.unhealthy_after_ms.load(Ordering::Relaxed));
-            if stalled >= limit {
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "unhealthy: no progress for {} s; last failure: {}\n",
-                        stalled.as_secs(),
-                        reason()
-                    ),
-                );
-            }
-        }
-        match (self.is_streaming(), since != 0) {
-            (true, _) => (StatusCode::OK, "streaming\n".to_owned()),
-            (false, false) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                "not streaming\n".to_owned(),
-            ),
-            (false, true) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("not streaming; retrying: {}\n", reason()),
-            ),
-        }
-    }
-}
-
 /// Installs the Prometheus recorder and returns its handle for rendering.
 pub fn install_recorder() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
-        .install_recorder()
+        .set_buckets_for_metric(
+            Matcher::Full(COMMIT_TO_ACK.to_owned()),
+            COMMIT_TO_ACK_BUCKETS,
+        )
+        .and_then(PrometheusBuilder::install_recorder)
         .map_err(|e| format!("could not install the metrics recorder: {e}"))?;
     describe();
     Ok(handle)
 }
 
-/// Serves `/metrics` (Prometheus text) and `/health` (see [`Health::status`])
-/// on `listener` until the task is dropped.
+/// How often the recorder drains histogram samples into their buckets when
+/// nobody scrapes: without it every observation stays in memory until the
+/// next scrape.
+const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Serves `/metrics` (Prometheus text), `/health` (see [`Health::status`])
+/// and `/ready` (see [`Health::readiness`]) on `listener` until the task is
+/// dropped; keeps the recorder's histograms drained meanwhile.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     handle: PrometheusHandle,
     health: Health,
 ) -> std::io::Result<()> {
+    health.publish_readiness();
+    let upkeep = handle.clone();
+    let upkeep = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP_INTERVAL);
+        loop {
+            tick.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    let ready = health.clone();
     let app = Router::new()
         .route("/metrics", get(move || std::future::ready(handle.render())))
-        .route("/health", get(move || std::future::ready(health.status())));
-    axum::serve(listener, app).await
+        .route("/health", get(move || std::future::ready(health.status())))
+        .route("/ready", get(move || std::future::ready(ready.readiness())));
+    let served = axum::serve(listener, app).await;
+    upkeep.abort();
+    served
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const SEC: Duration = Duration::from_secs(1);
+    /// The names of `pub const NAME: &str = "outbox_relay_...";` in this
+    /// file's source.
+    fn declared_metric_names() -> Vec<String> {
+        include_str!("metrics.rs")
+            .lines()
+            .filter_map(|line| {
+                let rest = line.trim().strip_prefix("pub const ")?;
+                let (_, value) = rest.split_once(": &str = \"")?;
+                let name = value.strip_suffix("\";")?;
+                name.starts_with("outbox_relay_").then(|| name.to_owned())
+            })
+            .collect()
+    }
 
+    /// Every `outbox_relay_*` name in `text`, histogram series
+    /// (`_bucket`, `_sum`, `_count`) under their histogram's name.
+    fn metric_names_used_in(text: &str) -> Vec<String> {
+        let mut names = Vec::new();
+        let mut rest = text;
+        while let Some(at) = rest.find("outbox_relay_") {
+            let tail = &rest[at..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(tail.len());
+            let name = &tail[..end];
+            let base = ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| {
+                    name.strip_suffix(suffix)
+                        .filter(|base| HISTOGRAMS.contains(base))
+                })
+                .unwrap_or(name);
+            names.push(base.to_owned());
+            rest = &tail[end..];
+        }
+        names
+    }
+
+    /// The dashboard and the alert rules in deploy/ name only metrics the
+    /// relay exports: a renamed metric would leave a silent, empty panel or
+    /// an alert that can never fire.
     #[test]
-    fn health_turns_503_only_after_the_limit_without_progress() {
-        let health = Health::default();
-        health.set_unhealthy_after(Duration::from_secs(10));
-        assert_eq!(health.status_at(SEC).0, StatusCode::SERVICE_UNAVAILABLE);
-        health.set_streaming(true);
-        assert_eq!(health.status_at(SEC).0, StatusCode::OK);
-
-        // A failure starts the clock; more failures do not restart it.
-        health.retrying(reason::MESSAGE_TIMEOUT, &"Local: Message timed out");
-        let first = health.0.failing_since.load(Ordering::Relaxed);
-        health.retrying(reason::MESSAGE_TIMEOUT, &"Local: Message timed out");
-        assert_eq!(health.0.failing_since.load(Ordering::Relaxed), first);
-        let at = |secs: u64| Duration::from_millis(first - 1) + Duration::from_secs(secs);
-        assert_eq!(health.status_at(at(9)).0, StatusCode::OK);
-        let (code, body) = health.status_at(at(10));
-        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
-        assert!(
-            body.contains("no progress for 10 s") && body.contains("message_timeout: Local"),
-            "{body}"
-        );
-        // Between sessions, not streaming: 503 with the reason either way.
-        health.set_streaming(false);
-        assert!(
-            health
-                .status_at(at(1))
-                .1
-                .contains("retrying: message_timeout")
-        );
-        health.set_streaming(true);
-
-        // Progress clears it.
-        health.progress();
-        assert_eq!(health.status_at(at(1000)).0, StatusCode::OK);
+    fn deploy_files_use_only_metrics_the_relay_exports() {
+        for (file, text) in [
+            (
+                "deploy/grafana/outbox-relay.json",
+                include_str!("../deploy/grafana/outbox-relay.json"),
+            ),
+            (
+                "deploy/prometheus/alerts.yaml",
+                include_str!("../deploy/prometheus/alerts.yaml"),
+            ),
+        ] {
+            let used = metric_names_used_in(text);
+            assert!(used.len() >= 8, "{file} names few metrics: {used:?}");
+            for name in &used {
+                assert!(
+                    ALL.contains(&name.as_str()),
+                    "{file} uses {name}, which src/metrics.rs does not declare"
+                );
+            }
+        }
+        // The alerts on-call needs are there, on the metrics that carry them.
+        let alerts = include_str!("../deploy/prometheus/alerts.yaml");
+        for (alert, metric) in [
+            ("OutboxRelaySlotLagHigh", SLOT_LAG),
+            ("OutboxRelayStuck", OLDEST_UNACKED_AGE),
+            ("OutboxRelayDeadLetters", EVENTS_DEAD_LETTERED),
+            ("OutboxRelayNotReady", READY),
+        ] {
+            let rule = alerts
+                .split("- alert: ")
+                .find(|rule| rule.starts_with(&format!("{alert}\n")))
+                .unwrap_or_else(|| panic!("no alert {alert}"));
+            assert!(rule.contains(metric), "{alert} uses {metric}: {rule}");
+        }
     }
 
     #[test]
-    fn health_reason_is_cut_at_a_character_boundary() {
-        let health = Health::default();
-        health.retrying(reason::BROKER_ERROR, &"é".repeat(400));
-        let reason = health.0.reason.lock().unwrap().clone();
-        assert!(reason.len() <= MAX_REASON_LEN, "{}", reason.len());
-        assert!(reason.starts_with("broker_error: é"));
+    fn the_name_scanner_sees_histogram_series_and_unknown_names() {
+        assert_eq!(
+            metric_names_used_in(
+                "rate(outbox_relay_commit_to_ack_seconds_bucket[5m]) + outbox_relay_nope_total"
+            ),
+            [COMMIT_TO_ACK, "outbox_relay_nope_total"]
+        );
+    }
+
+    #[test]
+    fn every_declared_metric_is_listed_once_in_all() {
+        let declared = declared_metric_names();
+        assert!(declared.len() >= 20, "{declared:?}");
+        for name in &declared {
+            assert_eq!(
+                ALL.iter().filter(|n| **n == name.as_str()).count(),
+                1,
+                "{name} is declared but not listed exactly once in ALL"
+            );
+        }
+        assert_eq!(ALL.len(), declared.len(), "ALL lists a name not declared");
+        for name in ALL {
+            assert!(
+                name.starts_with("outbox_relay_")
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                "{name}: outbox_relay_ and snake case"
+            );
+        }
+        for histogram in HISTOGRAMS {
+            assert!(ALL.contains(histogram), "{histogram}");
+        }
     }
 }

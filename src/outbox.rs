@@ -24,7 +24,7 @@ use crate::pgoutput::{TupleData, TupleValue};
 pub mod message;
 
 /// Where the relay takes events from (`postgres.source`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Source {
     /// Rows inserted into the outbox table.

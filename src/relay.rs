@@ -20,7 +20,9 @@
 
 mod error;
 mod machine;
+mod monitor;
 mod position;
+mod progress;
 mod refusals;
 mod routing;
 mod session;
@@ -41,7 +43,9 @@ use crate::replication::{
     self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, ServerIdentity,
 };
 use crate::sink::{KafkaSink, OnUnroutable, SinkError, SinkSettings, TopicCheck};
+use monitor::SlotLag;
 use position::{Position, Resume};
+use progress::Progress;
 
 pub use error::{RelayError, SessionError, Side};
 pub use machine::{Producer, SessionMachine, Step};
@@ -157,14 +161,60 @@ impl RelaySettings {
     }
 }
 
+/// What the relay reports about itself besides /metrics, from the config's
+/// `[relay]` section.
+#[derive(Debug, Clone)]
+pub struct Observability {
+    /// Interval of the progress line while there is work; `None`: no line.
+    pub progress_interval: Option<Duration>,
+}
+
+impl Default for Observability {
+    fn default() -> Self {
+        Observability {
+            progress_interval: Some(progress::DEFAULT_INTERVAL),
+        }
+    }
+}
+
+impl Observability {
+    pub fn from_config(config: &Config) -> Self {
+        Observability {
+            progress_interval: config.relay.progress_interval(),
+        }
+    }
+}
+
+/// Aborts the background task it holds when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// How long a stopping relay waits for its background tasks (the cleanup's
 /// last deletes, the last spans) before it exits anyway.
 const BACKGROUND_DRAIN: Duration = Duration::from_secs(5);
 
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
-/// are drained and confirmed) or a fatal error occurs.
+/// are drained and confirmed) or a fatal error occurs, with the default
+/// [`Observability`].
 pub async fn run(
     settings: RelaySettings,
+    shutdown: watch::Receiver<bool>,
+    health: Health,
+) -> Result<(), RelayError> {
+    run_observed(settings, Observability::default(), shutdown, health).await
+}
+
+/// [`run`], with the progress line as `observability` says. The slot's lag
+/// is sampled in the background for as long as it runs, and the background
+/// tasks of the cleanup and the trace exporter run beside the sessions.
+pub async fn run_observed(
+    settings: RelaySettings,
+    observability: Observability,
     shutdown: watch::Receiver<bool>,
     health: Health,
 ) -> Result<(), RelayError> {
@@ -187,7 +237,7 @@ pub async fn run(
             (None, None)
         };
     let background = Background { tracer, deleter };
-    let outcome = run_sessions(settings, shutdown, health, &background).await;
+    let outcome = run_sessions(settings, observability, shutdown, health, &background).await;
     // The tasks end once their last handle is gone, after finishing what
     // they hold.
     drop(background);
@@ -205,10 +255,21 @@ pub(crate) struct Background {
 
 async fn run_sessions(
     mut settings: RelaySettings,
+    observability: Observability,
     mut shutdown: watch::Receiver<bool>,
     health: Health,
     background: &Background,
 ) -> Result<(), RelayError> {
+    let lag = SlotLag::default();
+    let _monitor = AbortOnDrop(tokio::spawn(monitor::run(
+        settings.replication.clone(),
+        lag.clone(),
+    )));
+    let mut progress = Progress::new(
+        observability.progress_interval,
+        lag,
+        std::time::Instant::now(),
+    );
     // The stream resolves the outbox table from the catalog at every
     // connect, unless events come from messages only: then no table need
     // exist (the stream still checks the publication, which pgoutput needs).
@@ -224,6 +285,7 @@ async fn run_sessions(
     health.set_unhealthy_after(settings.unhealthy_after);
     loop {
         if *shutdown.borrow() {
+            health.set_stopping();
             return Ok(());
         }
         // The stream reports nothing before `confirm` below: the position to
@@ -249,6 +311,7 @@ async fn run_sessions(
                 metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
                 health.retrying(reason, &e);
                 if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                    health.set_stopping();
                     return Ok(());
                 }
                 attempt = attempt.saturating_add(1);
@@ -261,6 +324,7 @@ async fn run_sessions(
         report_resume(&resumed, &server, &stream, &settings.replication.slot);
         confirmed = start;
         stream.confirm(confirmed);
+        metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
         let outbox = stream.outbox_table().cloned();
         if settings.replication.outbox_table.is_some() && outbox.is_none() {
             // The settings name the table (above), so the stream resolved it.
@@ -300,11 +364,13 @@ async fn run_sessions(
             (outbox, confirmed),
             &mut refusals,
             health.clone(),
-            background,
+            (&mut progress, background),
         )
         .run(&mut shutdown)
         .await;
         health.set_streaming(false);
+        // Whatever waited in this session is replayed by the next one.
+        metrics::gauge!(m::OLDEST_UNACKED_AGE).set(0.0);
         match outcome {
             Ok(final_confirmed) => {
                 tracing::info!(confirmed = %final_confirmed, "stopped after draining in-flight events");
@@ -325,7 +391,7 @@ async fn run_sessions(
                         let reason = *reason;
                         metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
                         tracing::warn!(reason, error = %error, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
-                        health.retrying(reason, error);
+                        health.producer_retrying(reason, error);
                     }
                     other => {
                         let reason = m::reason::STREAM_BROKE;
@@ -343,6 +409,7 @@ async fn run_sessions(
                 let delay = if progressed { 0 } else { attempt };
                 attempt = delay.saturating_add(1);
                 if wait_or_shutdown(replication::backoff(delay), &mut shutdown).await {
+                    health.set_stopping();
                     return Ok(());
                 }
             }

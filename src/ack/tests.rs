@@ -15,6 +15,66 @@ fn starts_from_the_slot_position() {
     assert_eq!(tracker.pending_events(), 0);
 }
 
+fn at(secs: i64) -> DateTime<Utc> {
+    DateTime::from_timestamp(secs, 0).unwrap()
+}
+
+#[test]
+fn commit_times_follow_the_transactions_that_wait_for_the_broker() {
+    let mut t = AckTracker::new(lsn(100));
+    let a = t.open_at(at(10));
+    t.add_event(a).unwrap();
+    t.add_event(a).unwrap();
+    t.close(a, lsn(200)).unwrap();
+    // An empty transaction between them waits for nothing.
+    let empty = t.open_at(at(15));
+    t.close(empty, lsn(250)).unwrap();
+    let b = t.open_at(at(20));
+    t.add_event(b).unwrap();
+    t.close(b, lsn(300)).unwrap();
+    let c = t.open_at(at(30));
+    t.add_event(c).unwrap();
+    assert_eq!(t.oldest_unacked_commit_time(), Some(at(10)));
+    assert_eq!(t.commit_time(a), Some(at(10)));
+    assert_eq!(t.commit_time(b), Some(at(20)));
+    assert_eq!(t.commit_time(c), Some(at(30)));
+
+    // b is acknowledged first: a still waits and stays the oldest.
+    t.ack_event(b).unwrap();
+    assert_eq!(t.commit_time(b), None, "done: nothing of it waits");
+    assert_eq!(t.oldest_unacked_commit_time(), Some(at(10)));
+    t.ack_event(a).unwrap();
+    assert_eq!(
+        t.oldest_unacked_commit_time(),
+        Some(at(10)),
+        "one of a's two waits"
+    );
+    t.ack_event(a).unwrap();
+    // a, the empty one and b are confirmed; c (still open) waits.
+    assert_eq!(t.confirmed(), lsn(300));
+    assert_eq!(t.oldest_unacked_commit_time(), Some(at(30)));
+    t.ack_event(c).unwrap();
+    assert_eq!(
+        t.oldest_unacked_commit_time(),
+        None,
+        "c is open, nothing waits"
+    );
+    assert_eq!(
+        t.commit_time(c),
+        Some(at(30)),
+        "open: it may get more events"
+    );
+    t.close(c, lsn(400)).unwrap();
+    assert_eq!(t.commit_time(c), None);
+    assert_eq!(t.commit_time(TxnId(99)), None, "never opened");
+
+    // Opened without a time: none to give.
+    let d = t.open();
+    t.add_event(d).unwrap();
+    assert_eq!(t.commit_time(d), None);
+    assert_eq!(t.oldest_unacked_commit_time(), None);
+}
+
 #[test]
 fn empty_transaction_is_confirmed_at_close() {
     let mut t = AckTracker::new(lsn(100));

@@ -601,6 +601,36 @@ fn assert_hidden(text: &str) {
 }
 
 #[test]
+fn secrets_never_serialize_and_the_effective_line_shows_the_rest() {
+    let config = secret_config();
+    let json = serde_json::to_string(&config).unwrap();
+    assert_hidden(&json);
+    let line = config.effective();
+    assert_hidden(&line);
+    for (key, value) in config.flattened() {
+        assert_hidden(&format!("{key}={value}"));
+    }
+    // Every key is on the line, with its value; secrets as ***.
+    for shown in [
+        "postgres.url=\"postgres://relay:***@127.0.0.1:5432/app?sslpassword=***\"",
+        "postgres.slot=\"s\"",
+        "postgres.status_interval_secs=10",
+        "postgres.columns.source=null",
+        "postgres.header_columns={}",
+        "kafka.properties.sasl.password=\"***\"",
+        "kafka.properties.sasl.username=\"relay\"",
+        "kafka.on_unroutable=\"stop\"",
+        "cloudevents.mode=\"binary\"",
+        "relay.log_format=\"text\"",
+        "relay.metrics_addr=null",
+        "relay.progress_interval_secs=30",
+    ] {
+        assert!(line.contains(shown), "{shown} in {line}");
+    }
+    assert!(!line.contains('\n'), "one line: {line}");
+}
+
+#[test]
 fn secrets_never_appear_in_debug_or_display() {
     let config = secret_config();
     assert_hidden(&format!("{config:?}"));
@@ -699,6 +729,20 @@ fn unhealthy_after_is_bounded() {
     }
 }
 
+#[test]
+fn progress_lines_every_30_s_by_default_and_0_turns_them_off() {
+    assert_eq!(
+        minimal().relay.progress_interval(),
+        Some(Duration::from_secs(30))
+    );
+    let config = load_str(
+        MINIMAL,
+        &[("OUTBOX_RELAY__RELAY__PROGRESS_INTERVAL_SECS", "0")],
+    )
+    .unwrap();
+    assert_eq!(config.relay.progress_interval(), None);
+}
+
 /// Every duration the relay adds to `Instant::now()` (deadlines, intervals),
 /// built from `config`. Each one must be addable without overflow.
 fn durations(config: &Config) -> Vec<(&'static str, Duration)> {
@@ -720,6 +764,9 @@ fn durations(config: &Config) -> Vec<(&'static str, Duration)> {
     ];
     if let Some(heartbeat) = config.postgres.heartbeat_interval() {
         all.push(("postgres.heartbeat_interval_secs", heartbeat));
+    }
+    if let Some(progress) = config.relay.progress_interval() {
+        all.push(("relay.progress_interval_secs", progress));
     }
     all
 }
@@ -746,7 +793,7 @@ fn a_drain_of_u64_max_seconds_is_refused_by_name() {
 fn every_duration_has_an_upper_bound_naming_its_field() {
     type Edit = fn(&mut Config, u64);
     // (field, setter, largest accepted value)
-    let cases: [(&str, Edit, u64); 6] = [
+    let cases: [(&str, Edit, u64); 7] = [
         (
             "postgres.status_interval_secs",
             |c, v| c.postgres.status_interval_secs = v,
@@ -779,6 +826,11 @@ fn every_duration_has_an_upper_bound_naming_its_field() {
         (
             "kafka.shutdown_drain_secs",
             |c, v| c.kafka.shutdown_drain_secs = v,
+            3_600,
+        ),
+        (
+            "relay.progress_interval_secs",
+            |c, v| c.relay.progress_interval_secs = v,
             3_600,
         ),
     ];
@@ -838,6 +890,35 @@ fn a_conninfo_the_relay_cannot_use_is_refused_naming_the_fix_not_the_value() {
         assert!(
             !constraint.contains("db/app"),
             "the value is not quoted: {constraint}"
+        );
+    }
+}
+
+/// docs/configuration.md documents every key the config has, each with its
+/// environment variable: adding a field without documenting it fails here.
+#[test]
+fn every_config_key_is_in_the_configuration_reference() {
+    let reference = include_str!("../../docs/configuration.md");
+    let keys: Vec<String> = Config::default()
+        .flattened()
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    // Adversarial: a flattening that lost the nested tables would pass
+    // trivially with a handful of keys.
+    assert!(keys.len() >= 30, "{keys:?}");
+    for key in &keys {
+        let row = reference
+            .lines()
+            .find(|line| line.starts_with(&format!("| `{key}` |")))
+            .unwrap_or_else(|| panic!("docs/configuration.md has no row for `{key}`"));
+        let variable = format!(
+            "OUTBOX_RELAY__{}",
+            key.to_ascii_uppercase().replace('.', "__")
+        );
+        assert!(
+            row.contains(&format!("`{variable}")),
+            "the row of `{key}` names {variable}: {row}"
         );
     }
 }

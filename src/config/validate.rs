@@ -42,6 +42,9 @@ const MAX_IN_FLIGHT_IDEMPOTENT: u64 = 5;
 /// Bounds of `relay.unhealthy_after_secs`: a day without progress is an
 /// outage whatever the setting.
 const UNHEALTHY_AFTER_SECS: std::ops::RangeInclusive<u64> = 1..=86_400;
+/// Longest interval between progress lines: past an hour a log no longer
+/// tells when a rate changed.
+const MAX_PROGRESS_INTERVAL_SECS: u64 = 3_600;
 
 fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -70,6 +73,15 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
             "relay.unhealthy_after_secs",
             "must be between 1 and 86400: how long a retry loop may go on without \
              progress before /health answers 503",
+        ));
+    }
+    if config.relay.progress_interval_secs > MAX_PROGRESS_INTERVAL_SECS {
+        return Err(invalid(
+            "relay.progress_interval_secs",
+            format!(
+                "must be at most {MAX_PROGRESS_INTERVAL_SECS} (seconds), or 0 for no progress \
+                 lines"
+            ),
         ));
     }
     Ok(())

@@ -238,6 +238,17 @@ impl<'a> SessionMachine<'a> {
         self.tracker.pending_events()
     }
 
+    /// The commit time of the transaction `txn` while its events wait for
+    /// the broker (for the commit-to-ack latency).
+    pub fn commit_time(&self, txn: crate::ack::TxnId) -> Option<chrono::DateTime<Utc>> {
+        self.tracker.commit_time(txn)
+    }
+
+    /// The commit time of the oldest event waiting for the broker.
+    pub fn oldest_unacked_commit_time(&self) -> Option<chrono::DateTime<Utc>> {
+        self.tracker.oldest_unacked_commit_time()
+    }
+
     /// Whether the next replication message may be read: nothing held back
     /// by a full queue or an isolation, fewer than `max_in_flight` pending.
     pub fn can_read(&self) -> bool {
@@ -299,13 +310,14 @@ impl<'a> SessionMachine<'a> {
                 self.txn = if final_lsn < self.tracker.confirmed() {
                     TxnState::Replaying
                 } else {
+                    let time = pg_timestamp_to_utc(commit_time).unwrap_or_else(Utc::now);
                     if let Some(cleanup) = &mut self.cleanup {
                         cleanup.begin(xid);
                     }
                     TxnState::Delivering(Commit {
-                        txn: self.tracker.open(),
+                        txn: self.tracker.open_at(time),
                         lsn: final_lsn,
-                        time: pg_timestamp_to_utc(commit_time).unwrap_or_else(Utc::now),
+                        time,
                     })
                 };
             }
@@ -635,11 +647,8 @@ impl<'a> SessionMachine<'a> {
                     note_innocent(self.refusals, &report.tag);
                     self.isolation = Isolation::None;
                 }
-                if report.tag.dead_letter {
-                    metrics::counter!(m::EVENTS_DEAD_LETTERED).increment(1);
-                } else {
-                    metrics::counter!(m::EVENTS_PUBLISHED).increment(1);
-                }
+                // Published and dead-lettered records are counted by the
+                // producer, which sees their topic, size and reason.
                 self.tracker.ack_event(report.tag.txn)?;
                 forget_confirmed(self.refusals, self.tracker.confirmed());
             }

@@ -30,6 +30,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::error::SessionError;
 use super::machine::{SessionMachine, Step};
+use super::progress::Progress;
 use super::refusals::Refusals;
 use super::routing::DeliveryTag;
 use super::{Background, RelaySettings};
@@ -41,6 +42,10 @@ use crate::replication::{
     classify, emit_heartbeat, look_up,
 };
 use crate::sink::{DeliveryReport, KafkaSink};
+
+/// How often the session updates the gauges that age with time (the oldest
+/// unacknowledged event) and checks whether a progress line is due.
+const OBSERVE_EVERY: Duration = Duration::from_secs(1);
 
 /// How long a session whose stream broke waits for the acknowledgements of
 /// records already sent before it hands over to the next session. Short:
@@ -69,6 +74,9 @@ pub(super) struct Session<'a> {
     confirmed: Lsn,
     /// For catalog look-ups of relations not known at connect.
     catalog: Option<SqlConnection>,
+    /// Counts acknowledgements for the progress line; outlives the session.
+    progress: &'a mut Progress,
+    commit_to_ack: metrics::Histogram,
     /// Where confirmed rows go to be deleted, when cleanup is on.
     deleter: Option<Deleter>,
 }
@@ -81,7 +89,9 @@ impl<'a> Session<'a> {
         (outbox, confirmed): (Option<OutboxTable>, Lsn),
         refusals: &'a mut Refusals,
         health: Health,
-        background: &Background,
+        // What outlives the session: the progress line's counts, and the
+        // background tasks' handles.
+        (progress, background): (&'a mut Progress, &Background),
     ) -> Self {
         Session {
             settings,
@@ -93,7 +103,43 @@ impl<'a> Session<'a> {
             health,
             confirmed,
             catalog: None,
+            progress,
             deleter: background.deleter.clone(),
+            commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK),
+        }
+    }
+
+    /// Feeds one delivery report to the machine, after taking what the
+    /// metrics and the progress line need from it: the commit-to-ack
+    /// latency of an event (dead letters are not the events anyone waits
+    /// for).
+    fn on_report(&mut self, report: DeliveryReport<DeliveryTag>) -> SessionResult<()> {
+        if report.result.is_ok() {
+            self.progress.acknowledged(report.tag.dead_letter);
+            if !report.tag.dead_letter
+                && let Some(committed) = self.machine.commit_time(report.tag.txn)
+            {
+                self.commit_to_ack.record(seconds_since(committed));
+            }
+        }
+        self.machine.on_report(report, &mut self.sink)
+    }
+
+    /// Once per [`OBSERVE_EVERY`]: the age of the oldest unacknowledged
+    /// event, which grows while the broker does not answer, and the
+    /// progress line when one is due.
+    fn observe(&mut self) {
+        let oldest = self
+            .machine
+            .oldest_unacked_commit_time()
+            .map_or(0.0, seconds_since);
+        metrics::gauge!(m::OLDEST_UNACKED_AGE).set(oldest);
+        if let Some(summary) = self.progress.due(
+            std::time::Instant::now(),
+            self.machine.pending_events(),
+            self.confirmed,
+        ) {
+            summary.log();
         }
     }
 
@@ -133,6 +179,8 @@ impl<'a> Session<'a> {
         heartbeat_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         heartbeat_tick.reset();
         let mut heartbeat: Option<JoinHandle<()>> = None;
+        let mut observe_tick = tokio::time::interval(OBSERVE_EVERY);
+        observe_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let (mut rows_at_tick, mut last_row) = (0, Instant::now());
         let mut stop = Stop::Running;
         loop {
@@ -152,6 +200,7 @@ impl<'a> Session<'a> {
                 // A dropped sender means nobody can ask for a stop any more:
                 // treat it as one.
                 _ = async { shutdown.wait_for(|stop| *stop).await.is_ok() }, if stop_deadline.is_none() => {
+                    self.health.set_stopping();
                     if let Some(task) = heartbeat.take() {
                         task.abort();
                     }
@@ -175,8 +224,11 @@ impl<'a> Session<'a> {
                 refused = self.sink.unauthorized() => {
                     return Err(SessionError::Refused(refused));
                 }
+                // Before the reports and the stream, which may be ready all
+                // the time under load: this one fires once a second at most.
+                _ = observe_tick.tick() => self.observe(),
                 Some(report) = self.reports.recv() => {
-                    self.machine.on_report(report, &mut self.sink)?;
+                    self.on_report(report)?;
                 }
                 item = self.stream.next(), if can_read => {
                     self.on_item(item?).await?;
@@ -296,7 +348,7 @@ impl<'a> Session<'a> {
                 }
             };
             let Some(report) = report else { break };
-            if let Err(e) = self.machine.on_report(report, &mut self.sink) {
+            if let Err(e) = self.on_report(report) {
                 let confirmed = self.confirmed;
                 return Err((self.abandon(e).await, confirmed));
             }
@@ -320,7 +372,7 @@ impl<'a> Session<'a> {
                 () = tokio::time::sleep_until(deadline) => break,
             };
             let Some(report) = report else { break };
-            let handled = self.machine.on_report(report, &mut self.sink);
+            let handled = self.on_report(report);
             self.confirm();
             if let Err(e) = handled {
                 return e.is_fatal().then_some(e);
@@ -354,6 +406,12 @@ impl<'a> Session<'a> {
         }
         error
     }
+}
+
+/// Seconds from `time` to now; 0 for a time ahead of this host's clock.
+fn seconds_since(time: chrono::DateTime<chrono::Utc>) -> f64 {
+    let elapsed = chrono::Utc::now().signed_duration_since(time);
+    elapsed.to_std().map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Emits one heartbeat in the background; a failure is logged, the stream

@@ -20,7 +20,11 @@
 //! record travels with an opaque tag of the caller's type `T`, returned in
 //! its [`DeliveryReport`].
 
+mod counters;
+mod log;
 mod refusal;
+
+use counters::AckCounters;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -28,6 +32,7 @@ use std::time::Duration;
 
 use rdkafka::ClientConfig;
 use rdkafka::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
@@ -140,6 +145,9 @@ struct ReportingContext<T> {
     /// first is sent.
     alarms: mpsc::UnboundedSender<Refused>,
     alarmed: AtomicBool,
+    /// What the broker acknowledged, counted where the topic, size and
+    /// dead-letter reason of each record are at hand.
+    acknowledged: AckCounters,
 }
 
 impl<T> ReportingContext<T> {
@@ -191,6 +199,10 @@ impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
         // As rdkafka's default: librdkafka's words at error level.
         tracing::error!("librdkafka: {error}: {reason}");
     }
+
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        log::forward(level, fac, message);
+    }
 }
 
 impl<T: Send + Sync + 'static> ProducerContext for ReportingContext<T> {
@@ -198,7 +210,11 @@ impl<T: Send + Sync + 'static> ProducerContext for ReportingContext<T> {
 
     fn delivery(&self, result: &DeliveryResult<'_>, tag: Self::DeliveryOpaque) {
         let result = match result {
-            Ok(_) => Ok(()),
+            Ok(msg) => {
+                self.acknowledged
+                    .count(msg, msg.topic() == self.dead_letter_topic);
+                Ok(())
+            }
             Err((err, msg)) => {
                 self.purge_behind_failure();
                 let dead_letter = msg.topic() == self.dead_letter_topic;
@@ -292,6 +308,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 purged: AtomicBool::new(false),
                 alarms: alarm_tx,
                 alarmed: AtomicBool::new(false),
+                acknowledged: AckCounters::new(),
             })
             .map_err(SinkError::Create)?;
         let client = producer.client();

@@ -14,7 +14,7 @@
 use std::fmt;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::error::ErrorKind;
 
@@ -112,7 +112,7 @@ pub fn classify_error(err: &KafkaError) -> Option<RefusalKind> {
 /// `kafka.on_unroutable`: what to do with an event no broker will take for
 /// its topic (topic missing with auto-creation off, policy violation,
 /// invalid record).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OnUnroutable {
     /// Stop with an error naming the topic and the fix: nothing goes where

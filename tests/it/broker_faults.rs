@@ -900,6 +900,14 @@ async fn health_turns_503_after_retrying_without_progress_and_200_after_progress
     let (_, body) = http_get(port, "/health").await.expect("/health");
     println!("/health while the broker is down: {body}");
     assert!(body.contains("message_timeout"), "{body}");
+    // Not ready either: between sessions or in a session whose replay has
+    // confirmed nothing yet, always naming the producer's failure.
+    let (status, ready) = http_get(port, "/ready").await.expect("/ready");
+    assert_eq!(status, 503, "{ready}");
+    assert!(
+        ready.contains("retrying message_timeout"),
+        "/ready while the broker is down: {ready}"
+    );
     let retries = logs.lines_with("delivery failed; rebuilding the producer");
     assert!(
         !retries.is_empty() && retries.iter().all(|l| l.contains("reason=")),
@@ -925,6 +933,8 @@ async fn health_turns_503_after_retrying_without_progress_and_200_after_progress
         health_is(200, "streaming")
     })
     .await;
+    let (status, ready) = http_get(port, "/ready").await.expect("/ready");
+    assert_eq!((status, ready.as_str()), (200, "ready: streaming\n"));
     relay.stop().await.expect("graceful stop");
     let received = rig.read_topic().await;
     check_delivery("health-after-outage", &committed, &received);

@@ -28,6 +28,8 @@
 //! * [`replication`]: the replication client itself.
 //! * [`admin`]: the operator commands `init`, `check` and `status` as a
 //!   user runs them.
+//! * [`ops`]: what on-call relies on, through the binary: exit codes and
+//!   `--help`, `/ready`, the metrics on `/metrics`, the log lines.
 //! * [`smoke`]: the services are what the tests expect.
 //! * [`fuzz_corpus`]: the decoder fuzz corpus replayed.
 //! * [`docs`]: every test docs/reliability.md names exists.
@@ -52,6 +54,7 @@ mod delivery;
 mod docs;
 mod fuzz_corpus;
 mod memory;
+mod ops;
 mod outbox_cleanup;
 mod outbox_messages;
 mod payloads;

@@ -1,0 +1,304 @@
+//! The state behind `/health` (liveness) and `/ready` (readiness).
+//!
+//! `/health` answers 200 while the relay streams and makes progress; 503
+//! when it does not stream, or when a retry loop (reconnecting, rebuilding
+//! the producer) has gone on for `relay.unhealthy_after_secs` without
+//! progress, with the last reason in the body. A restart may cure that.
+//!
+//! `/ready` answers 200 only while a session streams with a producer that
+//! works; otherwise 503 with what the relay does instead: `connecting`,
+//! `retrying <reason>` (between sessions), `producer retrying <reason>` (a
+//! delivery failed and the replay has not confirmed anything yet) or
+//! `stopping`. It turns 503 at once, without the grace period of /health:
+//! it says "events flow now", for a load balancer, a rollout or an alert
+//! (the `outbox_relay_ready` gauge carries the same answer).
+//!
+//! Progress is the confirmed LSN moving, or the stream showing that nothing
+//! is left to confirm; a session that starts, sends and fails again is not
+//! progress. Recording progress is two atomic loads on the hot path.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+
+use super::{DEFAULT_UNHEALTHY_AFTER, READY};
+
+/// Longest failure text /health and /ready show.
+const MAX_REASON_LEN: usize = 300;
+
+/// Shared state behind /health and /ready. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Health(Arc<HealthState>);
+
+#[derive(Debug)]
+struct HealthState {
+    streaming: AtomicBool,
+    /// A stop was asked for: draining, then exit.
+    stopping: AtomicBool,
+    /// The last failure was the producer's (a delivery failed), and nothing
+    /// was confirmed since.
+    producer_failing: AtomicBool,
+    origin: Instant,
+    /// Milliseconds since `origin` of the first failure since the last
+    /// progress, plus one; 0 when there is none.
+    failing_since: AtomicU64,
+    unhealthy_after_ms: AtomicU64,
+    reason: Mutex<String>,
+}
+
+impl Default for Health {
+    fn default() -> Self {
+        Health(Arc::new(HealthState {
+            streaming: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            producer_failing: AtomicBool::new(false),
+            origin: Instant::now(),
+            failing_since: AtomicU64::new(0),
+            unhealthy_after_ms: AtomicU64::new(millis(DEFAULT_UNHEALTHY_AFTER)),
+            reason: Mutex::new(String::new()),
+        }))
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Health {
+    pub fn set_streaming(&self, streaming: bool) {
+        self.0.streaming.store(streaming, Ordering::Relaxed);
+        self.publish_readiness();
+    }
+
+    pub fn is_streaming(&self) -> bool {
+        self.0.streaming.load(Ordering::Relaxed)
+    }
+
+    /// A stop was asked for: /ready answers 503 `stopping` from now on.
+    pub fn set_stopping(&self) {
+        self.0.stopping.store(true, Ordering::Relaxed);
+        self.publish_readiness();
+    }
+
+    /// How long a retry loop may go on without progress.
+    pub fn set_unhealthy_after(&self, after: Duration) {
+        self.0
+            .unhealthy_after_ms
+            .store(millis(after), Ordering::Relaxed);
+    }
+
+    /// A retry loop went round once more: `reason` is one of
+    /// [`super::reason`]'s labels, `detail` the error (shown, cut, on
+    /// /health and /ready).
+    pub fn retrying(&self, reason: &str, detail: &dyn std::fmt::Display) {
+        self.0.producer_failing.store(false, Ordering::Relaxed);
+        self.record_failure(reason, detail);
+    }
+
+    /// A delivery failed and the producer is being rebuilt: like
+    /// [`Health::retrying`], and /ready stays 503 in the next session until
+    /// it confirms something.
+    pub fn producer_retrying(&self, reason: &str, detail: &dyn std::fmt::Display) {
+        self.0.producer_failing.store(true, Ordering::Relaxed);
+        self.record_failure(reason, detail);
+    }
+
+    fn record_failure(&self, reason: &str, detail: &dyn std::fmt::Display) {
+        let mut text = format!("{reason}: {detail}");
+        if text.len() > MAX_REASON_LEN {
+            let mut end = MAX_REASON_LEN;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            text.truncate(end);
+        }
+        *self.0.reason.lock().unwrap_or_else(|e| e.into_inner()) = text;
+        let now = millis(self.0.origin.elapsed()) + 1;
+        let _ = self
+            .0
+            .failing_since
+            .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        self.publish_readiness();
+    }
+
+    /// The relay made progress: whatever failed before is over.
+    pub fn progress(&self) {
+        if self.0.failing_since.load(Ordering::Relaxed) != 0 {
+            self.0.failing_since.store(0, Ordering::Relaxed);
+            self.0.producer_failing.store(false, Ordering::Relaxed);
+            self.publish_readiness();
+        }
+    }
+
+    fn reason(&self) -> String {
+        self.0
+            .reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The /health answer: status code and body.
+    pub fn status(&self) -> (StatusCode, String) {
+        self.status_at(self.0.origin.elapsed())
+    }
+
+    /// The /health answer at `now` (time since this value was created).
+    pub(super) fn status_at(&self, now: Duration) -> (StatusCode, String) {
+        let since = self.0.failing_since.load(Ordering::Relaxed);
+        if since != 0 {
+            let stalled = Duration::from_millis(millis(now).saturating_sub(since - 1));
+            let limit = Duration::from_millis(self.0.unhealthy_after_ms.load(Ordering::Relaxed));
+            if stalled >= limit {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "unhealthy: no progress for {} s; last failure: {}\n",
+                        stalled.as_secs(),
+                        self.reason()
+                    ),
+                );
+            }
+        }
+        match (self.is_streaming(), since != 0) {
+            (true, _) => (StatusCode::OK, "streaming\n".to_owned()),
+            (false, false) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not streaming\n".to_owned(),
+            ),
+            (false, true) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("not streaming; retrying: {}\n", self.reason()),
+            ),
+        }
+    }
+
+    /// The /ready answer: status code and body (see the module docs).
+    pub fn readiness(&self) -> (StatusCode, String) {
+        let unavailable = |body: String| (StatusCode::SERVICE_UNAVAILABLE, body);
+        if self.0.stopping.load(Ordering::Relaxed) {
+            return unavailable("stopping\n".to_owned());
+        }
+        let failing = self.0.failing_since.load(Ordering::Relaxed) != 0;
+        if self.is_streaming() {
+            if failing && self.0.producer_failing.load(Ordering::Relaxed) {
+                return unavailable(format!("producer retrying {}\n", self.reason()));
+            }
+            return (StatusCode::OK, "ready: streaming\n".to_owned());
+        }
+        if failing {
+            return unavailable(format!("retrying {}\n", self.reason()));
+        }
+        unavailable("connecting\n".to_owned())
+    }
+
+    /// Sets the [`READY`] gauge to the /ready answer.
+    pub fn publish_readiness(&self) {
+        let ready = self.readiness().0 == StatusCode::OK;
+        metrics::gauge!(READY).set(if ready { 1.0 } else { 0.0 });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::reason;
+    use super::*;
+
+    const SEC: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn health_turns_503_only_after_the_limit_without_progress() {
+        let health = Health::default();
+        health.set_unhealthy_after(Duration::from_secs(10));
+        assert_eq!(health.status_at(SEC).0, StatusCode::SERVICE_UNAVAILABLE);
+        health.set_streaming(true);
+        assert_eq!(health.status_at(SEC).0, StatusCode::OK);
+
+        // A failure starts the clock; more failures do not restart it.
+        health.retrying(reason::MESSAGE_TIMEOUT, &"Local: Message timed out");
+        let first = health.0.failing_since.load(Ordering::Relaxed);
+        health.retrying(reason::MESSAGE_TIMEOUT, &"Local: Message timed out");
+        assert_eq!(health.0.failing_since.load(Ordering::Relaxed), first);
+        let at = |secs: u64| Duration::from_millis(first - 1) + Duration::from_secs(secs);
+        assert_eq!(health.status_at(at(9)).0, StatusCode::OK);
+        let (code, body) = health.status_at(at(10));
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body.contains("no progress for 10 s") && body.contains("message_timeout: Local"),
+            "{body}"
+        );
+        // Between sessions, not streaming: 503 with the reason either way.
+        health.set_streaming(false);
+        assert!(
+            health
+                .status_at(at(1))
+                .1
+                .contains("retrying: message_timeout")
+        );
+        health.set_streaming(true);
+
+        // Progress clears it.
+        health.progress();
+        assert_eq!(health.status_at(at(1000)).0, StatusCode::OK);
+    }
+
+    #[test]
+    fn ready_only_while_streaming_and_says_what_it_does_instead() {
+        let health = Health::default();
+        let unavailable = |body: &str| (StatusCode::SERVICE_UNAVAILABLE, body.to_owned());
+        assert_eq!(health.readiness(), unavailable("connecting\n"));
+        health.set_streaming(true);
+        assert_eq!(
+            health.readiness(),
+            (StatusCode::OK, "ready: streaming\n".to_owned())
+        );
+        // The session failed on the PostgreSQL side: retrying, with why.
+        health.set_streaming(false);
+        health.retrying(reason::SLOT_BUSY, &"slot \"s\" is active for PID 42");
+        assert_eq!(
+            health.readiness(),
+            unavailable("retrying slot_busy: slot \"s\" is active for PID 42\n")
+        );
+        // Streaming again: ready at once, before any progress (nothing is
+        // wrong with the producer).
+        health.set_streaming(true);
+        assert_eq!(health.readiness().0, StatusCode::OK);
+
+        // A delivery failed: not ready, and not in the next session either
+        // until it confirms something.
+        health.set_streaming(false);
+        health.producer_retrying(reason::MESSAGE_TIMEOUT, &"Local: Message timed out");
+        let retrying = unavailable("retrying message_timeout: Local: Message timed out\n");
+        assert_eq!(health.readiness(), retrying);
+        health.set_streaming(true);
+        assert_eq!(
+            health.readiness(),
+            unavailable("producer retrying message_timeout: Local: Message timed out\n")
+        );
+        health.progress();
+        assert_eq!(health.readiness().0, StatusCode::OK);
+        // A later PostgreSQL-side failure does not inherit the producer's.
+        health.producer_retrying(reason::BROKER_ERROR, &"x");
+        health.retrying(reason::STREAM_BROKE, &"y");
+        assert_eq!(
+            health.readiness().0,
+            StatusCode::OK,
+            "streaming, producer fine"
+        );
+
+        // A stop wins over everything, streaming included.
+        health.set_stopping();
+        assert_eq!(health.readiness(), unavailable("stopping\n"));
+    }
+
+    #[test]
+    fn health_reason_is_cut_at_a_character_boundary() {
+        let health = Health::default();
+        health.retrying(reason::BROKER_ERROR, &"é".repeat(400));
+        let reason = health.reason();
+        assert!(reason.len() <= MAX_REASON_LEN, "{}", reason.len());
+        assert!(reason.starts_with("broker_error: é"));
+    }
+}

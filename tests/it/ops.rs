@@ -1,0 +1,319 @@
+//! What an on-call engineer relies on, through the binary against the real
+//! services: the exit codes, /ready, the metrics on /metrics, and the log
+//! lines (start-up, progress, librdkafka's expected warning).
+
+use std::time::Duration;
+
+use crate::support::http::*;
+use crate::support::*;
+
+/// Exit codes of `outbox-relay run`, as README.md and docs/operations.md
+/// document them.
+const EXIT_CLEAN: i32 = 0;
+const EXIT_CONFIG: i32 = 2;
+const EXIT_SOURCE: i32 = 3;
+const EXIT_SINK: i32 = 4;
+
+const FAST_EXIT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------------------
+// Exit codes
+
+/// A slot that does not exist is a PostgreSQL-side fatal error: exit 3, with
+/// the slot named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_slot_exits_with_the_source_code() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox
+        .admin
+        .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
+        .await
+        .unwrap();
+    let config = outbox.write_config("");
+    let mut relay = Relay::process(&config);
+    let status = relay.wait(FAST_EXIT).await;
+    let log = relay.log_text();
+    assert_eq!(status.code(), Some(EXIT_SOURCE), "{log}");
+    assert!(log.contains(&outbox.slot), "names the slot: {log}");
+    outbox.drop_all().await;
+}
+
+/// A dead-letter topic that does not exist, with a producer that may not
+/// create topics, is a Kafka-side fatal error: exit 4.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_dead_letter_topic_exits_with_the_sink_code() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let config =
+        outbox.write_config("[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"");
+    let mut relay = Relay::process(&config);
+    let status = relay.wait(FAST_EXIT).await;
+    let log = relay.log_text();
+    assert_eq!(status.code(), Some(EXIT_SINK), "{log}");
+    assert!(log.contains(&outbox.dlq_topic), "names the topic: {log}");
+    outbox.drop_all().await;
+}
+
+/// A configuration the relay refuses: exit 2, naming the key, before any
+/// connection (the slot does not even exist).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_config_exits_with_the_config_code() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let config = outbox.write_config("[relay]\nunhealthy_after_secs = 0");
+    let mut relay = Relay::process(&config);
+    let status = relay.wait(FAST_EXIT).await;
+    let log = relay.log_text();
+    assert_eq!(status.code(), Some(EXIT_CONFIG), "{log}");
+    assert!(log.contains("relay.unhealthy_after_secs"), "{log}");
+    outbox.drop_all().await;
+}
+
+/// SIGTERM while streaming: drain, confirm, exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_while_streaming_exits_clean() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let config = outbox.write_config("");
+    let mut relay = Relay::process(&config);
+    wait_until("the relay to hold the slot", FAST_EXIT, || {
+        outbox.slot_active()
+    })
+    .await;
+    let status = relay.terminate().await;
+    assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
+    outbox.drop_all().await;
+}
+
+// ---------------------------------------------------------------------------
+// /ready
+
+/// /ready answers 503 with the reason while the relay cannot stream (here:
+/// another reader holds the slot), 200 once it streams, and /health and
+/// /metrics stay beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_is_503_with_the_reason_until_the_relay_streams() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let other = Relay::in_process(outbox.settings());
+    wait_until("the other reader to hold the slot", FAST_EXIT, || {
+        outbox.slot_active()
+    })
+    .await;
+    let port = free_port();
+    let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
+    let mut relay = Relay::process(&config);
+    let ready_is = |want: u16, needle: &'static str| async move {
+        http_get(port, "/ready")
+            .await
+            .is_some_and(|(status, body)| status == want && body.contains(needle))
+    };
+    wait_until(
+        "/ready to answer 503 naming the busy slot",
+        FAST_EXIT,
+        || ready_is(503, "slot_busy"),
+    )
+    .await;
+    // The same answer as a gauge, for alerts (present, not merely absent).
+    let (status, metrics) = http_get(port, "/metrics").await.expect("/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.lines().any(|l| l == "outbox_relay_ready 0"),
+        "{metrics}"
+    );
+
+    other.stop().await.expect("the other reader stops");
+    wait_until("/ready to answer 200 once streaming", FAST_EXIT, || {
+        ready_is(200, "streaming")
+    })
+    .await;
+    let (status, body) = http_get(port, "/health").await.expect("/health");
+    assert_eq!(status, 200, "{body}");
+    let (_, metrics) = http_get(port, "/metrics").await.expect("/metrics");
+    assert!(
+        metrics.lines().any(|l| l == "outbox_relay_ready 1"),
+        "{metrics}"
+    );
+    let status = relay.terminate().await;
+    assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
+    outbox.drop_all().await;
+}
+
+// ---------------------------------------------------------------------------
+// Metrics
+
+/// The metrics on-call reads, with their base units, after some events and
+/// one dead letter: the commit-to-ack histogram counted every event, bytes
+/// went to each topic, the dead letter is counted by its reason, and the
+/// slot's lag and the oldest unacknowledged event's age are exported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_latency_bytes_by_topic_dead_letters_by_reason_and_slot_lag() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let port = free_port();
+    let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
+    let mut relay = Relay::process(&config);
+    wait_until("/ready to answer 200", FAST_EXIT, || async {
+        http_get(port, "/ready")
+            .await
+            .is_some_and(|(s, _)| s == 200)
+    })
+    .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    let events = 20;
+    outbox.commit_events(&mut writer, 10, 2, 3, &mut seqs).await;
+    // A row without a key: dead-lettered as null_key.
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload)
+             VALUES ('{}', 'order', NULL, 'Placed', '{{}}')",
+            outbox.table,
+            uuid::Uuid::new_v4()
+        ))
+        .await
+        .unwrap();
+    let scrape = || async { http_get(port, "/metrics").await.map(|(_, b)| b) };
+    wait_until(
+        "every event published, the dead letter written and the lag sampled",
+        FAST_EXIT,
+        || async {
+            scrape().await.is_some_and(|m| {
+                metric_value(&m, "outbox_relay_events_published_total", "") >= events as f64
+                    && metric_value(
+                        &m,
+                        "outbox_relay_events_dead_lettered_total",
+                        "reason=\"null_key\"",
+                    ) == 1.0
+                    && m.lines()
+                        .any(|l| l.starts_with("outbox_relay_slot_lag_bytes "))
+            })
+        },
+    )
+    .await;
+    let metrics = scrape().await.expect("/metrics");
+    let value = |name: &str, labels: &str| metric_value(&metrics, name, labels);
+    assert_eq!(
+        value("outbox_relay_commit_to_ack_seconds_count", ""),
+        events as f64,
+        "one latency sample per event, none for the dead letter: {metrics}"
+    );
+    let sum = value("outbox_relay_commit_to_ack_seconds_sum", "");
+    assert!(sum > 0.0 && sum < 60.0 * events as f64, "seconds: {sum}");
+    assert!(
+        metrics.contains("outbox_relay_commit_to_ack_seconds_bucket{le=\"0.005\"}"),
+        "seconds buckets: {metrics}"
+    );
+    let topic_bytes = |topic: &str| {
+        value(
+            "outbox_relay_published_bytes_total",
+            &format!("topic=\"{topic}\""),
+        )
+    };
+    // Each event carries at least its 36-byte id header and its payload.
+    assert!(
+        topic_bytes(&outbox.topic("order")) > 40.0 * events as f64,
+        "{metrics}"
+    );
+    assert!(topic_bytes(&outbox.dlq_topic) > 0.0, "{metrics}");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("outbox_relay_oldest_unacked_event_age_seconds ")),
+        "{metrics}"
+    );
+    let status = relay.terminate().await;
+    assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
+    outbox.drop_all().await;
+}
+
+// ---------------------------------------------------------------------------
+// Log lines
+
+/// At info, as deployed: the start-up line shows the effective config with
+/// the password hidden; librdkafka's expected gapless-guarantee warning is
+/// not printed; a progress line appears while there is work (interval cut
+/// to 1 s here) with the rate, the lag, what is in flight and the dead
+/// letters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_up_line_redacts_secrets_progress_line_appears_and_confwarn_is_quiet() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let password = env("PG_RELAY_URL")
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('@'))
+        .and_then(|(user, _)| user.split_once(':'))
+        .map(|(_, password)| password.to_owned())
+        .expect("PG_RELAY_URL has a password");
+    let config = outbox.write_config("[relay]\nprogress_interval_secs = 1");
+    let mut relay = Relay::process(&config);
+    wait_until("the relay to hold the slot", FAST_EXIT, || {
+        outbox.slot_active()
+    })
+    .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    outbox.commit_events(&mut writer, 20, 5, 4, &mut seqs).await;
+    relay
+        .wait_for_log("progress over the last", FAST_EXIT)
+        .await;
+    let log_path = relay.log_path().to_path_buf();
+    let status = relay.terminate().await;
+    assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");
+    let log = std::fs::read_to_string(&log_path).expect("the relay's log");
+
+    assert!(!log.contains(&password), "the password leaked:\n{log}");
+    let start = log
+        .lines()
+        .find(|l| l.contains("outbox-relay starting"))
+        .unwrap_or_else(|| panic!("no start-up line:\n{log}"));
+    for shown in [
+        "postgres.url=\"postgres://relay:***@".to_owned(),
+        format!("postgres.slot=\"{}\"", outbox.slot),
+        format!("kafka.dlq_topic=\"{}\"", outbox.dlq_topic),
+        "relay.progress_interval_secs=1".to_owned(),
+        "relay.unhealthy_after_secs=120".to_owned(),
+    ] {
+        assert!(start.contains(&shown), "{shown} in {start}");
+    }
+    assert!(
+        !log.contains("enable.gapless.guarantee"),
+        "librdkafka's expected warning is at debug only:\n{log}"
+    );
+    let progress = log
+        .lines()
+        .find(|l| l.contains("progress over the last"))
+        .expect("a progress line");
+    assert!(progress.contains(" INFO "), "{progress}");
+    for field in [
+        "events=",
+        "events_per_sec=",
+        "slot_lag_bytes=",
+        "in_flight=",
+        "dead_lettered=0",
+    ] {
+        assert!(progress.contains(field), "{field} in {progress}");
+    }
+    outbox.drop_all().await;
+}
+
+/// `outbox-relay --help` and `outbox-relay run --help` list the exit codes
+/// an operator's supervisor sees, with what each means.
+#[test]
+fn help_documents_the_exit_codes() {
+    for args in [&["--help"][..], &["run", "--help"][..]] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(args)
+            .output()
+            .expect("run outbox-relay --help");
+        assert!(output.status.success(), "{args:?}: {output:?}");
+        let help = String::from_utf8_lossy(&output.stdout);
+        for (code, meaning) in [
+            (EXIT_CLEAN, "clean stop"),
+            (EXIT_CONFIG, "configuration refused"),
+            (EXIT_SOURCE, "PostgreSQL"),
+            (EXIT_SINK, "Kafka"),
+        ] {
+            let line = help
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{code} ")))
+                .unwrap_or_else(|| panic!("{args:?}: no line for exit code {code}:\n{help}"));
+            assert!(line.contains(meaning), "{args:?}: {line}");
+        }
+    }
+}
