@@ -616,7 +616,7 @@ async fn assert_invalidated_exit(case: &str, outbox: &TestOutbox, relay: &mut Re
     let log = relay.log_text();
     assert_eq!(
         status.code(),
-        Some(1),
+        Some(EXIT_SOURCE),
         "{case}: invalidated slot is fatal; log:\n{log}"
     );
     let named = format!("replication slot \"{}\" is invalidated", outbox.slot);
