@@ -4,7 +4,7 @@ SHELL := /bin/bash
 SERVICES := scripts/services
 CARGO ?= cargo
 
-.PHONY: test test-matrix demo services-up services-down lint bench fmt soak
+.PHONY: test test-matrix demo services-up services-down lint bench bench-quick fmt soak
 
 ## make test: start PostgreSQL + Kafka, run the whole suite, stop them, exit with the suite's status.
 test:
@@ -33,10 +33,18 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-## make bench: decoder microbenchmark, then the backlog drain beside pg_recvlogical.
+## make bench: decoder microbenchmark, then benches/run.py: the relay beside its ceilings
+## (pg_recvlogical, Kafka's producer perf test) and Debezium on latency (W1), max rate (W2),
+## backlog drain (W3), one big transaction (W4) and cost; writes benches/RESULTS.md.
+## Runs on this checkout's own services (scripts/services up; stop with scripts/services down).
 bench:
 	$(CARGO) bench --bench decode -- --warm-up-time 1 --measurement-time 5
-	scripts/bench-drain
+	python3 benches/run.py
+
+## make bench-quick: the same with small sizes and one repeat (a smoke run of the harness).
+bench-quick:
+	$(CARGO) bench --bench decode -- --warm-up-time 1 --measurement-time 2
+	python3 benches/run.py --quick
 
 ## make soak: mixed faults under steady load (SOAK_SECS, default 300; SOAK_SEED), then the checker.
 soak:

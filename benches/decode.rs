@@ -5,13 +5,76 @@
 //! Reported twice over the same work: in bytes of pgoutput messages, and in
 //! rows (outbox events). The relay needs ≥ 550k rows/s here: 10× what
 //! pg_recvlogical decodes over TCP, so decoding is never the bottleneck.
+//!
+//! `outbox_row/extract_and_build` is the relay's per-event work after
+//! decoding: one inserted row shaped like the benchmark's W3 rows (uuid id,
+//! `timestamptz` column, ~500-byte jsonb payload) extracted into an
+//! `OutboxRow` and built into its CloudEvents record (binary mode), the
+//! step the W3 flame graph shows between the decoder and the producer.
+//! `time/*` sets the general timestamp parser beside the hand-written fast
+//! path the relay uses for every event.
+//!
+//! Times are the benchmark thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`),
+//! not wall time: the machines this runs on are shared, and CPU time is
+//! what other work on the box does not inflate (much).
 
 use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, Bytes};
+use chrono::DateTime;
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use outbox_relay::assembler::Relation;
 use outbox_relay::assembler::{TransactionAssembler, TxEvent};
-use outbox_relay::pgoutput::{DecodeContext, decode};
+use outbox_relay::envelope::{ContentMode, EnvelopeSettings, build_record};
+use outbox_relay::outbox::{
+    ColumnMap, RowExtractor, parse_pg_timestamp, parse_pg_timestamp_general,
+};
+use outbox_relay::pgoutput::{Column, DecodeContext, TupleData, TupleValue, decode};
+
+/// CPU time of the calling thread.
+struct ThreadCpuTime(WallTime);
+
+fn thread_cpu_now() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant
+    // Linux always has.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+impl Measurement for ThreadCpuTime {
+    type Intermediate = Duration;
+    type Value = Duration;
+
+    fn start(&self) -> Duration {
+        thread_cpu_now()
+    }
+    fn end(&self, started: Duration) -> Duration {
+        thread_cpu_now().saturating_sub(started)
+    }
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        // Nanoseconds, shown like wall time.
+        self.0.formatter()
+    }
+}
+
+type Cpu = Criterion<ThreadCpuTime>;
 
 fn load_outbox_stream() -> Vec<Bytes> {
     let path = concat!(
@@ -45,7 +108,7 @@ fn decode_and_assemble(messages: &[Bytes]) -> u64 {
     rows
 }
 
-fn bench_outbox_stream(c: &mut Criterion) {
+fn bench_outbox_stream(c: &mut Cpu) {
     let messages = load_outbox_stream();
     let bytes: u64 = messages.iter().map(|m| m.len() as u64).sum();
     let rows = decode_and_assemble(&messages);
@@ -63,5 +126,101 @@ fn bench_outbox_stream(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_outbox_stream);
+/// 100 rows like the ones `benches/run.py` loads for W3.
+fn w3_rows() -> (Arc<Relation>, Vec<TupleData>) {
+    let columns = [
+        ("id", 2950),
+        ("aggregatetype", 25),
+        ("aggregateid", 25),
+        ("type", 25),
+        ("payload", 3802),
+        ("timestamp", 1184),
+    ]
+    .iter()
+    .map(|(name, type_oid)| Column {
+        flags: 0,
+        name: (*name).into(),
+        type_oid: *type_oid,
+        type_modifier: -1,
+    })
+    .collect();
+    let relation = Arc::new(Relation {
+        oid: 16384,
+        namespace: "public".into(),
+        name: "outbox".into(),
+        replica_identity: b'd',
+        columns,
+    });
+    let text = |s: String| TupleValue::Text(Bytes::from(s));
+    let rows = (0..100)
+        .map(|i| TupleData {
+            columns: vec![
+                text(format!("0b3f6f6e-6f0e-4a43-9b53-3a3b1f4d{i:04}")),
+                text("order".into()),
+                text(format!("agg-{}", i % 100)),
+                text("OrderPlaced".into()),
+                text(format!(
+                    r#"{{"n": {i}, "pad": "{}", "seq": 1, "total": 42.5, "aggregate": "agg-{i}"}}"#,
+                    "x".repeat(410)
+                )),
+                text(format!("2026-11-30 15:16:57.{:06}+00", i * 1013)),
+            ],
+        })
+        .collect();
+    (relation, rows)
+}
+
+fn bench_outbox_row(c: &mut Cpu) {
+    let (relation, rows) = w3_rows();
+    let settings = EnvelopeSettings {
+        source: "/bench".into(),
+        mode: ContentMode::Binary,
+        topic_template: "bench.{aggregatetype}".into(),
+    };
+    let commit_time = DateTime::from_timestamp(1_790_000_000, 0).expect("valid time");
+    let mut extractor = RowExtractor::new(ColumnMap::default());
+    let mut group = c.benchmark_group("outbox_row");
+    group.throughput(Throughput::Elements(rows.len() as u64));
+    group.bench_function("extract_and_build", |b| {
+        b.iter(|| {
+            for tuple in &rows {
+                let row = extractor.extract(&relation, tuple).expect("row extracts");
+                let record = build_record(&row, commit_time, &settings).expect("row builds");
+                black_box(record);
+            }
+        })
+    });
+    group.finish();
+}
+
+fn bench_time(c: &mut Cpu) {
+    let texts: Vec<String> = (0..100)
+        .map(|i| format!("2026-11-30 15:{:02}:57.{:06}+00", i % 60, i * 1013))
+        .collect();
+    let mut group = c.benchmark_group("time");
+    group.throughput(Throughput::Elements(texts.len() as u64));
+    group.bench_function("parse_general", |b| {
+        b.iter(|| {
+            texts
+                .iter()
+                .filter(|t| parse_pg_timestamp_general(black_box(t)).is_some())
+                .count()
+        })
+    });
+    group.bench_function("parse_fast", |b| {
+        b.iter(|| {
+            texts
+                .iter()
+                .filter(|t| parse_pg_timestamp(black_box(t)).is_some())
+                .count()
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().with_measurement(ThreadCpuTime(WallTime));
+    targets = bench_outbox_stream, bench_outbox_row, bench_time
+}
 criterion_main!(benches);

@@ -186,31 +186,37 @@ impl CloudEvent {
     }
 
     /// Binary content mode: attributes as `ce_*` headers, value = data.
-    fn binary_headers(&self) -> Vec<(String, Bytes)> {
-        let mut headers = Vec::with_capacity(10);
-        let mut push = |name: &str, value: &str| {
-            headers.push((name.to_owned(), Bytes::copy_from_slice(value.as_bytes())));
-        };
-        push("ce_specversion", self.specversion);
-        push("ce_id", &self.id);
-        push("ce_source", &self.source);
-        push("ce_type", &self.event_type);
-        if let Some(subject) = &self.subject {
-            push("ce_subject", subject);
+    /// Takes the event apart: its strings become the header values without
+    /// a copy, and the constant attributes are static.
+    fn into_binary(self) -> (Bytes, Vec<(String, Bytes)>) {
+        let mut headers = Vec::with_capacity(12);
+        let mut push = |name: &str, value: Bytes| headers.push((name.to_owned(), value));
+        push(
+            "ce_specversion",
+            Bytes::from_static(self.specversion.as_bytes()),
+        );
+        push("ce_id", Bytes::from(self.id));
+        push("ce_source", Bytes::from(self.source));
+        push("ce_type", Bytes::from(self.event_type));
+        if let Some(subject) = self.subject {
+            push("ce_subject", Bytes::from(subject));
         }
-        push("ce_time", &self.time);
-        if let Some(key) = &self.partitionkey {
-            push("ce_partitionkey", key);
+        push("ce_time", Bytes::from(self.time));
+        if let Some(key) = self.partitionkey {
+            push("ce_partitionkey", Bytes::from(key));
         }
-        if let Some(tp) = &self.traceparent {
-            push("ce_traceparent", tp);
+        if let Some(tp) = self.traceparent {
+            push("ce_traceparent", Bytes::from(tp));
         }
-        if let Some(ts) = &self.tracestate {
-            push("ce_tracestate", ts);
+        if let Some(ts) = self.tracestate {
+            push("ce_tracestate", Bytes::from(ts));
         }
         // The Kafka binding carries `datacontenttype` in `content-type`, not `ce_`.
-        push("content-type", self.datacontenttype);
-        headers
+        push(
+            "content-type",
+            Bytes::from_static(self.datacontenttype.as_bytes()),
+        );
+        (self.data, headers)
     }
 
     /// Structured content mode: the CloudEvents JSON format document.
@@ -272,7 +278,7 @@ pub fn build_record(
     )?;
     let event = CloudEvent::from_row(row, commit_time, &settings.source)?;
     let (value, mut headers) = match settings.mode {
-        ContentMode::Binary => (event.data.clone(), event.binary_headers()),
+        ContentMode::Binary => event.into_binary(),
         ContentMode::Structured => {
             let value = Bytes::from(event.to_structured_json()?);
             let headers = vec![(
@@ -305,9 +311,15 @@ pub fn render_topic(
     aggregate_type: &str,
     event_type: &str,
 ) -> Result<String, EnvelopeError> {
-    let topic = template
-        .replace("{aggregatetype}", aggregate_type)
-        .replace("{type}", event_type);
+    // Only the placeholders the template holds: `str::replace` copies the
+    // whole string even when the pattern is absent.
+    let mut topic = template.to_owned();
+    if topic.contains("{aggregatetype}") {
+        topic = topic.replace("{aggregatetype}", aggregate_type);
+    }
+    if topic.contains("{type}") {
+        topic = topic.replace("{type}", event_type);
+    }
     match topic_name_problem(&topic) {
         None => Ok(topic),
         Some(reason) => {

@@ -227,7 +227,21 @@ fn main() -> ExitCode {
         }
     };
     match cli.command {
-        Command::Run(_) => match runtime.block_on(run(config)) {
+        // The relay runs as a task on a worker thread, not on this thread
+        // under `block_on`: a worker polls the socket readiness itself and
+        // runs the woken session at once, where a future on this thread is
+        // woken through a futex by a worker for every readable socket (a
+        // thread hand-off per replication read).
+        Command::Run(_) => match runtime.block_on(async {
+            match tokio::spawn(run(config)).await {
+                Ok(result) => result,
+                // A panic stays a panic, as it was on this thread.
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(e) => Err(RunError::Setup(anyhow::anyhow!(
+                    "the relay task was cancelled: {e}"
+                ))),
+            }
+        }) {
             Ok(()) => ExitCode::SUCCESS,
             Err(RunError::Relay(e)) => {
                 tracing::error!("{e:#}");

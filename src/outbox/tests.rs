@@ -208,3 +208,71 @@ fn timestamps_with_and_without_zone() {
     );
     assert_eq!(parse_pg_timestamp("yesterday"), None);
 }
+
+#[test]
+fn the_fast_path_reads_what_postgresql_prints() {
+    for (text, expected) in [
+        (
+            "2026-11-30 15:16:57.123456+00",
+            "2026-11-30T15:16:57.123456+00:00",
+        ),
+        ("2026-11-30 15:16:57+00", "2026-11-30T15:16:57+00:00"),
+        (
+            "2026-11-30 00:30:00.5-03:30",
+            "2026-11-30T04:00:00.500+00:00",
+        ),
+        ("2026-01-01 01:00:00+02", "2025-12-31T23:00:00+00:00"),
+        (
+            "2026-11-30 15:16:57.000001",
+            "2026-11-30T15:16:57.000001+00:00",
+        ),
+    ] {
+        let fast = parse_iso_timestamp(text.as_bytes()).map(|t| t.to_rfc3339());
+        assert_eq!(fast.as_deref(), Some(expected), "{text}");
+    }
+    // Left to the general parser: offset with seconds, BC, seven
+    // fraction digits, a day that does not exist, a leap second.
+    for text in [
+        "1890-01-01 00:00:00+00:53:28",
+        "0044-03-15 12:00:00+00 BC",
+        "2026-11-30 15:16:57.1234567+00",
+        "2026-02-30 00:00:00+00",
+        "2016-12-31 23:59:60+00",
+        "2026-11-30T15:16:57+00",
+    ] {
+        assert_eq!(parse_iso_timestamp(text.as_bytes()), None, "{text}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+    /// The fast path never disagrees with the general parser: on
+    /// timestamps in PostgreSQL's shapes and on near misses.
+    #[test]
+    fn the_fast_path_agrees_with_the_general_parser(
+        year in 0u32..10000, month in 0u32..14, day in 0u32..33,
+        hour in 0u32..26, minute in 0u32..62, second in 0u32..62,
+        fraction in proptest::option::of("[0-9]{1,8}"),
+        offset in proptest::option::of((proptest::bool::ANY, 0u32..26, proptest::option::of(0u32..62))),
+        noise in proptest::option::of("[ +:.a-zT0-9-]{1,3}"),
+    ) {
+        let mut text = format!("{year:04}-{month:02}-{day:02} {hour:02}:{minute:02}:{second:02}");
+        if let Some(f) = &fraction {
+            text.push('.');
+            text.push_str(f);
+        }
+        if let Some((negative, hh, mm)) = offset {
+            text.push(if negative { '-' } else { '+' });
+            text.push_str(&format!("{hh:02}"));
+            if let Some(mm) = mm {
+                text.push_str(&format!(":{mm:02}"));
+            }
+        }
+        if let Some(n) = &noise {
+            text.push_str(n);
+        }
+        if let Some(fast) = parse_iso_timestamp(text.as_bytes()) {
+            proptest::prop_assert_eq!(Some(fast), parse_pg_timestamp_general(&text), "{}", text);
+        }
+    }
+}

@@ -23,16 +23,10 @@ const FAST_EXIT: Duration = Duration::from_secs(15);
 
 // ---------------------------------------------------- PostgreSQL authentication
 
-/// The relay's exit code for a fatal runtime error (slot missing,
-/// authentication refused, ...).
-const EXIT_FATAL: i32 = 1;
-/// The relay's exit code for a config it refuses before connecting.
-const EXIT_CONFIG: i32 = 2;
-
-/// Starts the relay with `config`, expects exit code [`EXIT_FATAL`] within
+/// Starts the relay with `config`, expects exit code [`EXIT_SOURCE`] within
 /// [`FAST_EXIT`] and no retry; returns the log.
 async fn expect_fast_refusal(config: &std::path::Path) -> String {
-    expect_fast_exit(config, EXIT_FATAL).await
+    expect_fast_exit(config, EXIT_SOURCE).await
 }
 
 /// Starts the relay with `config`, expects exit code `code` within
@@ -233,7 +227,7 @@ async fn tls_settings_the_relay_cannot_honour_refuse_fast_naming_the_fix() {
             "channel_binding=require needs TLS",
             EXIT_CONFIG,
         ),
-        ("sslmode=verify-full", "sslrootcert=<path", EXIT_FATAL),
+        ("sslmode=verify-full", "sslrootcert=<path", EXIT_SOURCE),
         (
             "sslmode=verify-ca&sslrootcert=system",
             "sslmode=verify-full",
@@ -281,7 +275,7 @@ async fn sslrootcert_file_is_the_only_trust_and_system_means_the_system_store() 
     let mut relay = Relay::process_with_env(&config, &system_store);
     let status = relay.wait(FAST_EXIT).await;
     let log = relay.log_text();
-    assert_eq!(status.code(), Some(1), "refused: {log}");
+    assert_eq!(status.code(), Some(EXIT_SOURCE), "refused: {log}");
     assert!(log.contains("certificate"), "{log}");
 
     // sslrootcert=system: that store, and verify-full by default.
@@ -455,7 +449,7 @@ async fn canary_secrets_never_appear_in_trace_logs() {
         let config = outbox.write_config_with_url(&conninfo, &kafka_secrets);
         check(
             "wrong password",
-            refused_run(&config, EXIT_FATAL, "authentication failed").await,
+            refused_run(&config, EXIT_SOURCE, "authentication failed").await,
         );
     }
 

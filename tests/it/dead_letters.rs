@@ -471,7 +471,7 @@ async fn missing_dead_letter_topic_stops_the_relay_at_start_naming_it_and_the_fi
 
 /// A dead-letter topic that does not exist, on a broker that does not
 /// create topics (here: a producer that may not), stops the binary at start
-/// with exit code 1 and the command that creates it.
+/// with the sink's exit code and the command that creates it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_dead_letter_topic_exits_non_zero_with_the_fix() {
     let outbox = TestOutbox::create("jsonb").await;
@@ -479,7 +479,7 @@ async fn missing_dead_letter_topic_exits_non_zero_with_the_fix() {
         outbox.write_config("[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"");
     let mut relay = Relay::process(&config);
     let status = relay.wait(Duration::from_secs(30)).await;
-    assert_eq!(status.code(), Some(1), "{status:?}");
+    assert_eq!(status.code(), Some(EXIT_SINK), "{status:?}");
     let log = relay.log_text();
     let fix = format!(
         "kafka-topics.sh --bootstrap-server <broker> --create --topic {}",

@@ -7,13 +7,6 @@ use std::time::Duration;
 use crate::support::http::*;
 use crate::support::*;
 
-/// Exit codes of `outbox-relay run`, as README.md and docs/operations.md
-/// document them.
-const EXIT_CLEAN: i32 = 0;
-const EXIT_CONFIG: i32 = 2;
-const EXIT_SOURCE: i32 = 3;
-const EXIT_SINK: i32 = 4;
-
 const FAST_EXIT: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------------------

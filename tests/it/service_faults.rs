@@ -555,7 +555,11 @@ async fn slot_dropped_while_streaming_is_fatal_and_never_recreated() {
         !status.success(),
         "{case}: a dropped slot is fatal; log:\n{log}"
     );
-    assert_eq!(status.code(), Some(1), "{case}: fatal errors exit 1");
+    assert_eq!(
+        status.code(),
+        Some(EXIT_SOURCE),
+        "{case}: a lost slot exits with the source code"
+    );
     assert!(
         log.contains(&format!(
             "replication slot \"{}\" does not exist",
@@ -612,7 +616,7 @@ async fn assert_invalidated_exit(case: &str, outbox: &TestOutbox, relay: &mut Re
     let log = relay.log_text();
     assert_eq!(
         status.code(),
-        Some(1),
+        Some(EXIT_SOURCE),
         "{case}: invalidated slot is fatal; log:\n{log}"
     );
     let named = format!("replication slot \"{}\" is invalidated", outbox.slot);

@@ -25,6 +25,18 @@ use tokio::task::JoinHandle;
 
 use super::random_name;
 
+/// Exit codes of `outbox-relay run`, as README.md, docs/operations.md and
+/// `--help` document them.
+pub const EXIT_CLEAN: i32 = 0;
+/// A configuration the relay refuses before connecting.
+pub const EXIT_CONFIG: i32 = 2;
+/// PostgreSQL needs a person: slot missing or invalidated, authentication
+/// or TLS refused, publication or table missing.
+pub const EXIT_SOURCE: i32 = 3;
+/// Kafka needs a person: credentials or ACLs refused, a topic missing and
+/// not created.
+pub const EXIT_SINK: i32 = 4;
+
 pub struct Relay {
     run: Run,
 }

@@ -1,0 +1,106 @@
+"""Plots for benches/RESULTS.md; run by report.py in benches/.venv (matplotlib).
+
+    plots.py RAW_JSON OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+NAMES = {
+    "relay": "outbox-relay",
+    "dbz_default": "Debezium (defaults)",
+    "dbz_tuned": "Debezium (tuned)",
+    "broker": "broker alone",
+    "postgres": "PostgreSQL only",
+}
+COLOURS = {"relay": "tab:red", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
+           "broker": "tab:green", "postgres": "tab:gray", "recv": "black"}
+
+
+def latency_plot(w1: dict, out: Path) -> None:
+    quantiles = [("p50_us", "p50"), ("p99_us", "p99"), ("p999_us", "p99.9"), ("max_us", "max")]
+    rates = sorted({int(r) for k in w1 for r in w1[k]})
+    fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4.5), sharey=True, squeeze=False)
+    for ax, rate in zip(axes[0], rates):
+        for key, runs_by_rate in w1.items():
+            runs = runs_by_rate.get(str(rate)) or runs_by_rate.get(rate)
+            if not runs:
+                continue
+            ys = []
+            for q, _ in quantiles:
+                vals = [(r.get("commit_to_consume") or {}).get(q) for r in runs]
+                vals = [v / 1000 for v in vals if v is not None]
+                ys.append(statistics.median(vals) if vals else float("nan"))
+            ax.plot([label for _, label in quantiles], ys, marker="o", label=NAMES[key], color=COLOURS[key])
+        ax.set_yscale("log")
+        ax.set_title(f"{rate:,} events/s")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].set_ylabel("commit-to-consume latency (ms, log)")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle("W1: latency percentiles per rate (open-loop load, median of runs)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def drain_plot(w: dict, title: str, out: Path) -> None:
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    for key in ("relay", "dbz_default", "dbz_tuned"):
+        runs = w.get(key) or []
+        if not runs:
+            continue
+        curve = runs[0]["curve"]
+        # events/s over 0.25 s windows of the first run
+        pts, i, step = [], 0, 0.25
+        t_end = curve[-1][0]
+        t = 0.0
+        while t < t_end:
+            def count_at(x):
+                c = 0
+                for tt, cc in curve:
+                    if tt > x:
+                        break
+                    c = cc
+                return c
+            pts.append((t + step / 2, (count_at(t + step) - count_at(t)) / step))
+            t += step
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], label=NAMES[key], color=COLOURS[key])
+    rec = w.get("recv") or []
+    if rec:
+        ax.axhline(statistics.median(r["events_per_s"] for r in rec), color="black", linestyle="--",
+                   label="pg_recvlogical (decode ceiling, mean)")
+    ax.set_xlabel("seconds since the first event on the topic")
+    ax.set_ylabel("events/s (0.25 s windows)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def main() -> None:
+    raw = json.loads(Path(sys.argv[1]).read_text())
+    out = Path(sys.argv[2])
+    out.mkdir(exist_ok=True)
+    for old in out.glob("*.png"):
+        old.unlink()
+    if raw.get("w1"):
+        latency_plot(raw["w1"], out / "w1-latency.png")
+    if raw.get("w3"):
+        drain_plot(raw["w3"], f"W3: backlog drain rate over time ({raw['w3']['rows']:,} rows, first run)", out / "w3-drain.png")
+    if raw.get("w4"):
+        drain_plot(raw["w4"], f"W4: one {raw['w4']['rows']:,}-row transaction, drain rate over time", out / "w4-drain.png")
+
+
+if __name__ == "__main__":
+    main()

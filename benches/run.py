@@ -1,0 +1,970 @@
+#!/usr/bin/env python3
+"""outbox-relay benchmark: the relay beside its ceilings and Debezium, in one run.
+
+    benches/run.py            full run (make bench)
+    benches/run.py --quick    small sizes, one repeat (make bench-quick)
+
+What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
+(`scripts/services up`, under .services/):
+
+* ceilings: pg_recvlogical to /dev/null (decode ceiling) and Kafka's
+  ProducerPerformance, acks=all, idempotent (broker ceiling);
+* W1 latency: open-loop load at fixed rates (outbox-loadgen --open-loop),
+  commit-returned -> consumed on this host, HDR histograms (outbox-latency),
+  for the relay, Debezium, the broker alone and the PostgreSQL-only path;
+* W2 max sustainable rate: the open-loop rate stepped up until the lag grows;
+* W3 backlog drain and W4 one big transaction: every system drains the same
+  WAL from its own slot, all created before the load;
+* cost: relay CPU per event, peak RSS, start-up to first event;
+* a flame graph of the relay during a W3 drain (perf, DWARF unwinding).
+
+Every figure is the median of BENCH_REPEAT runs (min and max beside it).
+Results: benches/RESULTS.md, benches/plots/*.png, benches/flamegraph-w3.svg;
+raw JSON in benches/results/ (git-ignored). Sizes and rates are overridable
+by environment variables (see `Settings`). No figure is asserted: this is
+a measurement, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHES = ROOT / "benches"
+RESULTS_DIR = BENCHES / "results"
+PLOTS_DIR = BENCHES / "plots"
+DEBEZIUM_DIR = BENCHES / "debezium"
+DEBEZIUM_LIBS = DEBEZIUM_DIR / "target" / "libs"
+KAFKA_LIBS = ROOT / "services" / "kafka" / "target" / "libs"
+VENV = BENCHES / ".venv"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def env_float(name: str, default: float) -> float:
+    return float(os.environ.get(name, default))
+
+
+def env_list(name: str, default: list[int]) -> list[int]:
+    v = os.environ.get(name)
+    return [int(x) for x in v.split(",")] if v else default
+
+
+@dataclass
+class Settings:
+    quick: bool
+    repeat: int
+    payload: int
+    w1_rates: list[int]
+    w1_secs: float
+    w1_warmup: float
+    w1_connections: int
+    system_warmup: float
+    w2_rates: list[int]
+    w2_secs: float
+    w3_rows: int
+    w4_rows: int
+    broker_records: int
+    debezium: bool
+    flamegraph: bool
+    workloads: list[str]
+    relay_baseline: str
+
+    @staticmethod
+    def from_env(quick: bool, only: str | None, no_debezium: bool) -> "Settings":
+        return Settings(
+            quick=quick,
+            repeat=env_int("BENCH_REPEAT", 1 if quick else 3),
+            payload=env_int("BENCH_PAYLOAD_BYTES", 500),
+            w1_rates=env_list("BENCH_W1_RATES", [1000, 5000, 10000]),
+            w1_secs=env_float("BENCH_W1_SECS", 8 if quick else 60),
+            w1_warmup=env_float("BENCH_W1_WARMUP_SECS", 2 if quick else 10),
+            w1_connections=env_int("BENCH_W1_CONNECTIONS", 8),
+            system_warmup=env_float("BENCH_SYSTEM_WARMUP_SECS", 10 if quick else 30),
+            w2_rates=env_list(
+                "BENCH_W2_RATES",
+                [2000, 5000, 10000, 15000] if quick else [2000, 4000, 6000, 8000, 10000, 12000, 15000, 20000],
+            ),
+            w2_secs=env_float("BENCH_W2_STEP_SECS", 6 if quick else 30),
+            w3_rows=env_int("BENCH_W3_ROWS", 50_000 if quick else 1_000_000),
+            w4_rows=env_int("BENCH_W4_ROWS", 50_000 if quick else 1_000_000),
+            broker_records=env_int("BENCH_BROKER_RECORDS", 100_000 if quick else 1_000_000),
+            debezium=not no_debezium and os.environ.get("BENCH_DEBEZIUM", "1") != "0",
+            flamegraph=os.environ.get("BENCH_FLAMEGRAPH", "1") != "0",
+            workloads=(only or os.environ.get("BENCH_ONLY") or "ceilings,w1,w2,w3,w4").split(","),
+            relay_baseline=os.environ.get("BENCH_RELAY_BASELINE", ""),
+        )
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def run(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    kw.setdefault("check", True)
+    kw.setdefault("text", True)
+    return subprocess.run(cmd, **kw)
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def median_min_max(values: list[float]) -> dict | None:
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def wait_file(path: Path, timeout: float, proc: subprocess.Popen | None = None, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what or proc.args[0]} exited ({proc.returncode}) before {path.name} appeared")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{path} did not appear within {timeout} s ({what})")
+        time.sleep(0.02)
+
+
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 30) -> None:
+    """Stops one process we started, by its pid; SIGKILL if it does not go."""
+    if proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(sig)
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+class ProcSampler:
+    """Samples a process's CPU time and memory from /proc while it runs."""
+
+    def __init__(self, pid: int, interval: float = 0.05):
+        self.pid = pid
+        self.interval = interval
+        self.samples: list[tuple[float, float, int]] = []  # (unix s, cpu s, rss bytes)
+        self.hwm = 0
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._loop, daemon=True)
+        self._t.start()
+
+    def read(self) -> tuple[float, int, int] | None:
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
+            rss = hwm = 0
+            with open(f"/proc/{self.pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss = int(line.split()[1]) * 1024
+                    elif line.startswith("VmHWM:"):
+                        hwm = int(line.split()[1]) * 1024
+            return cpu, rss, hwm
+        except (OSError, IndexError, ValueError):
+            return None
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            r = self.read()
+            if r is None:
+                return
+            cpu, rss, hwm = r
+            self.samples.append((time.time(), cpu, rss))
+            self.hwm = max(self.hwm, hwm)
+            self._stop.wait(self.interval)
+
+    def finish(self) -> None:
+        r = self.read()
+        if r is not None:
+            self.samples.append((time.time(), r[0], r[1]))
+            self.hwm = max(self.hwm, r[2])
+        self._stop.set()
+        self._t.join(2)
+
+    def cpu(self) -> float:
+        return self.samples[-1][1] if self.samples else 0.0
+
+    def cpu_between(self, t0: float, t1: float) -> float:
+        inside = [s for s in self.samples if t0 <= s[0] <= t1]
+        return inside[-1][1] - inside[0][1] if len(inside) >= 2 else 0.0
+
+    def max_rss_between(self, t0: float, t1: float) -> int:
+        return max((s[2] for s in self.samples if t0 <= s[0] <= t1), default=0)
+
+
+# ------------------------------------------------------------------ environment
+
+
+class Env:
+    """Services, binaries and per-run names."""
+
+    def __init__(self, settings: Settings):
+        self.s = settings
+        self.work = Path(tempfile.mkdtemp(prefix="outbox-bench-"))
+        self.run_id = uuid.uuid4().hex[:6]
+        self.counter = 0
+        out = run([str(ROOT / "scripts/services"), "up"], capture_output=True).stdout
+        self.vars = dict(re.findall(r"export (\w+)='([^']*)'", out))
+        port = self.vars["PG_PORT"]
+        # TLS off for every PostgreSQL client alike: the comparison is about
+        # decoding and publishing, not about ciphers.
+        self.pg_url = f"postgres://postgres@127.0.0.1:{port}/postgres?sslmode=disable"
+        self.relay_url = self.vars["PG_RELAY_URL"] + "?sslmode=disable"
+        self.pg_port = port
+        self.brokers = self.vars["KAFKA_BROKERS"]
+        target = Path(json.loads(run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=ROOT,
+                                     capture_output=True).stdout)["target_directory"]) / "release"
+        self.relay_bin = target / "outbox-relay"
+        self.loadgen_bin = target / "outbox-loadgen"
+        self.latency_bin = target / "examples" / "outbox-latency"
+
+    def name(self, what: str) -> str:
+        self.counter += 1
+        return f"b{self.run_id}_{what}{self.counter}"
+
+    def sql(self, q: str, quiet: bool = True) -> str:
+        return run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", self.pg_url, "-c", q], capture_output=True).stdout.strip()
+
+    def psql_script(self, script: str) -> None:
+        run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", self.pg_url], input=script, capture_output=True)
+
+    def create_outbox(self) -> tuple[str, str]:
+        """A fresh outbox table (Debezium's column names) and its insert-only publication."""
+        table = self.name("outbox")
+        pub = table + "_pub"
+        self.psql_script(
+            f"""
+CREATE TABLE public.{table} (id uuid PRIMARY KEY, aggregatetype text NOT NULL, aggregateid text NOT NULL,
+  type text NOT NULL, payload jsonb NOT NULL, "timestamp" timestamptz NOT NULL DEFAULT now());
+CREATE TABLE public.{table}_orders (id bigserial PRIMARY KEY, aggregateid text NOT NULL, seq bigint NOT NULL);
+GRANT SELECT, INSERT ON public.{table}, public.{table}_orders TO relay;
+GRANT USAGE ON SEQUENCE public.{table}_orders_id_seq TO relay;
+CREATE PUBLICATION {pub} FOR TABLE public.{table} WITH (publish = 'insert');
+"""
+        )
+        return table, pub
+
+    def create_slot(self, plugin: str = "pgoutput") -> str:
+        slot = self.name("slot")
+        self.sql(f"SELECT pg_create_logical_replication_slot('{slot}', '{plugin}')")
+        return slot
+
+    def drop_slot(self, slot: str) -> None:
+        try:
+            self.sql(f"SELECT pg_drop_replication_slot('{slot}')")
+        except subprocess.CalledProcessError:
+            pass
+
+    def probe_row(self, table: str) -> None:
+        """One unnumbered outbox row: a system is streaming once it arrives."""
+        self.sql(
+            f"INSERT INTO public.{table} (id, aggregatetype, aggregateid, type, payload) "
+            f"VALUES (gen_random_uuid(), 'order', 'probe', 'Probe', '{{\"probe\": true}}')"
+        )
+
+    def slot_lag(self, slot: str) -> int | None:
+        out = self.sql(
+            f"SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = '{slot}'"
+        )
+        return int(out) if out else None
+
+
+# ------------------------------------------------------------------ systems under test
+
+
+class Relay:
+    label = "outbox-relay"
+
+    def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, perf_out: Path | None = None,
+                 binary: Path | None = None):
+        self.env = env
+        if binary is not None:
+            self.label = "outbox-relay (baseline)"
+        self.topic = f"{prefix}.order"
+        conf = env.work / f"{prefix}.toml"
+        conf.write_text(
+            f"""[postgres]
+url = "{env.relay_url}"
+slot = "{slot}"
+publication = "{pub}"
+table = "public.{table}"
+heartbeat_interval_secs = 0
+[kafka]
+brokers = "{env.brokers}"
+topic = "{prefix}.{{aggregatetype}}"
+dlq_topic = "{prefix}.dlq"
+[cloudevents]
+source = "/bench"
+"""
+        )
+        self.log = env.work / f"{prefix}.log"
+        cmd = [str(binary or env.relay_bin), "run", "--config", str(conf)]
+        self.perf = None
+        if perf_out is not None:
+            self.perf = subprocess.Popen(
+                ["perf", "record", "-F", "499", "--call-graph", "dwarf,16384", "-o", str(perf_out), "--"] + cmd,
+                stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env={**os.environ, "RUST_LOG": "warn"},
+            )
+            deadline = time.monotonic() + 10
+            while True:
+                kids = Path(f"/proc/{self.perf.pid}/task/{self.perf.pid}/children").read_text().split()
+                if kids:
+                    self.pid = int(kids[0])
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError("perf did not start the relay")
+                time.sleep(0.005)
+            self.proc = None
+        else:
+            self.proc = subprocess.Popen(
+                cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT, env={**os.environ, "RUST_LOG": "warn"}
+            )
+            self.pid = self.proc.pid
+        self.spawned = time.time()
+        self.sampler = ProcSampler(self.pid)
+
+    def alive(self) -> bool:
+        p = self.proc or self.perf
+        return p.poll() is None
+
+    def stop(self) -> None:
+        self.sampler.finish()
+        if self.proc is not None:
+            stop(self.proc)
+        else:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            self.perf.wait(120)
+
+
+class Debezium:
+    """Kafka Connect standalone running Debezium's PostgreSQL connector with
+    the outbox event router, producing with acks=all and idempotence."""
+
+    def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, tuned: bool):
+        self.env = env
+        self.label = "Debezium (tuned)" if tuned else "Debezium (defaults)"
+        self.topic = f"{prefix}.order"
+        d = env.work / prefix
+        d.mkdir()
+        rest = free_port()
+        producer_tuning = "producer.linger.ms=0\n" if tuned else ""
+        (d / "worker.properties").write_text(
+            f"""bootstrap.servers={env.brokers}
+key.converter=org.apache.kafka.connect.storage.StringConverter
+value.converter=org.apache.kafka.connect.storage.StringConverter
+offset.storage.file.filename={d}/offsets.dat
+listeners=http://127.0.0.1:{rest}
+plugin.discovery=service_load
+producer.acks=all
+producer.enable.idempotence=true
+producer.max.in.flight.requests.per.connection=5
+producer.compression.type=none
+{producer_tuning}"""
+        )
+        tuning = "poll.interval.ms=1\n" if tuned else ""
+        (d / "connector.properties").write_text(
+            f"""name={prefix}
+connector.class=io.debezium.connector.postgresql.PostgresConnector
+tasks.max=1
+plugin.name=pgoutput
+database.hostname=127.0.0.1
+database.port={env.pg_port}
+database.user=relay
+database.password=relay-test-password
+database.dbname=postgres
+database.sslmode=disable
+topic.prefix={prefix}
+slot.name={slot}
+slot.drop.on.stop=false
+publication.name={pub}
+publication.autocreate.mode=disabled
+table.include.list=public.{table}
+snapshot.mode=no_data
+tombstones.on.delete=false
+transforms=outbox
+transforms.outbox.type=io.debezium.transforms.outbox.EventRouter
+transforms.outbox.route.topic.replacement={prefix}.${{routedByValue}}
+transforms.outbox.table.fields.additional.placement=type:header:type
+{tuning}"""
+        )
+        (d / "log4j2.properties").write_text(
+            f"""status = warn
+appender.file.type = File
+appender.file.name = file
+appender.file.fileName = {d}/connect.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = info
+rootLogger.appenderRef.file.ref = file
+"""
+        )
+        self.log = d / "connect.out"
+        self.proc = subprocess.Popen(
+            ["java", "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+             f"-Dlog4j2.configurationFile={d}/log4j2.properties",
+             "-cp", f"{DEBEZIUM_LIBS}/*", "org.apache.kafka.connect.cli.ConnectStandalone",
+             str(d / "worker.properties"), str(d / "connector.properties")],
+            stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+        )
+        self.pid = self.proc.pid
+        self.spawned = time.time()
+        self.sampler = ProcSampler(self.pid)
+        self.dir = d
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        self.sampler.finish()
+        stop(self.proc, timeout=60)
+
+
+# ------------------------------------------------------------------ measuring tools
+
+
+def watch(env: Env, topic: str, expect: int, timeout: float = 1800) -> tuple[subprocess.Popen, Path]:
+    out = env.work / f"watch-{uuid.uuid4().hex[:6]}.txt"
+    ready = out.with_suffix(".ready")
+    p = subprocess.Popen(
+        [str(env.latency_bin), "watch", "--brokers", env.brokers, "--topic", topic, "--expect", str(expect),
+         "--out", str(out), "--timeout-secs", str(int(timeout)), "--ready-file", str(ready)],
+    )
+    wait_file(ready, 60, p, "watch")
+    return p, out
+
+
+def read_watch(path: Path) -> list[tuple[float, int]]:
+    pts = []
+    for line in path.read_text().split("\n"):
+        if line.strip():
+            t, c = line.split()
+            pts.append((int(t) / 1e9, int(c)))
+    return pts
+
+
+def wait_streaming(env: Env, sut, table: str, timeout: float = 180) -> float:
+    """Writes a probe row and waits until it is on the system's topic; returns when."""
+    w, out = watch(env, sut.topic, 1, timeout)
+    env.probe_row(table)
+    deadline = time.monotonic() + timeout
+    while w.poll() is None:
+        if not sut.alive():
+            stop(w)
+            raise RuntimeError(f"{sut.label} exited during start-up; see {sut.log}")
+        if time.monotonic() > deadline:
+            stop(w)
+            raise RuntimeError(f"{sut.label} did not deliver a probe event within {timeout} s; see {sut.log}")
+        time.sleep(0.05)
+    if w.returncode != 0:
+        raise RuntimeError(f"watch on {sut.topic} failed")
+    return time.time()
+
+
+def latency_step(env: Env, table: str, rate: int, secs: float, warmup: float, reader: str,
+                 topic: str | None = None, slot_for_lag: str | None = None) -> dict:
+    """One open-loop step: a reader positioned first, then the load; returns
+    the reader's JSON report plus the writer's own summary."""
+    tag = uuid.uuid4().hex[:6]
+    timing = env.work / f"timing-{tag}.bin"
+    ready = env.work / f"ready-{tag}"
+    extra: list[subprocess.Popen] = []
+    if reader == "kafka":
+        rd = subprocess.Popen(
+            [str(env.latency_bin), "consume", "--brokers", env.brokers, "--topic", topic,
+             "--timing-file", str(timing), "--ready-file", str(ready), "--idle-secs", "30"],
+            stdout=subprocess.PIPE, text=True,
+        )
+    elif reader == "postgres":
+        slot = env.create_slot("test_decoding")
+        recv = subprocess.Popen(
+            ["pg_recvlogical", "-d", env.pg_url, "--slot", slot, "--start", "-o", "include-xids=0",
+             "-o", "include-timestamp=0", "-f", "-", "-s", "1"],
+            stdout=subprocess.PIPE,
+        )
+        extra.append(recv)
+        rd = subprocess.Popen(
+            [str(env.latency_bin), "stdin", "--timing-file", str(timing), "--ready-file", str(ready),
+             "--idle-secs", "30"],
+            stdin=recv.stdout, stdout=subprocess.PIPE, text=True,
+        )
+        recv.stdout.close()
+    else:
+        raise ValueError(reader)
+    wait_file(ready, 60, rd, "latency reader")
+    lag: list[tuple[float, int]] = []
+    stop_lag = threading.Event()
+    if slot_for_lag:
+        def sample_lag():
+            while not stop_lag.is_set():
+                v = env.slot_lag(slot_for_lag)
+                if v is not None:
+                    lag.append((time.time(), v))
+                stop_lag.wait(0.5)
+        lt = threading.Thread(target=sample_lag, daemon=True)
+        lt.start()
+    t0 = time.time()
+    load = run(
+        [str(env.loadgen_bin), "--url", env.pg_url, "--table", f"public.{table}", "--open-loop",
+         "--rate", str(rate), "--duration-secs", str(int(round(secs + warmup))), "--events", "0",
+         "--connections", str(env.s.w1_connections), "--payload-bytes", str(env.s.payload),
+         "--warmup-secs", str(warmup), "--timing-file", str(timing)],
+        capture_output=True,
+    )
+    t1 = time.time()
+    out, _ = rd.communicate(timeout=3600)
+    stop_lag.set()
+    for p in extra:
+        stop(p)
+    if reader == "postgres":
+        env.drop_slot(slot)
+    if rd.returncode != 0:
+        raise RuntimeError(f"latency reader failed ({rd.returncode})")
+    res = json.loads(out.strip().splitlines()[-1])
+    res["writer"] = load.stdout.strip()
+    res["load_window"] = [t0, t1]
+    res["slot_lag"] = lag
+    return res
+
+
+def broker_step(env: Env, rate: int, secs: float, warmup: float) -> dict:
+    topic = env.name("broker") + ".order"
+    tag = uuid.uuid4().hex[:6]
+    timing = env.work / f"timing-{tag}.bin"
+    ready = env.work / f"ready-{tag}"
+    rd = subprocess.Popen(
+        [str(env.latency_bin), "consume", "--brokers", env.brokers, "--topic", topic,
+         "--timing-file", str(timing), "--ready-file", str(ready), "--idle-secs", "30"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    wait_file(ready, 60, rd, "latency reader")
+    run([str(env.latency_bin), "produce", "--brokers", env.brokers, "--topic", topic, "--rate", str(rate),
+         "--duration-secs", str(secs + warmup), "--warmup-secs", str(warmup),
+         "--record-bytes", str(env.s.payload), "--timing-file", str(timing)], capture_output=True)
+    out, _ = rd.communicate(timeout=3600)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------------ workloads
+
+
+def ceiling_broker(env: Env) -> list[dict]:
+    out = []
+    for i in range(env.s.repeat):
+        topic = env.name("perf")
+        r = run(
+            ["java", "-Xmx512m", "-cp", f"{KAFKA_LIBS}/*", "org.apache.kafka.tools.ProducerPerformance",
+             "--topic", topic, "--num-records", str(env.s.broker_records), "--record-size", str(env.s.payload),
+             "--throughput", "-1", "--producer-props", f"bootstrap.servers={env.brokers}", "acks=all",
+             "enable.idempotence=true", "linger.ms=5", "compression.type=none"],
+            capture_output=True,
+        )
+        lines = [l for l in r.stdout.splitlines() if "records sent" in l]
+        rate = lambda l: float(re.search(r"([\d.]+) records/sec", l).group(1))  # noqa: E731
+        # The last line is the whole run, JVM warm-up included; the others are
+        # 5 s windows, whose best is the steady rate (the ceiling we quote).
+        windows = [rate(l) for l in lines[:-1]]
+        out.append({"records_per_s": max(windows + [rate(lines[-1])]), "overall_records_per_s": rate(lines[-1]),
+                    "line": lines[-1]})
+        last = lines[-1]
+        log(f"broker ceiling run {i + 1}: {last}")
+    return out
+
+
+def load_backlog(env: Env, table: str, rows: int, one_txn: bool) -> None:
+    pad = max(env.s.payload - 90, 0)
+    payload = (
+        "jsonb_build_object('n', i, 'aggregate', 'agg-' || (i % 100), 'seq', i / 100 + 1, "
+        f"'total', 42.5, 'pad', repeat('x', {pad}))"
+    )
+    if one_txn:
+        script = f"""INSERT INTO public.{table} (id, aggregatetype, aggregateid, type, payload)
+SELECT gen_random_uuid(), 'order', 'agg-' || (i % 100), 'OrderPlaced', {payload}
+FROM generate_series(0, {rows - 1}) AS i;"""
+    else:
+        script = f"""DO $$
+BEGIN
+  FOR i IN 0..{rows - 1} LOOP
+    INSERT INTO public.{table} (id, aggregatetype, aggregateid, type, payload)
+    VALUES (gen_random_uuid(), 'order', 'agg-' || (i % 100), 'OrderPlaced', {payload});
+    COMMIT;
+  END LOOP;
+END
+$$;"""
+    env.psql_script(script)
+
+
+def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int) -> dict:
+    t0 = time.time()
+    p = subprocess.Popen(
+        ["pg_recvlogical", "-d", env.pg_url, "--slot", slot, "--start", "--endpos", end_lsn,
+         "-o", "proto_version=1", "-o", f"publication_names={pub}", "-f", "/dev/null", "--no-loop"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    # Reaped here for its rusage (CPU of the client; decoding itself is the walsender's).
+    _, status, usage = os.wait4(p.pid, 0)
+    t1 = time.time()
+    p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != 0:
+        raise RuntimeError(f"pg_recvlogical failed: {p.stderr.read()}")
+    return {"events_per_s": rows / (t1 - t0), "secs": t1 - t0, "cpu_s": usage.ru_utime + usage.ru_stime}
+
+
+def system_drain(env: Env, make_sut, rows: int) -> dict:
+    """Starts a system on a slot holding `rows` events and measures until all are on its topic."""
+    prefix = env.name("drain")
+    topic = f"{prefix}.order"
+    w, out = watch(env, topic, rows)
+    sut = make_sut(prefix)
+    try:
+        while w.poll() is None:
+            if not sut.alive():
+                raise RuntimeError(f"{sut.label} exited during the drain; see {sut.log}")
+            time.sleep(0.05)
+        done = time.time()
+        if w.returncode != 0:
+            raise RuntimeError(f"{sut.label}: drain did not complete; see {sut.log}")
+        cpu = sut.sampler.read()
+    finally:
+        stop(w)
+        sut.stop()
+    pts = read_watch(out)
+    first = next(t for t, c in pts if c > 0)
+    last = pts[-1][0]
+    cpu_s = cpu[0] if cpu else sut.sampler.cpu()
+    return {
+        "system": sut.label,
+        "startup_to_first_event_s": first - sut.spawned,
+        "drain_events_per_s": rows / max(last - first, 1e-6),
+        "total_secs": last - sut.spawned,
+        "cpu_s": cpu_s,
+        "cpu_us_per_event": cpu_s / rows * 1e6,
+        "peak_rss_mb": sut.sampler.hwm / 2**20,
+        "curve": [(t - first, c) for t, c in pts],
+    }
+
+
+def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool) -> dict:
+    s = env.s
+    table, pub = env.create_outbox()
+    slots = {
+        "recv": [env.create_slot() for _ in range(s.repeat)],
+        "relay": [env.create_slot() for _ in range(s.repeat)],
+    }
+    if s.relay_baseline:
+        slots["relay_base"] = [env.create_slot() for _ in range(s.repeat)]
+    if s.debezium:
+        slots["dbz_default"] = [env.create_slot() for _ in range(s.repeat)]
+        slots["dbz_tuned"] = [env.create_slot() for _ in range(s.repeat)]
+    if flame:
+        slots["perf"] = [env.create_slot()]
+    log(f"{name}: loading {rows} rows ({'one transaction' if one_txn else 'single-row transactions'})")
+    t0 = time.time()
+    load_backlog(env, table, rows, one_txn)
+    end_lsn = env.sql("SELECT pg_current_wal_insert_lsn()")
+    log(f"{name}: loaded in {time.time() - t0:.1f} s; WAL up to {end_lsn}")
+    res: dict = {"rows": rows, "recv": [], "relay": [], "relay_base": [], "dbz_default": [], "dbz_tuned": []}
+    for i in range(s.repeat):
+        r = recvlogical_drain(env, slots["recv"][i], pub, end_lsn, rows)
+        log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s")
+        res["recv"].append(r)
+
+        def this_build() -> None:
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows)
+            log(f"{name} run {i + 1}: relay {r['drain_events_per_s']:.0f} events/s, first event after "
+                f"{r['startup_to_first_event_s']:.3f} s, {r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
+            res["relay"].append(r)
+
+        def baseline_build() -> None:
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_base"][i], p,
+                                                  binary=Path(s.relay_baseline)), rows)
+            log(f"{name} run {i + 1}: baseline relay {r['drain_events_per_s']:.0f} events/s, "
+                f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
+            res["relay_base"].append(r)
+
+        # Another build of the relay (BENCH_RELAY_BASELINE) drains the same WAL
+        # from its own slot beside this one, first on every other repeat: a
+        # before/after in one run, not biased by which drains first.
+        order = [this_build] + ([baseline_build] if s.relay_baseline else [])
+        for drain in order if i % 2 == 0 else reversed(order):
+            drain()
+        if s.debezium:
+            for key, tuned in (("dbz_default", False), ("dbz_tuned", True)):
+                r = system_drain(env, lambda p: Debezium(env, table, pub, slots[key][i], p, tuned), rows)
+                log(f"{name} run {i + 1}: {r['system']} {r['drain_events_per_s']:.0f} events/s, first event after "
+                    f"{r['startup_to_first_event_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MiB")
+                res[key].append(r)
+    if flame:
+        perf_data = env.work / "perf.data"
+        r = system_drain(env, lambda p: Relay(env, table, pub, slots["perf"][0], p, perf_out=perf_data), rows)
+        log(f"{name}: relay under perf {r['drain_events_per_s']:.0f} events/s; folding stacks")
+        res["flamegraph"] = flamegraph(perf_data)
+    for group in slots.values():
+        for slot in group:
+            env.drop_slot(slot)
+    env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders")
+    return res
+
+
+def flamegraph(perf_data: Path) -> dict:
+    folded = perf_data.with_suffix(".folded")
+    with open(folded, "w") as f:
+        script = subprocess.Popen(["perf", "script", "-i", str(perf_data), "-F", "comm,tid,ip,sym"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        run([sys.executable, str(BENCHES / "flamegraph.py"), "fold"], stdin=script.stdout, stdout=f)
+        script.wait()
+    RESULTS_DIR.mkdir(exist_ok=True)
+    shutil.copy(folded, RESULTS_DIR / "flamegraph-w3.folded")
+    svg = BENCHES / "flamegraph-w3.svg"
+    run([sys.executable, str(BENCHES / "flamegraph.py"), "svg", "--title",
+         "outbox-relay, W3 backlog drain (perf, cpu-clock, DWARF)", str(folded), str(svg)])
+    top = json.loads(run([sys.executable, str(BENCHES / "flamegraph.py"), "top", str(folded)],
+                         capture_output=True).stdout)
+    return {"svg": str(svg.relative_to(ROOT)), "top": top}
+
+
+def live_system(env: Env, kind: str, rates: list[int], secs: float, warmup: float, stop_on_unbounded: bool) -> list[dict]:
+    """Starts one system on a fresh slot and runs open-loop steps at `rates`."""
+    table, pub = env.create_outbox()
+    slot = env.create_slot()
+    prefix = env.name("live")
+    if kind == "relay":
+        sut = Relay(env, table, pub, slot, prefix)
+    else:
+        sut = Debezium(env, table, pub, slot, prefix, tuned=(kind == "dbz_tuned"))
+    steps = []
+    try:
+        ready = wait_streaming(env, sut, table)
+        log(f"{sut.label} streaming {ready - sut.spawned:.2f} s after start")
+        if env.s.system_warmup > 0:
+            # Left out: a JVM that just started (or a relay's first batches)
+            # would otherwise be measured in the first step only.
+            r = latency_step(env, table, rates[0], env.s.system_warmup, 0.0, "kafka", sut.topic)
+            c = r["commit_to_consume"] or {}
+            log(f"{sut.label} warm-up at {rates[0]}/s for {env.s.system_warmup:g} s (left out): "
+                f"p99 {c.get('p99_us', 0) / 1e3:.1f} ms")
+        for rate in rates:
+            r = latency_step(env, table, rate, secs, warmup, "kafka", sut.topic, slot_for_lag=slot)
+            t0, t1 = r["load_window"]
+            r["rate"] = rate
+            r["cpu_s"] = sut.sampler.cpu_between(t0 + warmup, t1)
+            r["max_rss_mb"] = sut.sampler.max_rss_between(t0, t1) / 2**20
+            r["sustained"] = sustained(r, rate, secs)
+            c = r["commit_to_consume"] or {}
+            log(f"{sut.label} @ {rate}/s: p50 {c.get('p50_us', 0) / 1e3:.2f} ms p99 {c.get('p99_us', 0) / 1e3:.2f} ms "
+                f"max {c.get('max_us', 0) / 1e3:.1f} ms, writer reached {r.get('commit_rate', 0):.0f}/s, lost {r['lost']}, "
+                f"sustained={r['sustained']}")
+            steps.append(r)
+            if stop_on_unbounded and not r["sustained"]:
+                break
+    finally:
+        sut.stop()
+        env.drop_slot(slot)
+    return steps
+
+
+def sustained(r: dict, rate: int, secs: float) -> bool:
+    """Lag stays bounded: the writer kept the rate (its commits, not its
+    schedule, span the window at >= 95 % of it), nothing was lost, and the
+    step's last quarter's p99 commit-to-consume latency is under a second.
+    End-to-end lag is judged rather than slot lag because Debezium confirms
+    its slot only when Connect flushes offsets; slot lag is reported beside."""
+    if r["lost"] or r.get("commit_rate", 0) < 0.95 * rate:
+        return False
+    q = [x for x in r["quarters_p99_us"] if x is not None]
+    if not q or q[-1] > 1_000_000:
+        return False
+    return True
+
+
+def w1(env: Env) -> dict:
+    s = env.s
+    res: dict = {"broker": {}, "postgres": {}, "relay": {}, "dbz_default": {}, "dbz_tuned": {}}
+    for i in range(s.repeat):
+        for rate in s.w1_rates:
+            r = broker_step(env, rate, s.w1_secs, s.w1_warmup)
+            c = r["commit_to_consume"] or {}
+            log(f"broker alone @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms p99 {c.get('p99_us', 0) / 1e3:.2f} ms")
+            res["broker"].setdefault(rate, []).append(r)
+        table, _ = env.create_outbox()
+        for rate in s.w1_rates:
+            r = latency_step(env, table, rate, s.w1_secs, s.w1_warmup, "postgres")
+            c = r["commit_to_consume"] or {}
+            log(f"PostgreSQL only @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms p99 {c.get('p99_us', 0) / 1e3:.2f} ms")
+            res["postgres"].setdefault(rate, []).append(r)
+        kinds = ["relay"] + (["dbz_default", "dbz_tuned"] if s.debezium else [])
+        for kind in kinds:
+            for r in live_system(env, kind, s.w1_rates, s.w1_secs, s.w1_warmup, False):
+                res[kind].setdefault(r["rate"], []).append(r)
+    return res
+
+
+def w2(env: Env) -> dict:
+    s = env.s
+    res: dict = {}
+    kinds = ["relay"] + (["dbz_default", "dbz_tuned"] if s.debezium else [])
+    for kind in kinds:
+        res[kind] = []
+        for i in range(s.repeat):
+            steps = live_system(env, kind, s.w2_rates, s.w2_secs, 1.0, True)
+            ok = [st["rate"] for st in steps if st["sustained"]]
+            res[kind].append({"max_sustained": max(ok) if ok else 0, "steps": steps,
+                              "limit_reached": all(st["sustained"] for st in steps)})
+            log(f"W2 {kind} run {i + 1}: max sustained {res[kind][-1]['max_sustained']}/s")
+    return res
+
+
+# ------------------------------------------------------------------ setup
+
+
+def build(env_settings: Settings) -> None:
+    log("building release binaries (outbox-relay, outbox-loadgen, outbox-latency)")
+    run(["cargo", "build", "--release", "--quiet", "--bin", "outbox-relay", "--bin", "outbox-loadgen",
+         "--example", "outbox-latency"], cwd=ROOT)
+
+
+def ensure_debezium_jars() -> None:
+    stamp = DEBEZIUM_LIBS / ".complete"
+    pom = DEBEZIUM_DIR / "pom.xml"
+    if stamp.exists() and stamp.stat().st_mtime >= pom.stat().st_mtime:
+        return
+    log("fetching Kafka Connect and Debezium jars from Maven Central (first run only)")
+    shutil.rmtree(DEBEZIUM_LIBS, ignore_errors=True)
+    run(["mvn", "-B", "-q", "dependency:copy-dependencies", "-DoutputDirectory=target/libs",
+         "-DincludeScope=runtime"], cwd=DEBEZIUM_DIR)
+    stamp.touch()
+
+
+def ensure_venv() -> Path:
+    py = VENV / "bin" / "python"
+    if not py.exists():
+        log("creating the plotting venv (matplotlib from PyPI)")
+        run([sys.executable, "-m", "venv", str(VENV)])
+    r = run([str(py), "-c", "import matplotlib"], check=False, capture_output=True)
+    if r.returncode != 0:
+        run([str(py), "-m", "pip", "install", "-q", "matplotlib"])
+    return py
+
+
+def machine(env: "Env") -> dict:
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    mem = next(int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal"))
+
+    def ver(cmd: list[str]) -> str:
+        try:
+            return run(cmd, capture_output=True, check=False).stdout.strip().splitlines()[0]
+        except (OSError, IndexError):
+            return "?"
+
+    java = run(["java", "-version"], capture_output=True, check=False).stderr.strip().splitlines()[0]
+    return {
+        "nproc": os.cpu_count(),
+        "memory_gib": round(mem / 2**20, 1),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "loadavg_at_start": os.getloadavg(),
+        "postgres": env.sql("SHOW server_version"),
+        "rustc": ver(["rustc", "--version"]),
+        "java": java,
+        "kafka": "4.1.1 (broker, Connect, ProducerPerformance)",
+        "debezium": "3.6.1.Final (debezium-connector-postgres, EventRouter)",
+        "relay_commit": run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True).stdout.strip(),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    ap.add_argument("--only", help="comma list of ceilings,w1,w2,w3,w4")
+    ap.add_argument("--no-debezium", action="store_true")
+    ap.add_argument("--report-only", help="re-render RESULTS.md from a raw JSON file")
+    args = ap.parse_args()
+    if args.report_only:
+        sys.path.insert(0, str(BENCHES))
+        import report
+
+        report.render(json.loads(Path(args.report_only).read_text()), ensure_venv(), Path(args.report_only))
+        return
+    s = Settings.from_env(args.quick, args.only, args.no_debezium)
+    py = ensure_venv()
+    if s.debezium:
+        ensure_debezium_jars()
+    build(s)
+    env = Env(s)
+    os.environ["PGCONNECT_TIMEOUT"] = "10"
+    info = machine(env)
+    info["loadavg_at_start"] = os.getloadavg()
+    log(f"settings: {asdict(s)}")
+    started = time.time()
+    results: dict = {"settings": asdict(s), "machine": info, "started": started,
+                     "command": "make bench-quick" if s.quick else "make bench"}
+    raw = RESULTS_DIR / f"raw-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    RESULTS_DIR.mkdir(exist_ok=True)
+
+    def save() -> None:
+        raw.write_text(json.dumps(results, indent=1, default=str))
+
+    try:
+        if "ceilings" in s.workloads:
+            results["broker_ceiling"] = ceiling_broker(env)
+            save()
+        if "w3" in s.workloads:
+            results["w3"] = backlog_workload(env, "W3", s.w3_rows, False, s.flamegraph)
+            save()
+        if "w4" in s.workloads:
+            results["w4"] = backlog_workload(env, "W4", s.w4_rows, True, False)
+            save()
+        if "w1" in s.workloads:
+            results["w1"] = w1(env)
+            save()
+        if "w2" in s.workloads:
+            results["w2"] = w2(env)
+            save()
+    finally:
+        results["elapsed_s"] = time.time() - started
+        results["loadavg_at_end"] = os.getloadavg()
+        save()
+        log(f"raw results: {raw}")
+    sys.path.insert(0, str(BENCHES))
+    import report
+
+    report.render(results, py, raw)
+    shutil.rmtree(env.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,651 @@
+//! `outbox-latency`: the benchmark's measuring end (`benches/run.py` drives it).
+//!
+//! * `consume`: a Kafka consumer on the same host as the writer. It stamps
+//!   each record with the time it arrived, reads the event number `n` from
+//!   the start of the value, and, once the writer's timing file appears,
+//!   joins the two: latency = arrival − the writer's commit-returned time,
+//!   per event, into an HDR histogram. The writer's load is open loop (each
+//!   event is due at a fixed time whatever happened before), so a stall
+//!   anywhere shows up in every event it delayed: no coordinated omission.
+//! * `stdin`: the same over lines of `pg_recvlogical -P test_decoding -f -`,
+//!   which is the PostgreSQL-only path (commit returned → walsender → client).
+//! * `produce`: the broker alone: an idempotent acks=all producer at a fixed
+//!   open-loop rate with the same record size, writing the same timing file
+//!   (the "commit-returned" time is when `send` returned).
+//! * `watch`: polls a topic's high watermarks and writes the record count
+//!   over time, for drain rates and time to first event.
+//!
+//! Timing file layout (written by `outbox-loadgen --timing-file` and by
+//! `produce`): little-endian u64s: magic `OBLTIME1`, run start (Unix ns),
+//! warm-up (ns), count `c`, then `c` pairs (due ns, commit-returned ns)
+//! indexed by `n`; zeros mark an event never committed.
+//!
+//! Every time is `CLOCK_REALTIME` read on one host, so the two processes'
+//! stamps compare directly; nothing here asserts on timings.
+
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use hdrhistogram::Histogram;
+use rdkafka::ClientConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(about = "Latency and drain measurements for the outbox-relay benchmark")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Consume a topic from its current end and report commit-to-consume latency.
+    Consume {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        #[command(flatten)]
+        wait: JoinArgs,
+    },
+    /// Read `pg_recvlogical -P test_decoding -f -` lines from stdin and
+    /// report commit-to-decode latency.
+    Stdin {
+        #[command(flatten)]
+        wait: JoinArgs,
+    },
+    /// Produce at a fixed open-loop rate (acks=all, idempotent).
+    Produce {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        rate: u64,
+        #[arg(long)]
+        duration_secs: f64,
+        #[arg(long, default_value_t = 0.0)]
+        warmup_secs: f64,
+        #[arg(long, default_value_t = 500)]
+        record_bytes: usize,
+        #[arg(long, default_value_t = 5)]
+        linger_ms: u32,
+        #[arg(long)]
+        timing_file: PathBuf,
+    },
+    /// Poll a topic's record count until it reaches --expect; write "unix_ns count" lines.
+    Watch {
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        expect: i64,
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        interval_ms: u64,
+        #[arg(long, default_value_t = 1800)]
+        timeout_secs: u64,
+        /// Touched once the topic exists and the first count was taken.
+        #[arg(long)]
+        ready_file: Option<PathBuf>,
+    },
+}
+
+#[derive(clap::Args)]
+struct JoinArgs {
+    /// The writer's timing file; measuring ends when it exists and every
+    /// event in it arrived, or nothing arrived for --idle-secs.
+    #[arg(long)]
+    timing_file: PathBuf,
+    #[arg(long, default_value_t = 30)]
+    idle_secs: u64,
+    /// Touched once the reader is positioned and ready for the load.
+    #[arg(long)]
+    ready_file: Option<PathBuf>,
+    /// Give up after this many seconds whatever happens.
+    #[arg(long, default_value_t = 3600)]
+    max_secs: u64,
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Consume {
+            brokers,
+            topic,
+            wait,
+        } => consume(&brokers, &topic, &wait),
+        Cmd::Stdin { wait } => from_stdin(&wait),
+        Cmd::Produce {
+            brokers,
+            topic,
+            rate,
+            duration_secs,
+            warmup_secs,
+            record_bytes,
+            linger_ms,
+            timing_file,
+        } => produce(
+            &brokers,
+            &topic,
+            rate,
+            duration_secs,
+            warmup_secs,
+            record_bytes,
+            linger_ms,
+            &timing_file,
+        ),
+        Cmd::Watch {
+            brokers,
+            topic,
+            expect,
+            out,
+            interval_ms,
+            timeout_secs,
+            ready_file,
+        } => watch(
+            &brokers,
+            &topic,
+            expect,
+            &out,
+            Duration::from_millis(interval_ms),
+            Duration::from_secs(timeout_secs),
+            ready_file.as_deref(),
+        ),
+    }
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// The event number at the start of a JSON payload: `"n":123` or, as
+/// PostgreSQL prints jsonb, `"n": 123`. The first occurrence in `bytes`.
+fn event_number(bytes: &[u8]) -> Option<u64> {
+    let at = bytes.windows(4).position(|w| w == b"\"n\":")?;
+    let rest = &bytes[at + 4..];
+    let digits = rest.iter().skip_while(|b| **b == b' ');
+    let mut n: u64 = 0;
+    let mut any = false;
+    for b in digits {
+        if b.is_ascii_digit() {
+            n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+            any = true;
+        } else {
+            break;
+        }
+    }
+    any.then_some(n)
+}
+
+/// Arrival times by event number, and what arrived twice or unnumbered.
+#[derive(Default)]
+struct Arrivals {
+    at: Vec<u64>,
+    received: u64,
+    duplicates: u64,
+    unnumbered: u64,
+    last_ns: u64,
+}
+
+impl Arrivals {
+    fn record(&mut self, payload: Option<&[u8]>, now: u64) {
+        self.last_ns = now;
+        match payload.and_then(event_number) {
+            Some(n) => {
+                let n = n as usize;
+                if n >= self.at.len() {
+                    self.at.resize((n + 1).max(self.at.len() * 2), 0);
+                }
+                if self.at[n] == 0 {
+                    self.at[n] = now;
+                    self.received += 1;
+                } else {
+                    self.duplicates += 1;
+                }
+            }
+            None => self.unnumbered += 1,
+        }
+    }
+}
+
+struct Timing {
+    start_ns: u64,
+    warmup_ns: u64,
+    events: Vec<(u64, u64)>,
+}
+
+impl Timing {
+    fn committed(&self) -> u64 {
+        self.events.iter().filter(|(_, c)| *c != 0).count() as u64
+    }
+}
+
+fn read_timing(path: &Path) -> anyhow::Result<Option<Timing>> {
+    let bytes = match std::fs::read(path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let word = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap());
+    if bytes.len() < 32 || &bytes[..8] != b"OBLTIME1" {
+        bail!("{} is not a timing file (bad magic)", path.display());
+    }
+    let count = word(3) as usize;
+    if bytes.len() != 32 + count * 16 {
+        bail!("{} is truncated", path.display());
+    }
+    let events = (0..count)
+        .map(|i| (word(4 + 2 * i), word(5 + 2 * i)))
+        .collect();
+    Ok(Some(Timing {
+        start_ns: word(1),
+        warmup_ns: word(2),
+        events,
+    }))
+}
+
+/// Drives `poll` (which records arrivals) until the timing file exists and
+/// every committed event arrived, or the stream went idle; then reports.
+fn join_loop(
+    wait: &JoinArgs,
+    arrivals: &mut Arrivals,
+    mut poll: impl FnMut(&mut Arrivals) -> anyhow::Result<bool>,
+) -> anyhow::Result<()> {
+    if let Some(ready) = &wait.ready_file {
+        std::fs::write(ready, b"ready\n")?;
+    }
+    let started = Instant::now();
+    let mut timing: Option<Timing> = None;
+    let mut last_check = Instant::now();
+    let mut idle_since = Instant::now();
+    let mut last_received = 0;
+    let mut committed = u64::MAX;
+    loop {
+        let open = poll(arrivals)?;
+        if arrivals.received != last_received {
+            last_received = arrivals.received;
+            idle_since = Instant::now();
+        }
+        if timing.is_none() && last_check.elapsed() >= Duration::from_millis(100) {
+            last_check = Instant::now();
+            timing = read_timing(&wait.timing_file)?;
+            if let Some(t) = &timing {
+                committed = t.committed();
+                idle_since = Instant::now().max(idle_since);
+            }
+        }
+        if timing.is_some() {
+            // Numbers are unique to this run and the reader started at the
+            // end of its input, so a distinct count equal to the committed
+            // count means every committed event arrived.
+            if arrivals.received >= committed
+                || idle_since.elapsed() >= Duration::from_secs(wait.idle_secs)
+            {
+                break;
+            }
+        }
+        if !open {
+            // The input ended: wait only for the timing file.
+            if timing.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if started.elapsed() >= Duration::from_secs(wait.max_secs) {
+            bail!("gave up after {} s", wait.max_secs);
+        }
+    }
+    let timing = match timing {
+        Some(t) => t,
+        None => read_timing(&wait.timing_file)?.context("no timing file")?,
+    };
+    report(&timing, arrivals)
+}
+
+fn hist() -> Histogram<u64> {
+    // 1 µs to 1 hour at 3 significant digits.
+    Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("histogram bounds")
+}
+
+fn summary(h: &Histogram<u64>) -> serde_json::Value {
+    if h.is_empty() {
+        return json!(null);
+    }
+    json!({
+        "count": h.len(),
+        "p50_us": h.value_at_quantile(0.5),
+        "p90_us": h.value_at_quantile(0.9),
+        "p99_us": h.value_at_quantile(0.99),
+        "p999_us": h.value_at_quantile(0.999),
+        "max_us": h.max(),
+        "mean_us": h.mean(),
+    })
+}
+
+/// Prints one JSON object: latency from commit-returned (and from due) to
+/// arrival over the events due after the warm-up, the same per quarter of
+/// the measured window (a growing backlog shows as rising quarters), and
+/// the counts that make a result trustworthy (lost, duplicated).
+fn report(timing: &Timing, arrivals: &Arrivals) -> anyhow::Result<()> {
+    let from = timing.start_ns + timing.warmup_ns;
+    let measured: Vec<(usize, u64, u64)> = timing
+        .events
+        .iter()
+        .enumerate()
+        .filter(|(_, (due, committed))| *committed != 0 && *due >= from)
+        .map(|(n, (d, c))| (n, *d, *c))
+        .collect();
+    let window_end = measured.iter().map(|e| e.1).max().unwrap_or(from);
+    let span = (window_end - from).max(1);
+    let mut commit_to = hist();
+    let mut due_to = hist();
+    let mut quarters = [hist(), hist(), hist(), hist()];
+    let mut lost = 0u64;
+    for (n, due, committed) in &measured {
+        let Some(&at) = arrivals.at.get(*n).filter(|a| **a != 0) else {
+            lost += 1;
+            continue;
+        };
+        let us = (at.saturating_sub(*committed) / 1_000).max(1);
+        commit_to.saturating_record(us);
+        due_to.saturating_record((at.saturating_sub(*due) / 1_000).max(1));
+        let q = (((due - from) as u128 * 4 / span as u128) as usize).min(3);
+        quarters[q].saturating_record(us);
+    }
+    let window_secs = span as f64 / 1e9;
+    // What the writer achieved: an open-loop writer that cannot keep its
+    // schedule commits late, and the step ran at this rate, not the target.
+    let first_commit = measured.iter().map(|e| e.2).min().unwrap_or(0);
+    let last_commit = measured.iter().map(|e| e.2).max().unwrap_or(0);
+    let commit_secs = (last_commit.saturating_sub(first_commit) as f64 / 1e9).max(1e-9);
+    let out = json!({
+        "committed": timing.committed(),
+        "measured": measured.len(),
+        "received": arrivals.received,
+        "lost": lost,
+        "duplicates": arrivals.duplicates,
+        "unnumbered": arrivals.unnumbered,
+        "window_secs": window_secs,
+        "measured_rate": measured.len() as f64 / window_secs.max(1e-9),
+        "commit_rate": measured.len() as f64 / commit_secs,
+        "commit_to_consume": summary(&commit_to),
+        "due_to_consume": summary(&due_to),
+        "quarters_p99_us": quarters.iter().map(|h| if h.is_empty() { None } else { Some(h.value_at_quantile(0.99)) }).collect::<Vec<_>>(),
+        "quarters_max_us": quarters.iter().map(|h| if h.is_empty() { None } else { Some(h.max()) }).collect::<Vec<_>>(),
+    });
+    println!("{out}");
+    Ok(())
+}
+
+fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .context("admin client")?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let res = rt.block_on(admin.create_topics(
+        &[NewTopic::new(topic, 1, TopicReplication::Fixed(1))],
+        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+    ))?;
+    for r in res {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((t, e)) => bail!("creating topic {t}: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Partitions of `topic` and their high watermarks, waiting for the topic's
+/// metadata to appear.
+fn watermarks(consumer: &BaseConsumer, topic: &str) -> anyhow::Result<Vec<(i32, i64)>> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        let t = &md.topics()[0];
+        if t.error().is_none() && !t.partitions().is_empty() {
+            let mut out = Vec::new();
+            for p in t.partitions() {
+                let (_, high) =
+                    consumer.fetch_watermarks(topic, p.id(), Duration::from_secs(10))?;
+                out.push((p.id(), high));
+            }
+            return Ok(out);
+        }
+        if Instant::now() >= deadline {
+            bail!("topic {topic} has no metadata after 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn consume(brokers: &str, topic: &str, wait: &JoinArgs) -> anyhow::Result<()> {
+    create_topic(brokers, topic)?;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("outbox-latency-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "100")
+        .create()
+        .context("consumer")?;
+    // Positioned at the current end before the load starts: everything the
+    // load writes is read, nothing from before it.
+    let mut tpl = TopicPartitionList::new();
+    for (p, high) in watermarks(&consumer, topic)? {
+        tpl.add_partition_offset(topic, p, Offset::Offset(high))?;
+    }
+    consumer.assign(&tpl)?;
+    let mut arrivals = Arrivals::default();
+    join_loop(wait, &mut arrivals, |arr| {
+        if let Some(msg) = consumer.poll(Duration::from_millis(100)) {
+            let msg = msg.context("consumer error")?;
+            let now = unix_ns();
+            arr.record(msg.payload(), now);
+        }
+        Ok(true)
+    })
+}
+
+fn from_stdin(wait: &JoinArgs) -> anyhow::Result<()> {
+    // A reader thread stamps lines as they come; the join loop must not
+    // block on stdin when the load is over.
+    let (tx, rx) = std::sync::mpsc::channel::<Option<(u64, Vec<u8>)>>();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut lock = stdin.lock();
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match lock.read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => {
+                    let _ = tx.send(None);
+                    return;
+                }
+                Ok(_) => {
+                    let now = unix_ns();
+                    if line.starts_with(b"table ") && tx.send(Some((now, line.clone()))).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut arrivals = Arrivals::default();
+    let mut open = true;
+    join_loop(wait, &mut arrivals, |arr| {
+        if !open {
+            return Ok(false);
+        }
+        match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(Some((now, line))) => {
+                if event_number(&line).is_some() {
+                    arr.record(Some(&line), now);
+                }
+            }
+            Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => open = false,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        Ok(open)
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn produce(
+    brokers: &str,
+    topic: &str,
+    rate: u64,
+    duration_secs: f64,
+    warmup_secs: f64,
+    record_bytes: usize,
+    linger_ms: u32,
+    timing_file: &Path,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(rate > 0, "--rate must be positive");
+    create_topic(brokers, topic)?;
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .set("linger.ms", linger_ms.to_string())
+        .set("queue.buffering.max.messages", "100000")
+        .create()
+        .context("producer")?;
+    let total = (rate as f64 * duration_secs) as u64;
+    let period_ns = 1e9 / rate as f64;
+    let pad = "x".repeat(record_bytes.saturating_sub(90));
+    let mut events = vec![(0u64, 0u64); total as usize];
+    let start = Instant::now();
+    let start_ns = unix_ns();
+    let mut n = 0u64;
+    while n < total {
+        let due = Duration::from_nanos((n as f64 * period_ns) as u64);
+        let now = start.elapsed();
+        if now < due {
+            // Serve delivery reports while waiting; never sleep past the due time.
+            producer.poll(Duration::ZERO);
+            std::thread::sleep((due - now).min(Duration::from_millis(1)));
+            continue;
+        }
+        let key = format!("agg-{}", n % 100);
+        let payload = format!(
+            r#"{{"n":{n},"aggregate":"{key}","seq":{},"total":42.5,"pad":"{pad}"}}"#,
+            n / 100 + 1
+        );
+        loop {
+            match producer.send(BaseRecord::to(topic).key(&key).payload(&payload)) {
+                Ok(()) => break,
+                Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                    producer.poll(Duration::from_millis(1));
+                }
+                Err((e, _)) => bail!("produce: {e}"),
+            }
+        }
+        events[n as usize] = (start_ns + due.as_nanos() as u64, unix_ns());
+        n += 1;
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .context("flushing the producer")?;
+    let mut buf = Vec::with_capacity(32 + events.len() * 16);
+    buf.extend_from_slice(b"OBLTIME1");
+    for w in [start_ns, (warmup_secs * 1e9) as u64, total] {
+        buf.extend_from_slice(&w.to_le_bytes());
+    }
+    for (d, c) in &events {
+        buf.extend_from_slice(&d.to_le_bytes());
+        buf.extend_from_slice(&c.to_le_bytes());
+    }
+    let tmp = timing_file.with_extension("tmp");
+    std::fs::write(&tmp, &buf)?;
+    std::fs::rename(&tmp, timing_file)?;
+    println!("produce: {total} records at {rate}/s");
+    Ok(())
+}
+
+fn watch(
+    brokers: &str,
+    topic: &str,
+    expect: i64,
+    out: &Path,
+    interval: Duration,
+    timeout: Duration,
+    ready_file: Option<&Path>,
+) -> anyhow::Result<()> {
+    create_topic(brokers, topic)?;
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .context("watch client")?;
+    let partitions: Vec<i32> = watermarks(&consumer, topic)?
+        .iter()
+        .map(|(p, _)| *p)
+        .collect();
+    let count_now = || -> anyhow::Result<i64> {
+        let mut sum = 0;
+        for p in &partitions {
+            sum += consumer
+                .fetch_watermarks(topic, *p, Duration::from_secs(10))?
+                .1;
+        }
+        Ok(sum)
+    };
+    let base = count_now()?;
+    if let Some(ready) = ready_file {
+        std::fs::write(ready, b"ready\n")?;
+    }
+    let mut file = std::io::BufWriter::new(std::fs::File::create(out)?);
+    let started = Instant::now();
+    let mut last = -1;
+    loop {
+        let count = count_now()? - base;
+        let now = unix_ns();
+        if count != last {
+            writeln!(file, "{now} {count}")?;
+            file.flush()?;
+            last = count;
+        }
+        if count >= expect {
+            return Ok(());
+        }
+        if started.elapsed() >= timeout {
+            bail!(
+                "{topic}: {count} of {expect} records after {} s",
+                timeout.as_secs()
+            );
+        }
+        std::thread::sleep(interval);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::event_number;
+
+    #[test]
+    fn event_number_in_both_spellings() {
+        assert_eq!(event_number(br#"{"n":42,"x":1}"#), Some(42));
+        assert_eq!(
+            event_number(br#"table public.t: INSERT: payload[jsonb]:'{"n": 7, "pad": "x"}'"#),
+            Some(7)
+        );
+        assert_eq!(event_number(br#"{"seq":3}"#), None);
+        assert_eq!(event_number(br#"{"n":"x"}"#), None);
+        assert_eq!(event_number(br#"{"n":99999999999999999999999}"#), None);
+    }
+}
