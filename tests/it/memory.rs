@@ -21,7 +21,11 @@ async fn million_row_transaction_streams_in_bounded_memory_and_confirms_after_it
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let outbox = TestOutbox::create("jsonb").await;
+    // Every walsender decodes (and spills) the whole transaction, whichever
+    // table it is on: beside other tests it would hold their relays back for
+    // minutes. It runs alone.
+    let serial = services::exclusive().await;
+    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
     // pg_walinspect finds the transaction's exact commit end LSN (what the
     // relay must confirm). Creating an extension changes no server setting.
     let _ = outbox
