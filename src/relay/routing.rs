@@ -58,6 +58,16 @@ pub enum Origin {
     Message,
 }
 
+/// What could be read of a row or message that cannot become an event.
+struct Unreadable {
+    row_key: String,
+    reason: String,
+    reason_code: &'static str,
+    key: Bytes,
+    value: Bytes,
+    columns: Vec<(String, Bytes)>,
+}
+
 /// The transaction a row was committed in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Commit {
@@ -152,27 +162,49 @@ impl Router {
                 let row_key = member(dl::ID_HEADER)
                     .and_then(|id| String::from_utf8(id.to_vec()).ok())
                     .unwrap_or_else(|| anonymous_row_key(lsn, &key, &value));
-                let tag = DeliveryTag {
-                    txn: commit.txn,
+                let unreadable = Unreadable {
                     row_key,
-                    lsn: commit.lsn,
-                    key: key.clone(),
-                    dead_letter: true,
-                    span: None,
-                };
-                let record = dead_letter_record(DeadLetter {
-                    topic: &self.dead_letter_topic,
                     reason: e.to_string(),
                     reason_code: e.reason_code(),
                     key,
-                    lsn: commit.lsn,
-                    source_table: &self.message_source,
                     value,
                     columns: salvaged.columns,
-                });
-                Routed::DeadLetter { record, tag }
+                };
+                self.unreadable(unreadable, Origin::Message, commit)
             }
         }
+    }
+
+    /// The dead-letter `source_table` of what came from `origin`.
+    fn source_of(&self, origin: Origin) -> &str {
+        match origin {
+            Origin::Table => &self.source_table,
+            Origin::Message => &self.message_source,
+        }
+    }
+
+    /// The dead letter of a row or message that could not become an event,
+    /// carrying what could be read of it.
+    fn unreadable(&self, what: Unreadable, origin: Origin, commit: &Commit) -> Routed {
+        let tag = DeliveryTag {
+            txn: commit.txn,
+            row_key: what.row_key,
+            lsn: commit.lsn,
+            key: what.key.clone(),
+            dead_letter: true,
+            span: None,
+        };
+        let record = dead_letter_record(DeadLetter {
+            topic: &self.dead_letter_topic,
+            reason: what.reason,
+            reason_code: what.reason_code,
+            key: what.key,
+            lsn: commit.lsn,
+            source_table: self.source_of(origin),
+            value: what.value,
+            columns: what.columns,
+        });
+        Routed::DeadLetter { record, tag }
     }
 
     /// The record for one inserted row of `commit`.
@@ -194,25 +226,15 @@ impl Router {
                     .extractor
                     .event_id(relation, tuple)
                     .unwrap_or_else(|| anonymous_row_key(commit.lsn, &key, &value));
-                let tag = DeliveryTag {
-                    txn: commit.txn,
+                let unreadable = Unreadable {
                     row_key,
-                    lsn: commit.lsn,
-                    key: key.clone(),
-                    dead_letter: true,
-                    span: None,
-                };
-                let record = dead_letter_record(DeadLetter {
-                    topic: &self.dead_letter_topic,
                     reason: e.to_string(),
                     reason_code: e.reason_code(),
                     key,
-                    lsn: commit.lsn,
-                    source_table: &self.source_table,
                     value,
                     columns: salvaged.columns,
-                });
-                return Routed::DeadLetter { record, tag };
+                };
+                return self.unreadable(unreadable, Origin::Table, commit);
             }
         };
         self.route_row(row, Origin::Table, commit, refusals)
@@ -279,10 +301,7 @@ impl Router {
             reason_code,
             key: tag.key.clone(),
             lsn: tag.lsn,
-            source_table: match origin {
-                Origin::Table => &self.source_table,
-                Origin::Message => &self.message_source,
-            },
+            source_table: self.source_of(origin),
             value: row.payload.clone(),
             columns: row_columns(row),
         });
