@@ -8,7 +8,9 @@
 //!   (empty when the column is NULL, missing or unreadable).
 //! * Headers: `dlq_reason` (human text saying what is wrong), `dlq_reason_code`
 //!   (a stable label), `lsn` (commit LSN of the row's transaction),
-//!   `source_table`, then the row's mapped columns that can be read: `id`,
+//!   `source_table`, `dlq_original_topic` (the topic the event was meant
+//!   for, when the row names a valid one: where `outbox-relay dead retry`
+//!   sends it back), then the row's mapped columns that can be read: `id`,
 //!   `aggregatetype`, `aggregateid`, `type`, `timestamp` (RFC 3339) and the
 //!   configured header columns under their header names.
 //!
@@ -45,6 +47,9 @@ pub const AGGREGATE_ID_HEADER: &str = "aggregateid";
 pub const TYPE_HEADER: &str = "type";
 pub const TIMESTAMP_HEADER: &str = "timestamp";
 
+/// The topic the event was meant for.
+pub const ORIGINAL_TOPIC_HEADER: &str = "dlq_original_topic";
+
 /// The stable label of why the row was dead-lettered (also the `reason`
 /// label of the dead-letter counter).
 pub const REASON_CODE_HEADER: &str = "dlq_reason_code";
@@ -72,6 +77,8 @@ pub struct DeadLetter<'a> {
     pub key: Bytes,
     pub lsn: Lsn,
     pub source_table: &'a str,
+    /// The topic the event was meant for, when the row names a valid one.
+    pub original_topic: Option<String>,
     /// The row's payload column bytes (empty when it has none).
     pub value: Bytes,
     /// The row's readable mapped columns as `(header name, value)`, role
@@ -98,10 +105,20 @@ pub fn dead_letter_record(dl: DeadLetter<'_>) -> KafkaRecord {
             bounded(dl.source_table.as_bytes(), MAX_HEADER_VALUE),
         ),
     ];
+    if let Some(topic) = dl.original_topic {
+        // A valid topic name is at most 249 bytes: never cut.
+        headers.push((ORIGINAL_TOPIC_HEADER.to_string(), Bytes::from(topic)));
+    }
     let mut budget = MAX_COLUMN_HEADERS;
     for (name, value) in dl.columns {
         let taken = headers.iter().any(|(n, _)| *n == name)
-            || [TRUNCATED_HEADER, PAYLOAD_SIZE_HEADER, PAYLOAD_SHA256_HEADER].contains(&&*name);
+            || [
+                TRUNCATED_HEADER,
+                PAYLOAD_SIZE_HEADER,
+                PAYLOAD_SHA256_HEADER,
+                ORIGINAL_TOPIC_HEADER,
+            ]
+            .contains(&&*name);
         if taken || name.len() > MAX_HEADER_VALUE {
             continue;
         }
@@ -252,6 +269,7 @@ mod tests {
             key: Bytes::from_static(b"order-7"),
             lsn: Lsn(0x16_B374_D848),
             source_table: "public.outbox",
+            original_topic: None,
             value: Bytes::from_static(value),
             columns,
         })
@@ -375,6 +393,7 @@ mod tests {
                 key: Bytes::from(key),
                 lsn: Lsn(7),
                 source_table: "public.outbox",
+                original_topic: Some("t".repeat(249)),
                 value: Bytes::from_static(b"{}"),
                 columns: columns.into_iter().map(|(n, v)| (n, Bytes::from(v))).collect(),
             });

@@ -22,7 +22,7 @@ use super::refusals::{EventFate, Refusals, anonymous_row_key};
 use crate::ack::TxnId;
 use crate::assembler::Relation;
 use crate::deadletter::{self as dl, DeadLetter, dead_letter_record, row_columns};
-use crate::envelope::{EnvelopeSettings, KafkaRecord, build_record};
+use crate::envelope::{EnvelopeSettings, KafkaRecord, build_record, render_topic};
 use crate::lsn::Lsn;
 use crate::otel::ProduceSpan;
 use crate::outbox::{ColumnMap, OutboxRow, RowExtractor, message};
@@ -201,6 +201,7 @@ impl Router {
             key: what.key,
             lsn: commit.lsn,
             source_table: self.source_of(origin),
+            original_topic: None,
             value: what.value,
             columns: what.columns,
         });
@@ -302,6 +303,12 @@ impl Router {
             key: tag.key.clone(),
             lsn: tag.lsn,
             source_table: self.source_of(origin),
+            original_topic: render_topic(
+                &self.envelope.topic_template,
+                &row.aggregate_type,
+                &row.event_type,
+            )
+            .ok(),
             value: row.payload.clone(),
             columns: row_columns(row),
         });

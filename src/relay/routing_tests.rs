@@ -241,3 +241,47 @@ fn a_broken_message_is_dead_lettered_with_its_whole_content() {
     assert_eq!(header(&record, "id"), Some(&b"e2"[..]));
     assert_eq!(tag.row_key, "e2");
 }
+
+#[test]
+fn a_dead_letter_names_the_topic_its_event_was_meant_for() {
+    let routed = router().route(
+        &relation(),
+        &tuple([
+            Some("e1"),
+            Some("order"),
+            Some("7"),
+            Some("Placed"),
+            Some("not json"),
+        ]),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::DeadLetter { record, .. } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(
+        header(&record, "dlq_original_topic"),
+        Some(&b"outbox.event.order"[..])
+    );
+    // A row whose aggregatetype makes no valid topic has no topic to name.
+    let routed = router().route(
+        &relation(),
+        &tuple([
+            Some("e2"),
+            Some("no/such topic"),
+            Some("7"),
+            Some("Placed"),
+            Some("{}"),
+        ]),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::DeadLetter { record, .. } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(header(&record, "dlq_original_topic"), None);
+    assert_eq!(
+        header(&record, "dlq_reason_code"),
+        Some(&b"invalid_topic"[..])
+    );
+}
