@@ -1,7 +1,7 @@
 //! `outbox-relay`: the binary. Parses the command line, loads and validates
 //! the config, sets up logging and metrics, runs the relay until SIGTERM or
 //! SIGINT, and maps the outcome to an exit code. The operator commands
-//! (`init`, `check`, `status`) load the same config and call
+//! (`init`, `check`, `status`, `dead`) load the same config and call
 //! `outbox_relay::admin`. Everything else lives in the library.
 
 use std::io::Write as _;
@@ -48,7 +48,7 @@ Exit codes of `run`:
   4  Kafka needs a person: credentials or ACLs refused, a topic missing and
      not created (dead-letter topic, or kafka.on_unroutable = \"stop\")
 Transient failures on either side are retried and never end the process.
-init, check and status exit 1 on failure.";
+init, check, status and dead exit 1 on failure.";
 
 /// The exit code of a fatal relay error: which side must be fixed.
 fn exit_code(error: &RelayError) -> u8 {
@@ -86,6 +86,83 @@ enum Command {
     /// Show how far behind the slot is: lag, WAL status, who reads it,
     /// pending outbox rows.
     Status(StatusArgs),
+    /// Dead letters of the Kafka dead-letter topic and of the HTTP delivery
+    /// table: list them, send them again, or drop them.
+    Dead(DeadArgs),
+}
+
+#[derive(Args)]
+struct DeadArgs {
+    #[command(subcommand)]
+    action: DeadAction,
+}
+
+#[derive(Subcommand)]
+enum DeadAction {
+    /// One table of every dead letter: id, route or topic, reason,
+    /// attempts, age.
+    List(DeadListArgs),
+    /// Send dead letters again: Kafka ones are republished to their
+    /// original topic (same key, headers, event id), DEAD rows become
+    /// PENDING with no attempts. Each is done once.
+    Retry(DeadRetryArgs),
+    /// Drop dead letters: Kafka ones are recorded as discarded and hidden
+    /// from `list`, DEAD rows are deleted.
+    Discard(DeadDiscardArgs),
+}
+
+#[derive(Args)]
+struct DeadCommon {
+    #[command(flatten)]
+    run: RunArgs,
+    #[command(flatten)]
+    admin: AdminArgs,
+    /// Seconds reading the dead-letter topic may take.
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    timeout: u64,
+}
+
+#[derive(Args)]
+struct DeadListArgs {
+    #[command(flatten)]
+    common: DeadCommon,
+    /// Only the dead letters of this route (HTTP) or topic (Kafka).
+    #[arg(long, value_name = "R")]
+    route: Option<String>,
+    /// Also those already retried or discarded, with their state.
+    #[arg(long)]
+    all: bool,
+    /// Print one JSON document (its shape is in docs/dead-letters.md).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct DeadRetryArgs {
+    #[command(flatten)]
+    common: DeadCommon,
+    /// Ids as `dead list` shows them.
+    #[arg(
+        value_name = "ID",
+        required_unless_present = "all",
+        conflicts_with = "all"
+    )]
+    ids: Vec<String>,
+    /// Every dead letter not retried or discarded yet.
+    #[arg(long)]
+    all: bool,
+    /// With --all: only those of this route (HTTP) or topic (Kafka).
+    #[arg(long, value_name = "R", requires = "all")]
+    route: Option<String>,
+}
+
+#[derive(Args)]
+struct DeadDiscardArgs {
+    #[command(flatten)]
+    common: DeadCommon,
+    /// Ids as `dead list` shows them.
+    #[arg(value_name = "ID", required = true)]
+    ids: Vec<String>,
 }
 
 #[derive(Args)]
@@ -201,6 +278,11 @@ fn main() -> ExitCode {
         Command::Init(init) => &init.run,
         Command::Check(check) => &check.run,
         Command::Status(status) => &status.run,
+        Command::Dead(dead) => match &dead.action {
+            DeadAction::List(a) => &a.common.run,
+            DeadAction::Retry(a) => &a.common.run,
+            DeadAction::Discard(a) => &a.common.run,
+        },
     };
     let config = match args.load() {
         Ok(config) => config,
@@ -257,6 +339,7 @@ fn main() -> ExitCode {
         Command::Init(init) => runtime.block_on(init_command(&config, init)),
         Command::Check(check) => runtime.block_on(check_command(&config, check)),
         Command::Status(status) => runtime.block_on(status_command(&config, status)),
+        Command::Dead(dead) => runtime.block_on(dead_command(&config, dead.action)),
         Command::CheckConfig(_) => ExitCode::SUCCESS,
     }
 }
@@ -320,6 +403,78 @@ async fn status_command(config: &Config, args: StatusArgs) -> ExitCode {
             ExitCode::from(EXIT_FATAL)
         }
     }
+}
+
+async fn dead_command(config: &Config, action: DeadAction) -> ExitCode {
+    use admin::dead::{self, DeadOptions};
+    let (common, name) = match &action {
+        DeadAction::List(a) => (&a.common, "list"),
+        DeadAction::Retry(a) => (&a.common, "retry"),
+        DeadAction::Discard(a) => (&a.common, "discard"),
+    };
+    let target = AdminTarget::from_config(config, common.admin.admin_url.clone());
+    let options = DeadOptions {
+        timeout: Duration::from_secs(common.timeout),
+        delivery_table: None,
+    };
+    let (inventory, mut connection) = dead::gather(&target, config, &options).await;
+    let mut failed = !inventory.problems.is_empty();
+    for problem in &inventory.problems {
+        eprintln!("outbox-relay dead {name}: {problem}");
+    }
+    match action {
+        DeadAction::List(args) => {
+            let entries = inventory.listed(args.all, args.route.as_deref());
+            if args.json {
+                println!("{}", dead::render_json(entries, &inventory));
+            } else {
+                for note in &inventory.notes {
+                    eprintln!("outbox-relay dead list: note: {note}");
+                }
+                print!("{}", dead::render_text(&entries, args.all));
+            }
+        }
+        DeadAction::Retry(args) => {
+            let ids = if args.all { Vec::new() } else { args.ids };
+            let outcome = dead::retry(
+                config,
+                &inventory,
+                connection.as_mut(),
+                &ids,
+                args.route.as_deref(),
+            )
+            .await;
+            failed |= report(name, &outcome);
+        }
+        DeadAction::Discard(args) => {
+            let outcome = dead::discard(config, &inventory, connection.as_mut(), &args.ids).await;
+            failed |= report(name, &outcome);
+        }
+    }
+    if let Some(connection) = connection {
+        connection.close().await;
+    }
+    if failed {
+        ExitCode::from(EXIT_FATAL)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// Prints what a `dead` command did; true when something failed.
+fn report(name: &str, outcome: &outbox_relay::admin::dead::Outcome) -> bool {
+    for line in &outcome.done {
+        println!("{line}");
+    }
+    for problem in &outcome.problems {
+        eprintln!("outbox-relay dead {name}: {problem}");
+    }
+    println!(
+        "{} done, {} failed",
+        outcome.done.len(),
+        outcome.problems.len()
+    );
+    !outcome.problems.is_empty()
 }
 
 /// Why `run` stopped for good.

@@ -22,6 +22,7 @@
 //!   (`evaluate_slot_json`, `resolve_on`), so `check` says what `run` would.
 
 pub mod check;
+pub mod dead;
 pub mod facts;
 pub mod init;
 pub mod kafka;

@@ -1,0 +1,200 @@
+use super::*;
+use proptest::prelude::*;
+
+use crate::deadletter::{DeadLetter, dead_letter_record, headers_only};
+use crate::lsn::Lsn;
+
+const TEMPLATE: &str = "outbox.event.{aggregatetype}";
+
+/// A dead letter as the relay writes it, read back from `dlq` at `offset`.
+fn read_back(record: crate::envelope::KafkaRecord, offset: i64) -> DlqRecord {
+    DlqRecord {
+        topic: record.topic,
+        partition: 0,
+        offset,
+        timestamp: DateTime::from_timestamp(1_700_000_000, 0),
+        key: Some(record.key),
+        value: Some(record.value),
+        headers: record.headers,
+    }
+}
+
+fn dead_letter(
+    id: &str,
+    key: &[u8],
+    value: &[u8],
+    extra: Vec<(String, Bytes)>,
+) -> crate::envelope::KafkaRecord {
+    let mut columns = vec![
+        ("id".to_owned(), Bytes::copy_from_slice(id.as_bytes())),
+        ("aggregatetype".to_owned(), Bytes::from_static(b"order")),
+        ("aggregateid".to_owned(), Bytes::copy_from_slice(key)),
+        ("type".to_owned(), Bytes::from_static(b"Placed")),
+        (
+            "timestamp".to_owned(),
+            Bytes::from_static(b"2026-01-02T03:04:05.000006Z"),
+        ),
+    ];
+    columns.extend(extra);
+    dead_letter_record(DeadLetter {
+        topic: "outbox.dlq",
+        reason: "payload is not JSON".into(),
+        reason_code: "payload_not_json",
+        key: Bytes::copy_from_slice(key),
+        lsn: Lsn(0x10),
+        source_table: "public.outbox",
+        original_topic: Some("orders.placed".into()),
+        value: Bytes::copy_from_slice(value),
+        columns,
+    })
+}
+
+fn get<'r>(record: &'r Republished, name: &str) -> Option<&'r [u8]> {
+    record
+        .headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_ref())
+}
+
+#[test]
+fn a_dead_letter_is_republished_as_its_event_to_its_topic() {
+    let dlq = read_back(
+        dead_letter(
+            "e-1",
+            b"o-7",
+            b"not json",
+            vec![("tenant".into(), Bytes::from_static(b"acme"))],
+        ),
+        41,
+    );
+    let out = republished(&dlq, TEMPLATE, "/orders").unwrap();
+    assert_eq!(
+        out.topic, "orders.placed",
+        "the header wins over the template"
+    );
+    assert_eq!(out.key.as_deref(), Some(&b"o-7"[..]));
+    assert_eq!(out.value.as_deref(), Some(&b"not json"[..]));
+    assert_eq!(get(&out, "ce_id"), Some(&b"e-1"[..]));
+    assert_eq!(get(&out, "id"), Some(&b"e-1"[..]));
+    assert_eq!(get(&out, "ce_type"), Some(&b"Placed"[..]));
+    assert_eq!(get(&out, "ce_source"), Some(&b"/orders"[..]));
+    assert_eq!(get(&out, "ce_subject"), Some(&b"o-7"[..]));
+    assert_eq!(
+        get(&out, "ce_time"),
+        Some(&b"2026-01-02T03:04:05.000006Z"[..])
+    );
+    assert_eq!(get(&out, "tenant"), Some(&b"acme"[..]));
+    assert_eq!(
+        get(&out, "dlq_replayed_from"),
+        Some(&b"outbox.dlq/0/41"[..])
+    );
+    for gone in [
+        "dlq_reason",
+        "dlq_reason_code",
+        "lsn",
+        "source_table",
+        "dlq_original_topic",
+        "aggregatetype",
+        "aggregateid",
+        "type",
+        "timestamp",
+    ] {
+        assert_eq!(get(&out, gone), None, "{gone} should not be republished");
+    }
+    let count = |name: &str| out.headers.iter().filter(|(n, _)| n == name).count();
+    assert_eq!((count("id"), count("ce_id")), (1, 1));
+}
+
+#[test]
+fn without_the_topic_header_the_template_names_the_topic() {
+    let mut dlq = read_back(dead_letter("e-1", b"k", b"{}", vec![]), 0);
+    dlq.headers.retain(|(n, _)| n != "dlq_original_topic");
+    assert_eq!(
+        republished(&dlq, TEMPLATE, "/s").unwrap().topic,
+        "outbox.event.order"
+    );
+    dlq.headers.retain(|(n, _)| n != "aggregatetype");
+    let why = republished(&dlq, TEMPLATE, "/s").unwrap_err();
+    assert!(why.contains("topic is not known"), "{why}");
+}
+
+#[test]
+fn a_dead_letter_without_its_payload_or_its_id_is_not_retryable() {
+    let whole = dead_letter("e-1", b"k", &[b'x'; 100], vec![]);
+    let cut = read_back(headers_only(&whole), 3);
+    let why = republished(&cut, TEMPLATE, "/s").unwrap_err();
+    assert!(
+        why.contains("not kept") && why.contains("100 bytes"),
+        "{why}"
+    );
+    assert!(why.contains("SHA-256"), "{why}");
+    let mut anonymous = read_back(whole, 4);
+    anonymous.headers.retain(|(n, _)| n != "id");
+    assert_eq!(dead_letter_id(&anonymous), "outbox.dlq/0/4");
+    let why = republished(&anonymous, TEMPLATE, "/s").unwrap_err();
+    assert!(why.contains("no readable event id"), "{why}");
+}
+
+#[test]
+fn locations_that_are_not_one_do_not_parse() {
+    for bad in [
+        "",
+        "a/1",
+        "/1/2",
+        "a//2",
+        "a/1/",
+        "a/-1/2",
+        "a/1/+2",
+        "a b/1/2",
+        "a/1/99999999999999999999",
+        "a/99999999999/1",
+        "événement/1/2",
+    ] {
+        assert_eq!(parse_location(bad), None, "{bad:?}");
+    }
+    assert_eq!(
+        parse_location("my.dlq/3/17"),
+        Some(("my.dlq".to_owned(), 3, 17))
+    );
+}
+
+proptest! {
+    /// Formatting a location and parsing it back gives the same topic,
+    /// partition and offset, for every topic name Kafka accepts.
+    #[test]
+    fn a_location_parses_back(
+        topic in "[a-zA-Z0-9._-]{1,249}",
+        partition in 0..=i32::MAX,
+        offset in 0..=i64::MAX,
+    ) {
+        prop_assume!(topic != "." && topic != "..");
+        let text = location(&topic, partition, offset);
+        prop_assert_eq!(parse_location(&text), Some((topic, partition, offset)));
+    }
+
+    /// Whatever the id, the key, the payload bytes and the header columns
+    /// hold, the republished event has the key and payload byte for byte,
+    /// the event id, and every header column with its bytes.
+    #[test]
+    fn key_payload_and_headers_survive_byte_for_byte(
+        id in "\\PC{1,40}",
+        key in proptest::collection::vec(any::<u8>(), 1..200),
+        value in proptest::collection::vec(any::<u8>(), 0..2000),
+        extra in proptest::collection::vec(("x_[a-z%'\"é]{1,10}", proptest::collection::vec(any::<u8>(), 0..300)), 0..5),
+    ) {
+        let extra: Vec<(String, Bytes)> = extra.into_iter().map(|(n, v)| (n, Bytes::from(v))).collect();
+        let dlq = read_back(dead_letter(&id, &key, &value, extra.clone()), 9);
+        let out = republished(&dlq, TEMPLATE, "/s").unwrap();
+        prop_assert_eq!(out.key.as_deref(), Some(&key[..]));
+        prop_assert_eq!(out.value.as_deref(), Some(&value[..]));
+        prop_assert_eq!(get(&out, "ce_id"), Some(id.as_bytes()));
+        prop_assert_eq!(get(&out, "id"), Some(id.as_bytes()));
+        prop_assert_eq!(dead_letter_id(&dlq), id);
+        // The dead letter keeps the first of two columns of one name.
+        let mut seen = std::collections::HashSet::new();
+        for (name, bytes) in extra.iter().filter(|(n, _)| seen.insert(n.clone())) {
+            prop_assert_eq!(get(&out, name), Some(bytes.as_ref()), "{}", name);
+        }
+    }
+}

@@ -1,0 +1,154 @@
+use super::*;
+use bytes::Bytes;
+use chrono::DateTime;
+
+const TEMPLATE: &str = "outbox.event.{aggregatetype}";
+
+fn letter(id: Option<&str>, partition: i32, offset: i64, reason: &str) -> DlqRecord {
+    let mut headers = vec![
+        ("dlq_reason".to_owned(), Bytes::from(reason.to_owned())),
+        (
+            "dlq_reason_code".to_owned(),
+            Bytes::from_static(b"payload_not_json"),
+        ),
+        ("aggregatetype".to_owned(), Bytes::from_static(b"order")),
+        ("type".to_owned(), Bytes::from_static(b"Placed")),
+    ];
+    if let Some(id) = id {
+        headers.push(("id".to_owned(), Bytes::from(id.to_owned())));
+    }
+    DlqRecord {
+        topic: "dlq".into(),
+        partition,
+        offset,
+        timestamp: DateTime::from_timestamp(1_700_000_000 + offset, 0),
+        key: Some(Bytes::from_static(b"k")),
+        value: Some(Bytes::from_static(b"{}")),
+        headers,
+    }
+}
+
+fn row(event_id: &str, route: &str) -> table::DeadRow {
+    table::DeadRow {
+        event_id: event_id.into(),
+        route: route.into(),
+        last_error: "HTTP 500".into(),
+        attempts: 5,
+        max_attempts: 5,
+        last_status: Some(500),
+        age_seconds: 90.0,
+        id: 12,
+    }
+}
+
+fn inventory(replays: &HashMap<(i32, i64), (String, String)>) -> Inventory {
+    let table = table::delivery_table("public", None);
+    let mut entries = vec![table_entry(row("r'1%", "billing é"), &table)];
+    entries.extend(kafka_entries(
+        vec![
+            letter(Some("e-1"), 0, 0, "old"),
+            letter(None, 0, 1, "no id"),
+            letter(Some("e-2"), 1, 0, "x"),
+            // The same event dead-lettered again after a replay.
+            letter(Some("e-1"), 1, 5, "new"),
+        ],
+        replays,
+        TEMPLATE,
+        "/s",
+    ));
+    Inventory {
+        entries,
+        delivery: Some(table.clone()),
+        delivery_name: Some(table),
+        ..Inventory::default()
+    }
+}
+
+#[test]
+fn copies_of_one_event_are_one_entry_and_an_anonymous_one_is_named_by_location() {
+    let inv = inventory(&HashMap::new());
+    let ids: Vec<&str> = inv.entries.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(ids, ["r'1%", "e-1", "dlq/0/1", "e-2"]);
+    let e1 = &inv.entries[1];
+    assert_eq!(e1.copies, 2);
+    assert_eq!(e1.reason, "new", "the newest copy describes the entry");
+    assert_eq!(e1.location, "dlq/1/5");
+    assert_eq!(e1.route, "outbox.event.order");
+    assert_eq!(e1.open.len(), 2);
+    assert!(e1.retryable);
+    assert!(!inv.entries[2].retryable, "no id: cannot become an event");
+}
+
+#[test]
+fn the_replay_record_decides_the_state_copy_by_copy() {
+    let mut replays = HashMap::new();
+    replays.insert((0, 0), ("replayed".to_owned(), "then".to_owned()));
+    replays.insert((1, 0), ("discarded".to_owned(), "now".to_owned()));
+    let inv = inventory(&replays);
+    let state = |id: &str| inv.entries.iter().find(|e| e.id == id).unwrap().state;
+    // e-1 has a copy written after the replay: dead again.
+    assert_eq!(state("e-1"), State::Dead);
+    assert_eq!(inv.entries[1].open, vec![("dlq".to_owned(), 1, 5)]);
+    assert_eq!(state("e-2"), State::Discarded);
+    let listed: Vec<&str> = inv
+        .listed(false, None)
+        .iter()
+        .map(|e| e.id.as_str())
+        .collect();
+    assert_eq!(listed, ["r'1%", "e-1", "dlq/0/1"]);
+    assert_eq!(inv.listed(true, None).len(), 4);
+    let billing: Vec<&str> = inv
+        .listed(true, Some("billing é"))
+        .iter()
+        .map(|e| e.id.as_str())
+        .collect();
+    assert_eq!(billing, ["r'1%"]);
+}
+
+#[test]
+fn ids_select_by_event_id_or_location_and_unknown_ones_are_reported() {
+    let inv = inventory(&HashMap::new());
+    let ids = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    let s = inv.select(
+        &ids(&["e-1", "dlq/0/1", "dlq/1/5", "nope", "r'1%", "%"]),
+        None,
+    );
+    let chosen: Vec<&str> = s.entries.iter().map(|e| e.id.as_str()).collect();
+    assert_eq!(
+        chosen,
+        ["e-1", "dlq/0/1", "r'1%"],
+        "dlq/1/5 is a copy of e-1"
+    );
+    assert_eq!(s.unknown, ["nope", "%"]);
+    let all = inv.select(&[], Some("outbox.event.order"));
+    assert_eq!(all.entries.len(), 3);
+    assert!(all.unknown.is_empty());
+    let problem = inv.unknown_problem("no\"pe", "dlq");
+    assert!(problem.contains("\"no\\\"pe\""), "{problem}");
+    assert!(problem.contains("public.outbox_delivery"), "{problem}");
+}
+
+#[test]
+fn the_table_escapes_control_characters_and_the_json_has_every_field() {
+    let mut inv = inventory(&HashMap::new());
+    inv.entries[0].reason = "line one\nline two\u{1b}[31m".into();
+    let entries = inv.listed(false, None);
+    let text = render_text(&entries, false);
+    assert!(text.contains("line one\\nline two\\u{1b}[31m"), "{text}");
+    assert!(text.starts_with("ID "), "{text}");
+    assert!(text.contains("5/5"), "{text}");
+    assert!(
+        text.ends_with("4 dead letters (kafka: 3, table: 1)\n"),
+        "{text}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&render_json(entries, &inv)).unwrap();
+    let first = &doc["dead_letters"][0];
+    assert_eq!(first["id"], "r'1%");
+    assert_eq!(first["sink"], "table");
+    assert_eq!(first["route"], "billing é");
+    assert_eq!(first["attempts"], 5);
+    assert_eq!(first["state"], "dead");
+    assert_eq!(first["location"], "public.outbox_delivery#12");
+    assert_eq!(doc["dead_letters"][2]["retryable"], false);
+    assert!(doc["problems"].as_array().unwrap().is_empty());
+}
