@@ -8,6 +8,8 @@
 //!   what the relay ignores; heartbeats on an idle outbox.
 //! * [`dead_letters`]: rows that cannot become events, topics that refuse
 //!   them or do not exist.
+//! * [`dead_cli`]: `outbox-relay dead list | retry | discard` on the Kafka
+//!   dead-letter topic and the delivery table.
 //! * [`payloads`]: structured mode, payloads that break JSON handling.
 //! * [`schema_change`]: ALTER TABLE, a partitioned or renamed outbox,
 //!   publications, and what is refused at start.
@@ -49,6 +51,7 @@ mod support;
 mod admin;
 mod auth_tls;
 mod broker_faults;
+mod dead_cli;
 mod dead_letters;
 mod delivery;
 mod docs;

@@ -1,0 +1,424 @@
+//! `outbox-relay dead list | retry | discard` as a user runs them, on both
+//! sinks: dead letters the relay really wrote to the Kafka dead-letter
+//! topic (a payload that is not JSON, an event refused for a missing topic,
+//! one too large to keep its payload) republished to their original topic
+//! once and only once, and DEAD rows of the delivery table
+//! (`sql/outbox_delivery.sql`) made PENDING or deleted one by one. Ids,
+//! routes and schema names carry quotes, `%` and non-ASCII text; ids that
+//! do not exist are reported and fail the command.
+
+use std::collections::HashMap;
+use std::process::{Command, Output};
+
+use crate::support::*;
+
+/// Runs the binary (blocking, on a blocking thread).
+async fn cli(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(&args)
+            .env_remove("OUTBOX_RELAY_ADMIN_URL")
+            .env_remove("OUTBOX_RELAY_CONFIG")
+            .output()
+            .expect("run outbox-relay")
+    })
+    .await
+    .unwrap()
+}
+
+/// `outbox-relay dead <args> --config <config>`.
+async fn dead(config: &std::path::Path, args: &[&str]) -> Output {
+    let mut all = vec!["dead".to_owned()];
+    all.extend(args.iter().map(|s| (*s).to_owned()));
+    all.push("--config".into());
+    all.push(config.display().to_string());
+    cli(all).await
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "status {:?}\nstdout:\n{}\nstderr:\n{}",
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// `dead list --json [args]`: the document, after checking it exited 0.
+async fn list_json(config: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["list", "--json"];
+    all.extend(args);
+    let out = dead(config, &all).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
+}
+
+fn by_id(doc: &serde_json::Value) -> HashMap<String, serde_json::Value> {
+    doc["dead_letters"]
+        .as_array()
+        .expect("dead_letters array")
+        .iter()
+        .map(|e| (e["id"].as_str().expect("id").to_owned(), e.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_ones_hidden() {
+    // A text payload column lets a service write something that is not JSON.
+    let outbox = TestOutbox::create("text").await;
+    let topic = outbox.topic("order");
+    let ghost = outbox.topic("ghost");
+    outbox.create_topic(&topic, 3).await;
+    outbox.create_topic(&outbox.dlq_topic, 2).await;
+    let mut settings = outbox.settings();
+    settings.sink.properties.extend([
+        // Too small for the big row even as a dead letter: it goes headers only.
+        ("message.max.bytes".to_string(), "20000".to_string()),
+        ("allow.auto.create.topics".to_string(), "false".to_string()),
+        (
+            "topic.metadata.propagation.max.ms".to_string(),
+            "2000".to_string(),
+        ),
+    ]);
+    settings.on_unroutable = outbox_relay::sink::OnUnroutable::DeadLetter;
+    let relay = Relay::in_process(settings);
+    let t = &outbox.table;
+    let [not_json, refused, big_id, good] =
+        std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
+    let key = "o'1%é";
+    let big = format!("{{\"blob\":\"{}\"}}", "x".repeat(50_000));
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{not_json}', 'order', 'o''1%é', 'Placed', 'not json: '' % é ☃ \\ {{');
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{refused}', 'ghost', 'g1', 'Haunted', '{{\"boo\":1}}');
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{big_id}', 'order', 'o2', 'Placed', '{big}');
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{good}', 'order', 'o''1%é', 'Placed', '{{\"ok\":true}}');"
+        ))
+        .await
+        .unwrap();
+    let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| r.len() >= 3).await;
+    assert_eq!(dlq.len(), 3, "three dead letters");
+    let dead_letter: HashMap<&str, &Received> =
+        dlq.iter().map(|r| (r.header("id").unwrap(), r)).collect();
+    let good_event = consume(&topic, DEADLINE, |r| !r.is_empty()).await;
+    assert_eq!(good_event[0].header("ce_id"), Some(good.as_str()));
+    relay.stop().await.expect("graceful stop");
+
+    // As the superuser: the first retry creates the replay record in
+    // public, where the relay's role may not create tables.
+    let config = outbox.write_config_with_url(
+        &env("PG_URL"),
+        "[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"",
+    );
+    // list: all three, with their topic and reason; the big one cannot be retried.
+    let doc = list_json(&config, &[]).await;
+    let entries = by_id(&doc);
+    assert_eq!(entries.len(), 3, "{doc:#}");
+    assert_eq!(entries[&not_json]["sink"], "kafka");
+    assert_eq!(entries[&not_json]["route"], topic.as_str());
+    assert_eq!(entries[&not_json]["reason_code"], "payload_not_json");
+    assert_eq!(entries[&not_json]["state"], "dead");
+    assert_eq!(entries[&not_json]["retryable"], true);
+    assert_eq!(entries[&refused]["route"], ghost.as_str());
+    assert_eq!(entries[&refused]["reason_code"], "topic_missing");
+    assert_eq!(entries[&big_id]["retryable"], false);
+    let text_list = dead(&config, &["list"]).await;
+    assert_eq!(text_list.status.code(), Some(0), "{}", text(&text_list));
+    let shown = String::from_utf8_lossy(&text_list.stdout);
+    for id in [&not_json, &refused, &big_id] {
+        assert!(shown.contains(id.as_str()), "{shown}");
+    }
+    assert!(shown.contains("3 dead letters (kafka: 3)"), "{shown}");
+
+    // The operator fixes what refused the ghost event (its topic), nothing
+    // else, and retries everything: two are republished, the one whose
+    // payload was not kept is refused by id, and the command fails.
+    outbox.create_topic(&ghost, 1).await;
+    let out = dead(&config, &["retry", "--all"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&big_id) && stderr.contains("not kept"),
+        "{}",
+        text(&out)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains(&format!("republished \"{not_json}\"")),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stdout.contains(&format!("republished \"{refused}\"")),
+        "{}",
+        text(&out)
+    );
+
+    // A consumer of the original topic sees the event: same id, key and
+    // payload bytes, on the partition the relay uses for that key.
+    let wanted = not_json.clone();
+    let events = consume(&topic, DEADLINE, move |r| {
+        r.iter().any(|x| x.header("ce_id") == Some(wanted.as_str()))
+    })
+    .await;
+    let again = events
+        .iter()
+        .find(|r| r.header("ce_id") == Some(not_json.as_str()))
+        .expect("the republished event");
+    let original = dead_letter[not_json.as_str()];
+    assert_eq!(again.key.as_deref(), Some(key.as_bytes()));
+    assert_eq!(again.value, original.value, "payload byte for byte");
+    assert_eq!(
+        again.value.as_deref(),
+        Some("not json: ' % é ☃ \\ {".as_bytes())
+    );
+    assert_eq!(again.header("id"), Some(not_json.as_str()));
+    assert_eq!(again.header("ce_type"), Some("Placed"));
+    assert_eq!(again.header("ce_source"), Some("/orders-service"));
+    assert_eq!(again.header("dlq_reason"), None);
+    assert_eq!(
+        again.partition, good_event[0].partition,
+        "same key, same partition as the relay's own event"
+    );
+    let ghosts = consume(&ghost, DEADLINE, |r| !r.is_empty()).await;
+    assert_eq!(ghosts[0].header("ce_id"), Some(refused.as_str()));
+    assert_eq!(ghosts[0].key.as_deref(), Some(&b"g1"[..]));
+    assert_eq!(ghosts[0].value.as_deref(), Some(&b"{\"boo\":1}"[..]));
+
+    // discard hides the one that cannot be retried; list --all still shows it.
+    let out = dead(&config, &["discard", &big_id]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let doc = list_json(&config, &[]).await;
+    assert_eq!(by_id(&doc).len(), 0, "{doc:#}");
+    let all = by_id(&list_json(&config, &["--all"]).await);
+    assert_eq!(all[&big_id]["state"], "discarded");
+    assert_eq!(all[&not_json]["state"], "replayed");
+    assert_eq!(all[&refused]["state"], "replayed");
+
+    // A second retry republishes nothing.
+    let before = topic_len(&topic).await + topic_len(&ghost).await;
+    let out = dead(&config, &["retry", "--all"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0 done, 0 failed"),
+        "{}",
+        text(&out)
+    );
+    let out = dead(&config, &["retry", &not_json]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("already replayed"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        topic_len(&topic).await + topic_len(&ghost).await,
+        before,
+        "nothing republished twice"
+    );
+    let republished = consume_to_end(&topic).await;
+    let copies = republished
+        .iter()
+        .filter(|r| r.header("ce_id") == Some(not_json.as_str()))
+        .count();
+    assert_eq!(copies, 1);
+    outbox.drop_all().await;
+}
+
+/// A schema of the test's own holding the delivery table, made with
+/// `sql/outbox_delivery.sql` as the contract says. Its name needs quoting
+/// (`%`, non-ASCII); `postgres.table` refuses quotes, so it has none.
+async fn delivery_schema(outbox: &TestOutbox) -> String {
+    let schema = format!("dl_é%_{}", random_name("s"));
+    let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+    let contract = include_str!("../../sql/outbox_delivery.sql");
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {quoted}; BEGIN; SET LOCAL search_path TO {quoted}; {contract}; COMMIT;"
+        ))
+        .await
+        .expect("create the delivery table");
+    schema
+}
+
+/// The outbox config for the CLI with the outbox table in `schema` (so the
+/// delivery table is looked for there), as the superuser.
+fn config_in_schema(outbox: &TestOutbox, schema: &str) -> std::path::PathBuf {
+    let path = outbox.write_config_with_url(&env("PG_URL"), "");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let line = format!("table = \"public.{}\"", outbox.table);
+    assert!(text.contains(&line), "config layout changed");
+    let text = text.replace(
+        &line,
+        &format!(
+            "table = {}",
+            toml_string(&format!("{schema}.{}", outbox.table))
+        ),
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_rows_of_the_delivery_table_are_retried_and_discarded_one_by_one() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let schema = delivery_schema(&outbox).await;
+    let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+    let table = format!("{quoted}.outbox_delivery");
+    let rows = [
+        ("ev'1", "billing'é", "DEAD", 5, "HTTP 500 from billing"),
+        ("ev%2", "ship%", "DEAD", 3, "refused: 410"),
+        ("évé☃3", "billing'é", "DEAD", 5, "timeout"),
+        ("ev4", "billing'é", "PENDING", 1, "HTTP 503"),
+    ];
+    for (id, route, status, attempts, error) in rows {
+        outbox
+            .admin
+            .execute(
+                &format!(
+                    "INSERT INTO {table} (event_id, route, aggregate_key, status, attempts, \
+                     max_attempts, next_attempt_at, last_error, last_status, headers, body) \
+                     VALUES ($1, $2, 'k', $3, $4, 5, now() + interval '1 hour', $5, 500, \
+                     '{{\"ce-id\":\"x\"}}', '\\x00ff'::bytea)"
+                ),
+                &[&id, &route, &status, &attempts, &error],
+            )
+            .await
+            .expect("insert a delivery row");
+    }
+    let config = config_in_schema(&outbox, &schema);
+
+    let doc = list_json(&config, &[]).await;
+    let entries = by_id(&doc);
+    assert_eq!(entries.len(), 3, "the three DEAD rows only: {doc:#}");
+    let first = &entries["ev'1"];
+    assert_eq!(first["sink"], "table");
+    assert_eq!(first["route"], "billing'é");
+    assert_eq!(first["reason"], "HTTP 500 from billing");
+    assert_eq!(first["attempts"], 5);
+    assert_eq!(first["max_attempts"], 5);
+    assert_eq!(first["last_status"], 500);
+    assert_eq!(first["state"], "dead");
+    assert!(first["age_seconds"].as_f64().is_some_and(|a| a >= 0.0));
+    assert_eq!(entries["ev%2"]["attempts"], 3);
+    assert!(entries.contains_key("évé☃3"));
+    let ship = by_id(&list_json(&config, &["--route", "ship%"]).await);
+    assert_eq!(ship.keys().collect::<Vec<_>>(), ["ev%2"]);
+
+    let state = |id: &'static str| {
+        let admin = &outbox.admin;
+        let table = table.clone();
+        async move {
+            admin
+                .query_opt(
+                    &format!(
+                        "SELECT status, attempts, next_attempt_at <= now() FROM {table} WHERE event_id = $1"
+                    ),
+                    &[&id],
+                )
+                .await
+                .unwrap()
+                .map(|r| (r.get::<_, String>(0), r.get::<_, i32>(1), r.get::<_, bool>(2)))
+        }
+    };
+
+    // retry ID: exactly that row becomes PENDING, due now, no attempts.
+    let out = dead(&config, &["retry", "ev'1"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(state("ev'1").await, Some(("PENDING".into(), 0, true)));
+    assert_eq!(state("ev%2").await, Some(("DEAD".into(), 3, false)));
+    assert_eq!(state("évé☃3").await, Some(("DEAD".into(), 5, false)));
+    assert_eq!(state("ev4").await, Some(("PENDING".into(), 1, false)));
+
+    // `%` is an id like any other, not a pattern: it names nothing.
+    let out = dead(&config, &["discard", "%"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no dead letter has id \"%\""),
+        "{}",
+        text(&out)
+    );
+    // discard ID: exactly that row is deleted.
+    let out = dead(&config, &["discard", "ev%2"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(state("ev%2").await, None);
+    assert_eq!(state("évé☃3").await, Some(("DEAD".into(), 5, false)));
+    assert_eq!(state("ev4").await, Some(("PENDING".into(), 1, false)));
+
+    // Unknown ids and rows that are not DEAD are reported and fail the
+    // command; the known one among them is still retried.
+    let out = dead(&config, &["retry", "nope", "ev4", "évé☃3"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no dead letter has id \"nope\""),
+        "{stderr}"
+    );
+    assert!(stderr.contains("no dead letter has id \"ev4\""), "{stderr}");
+    assert!(stderr.contains("dead list --all"), "{stderr}");
+    assert_eq!(state("évé☃3").await, Some(("PENDING".into(), 0, true)));
+    assert_eq!(state("ev4").await, Some(("PENDING".into(), 1, false)));
+    assert_eq!(by_id(&list_json(&config, &[]).await).len(), 0);
+
+    outbox
+        .admin
+        .batch_execute(&format!("DROP SCHEMA {quoted} CASCADE"))
+        .await
+        .unwrap();
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_dead_letter_topic_or_delivery_table_says_what_to_fix() {
+    let outbox = TestOutbox::create("jsonb").await;
+    // An empty schema of its own: no delivery table, no replay record.
+    let schema = random_name("empty");
+    outbox
+        .admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    let config = config_in_schema(&outbox, &schema);
+    let out = dead(&config, &["list"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "the dead-letter topic {:?} does not exist",
+            outbox.dlq_topic
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("kafka.dlq_topic"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{schema}.outbox_delivery does not exist"))
+            && stderr.contains("init"),
+        "{stderr}"
+    );
+    let out = dead(&config, &["retry", "x'y"]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no dead letter has id \"x'y\""), "{stderr}");
+    assert!(stderr.contains("run `outbox-relay init`"), "{stderr}");
+    // Neither command created anything.
+    assert_eq!(topic_len(&outbox.dlq_topic).await, 0);
+    let tables: i64 = outbox
+        .admin
+        .query_one(
+            "SELECT count(*) FROM pg_tables WHERE schemaname = $1",
+            &[&schema],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(tables, 0, "list and a failed retry create no table");
+    outbox
+        .admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+    outbox.drop_all().await;
+}
