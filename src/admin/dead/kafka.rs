@@ -177,7 +177,8 @@ pub struct Republished {
 /// `dlq_replayed_from`; key and value unchanged.
 ///
 /// # Errors
-/// The dead letter lacks its payload, its id or type, or a topic.
+/// The dead letter lacks its payload, its id or type, or a topic other
+/// than the dead-letter topic.
 pub fn republished(
     record: &DlqRecord,
     topic_template: &str,
@@ -202,6 +203,12 @@ pub fn republished(
         return Err("cloudevents.source is not set".to_owned());
     }
     let topic = original_topic(record, topic_template)?;
+    if topic == record.topic {
+        return Err(format!(
+            "its topic {topic:?} is the dead-letter topic itself: it would come back as a \
+             dead letter of itself; fix kafka.topic, then retry"
+        ));
+    }
     let time = text(TIMESTAMP_HEADER)
         .map(str::to_owned)
         .or_else(|| record.timestamp.map(format_time));

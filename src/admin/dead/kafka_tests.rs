@@ -198,3 +198,14 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_dead_letter_is_never_republished_into_the_dead_letter_topic() {
+    // A topic template can render to the dead-letter topic's own name: the
+    // event would come back as a dead letter of itself, for ever.
+    let mut dlq = read_back(dead_letter("e-1", b"k", b"{}", vec![]), 0);
+    dlq.headers.retain(|(n, _)| n != "dlq_original_topic");
+    let why = republished(&dlq, "outbox.dlq", "/s").unwrap_err();
+    assert!(why.contains("dead-letter topic"), "{why}");
+    assert!(not_retryable(&dlq, "outbox.dlq", "/s").is_some());
+}
