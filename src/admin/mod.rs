@@ -1,6 +1,6 @@
 //! The operator commands: `init` (set the database up), `check` (a
-//! preflight of everything `run` needs) and `status` (how far behind the
-//! slot is).
+//! preflight of everything `run` needs), `status` (how far behind the
+//! slot is) and `dead` (list, retry and discard dead letters).
 //!
 //! Role: read the catalog and the broker, decide, and print. Each command
 //! gathers facts with I/O ([`facts`], [`kafka`]) and hands them to pure
@@ -13,8 +13,10 @@
 //!   ([`SqlConnection::connect_normal`]): the same conninfo, TLS and
 //!   authentication semantics as the stream, without needing the
 //!   REPLICATION attribute, so `check` can report on a role that lacks it.
-//! * `check` and `status` never write: no DDL, no topic creation (metadata
-//!   is requested for all topics, which never auto-creates one).
+//! * `check`, `status` and `dead list` never write: no DDL, no topic
+//!   creation (metadata is requested for all topics, which never
+//!   auto-creates one). `dead retry` and `dead discard` write only what
+//!   [`dead`] says.
 //! * `init` never drops or replaces anything, and refuses to create a slot
 //!   where one was lost (see [`init`]): design invariant "Loud on lost
 //!   history".
