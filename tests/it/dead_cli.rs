@@ -4,8 +4,9 @@
 //! one too large to keep its payload) republished to their original topic
 //! once and only once, and DEAD rows of the delivery table
 //! (`sql/outbox_delivery.sql`) made PENDING or deleted one by one. Ids,
-//! routes and schema names carry quotes, `%` and non-ASCII text; ids that
-//! do not exist are reported and fail the command.
+//! routes and schema names carry quotes, `%` and non-ASCII text; keys,
+//! payloads and headers bytes that are not UTF-8; ids that do not exist
+//! are reported and fail the command.
 
 use std::collections::HashMap;
 use std::process::{Command, Output};
@@ -420,5 +421,133 @@ async fn a_missing_dead_letter_topic_or_delivery_table_says_what_to_fix() {
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .await
         .unwrap();
+    outbox.drop_all().await;
+}
+
+/// A record to write as it is: key, value, headers.
+type RawRecord<'a> = (Vec<u8>, Vec<u8>, Vec<(&'a str, Vec<u8>)>);
+
+/// Writes `records` to `topic` as they are, bytes that are not UTF-8
+/// included.
+async fn produce_raw(topic: &str, records: &[RawRecord<'_>]) {
+    use rdkafka::message::{Header, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let producer: FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", env("KAFKA_BROKERS"))
+        .set("enable.idempotence", "true")
+        .create()
+        .expect("producer");
+    for (key, value, headers) in records {
+        let mut owned = OwnedHeaders::new();
+        for (name, value) in headers {
+            owned = owned.insert(Header {
+                key: name,
+                value: Some(value.as_slice()),
+            });
+        }
+        producer
+            .send(
+                FutureRecord::to(topic)
+                    .key(key.as_slice())
+                    .payload(value.as_slice())
+                    .headers(owned),
+                std::time::Duration::from_secs(30),
+            )
+            .await
+            .map_err(|(e, _)| e)
+            .expect("produce a dead letter");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_bytes_survive_the_republish_and_a_dead_letter_without_an_id_goes_by_location() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 1).await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    // A dead letter as an older relay wrote it (no dlq_original_topic: the
+    // topic comes from kafka.topic), with bytes that are not UTF-8 in its
+    // key, value and a header column, and one that has no id at all.
+    let id = "ïd '%\"\\ ☃";
+    let key: Vec<u8> = vec![0xff, 0x00, b'k', 0xc3];
+    let value: Vec<u8> = (0..=255u8).rev().chain(0..=255u8).collect();
+    let blob: Vec<u8> = vec![0x80, 0x00, 0xfe];
+    produce_raw(
+        &outbox.dlq_topic,
+        &[
+            (
+                key.clone(),
+                value.clone(),
+                vec![
+                    ("dlq_reason", b"payload is not valid JSON".to_vec()),
+                    ("dlq_reason_code", b"payload_not_json".to_vec()),
+                    ("lsn", b"0/16B3748".to_vec()),
+                    ("source_table", b"public.outbox".to_vec()),
+                    ("id", id.as_bytes().to_vec()),
+                    ("aggregatetype", b"order".to_vec()),
+                    ("type", b"Placed".to_vec()),
+                    ("blob", blob.clone()),
+                ],
+            ),
+            (
+                b"k2".to_vec(),
+                b"{}".to_vec(),
+                vec![
+                    ("dlq_reason", b"column id is NULL".to_vec()),
+                    ("aggregatetype", b"order".to_vec()),
+                ],
+            ),
+        ],
+    )
+    .await;
+    let config = outbox.write_config_with_url(&env("PG_URL"), "");
+    let anonymous = format!("{}/0/1", outbox.dlq_topic);
+    let entries = by_id(&list_json(&config, &[]).await);
+    assert_eq!(entries.len(), 2, "{entries:#?}");
+    assert_eq!(entries[id]["route"], topic.as_str());
+    assert_eq!(entries[&anonymous]["retryable"], false);
+
+    // Named by its location, the one without an id is refused by it.
+    let out = dead(&config, &["retry", id, &anonymous]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{anonymous:?} cannot be retried"))
+            && stderr.contains("no readable event id"),
+        "{stderr}"
+    );
+    let received = consume(&topic, DEADLINE, |r| !r.is_empty()).await;
+    assert_eq!(received.len(), 1);
+    let event = &received[0];
+    assert_eq!(
+        event.key.as_deref(),
+        Some(key.as_slice()),
+        "key byte for byte"
+    );
+    assert_eq!(
+        event.value.as_deref(),
+        Some(value.as_slice()),
+        "value byte for byte"
+    );
+    assert_eq!(
+        event.headers.get("blob"),
+        Some(&blob),
+        "header byte for byte"
+    );
+    assert_eq!(event.header("ce_id"), Some(id));
+    assert_eq!(event.header("id"), Some(id));
+    assert_eq!(event.headers.get("dlq_reason"), None);
+    assert_eq!(
+        event.header("dlq_replayed_from"),
+        Some(format!("{}/0/0", outbox.dlq_topic).as_str())
+    );
+
+    // Discarded by its location, it is hidden; nothing is left to list.
+    let out = dead(&config, &["discard", &anonymous]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(by_id(&list_json(&config, &[]).await).len(), 0);
+    let all = by_id(&list_json(&config, &["--all"]).await);
+    assert_eq!(all[&anonymous]["state"], "discarded");
+    assert_eq!(all[id]["state"], "replayed");
     outbox.drop_all().await;
 }
