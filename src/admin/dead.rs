@@ -735,7 +735,8 @@ fn cell(text: &str, max: usize) -> String {
     out
 }
 
-/// `dead list`: one table of every entry given.
+/// `dead list`: one table of every entry given, a count, and a line for
+/// each dead letter `retry` would refuse, saying why.
 pub fn render_text(entries: &[&Entry], with_state: bool) -> String {
     let mut header = vec!["ID", "SINK", "ROUTE/TOPIC", "REASON", "ATTEMPTS", "AGE"];
     if with_state {
@@ -803,6 +804,16 @@ pub fn render_text(entries: &[&Entry], with_state: bool) -> String {
                 .join(", ")
         }
     );
+    for e in entries {
+        if let (State::Dead, Some(why)) = (e.state, &e.not_retryable) {
+            let _ = writeln!(
+                out,
+                "cannot retry {}: {}",
+                shown_id(&e.id),
+                cell(why, usize::MAX)
+            );
+        }
+    }
     out
 }
 

@@ -131,6 +131,12 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
         assert!(shown.contains(id.as_str()), "{shown}");
     }
     assert!(shown.contains("3 dead letters (kafka: 3)"), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "cannot retry \"{big_id}\": its payload was not kept"
+        )),
+        "{shown}"
+    );
 
     // The operator fixes what refused the ghost event (its topic), nothing
     // else, and retries everything: two are republished, the one whose

@@ -138,7 +138,14 @@ fn the_table_escapes_control_characters_and_the_json_has_every_field() {
     assert!(text.starts_with("ID "), "{text}");
     assert!(text.contains("5/5"), "{text}");
     assert!(
-        text.ends_with("4 dead letters (kafka: 3, table: 1)\n"),
+        text.contains("\n4 dead letters (kafka: 3, table: 1)\n"),
+        "{text}"
+    );
+    // What cannot be retried says so under the table, by id.
+    assert!(
+        text.ends_with(
+            "cannot retry \"dlq/0/1\": it has no readable event id, so it cannot become an event\n"
+        ),
         "{text}"
     );
     let doc: serde_json::Value = serde_json::from_str(&render_json(entries, &inv)).unwrap();
