@@ -573,18 +573,27 @@ async fn act_on_letters(
     action: Action,
     outcome: &mut Outcome,
 ) {
-    if let Err(e) = conn
-        .query(
-            &table::create_replay_sql(replay),
-            "creating the replay record",
-        )
-        .await
-    {
+    // Created only when missing: CREATE TABLE IF NOT EXISTS needs CREATE on
+    // the schema even when the table exists, and a role that may only
+    // insert into a table made by its owner must still get through.
+    let ready = match table::exists(conn, replay).await {
+        Ok(true) => Ok(()),
+        Ok(false) => conn
+            .query(
+                &table::create_replay_sql(replay),
+                "creating the replay record",
+            )
+            .await
+            .map(|_| ()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = ready {
         for entry in letters {
             outcome.problems.push(format!(
-                "{}: not {}: the replay record {} cannot be created, so it could not be \
-                 recorded (run `outbox-relay init` or the command as a role that may create \
-                 tables in that schema, --admin-url): {e}",
+                "{}: not {}: the replay record {} is missing and cannot be created, so it \
+                 could not be recorded; run the command once as a role that may create tables \
+                 in that schema (--admin-url), or create the table as docs/dead-letters.md \
+                 shows and grant SELECT, INSERT on it: {e}",
                 shown_id(&entry.id),
                 action_past(action),
                 replay.shown()

@@ -557,3 +557,58 @@ async fn any_bytes_survive_the_republish_and_a_dead_letter_without_an_id_goes_by
     assert_eq!(all[id]["state"], "replayed");
     outbox.drop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_may_only_write_the_replay_record_can_retry_and_discard() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 1).await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let [one, two] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
+    let letter = |id: &str| -> RawRecord<'static> {
+        (
+            b"k".to_vec(),
+            b"{}".to_vec(),
+            vec![
+                ("dlq_reason", b"payload is not valid JSON".to_vec()),
+                ("id", id.as_bytes().to_vec()),
+                ("aggregatetype", b"order".to_vec()),
+                ("type", b"Placed".to_vec()),
+            ],
+        )
+    };
+    produce_raw(&outbox.dlq_topic, &[letter(&one), letter(&two)]).await;
+    // The replay record made once by an owner, as docs/dead-letters.md
+    // says; the relay's role may read and insert, not create tables.
+    let schema = random_name("replay");
+    let replay = outbox_relay::admin::dead::table::replay_table(&schema);
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; GRANT USAGE ON SCHEMA {schema} TO relay;
+             {create}; GRANT SELECT, INSERT ON {table} TO relay;",
+            create = outbox_relay::admin::dead::table::create_replay_sql(&replay),
+            table = replay.sql(),
+        ))
+        .await
+        .unwrap();
+    let path = outbox.write_config("");
+    let text_config = std::fs::read_to_string(&path).unwrap();
+    let line = format!("table = \"public.{}\"", outbox.table);
+    let text_config = text_config.replace(&line, &format!("table = \"{schema}.{}\"", outbox.table));
+    std::fs::write(&path, text_config).unwrap();
+
+    let out = dead(&path, &["retry", &one]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = dead(&path, &["discard", &two]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let all = by_id(&list_json(&path, &["--all"]).await);
+    assert_eq!(all[&one]["state"], "replayed");
+    assert_eq!(all[&two]["state"], "discarded");
+    outbox
+        .admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+    outbox.drop_all().await;
+}
