@@ -406,75 +406,36 @@ async fn status_command(config: &Config, args: StatusArgs) -> ExitCode {
 }
 
 async fn dead_command(config: &Config, action: DeadAction) -> ExitCode {
-    use admin::dead::{self, DeadOptions};
-    let (common, name) = match &action {
-        DeadAction::List(a) => (&a.common, "list"),
-        DeadAction::Retry(a) => (&a.common, "retry"),
-        DeadAction::Discard(a) => (&a.common, "discard"),
+    use admin::dead::{self, DeadOptions, Request};
+    let (common, request) = match action {
+        DeadAction::List(a) => (
+            a.common,
+            Request::List {
+                all: a.all,
+                route: a.route,
+                json: a.json,
+            },
+        ),
+        DeadAction::Retry(a) => (
+            a.common,
+            Request::Retry {
+                ids: if a.all { Vec::new() } else { a.ids },
+                route: a.route,
+            },
+        ),
+        DeadAction::Discard(a) => (a.common, Request::Discard { ids: a.ids }),
     };
-    let target = AdminTarget::from_config(config, common.admin.admin_url.clone());
+    let target = AdminTarget::from_config(config, common.admin.admin_url);
     let options = DeadOptions {
         timeout: Duration::from_secs(common.timeout),
         delivery_table: None,
     };
-    let (inventory, mut connection) = dead::gather(&target, config, &options).await;
-    let mut failed = !inventory.problems.is_empty();
-    for problem in &inventory.problems {
-        eprintln!("outbox-relay dead {name}: {problem}");
-    }
-    match action {
-        DeadAction::List(args) => {
-            let entries = inventory.listed(args.all, args.route.as_deref());
-            if args.json {
-                println!("{}", dead::render_json(entries, &inventory));
-            } else {
-                for note in &inventory.notes {
-                    eprintln!("outbox-relay dead list: note: {note}");
-                }
-                print!("{}", dead::render_text(&entries, args.all));
-            }
-        }
-        DeadAction::Retry(args) => {
-            let ids = if args.all { Vec::new() } else { args.ids };
-            let outcome = dead::retry(
-                config,
-                &inventory,
-                connection.as_mut(),
-                &ids,
-                args.route.as_deref(),
-            )
-            .await;
-            failed |= report(name, &outcome);
-        }
-        DeadAction::Discard(args) => {
-            let outcome = dead::discard(config, &inventory, connection.as_mut(), &args.ids).await;
-            failed |= report(name, &outcome);
-        }
-    }
-    if let Some(connection) = connection {
-        connection.close().await;
-    }
-    if failed {
-        ExitCode::from(EXIT_FATAL)
-    } else {
+    let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
+    if dead::run(&target, config, &options, request, &mut stdout, &mut stderr).await {
         ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_FATAL)
     }
-}
-
-/// Prints what a `dead` command did; true when something failed.
-fn report(name: &str, outcome: &outbox_relay::admin::dead::Outcome) -> bool {
-    for line in &outcome.done {
-        println!("{line}");
-    }
-    for problem in &outcome.problems {
-        eprintln!("outbox-relay dead {name}: {problem}");
-    }
-    println!(
-        "{} done, {} failed",
-        outcome.done.len(),
-        outcome.problems.len()
-    );
-    !outcome.problems.is_empty()
 }
 
 /// Why `run` stopped for good.

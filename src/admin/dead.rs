@@ -13,7 +13,8 @@
 //!   them PENDING, due now, with no attempts (the relay's retry worker picks
 //!   them up); `discard` deletes them.
 //!
-//! Role: [`gather`] reads both into an [`Inventory`]; [`Inventory::select`]
+//! Role: [`run`] is the command; [`gather`] reads both sinks into an
+//! [`Inventory`]; [`Inventory::select`]
 //! decides which entries the ids or `--all` mean (pure); [`retry`] and
 //! [`discard`] act and say what they did per id in an [`Outcome`].
 //!
@@ -31,11 +32,12 @@
 //!   done, skipped (already replayed or discarded) or a problem, and any
 //!   problem makes the command exit 1.
 
+mod act;
 pub mod kafka;
+mod render;
 pub mod table;
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -48,7 +50,10 @@ use crate::replication::SqlConnection;
 use self::kafka::DlqRecord;
 use self::table::TableName;
 
-use super::{AdminTarget, human_duration};
+use super::AdminTarget;
+
+pub use act::{Outcome, discard, retry};
+pub use render::{ListDocument, render_json, render_text};
 
 /// Which sink a dead letter belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -399,431 +404,97 @@ pub async fn gather(
     (inventory, connection)
 }
 
-/// What `retry` or `discard` did.
-#[derive(Debug, Default)]
-pub struct Outcome {
-    /// One line per dead letter acted on or skipped.
-    pub done: Vec<String>,
-    /// One line per failure.
-    pub problems: Vec<String>,
+/// What a person asked `dead` to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// `dead list`: with `all`, also what was replayed or discarded.
+    List {
+        all: bool,
+        route: Option<String>,
+        json: bool,
+    },
+    /// `dead retry`: these ids, or with none every dead letter (on `route`).
+    Retry {
+        ids: Vec<String>,
+        route: Option<String>,
+    },
+    /// `dead discard`: these ids.
+    Discard { ids: Vec<String> },
 }
 
-/// Sends the selected dead letters again (see the module header).
-pub async fn retry(
-    config: &Config,
-    inventory: &Inventory,
-    connection: Option<&mut SqlConnection>,
-    ids: &[String],
-    route: Option<&str>,
-) -> Outcome {
-    act(config, inventory, connection, ids, route, Action::Retry).await
-}
-
-/// Drops the selected dead letters (see the module header).
-pub async fn discard(
-    config: &Config,
-    inventory: &Inventory,
-    connection: Option<&mut SqlConnection>,
-    ids: &[String],
-) -> Outcome {
-    act(config, inventory, connection, ids, None, Action::Discard).await
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
-    Retry,
-    Discard,
-}
-
-async fn act(
-    config: &Config,
-    inventory: &Inventory,
-    mut connection: Option<&mut SqlConnection>,
-    ids: &[String],
-    route: Option<&str>,
-    action: Action,
-) -> Outcome {
-    let mut outcome = Outcome::default();
-    let selection = inventory.select(ids, route);
-    for id in &selection.unknown {
-        outcome
-            .problems
-            .push(inventory.unknown_problem(id, &config.kafka.dlq_topic));
-    }
-    let (rows, letters): (Vec<&Entry>, Vec<&Entry>) = selection
-        .entries
-        .iter()
-        .partition(|e| e.sink == Sink::Table);
-    if !rows.is_empty() {
-        act_on_rows(
-            inventory,
-            connection.as_deref_mut(),
-            &rows,
-            action,
-            &mut outcome,
-        )
-        .await;
-    }
-    let mut kafka_letters = Vec::new();
-    for entry in letters {
-        if entry.state != State::Dead {
-            outcome.done.push(format!(
-                "skipped {}: already {} at {}",
-                shown_id(&entry.id),
-                entry.state.as_str(),
-                entry.state_at.as_deref().unwrap_or("?")
-            ));
-        } else {
-            kafka_letters.push(entry);
+impl Request {
+    /// The subcommand's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Request::List { .. } => "list",
+            Request::Retry { .. } => "retry",
+            Request::Discard { .. } => "discard",
         }
     }
-    if !kafka_letters.is_empty() {
-        let (schema, _) = config.postgres.table_parts();
-        let replay = table::replay_table(&schema);
-        match connection {
-            None => {
-                for entry in &kafka_letters {
-                    outcome.problems.push(format!(
-                        "{}: not {}: PostgreSQL, where that is recorded, cannot be reached",
-                        shown_id(&entry.id),
-                        action_past(action)
-                    ));
+}
+
+/// Runs one `dead` command: what it shows or did on `out`, each failure on
+/// `err` (`outbox-relay dead <name>: ...`). True when nothing failed.
+pub async fn run(
+    target: &AdminTarget,
+    config: &Config,
+    options: &DeadOptions,
+    request: Request,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> bool {
+    let name = request.name();
+    let (inventory, mut connection) = gather(target, config, options).await;
+    for problem in &inventory.problems {
+        let _ = writeln!(err, "outbox-relay dead {name}: {problem}");
+    }
+    let mut passed = inventory.problems.is_empty();
+    let outcome = match request {
+        Request::List { all, route, json } => {
+            let entries = inventory.listed(all, route.as_deref());
+            if json {
+                let _ = writeln!(out, "{}", render_json(entries, &inventory));
+            } else {
+                for note in &inventory.notes {
+                    let _ = writeln!(err, "outbox-relay dead {name}: note: {note}");
                 }
+                let _ = write!(out, "{}", render_text(&entries, all));
             }
-            Some(conn) => {
-                act_on_letters(config, conn, &replay, &kafka_letters, action, &mut outcome).await;
-            }
+            None
         }
-    }
-    outcome
-}
-
-fn action_past(action: Action) -> &'static str {
-    match action {
-        Action::Retry => "republished",
-        Action::Discard => "discarded",
-    }
-}
-
-async fn act_on_rows(
-    inventory: &Inventory,
-    connection: Option<&mut SqlConnection>,
-    rows: &[&Entry],
-    action: Action,
-    outcome: &mut Outcome,
-) {
-    let (Some(conn), Some(delivery)) = (connection, inventory.delivery.as_ref()) else {
-        for row in rows {
-            outcome.problems.push(format!(
-                "{}: the delivery table cannot be reached",
-                shown_id(&row.id)
-            ));
-        }
-        return;
-    };
-    let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
-    let (sql, what) = match action {
-        Action::Retry => (
-            table::retry_sql(delivery, &ids),
-            "PENDING again, due now, attempts 0",
-        ),
-        Action::Discard => (table::discard_sql(delivery, &ids), "deleted"),
-    };
-    match table::returning(conn, &sql, "changing DEAD rows of the delivery table").await {
-        Ok(changed) => {
-            for row in rows {
-                if changed.contains(&row.id) {
-                    outcome.done.push(format!(
-                        "{} {}: {} row of route {} {what}",
-                        match action {
-                            Action::Retry => "retried",
-                            Action::Discard => "discarded",
-                        },
-                        shown_id(&row.id),
-                        row.location,
-                        shown_id(&row.route)
-                    ));
-                } else {
-                    outcome.problems.push(format!(
-                        "{}: the row of {} is no longer DEAD (changed meanwhile); run `dead \
-                         list` again",
-                        shown_id(&row.id),
-                        delivery.shown()
-                    ));
-                }
-            }
-        }
-        Err(e) => {
-            for row in rows {
-                outcome.problems.push(format!(
-                    "{}: {} unchanged: {e}",
-                    shown_id(&row.id),
-                    delivery.shown()
-                ));
-            }
-        }
-    }
-}
-
-async fn act_on_letters(
-    config: &Config,
-    conn: &mut SqlConnection,
-    replay: &TableName,
-    letters: &[&Entry],
-    action: Action,
-    outcome: &mut Outcome,
-) {
-    // Created only when missing: CREATE TABLE IF NOT EXISTS needs CREATE on
-    // the schema even when the table exists, and a role that may only
-    // insert into a table made by its owner must still get through.
-    let ready = match table::exists(conn, replay).await {
-        Ok(true) => Ok(()),
-        Ok(false) => conn
-            .query(
-                &table::create_replay_sql(replay),
-                "creating the replay record",
+        Request::Retry { ids, route } => Some(
+            retry(
+                config,
+                &inventory,
+                connection.as_mut(),
+                &ids,
+                route.as_deref(),
             )
-            .await
-            .map(|_| ()),
-        Err(e) => Err(e),
+            .await,
+        ),
+        Request::Discard { ids } => {
+            Some(discard(config, &inventory, connection.as_mut(), &ids).await)
+        }
     };
-    if let Err(e) = ready {
-        for entry in letters {
-            outcome.problems.push(format!(
-                "{}: not {}: the replay record {} is missing and cannot be created, so it \
-                 could not be recorded; run the command once as a role that may create tables \
-                 in that schema (--admin-url), or create the table as docs/dead-letters.md \
-                 shows and grant SELECT, INSERT on it: {e}",
-                shown_id(&entry.id),
-                action_past(action),
-                replay.shown()
-            ));
+    if let Some(outcome) = outcome {
+        for line in &outcome.done {
+            let _ = writeln!(out, "{line}");
         }
-        return;
-    }
-    let mut to_record: Vec<&Entry> = Vec::new();
-    match action {
-        Action::Discard => to_record.extend(letters),
-        Action::Retry => {
-            let mut sendable = Vec::new();
-            let mut records = Vec::new();
-            for entry in letters {
-                let newest = entry.records.last().expect("a Kafka entry has a record");
-                match kafka::republished(newest, &config.kafka.topic, &config.cloudevents.source) {
-                    Ok(record) => {
-                        sendable.push(*entry);
-                        records.push(record);
-                    }
-                    Err(why) => outcome
-                        .problems
-                        .push(format!("{} cannot be retried: {why}", shown_id(&entry.id))),
-                }
-            }
-            if records.is_empty() {
-                // Nothing to send.
-            } else {
-                match kafka::publish(&config.kafka, &records).await {
-                    Err(e) => {
-                        for entry in &sendable {
-                            outcome
-                                .problems
-                                .push(format!("{}: not republished: {e}", shown_id(&entry.id)));
-                        }
-                    }
-                    Ok(results) => {
-                        for ((entry, record), result) in sendable.iter().zip(&records).zip(results)
-                        {
-                            match result {
-                                Ok(()) => {
-                                    outcome.done.push(format!(
-                                        "republished {}: {} to topic {}",
-                                        shown_id(&entry.id),
-                                        entry.location,
-                                        record.topic
-                                    ));
-                                    to_record.push(entry);
-                                }
-                                Err(e) => outcome.problems.push(format!(
-                                    "{}: not republished to topic {}: {e}",
-                                    shown_id(&entry.id),
-                                    record.topic
-                                )),
-                            }
-                        }
-                    }
-                }
-            }
+        for problem in &outcome.problems {
+            let _ = writeln!(err, "outbox-relay dead {name}: {problem}");
         }
+        let _ = writeln!(
+            out,
+            "{} done, {} failed",
+            outcome.done.len(),
+            outcome.problems.len()
+        );
+        passed &= outcome.problems.is_empty();
     }
-    if to_record.is_empty() {
-        return;
+    if let Some(connection) = connection {
+        connection.close().await;
     }
-    let name = match action {
-        Action::Retry => "replayed",
-        Action::Discard => "discarded",
-    };
-    let rows: Vec<(String, i32, i64, String)> = to_record
-        .iter()
-        .flat_map(|e| {
-            e.open
-                .iter()
-                .map(|(t, p, o)| (t.clone(), *p, *o, e.id.clone()))
-        })
-        .collect();
-    match conn
-        .query(
-            &table::record_sql(replay, name, &rows),
-            "recording dead letters",
-        )
-        .await
-    {
-        Ok(_) => {
-            if action == Action::Discard {
-                for entry in &to_record {
-                    outcome.done.push(format!(
-                        "discarded {}: {} ({} cop{}) recorded in {}",
-                        shown_id(&entry.id),
-                        entry.location,
-                        entry.open.len(),
-                        if entry.open.len() == 1 { "y" } else { "ies" },
-                        replay.shown()
-                    ));
-                }
-            }
-        }
-        Err(e) => {
-            for entry in &to_record {
-                outcome.problems.push(format!(
-                    "{}: {} but not recorded in {}, so `dead list` still shows it and a \
-                     `dead retry` would send it again: {e}",
-                    shown_id(&entry.id),
-                    action_past(action),
-                    replay.shown()
-                ));
-            }
-        }
-    }
-}
-
-/// The `--json` document of `dead list`.
-#[derive(Debug, Serialize)]
-pub struct ListDocument<'a> {
-    pub dead_letters: Vec<&'a Entry>,
-    pub problems: &'a [String],
-    pub notes: &'a [String],
-}
-
-/// `dead list --json`: one document (shape in docs/dead-letters.md).
-pub fn render_json(entries: Vec<&Entry>, inventory: &Inventory) -> String {
-    let document = ListDocument {
-        dead_letters: entries,
-        problems: &inventory.problems,
-        notes: &inventory.notes,
-    };
-    serde_json::to_string_pretty(&document).unwrap_or_else(|e| format!("{{\"error\":{e:?}}}"))
-}
-
-/// Longest reason in the text table; `--json` has it whole.
-const REASON_WIDTH: usize = 60;
-
-/// A cell of the text table: control characters escaped (ids, routes and
-/// reasons come from rows and endpoints), cut to `max` characters.
-fn cell(text: &str, max: usize) -> String {
-    let mut out = String::new();
-    for c in text.chars() {
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    if out.chars().count() > max {
-        out = out.chars().take(max.saturating_sub(1)).collect();
-        out.push('…');
-    }
-    out
-}
-
-/// `dead list`: one table of every entry given, a count, and a line for
-/// each dead letter `retry` would refuse, saying why.
-pub fn render_text(entries: &[&Entry], with_state: bool) -> String {
-    let mut header = vec!["ID", "SINK", "ROUTE/TOPIC", "REASON", "ATTEMPTS", "AGE"];
-    if with_state {
-        header.push("STATE");
-    }
-    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| (*s).to_owned()).collect()];
-    for e in entries {
-        let reason = match (&e.reason_code, e.reason.is_empty()) {
-            (Some(code), false) => format!("{code}: {}", e.reason),
-            (Some(code), true) => code.clone(),
-            (None, _) => e.reason.clone(),
-        };
-        let attempts = match (e.attempts, e.max_attempts) {
-            (Some(a), Some(m)) => format!("{a}/{m}"),
-            (Some(a), None) => a.to_string(),
-            _ => "-".to_owned(),
-        };
-        let mut row = vec![
-            cell(&e.id, usize::MAX),
-            e.sink.as_str().to_owned(),
-            cell(if e.route.is_empty() { "?" } else { &e.route }, usize::MAX),
-            cell(&reason, REASON_WIDTH),
-            attempts,
-            e.age_seconds.map_or("-".to_owned(), human_duration),
-        ];
-        if with_state {
-            row.push(e.state.as_str().to_owned());
-        }
-        rows.push(row);
-    }
-    let columns = rows[0].len();
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let mut line = String::new();
-        for (i, value) in row.iter().enumerate() {
-            if i + 1 == columns {
-                line.push_str(value);
-            } else {
-                let pad = widths[i] - value.chars().count();
-                let _ = write!(line, "{value}{}  ", " ".repeat(pad));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
-    let counts = entries.iter().fold(BTreeMap::new(), |mut m, e| {
-        *m.entry(e.sink.as_str()).or_insert(0) += 1;
-        m
-    });
-    let _ = writeln!(
-        out,
-        "{} dead letter{} ({})",
-        entries.len(),
-        if entries.len() == 1 { "" } else { "s" },
-        if counts.is_empty() {
-            "none".to_owned()
-        } else {
-            counts
-                .iter()
-                .map(|(k, v)| format!("{k}: {v}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        }
-    );
-    for e in entries {
-        if let (State::Dead, Some(why)) = (e.state, &e.not_retryable) {
-            let _ = writeln!(
-                out,
-                "cannot retry {}: {}",
-                shown_id(&e.id),
-                cell(why, usize::MAX)
-            );
-        }
-    }
-    out
+    passed
 }
 
 #[cfg(test)]
