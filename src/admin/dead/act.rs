@@ -8,8 +8,11 @@
 //! * A Kafka dead letter is recorded as replayed only after the broker
 //!   acknowledged its event, and only its copies that were not recorded
 //!   yet are.
-//! * Nothing is republished when the replay record cannot be written: a
-//!   retry that cannot be remembered would be repeated by the next one.
+//! * Nothing is republished while the replay record is missing and cannot
+//!   be created: a retry that cannot be remembered would be repeated by
+//!   the next one. (A record refused after the republish, for want of
+//!   INSERT, is reported as such: the event was sent, the next retry sends
+//!   it again.)
 
 use super::table::{self, TableName};
 use super::{Entry, Inventory, Sink, State, kafka, shown_id};
