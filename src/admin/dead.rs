@@ -14,9 +14,9 @@
 //!   them up); `discard` deletes them.
 //!
 //! Role: [`run`] is the command; [`gather`] reads both sinks into an
-//! [`Inventory`]; [`Inventory::select`]
-//! decides which entries the ids or `--all` mean (pure); [`retry`] and
-//! [`discard`] act and say what they did per id in an [`Outcome`].
+//! [`Inventory`]; [`Inventory::select`] decides which entries the ids or
+//! `--all` mean (pure); [`retry`] and [`discard`] (in `act`) act and say
+//! what they did per id in an [`Outcome`]; `render` shows a list.
 //!
 //! Invariants:
 //! * An entry's id is the event id (the delivery table's `event_id`, a
