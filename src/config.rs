@@ -201,6 +201,23 @@ pub struct KafkaConfig {
     pub shutdown_drain_secs: u64,
     /// What to do with an event the broker cannot route to its topic.
     pub on_unroutable: OnUnroutable,
+    /// At-least-once (the idempotent producer) or exactly-once for
+    /// read_committed consumers (Kafka transactions carrying a checkpoint).
+    pub delivery: Delivery,
+    /// The producer's `transactional.id` in exactly-once mode; empty means
+    /// [`KafkaConfig::transactional_id_for`] the slot. Also the key of the
+    /// relay's checkpoint record.
+    pub transactional_id: String,
+    /// Compacted topic holding each exactly-once relay's last committed
+    /// position.
+    pub checkpoint_topic: String,
+    /// A Kafka transaction is committed (between two PostgreSQL
+    /// transactions) once it holds this many records, ...
+    pub transaction_max_events: u64,
+    /// ... or this many bytes of keys, values and headers, ...
+    pub transaction_max_bytes: u64,
+    /// ... or has been open this long.
+    pub transaction_max_ms: u64,
     /// Other librdkafka properties, as text. May hold secrets: see
     /// [`is_secret_property`] (serialization hides them).
     #[serde(
@@ -221,7 +238,40 @@ impl Default for KafkaConfig {
             queue_max_messages: 100_000,
             shutdown_drain_secs: 30,
             on_unroutable: OnUnroutable::Stop,
+            delivery: Delivery::AtLeastOnce,
+            transactional_id: String::new(),
+            checkpoint_topic: DEFAULT_CHECKPOINT_TOPIC.to_owned(),
+            transaction_max_events: 10_000,
+            transaction_max_bytes: 16 * 1024 * 1024,
+            transaction_max_ms: 100,
             properties: BTreeMap::new(),
+        }
+    }
+}
+
+/// `kafka.checkpoint_topic` unless configured.
+pub const DEFAULT_CHECKPOINT_TOPIC: &str = "outbox-relay.checkpoints";
+
+/// `kafka.delivery`: what a consumer of the event topics can count on.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Delivery {
+    /// Every committed row arrives at least once; a crash may send some
+    /// again, and consumers de-duplicate by event id.
+    #[default]
+    AtLeastOnce,
+    /// Each committed row becomes visible exactly once to read_committed
+    /// consumers: records go out in Kafka transactions that also carry the
+    /// relay's position (docs/design.md, "Exactly once").
+    ExactlyOnce,
+}
+
+impl Delivery {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Delivery::AtLeastOnce => "at-least-once",
+            Delivery::ExactlyOnce => "exactly-once",
         }
     }
 }
@@ -422,6 +472,34 @@ impl KafkaConfig {
 
     pub fn shutdown_drain(&self) -> Duration {
         Duration::from_secs(self.shutdown_drain_secs)
+    }
+
+    /// The `transactional.id` of an exactly-once relay on `slot`: the
+    /// configured one, else `outbox-relay.<slot>`. Stable across restarts,
+    /// which is what lets a restarted relay fence its predecessor and
+    /// find its checkpoint.
+    pub fn transactional_id_for(&self, slot: &str) -> String {
+        if self.transactional_id.is_empty() {
+            format!("outbox-relay.{slot}")
+        } else {
+            self.transactional_id.clone()
+        }
+    }
+
+    pub fn transaction_max_duration(&self) -> Duration {
+        Duration::from_millis(self.transaction_max_ms)
+    }
+
+    /// The producer's `transaction.timeout.ms` in exactly-once mode: how
+    /// long the broker lets a transaction stay open before it aborts it.
+    /// It must cover a record's whole `message_timeout_ms` (librdkafka
+    /// refuses less) plus the time bound of a transaction, with room for
+    /// the last PostgreSQL transaction to arrive whole; never below
+    /// librdkafka's default of 60 s. Validation keeps it under the brokers'
+    /// default cap (`transaction.max.timeout.ms`, 15 minutes).
+    pub fn transaction_timeout(&self) -> Duration {
+        let wanted = self.message_timeout_ms + 2 * self.transaction_max_ms;
+        Duration::from_millis(wanted.max(60_000))
     }
 }
 

@@ -118,6 +118,12 @@ impl fmt::Debug for KafkaConfig {
             .field("queue_max_messages", &self.queue_max_messages)
             .field("shutdown_drain_secs", &self.shutdown_drain_secs)
             .field("on_unroutable", &self.on_unroutable)
+            .field("delivery", &self.delivery)
+            .field("transactional_id", &self.transactional_id)
+            .field("checkpoint_topic", &self.checkpoint_topic)
+            .field("transaction_max_events", &self.transaction_max_events)
+            .field("transaction_max_bytes", &self.transaction_max_bytes)
+            .field("transaction_max_ms", &self.transaction_max_ms)
             .field("properties", &RedactedProperties(&self.properties))
             .finish()
     }

@@ -57,6 +57,22 @@ fn example_config_parses_and_validates() {
     );
     assert_eq!(config.relay.log_format, LogFormat::Text);
     assert_eq!(config.postgres.columns, OutboxColumns::default());
+    assert_eq!(config.kafka.delivery, Delivery::AtLeastOnce);
+    assert_eq!(config.kafka.checkpoint_topic, DEFAULT_CHECKPOINT_TOPIC);
+    // The example shows the defaults it documents.
+    let defaults = KafkaConfig::default();
+    assert_eq!(
+        (
+            config.kafka.transaction_max_events,
+            config.kafka.transaction_max_bytes,
+            config.kafka.transaction_max_ms
+        ),
+        (
+            defaults.transaction_max_events,
+            defaults.transaction_max_bytes,
+            defaults.transaction_max_ms
+        )
+    );
 }
 
 #[test]
@@ -758,6 +774,14 @@ fn durations(config: &Config) -> Vec<(&'static str, Duration)> {
         ("kafka.message_timeout_ms", config.kafka.message_timeout()),
         ("kafka.shutdown_drain_secs", config.kafka.shutdown_drain()),
         (
+            "kafka.transaction_max_ms",
+            config.kafka.transaction_max_duration(),
+        ),
+        (
+            "kafka.transaction_timeout",
+            config.kafka.transaction_timeout(),
+        ),
+        (
             "kafka.linger_ms",
             Duration::from_millis(config.kafka.linger_ms),
         ),
@@ -793,7 +817,7 @@ fn a_drain_of_u64_max_seconds_is_refused_by_name() {
 fn every_duration_has_an_upper_bound_naming_its_field() {
     type Edit = fn(&mut Config, u64);
     // (field, setter, largest accepted value)
-    let cases: [(&str, Edit, u64); 7] = [
+    let cases: [(&str, Edit, u64); 8] = [
         (
             "postgres.status_interval_secs",
             |c, v| c.postgres.status_interval_secs = v,
@@ -832,6 +856,11 @@ fn every_duration_has_an_upper_bound_naming_its_field() {
             "relay.progress_interval_secs",
             |c, v| c.relay.progress_interval_secs = v,
             3_600,
+        ),
+        (
+            "kafka.transaction_max_ms",
+            |c, v| c.kafka.transaction_max_ms = v,
+            30_000,
         ),
     ];
     for (name, set, max) in cases {
@@ -894,6 +923,26 @@ fn a_conninfo_the_relay_cannot_use_is_refused_naming_the_fix_not_the_value() {
     }
 }
 
+#[test]
+fn delivery_is_at_least_once_by_default_and_one_of_two_words() {
+    let config = minimal();
+    assert_eq!(config.kafka.delivery, Delivery::AtLeastOnce);
+    let config = load_str(
+        MINIMAL,
+        &[("OUTBOX_RELAY__KAFKA__DELIVERY", "exactly-once")],
+    )
+    .unwrap();
+    assert_eq!(config.kafka.delivery, Delivery::ExactlyOnce);
+    for bad in ["exactly_once", "eos", "Exactly-Once", ""] {
+        let err = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA__DELIVERY", bad)]).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("kafka.delivery") && text.contains("`at-least-once`, `exactly-once`"),
+            "{bad:?}: {text}"
+        );
+    }
+}
+
 /// docs/configuration.md documents every key the config has, each with its
 /// environment variable: adding a field without documenting it fails here.
 #[test]
@@ -921,4 +970,99 @@ fn every_config_key_is_in_the_configuration_reference() {
             "the row of `{key}` names {variable}: {row}"
         );
     }
+}
+
+#[test]
+fn the_transactional_id_is_derived_from_the_slot_unless_configured() {
+    let mut kafka = minimal().kafka;
+    assert_eq!(
+        kafka.transactional_id_for("orders_slot"),
+        "outbox-relay.orders_slot"
+    );
+    kafka.transactional_id = "relay-eu.orders".into();
+    assert_eq!(kafka.transactional_id_for("orders_slot"), "relay-eu.orders");
+    for bad in ["has space", "tab\there", "é", &"x".repeat(250)] {
+        let (field, constraint) = rule(|c| c.kafka.transactional_id = bad.to_string());
+        assert_eq!(field, "kafka.transactional_id", "{bad:?}");
+        assert!(constraint.contains("outbox-relay.<slot>"), "{constraint}");
+    }
+    let mut config = minimal();
+    config.kafka.transactional_id = "x".repeat(249);
+    config.validate().unwrap();
+}
+
+#[test]
+fn the_checkpoint_topic_is_a_valid_topic_of_its_own() {
+    assert_eq!(minimal().kafka.checkpoint_topic, "outbox-relay.checkpoints");
+    for bad in ["", "bad topic", "a/b"] {
+        let (field, _) = rule(|c| c.kafka.checkpoint_topic = bad.into());
+        assert_eq!(field, "kafka.checkpoint_topic", "{bad:?}");
+    }
+    let (field, constraint) = rule(|c| c.kafka.checkpoint_topic = c.kafka.dlq_topic.clone());
+    assert_eq!(field, "kafka.checkpoint_topic");
+    assert!(constraint.contains("kafka.dlq_topic"), "{constraint}");
+    let (field, _) = rule(|c| {
+        c.kafka.topic = "events".into();
+        c.kafka.checkpoint_topic = "events".into();
+    });
+    assert_eq!(field, "kafka.checkpoint_topic");
+}
+
+#[test]
+fn transaction_bounds_are_bounded_and_named() {
+    type Edit = fn(&mut Config, u64);
+    let cases: [(&str, Edit, u64); 3] = [
+        (
+            "kafka.transaction_max_events",
+            |c, v| c.kafka.transaction_max_events = v,
+            1_000_000,
+        ),
+        (
+            "kafka.transaction_max_bytes",
+            |c, v| c.kafka.transaction_max_bytes = v,
+            1 << 30,
+        ),
+        (
+            "kafka.transaction_max_ms",
+            |c, v| c.kafka.transaction_max_ms = v,
+            30_000,
+        ),
+    ];
+    for (name, set, max) in cases {
+        for good in [1, max] {
+            let mut config = minimal();
+            set(&mut config, good);
+            config
+                .validate()
+                .unwrap_or_else(|e| panic!("{name} = {good}: {e}"));
+        }
+        for bad in [0, max + 1, u64::MAX] {
+            let (field, constraint) = rule(|c| set(c, bad));
+            assert_eq!(field, name, "{bad}");
+            assert!(constraint.contains(&max.to_string()), "{constraint}");
+        }
+    }
+}
+
+#[test]
+fn exactly_once_caps_the_message_timeout_under_the_brokers_transaction_cap() {
+    let mut config = minimal();
+    config.kafka.message_timeout_ms = 900_000;
+    config.validate().expect("at-least-once: no cap");
+    config.kafka.delivery = Delivery::ExactlyOnce;
+    let (field, constraint) = invalid_field(config.validate().map(|()| config.clone()));
+    assert_eq!(field, "kafka.message_timeout_ms");
+    assert!(constraint.contains("600000"), "{constraint}");
+    config.kafka.message_timeout_ms = 600_000;
+    config.kafka.transaction_max_ms = 30_000;
+    config.validate().unwrap();
+    // librdkafka refuses a message timeout above the transaction timeout;
+    // brokers refuse a transaction timeout above 15 minutes by default.
+    let timeout = config.kafka.transaction_timeout();
+    assert!(timeout >= config.kafka.message_timeout(), "{timeout:?}");
+    assert!(timeout <= Duration::from_secs(15 * 60), "{timeout:?}");
+    assert_eq!(
+        minimal().kafka.transaction_timeout(),
+        Duration::from_secs(60)
+    );
 }

@@ -6,7 +6,7 @@ use crate::envelope::{render_topic, topic_name_problem};
 use crate::otel::Endpoint;
 use crate::replication::{Conninfo, HEARTBEAT_PREFIX};
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, Delivery};
 
 /// librdkafka's upper bound for `linger.ms`.
 const MAX_LINGER_MS: u64 = 900_000;
@@ -45,6 +45,22 @@ const UNHEALTHY_AFTER_SECS: std::ops::RangeInclusive<u64> = 1..=86_400;
 /// Longest interval between progress lines: past an hour a log no longer
 /// tells when a rate changed.
 const MAX_PROGRESS_INTERVAL_SECS: u64 = 3_600;
+
+/// Bounds of one Kafka transaction in exactly-once mode. A transaction
+/// holds whole PostgreSQL transactions, so these are the sizes at which the
+/// relay commits at the next transaction boundary, not hard limits.
+const TRANSACTION_MAX_EVENTS: std::ops::RangeInclusive<u64> = 1..=1_000_000;
+const TRANSACTION_MAX_BYTES: std::ops::RangeInclusive<u64> = 1..=1 << 30;
+/// read_committed consumers see nothing of a transaction until it commits,
+/// and a crash redoes it whole: half a minute is already a long wait.
+const TRANSACTION_MAX_MS: std::ops::RangeInclusive<u64> = 1..=30_000;
+/// In exactly-once mode the transaction timeout covers the message timeout
+/// (see `KafkaConfig::transaction_timeout`), and brokers refuse a
+/// transaction timeout above `transaction.max.timeout.ms` (15 minutes by
+/// default).
+const MAX_MESSAGE_TIMEOUT_EXACTLY_ONCE_MS: u64 = 600_000;
+/// Longest `kafka.transactional_id` accepted.
+const MAX_TRANSACTIONAL_ID_LEN: usize = 249;
 
 fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -299,6 +315,80 @@ fn validate_kafka(config: &Config) -> Result<(), ConfigError> {
             "must be between 1 and 2147483647",
         ));
     }
+    validate_exactly_once(config)
+}
+
+fn validate_exactly_once(config: &Config) -> Result<(), ConfigError> {
+    let kafka = &config.kafka;
+    if let Some(problem) = topic_name_problem(&kafka.checkpoint_topic) {
+        return Err(invalid(
+            "kafka.checkpoint_topic",
+            format!("not a valid Kafka topic name: {problem} (use 1 to 249 of [a-zA-Z0-9._-])"),
+        ));
+    }
+    if kafka.checkpoint_topic == kafka.dlq_topic || kafka.checkpoint_topic == kafka.topic {
+        return Err(invalid(
+            "kafka.checkpoint_topic",
+            "must differ from kafka.topic and kafka.dlq_topic: it is a compacted topic of \
+             the relay's own",
+        ));
+    }
+    let id = &kafka.transactional_id;
+    if !id.is_empty()
+        && (id.len() > MAX_TRANSACTIONAL_ID_LEN || !id.bytes().all(|b| b.is_ascii_graphic()))
+    {
+        return Err(invalid(
+            "kafka.transactional_id",
+            format!(
+                "must be 1 to {MAX_TRANSACTIONAL_ID_LEN} printable ASCII characters without \
+                 spaces, or left out for \"outbox-relay.<slot>\""
+            ),
+        ));
+    }
+    for (field, value, range, what) in [
+        (
+            "kafka.transaction_max_events",
+            kafka.transaction_max_events,
+            TRANSACTION_MAX_EVENTS,
+            "records",
+        ),
+        (
+            "kafka.transaction_max_bytes",
+            kafka.transaction_max_bytes,
+            TRANSACTION_MAX_BYTES,
+            "bytes",
+        ),
+        (
+            "kafka.transaction_max_ms",
+            kafka.transaction_max_ms,
+            TRANSACTION_MAX_MS,
+            "milliseconds: read_committed consumers see nothing of a transaction until \
+             it commits",
+        ),
+    ] {
+        if !range.contains(&value) {
+            return Err(invalid(
+                field,
+                format!(
+                    "must be between {} and {} ({what})",
+                    range.start(),
+                    range.end()
+                ),
+            ));
+        }
+    }
+    if kafka.delivery == Delivery::ExactlyOnce
+        && kafka.message_timeout_ms > MAX_MESSAGE_TIMEOUT_EXACTLY_ONCE_MS
+    {
+        return Err(invalid(
+            "kafka.message_timeout_ms",
+            format!(
+                "must be at most {MAX_MESSAGE_TIMEOUT_EXACTLY_ONCE_MS} with delivery = \
+                 \"exactly-once\": the transaction timeout must cover it, and brokers cap \
+                 transaction timeouts at transaction.max.timeout.ms (15 minutes by default)"
+            ),
+        ));
+    }
     Ok(())
 }
 
@@ -327,9 +417,10 @@ pub(super) fn property_refusal(name: &str, value: &str) -> Option<String> {
              partitioner, so every producer of a topic sends a key to the same partition); \
              remove it"
             .into(),
-        "transactional.id" | "transaction.timeout.ms" => "the relay does not run a \
-             transactional producer from properties: a transactional.id changes how delivery \
-             is confirmed and fences any other relay using it; remove it"
+        "transactional.id" | "transaction.timeout.ms" => "set by the relay in exactly-once \
+             mode, where a transaction carries the relay's position: set kafka.delivery = \
+             \"exactly-once\" (and kafka.transactional_id to choose the id) instead of this \
+             property"
             .into(),
         "max.in.flight.requests.per.connection" | "max.in.flight" => {
             return match value.trim().parse::<u64>() {

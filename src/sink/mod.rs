@@ -55,6 +55,8 @@ pub const RELAY_OWNED_PROPERTIES: &[&str] = &[
     "linger.ms",
     "message.timeout.ms",
     "queue.buffering.max.messages",
+    "transactional.id",
+    "transaction.timeout.ms",
 ];
 
 /// The broker's answer for one record, with the tag it was sent with.
