@@ -18,6 +18,7 @@
 //! session ("confirm only what the broker holds" in docs/design.md); this loop carries that LSN from one session to the
 //! next.
 
+pub mod checkpoint;
 mod error;
 mod machine;
 mod monitor;

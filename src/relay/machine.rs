@@ -311,19 +311,22 @@ impl<'a> SessionMachine<'a> {
                 final_lsn,
                 commit_time,
             } => {
-                self.txn = if final_lsn < self.tracker.confirmed() {
-                    TxnState::Replaying
-                } else {
-                    let time = pg_timestamp_to_utc(commit_time).unwrap_or_else(Utc::now);
-                    if let Some(cleanup) = &mut self.cleanup {
-                        cleanup.begin(xid);
-                    }
-                    TxnState::Delivering(Commit {
-                        txn: self.tracker.open_at(time),
-                        lsn: final_lsn,
-                        time,
-                    })
-                };
+                // Also the exactly-once skip rule: the session starts at the
+                // last committed checkpoint.
+                self.txn =
+                    if super::checkpoint::already_committed(final_lsn, self.tracker.confirmed()) {
+                        TxnState::Replaying
+                    } else {
+                        let time = pg_timestamp_to_utc(commit_time).unwrap_or_else(Utc::now);
+                        if let Some(cleanup) = &mut self.cleanup {
+                            cleanup.begin(xid);
+                        }
+                        TxnState::Delivering(Commit {
+                            txn: self.tracker.open_at(time),
+                            lsn: final_lsn,
+                            time,
+                        })
+                    };
             }
             TxEvent::Relation(relation) => match &self.outbox {
                 Some(outbox) if !outbox.members.contains(&relation.oid) => {
