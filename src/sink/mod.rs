@@ -23,6 +23,7 @@
 mod counters;
 mod log;
 mod refusal;
+mod transactional;
 
 use counters::AckCounters;
 
@@ -44,6 +45,7 @@ use crate::envelope::KafkaRecord;
 pub use refusal::{
     DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
 };
+pub use transactional::{CheckpointReadError, TransactionSettings, TxnFailure, read_checkpoint};
 
 /// Producer properties the relay sets itself; the config refuses overrides.
 pub const RELAY_OWNED_PROPERTIES: &[&str] = &[
@@ -150,6 +152,9 @@ struct ReportingContext<T> {
     /// What the broker acknowledged, counted where the topic, size and
     /// dead-letter reason of each record are at hand.
     acknowledged: AckCounters,
+    /// Exactly-once: the checkpoint topic, whose records are the sink's
+    /// own and report to nobody (`transactional.rs`).
+    checkpoint_topic: Option<String>,
 }
 
 impl<T> ReportingContext<T> {
@@ -211,6 +216,10 @@ impl<T: Send + Sync + 'static> ProducerContext for ReportingContext<T> {
     type DeliveryOpaque = Box<T>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, tag: Self::DeliveryOpaque) {
+        if transactional::is_checkpoint(self.checkpoint_topic.as_deref(), result) {
+            // Its fate is the transaction's: the commit says it.
+            return;
+        }
         let result = match result {
             Ok(msg) => {
                 self.acknowledged
@@ -273,6 +282,15 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     pub fn new(
         settings: &SinkSettings,
     ) -> Result<(Self, mpsc::UnboundedReceiver<DeliveryReport<T>>), SinkError> {
+        Self::build(settings, None)
+    }
+
+    /// [`KafkaSink::new`], or with `transactions` the transactional
+    /// producer of exactly-once delivery (`transactional.rs`).
+    fn build(
+        settings: &SinkSettings,
+        transactions: Option<&TransactionSettings>,
+    ) -> Result<(Self, mpsc::UnboundedReceiver<DeliveryReport<T>>), SinkError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (alarm_tx, alarms) = mpsc::unbounded_channel();
         let mut cfg = ClientConfig::new();
@@ -281,7 +299,12 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         }
         cfg.set("bootstrap.servers", &settings.brokers)
             .set("enable.idempotence", "true")
-            .set("acks", "all")
+            .set("acks", "all");
+        match transactions {
+            // In a transaction a failed record makes the whole transaction
+            // abortable and the relay replays it all: no gap can be
+            // committed, and a gapless error would be fatal instead.
+            Some(transactions) => transactions.configure(&mut cfg),
             // Without it librdkafka keeps writing a partition after one of
             // its records failed for good (it bumps the epoch and goes on),
             // and the replay from the confirmed LSN would put the failed
@@ -289,7 +312,11 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
             // failure is fatal: the relay rebuilds the producer and replays.
             // (Records that hit message.timeout.ms are not covered by
             // librdkafka's guarantee; the relay treats them as failed too.)
-            .set("enable.gapless.guarantee", "true")
+            None => {
+                cfg.set("enable.gapless.guarantee", "true");
+            }
+        }
+        cfg
             // The Java client's default partitioner: same key, same partition
             // as every other producer of the topic.
             .set("partitioner", "murmur2_random")
@@ -311,6 +338,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 alarms: alarm_tx,
                 alarmed: AtomicBool::new(false),
                 acknowledged: AckCounters::new(),
+                checkpoint_topic: transactions.map(|t| t.checkpoint_topic.clone()),
             })
             .map_err(SinkError::Create)?;
         let client = producer.client();

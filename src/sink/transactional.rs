@@ -1,0 +1,417 @@
+//! Exactly-once delivery, the broker's side: the transactional producer
+//! and the read of the last committed checkpoint.
+//!
+//! With `kafka.delivery = "exactly-once"` the producer has a
+//! `transactional.id` (stable across restarts: `outbox-relay.<slot>` unless
+//! configured). [`KafkaSink::init_transactions`] registers it with the
+//! transaction coordinator, which fences any older producer with the same
+//! id and completes or aborts whatever transaction that one left open; only
+//! then is the checkpoint topic read ([`read_checkpoint`], read_committed),
+//! so the checkpoint read is the last one that can ever commit under the
+//! id. The session begins a transaction before its first record, and ends
+//! it with a checkpoint record ([`KafkaSink::send_checkpoint`]) and
+//! [`KafkaSink::commit_transaction`].
+//!
+//! librdkafka speaks the first transaction protocol (KIP-98), which Kafka
+//! 4.x brokers still accept. A commit that fails is never retried on the
+//! same producer: whatever the failure (timed out, abortable, retriable),
+//! the session ends, the producer is destroyed and a new one is built,
+//! whose `init_transactions` settles the outcome of the commit in doubt
+//! before the checkpoint is read again. (librdkafka's maintainers advise
+//! recreating the producer after a timed-out commit; it also keeps the
+//! relay's recovery to one path: replay from the last committed checkpoint.)
+//!
+//! Invariant: the checkpoint record's delivery report goes to nobody (the
+//! session's reports are about rows); its fate is the transaction's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::{KafkaSink, SinkError, SinkSettings};
+
+/// The transactional producer's settings, from the validated config.
+#[derive(Debug, Clone)]
+pub struct TransactionSettings {
+    pub transactional_id: String,
+    pub checkpoint_topic: String,
+    /// The producer's `transaction.timeout.ms`.
+    pub transaction_timeout: Duration,
+}
+
+impl TransactionSettings {
+    pub(super) fn configure(&self, cfg: &mut ClientConfig) {
+        cfg.set("transactional.id", &self.transactional_id).set(
+            "transaction.timeout.ms",
+            self.transaction_timeout.as_millis().to_string(),
+        );
+    }
+}
+
+/// Whether a delivery result is the checkpoint record's.
+pub(super) fn is_checkpoint(checkpoint_topic: Option<&str>, result: &DeliveryResult<'_>) -> bool {
+    let Some(topic) = checkpoint_topic else {
+        return false;
+    };
+    match result {
+        Ok(msg) => msg.topic() == topic,
+        Err((_, msg)) => msg.topic() == topic,
+    }
+}
+
+/// How a transactional call failed, as the relay acts on it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TxnFailure {
+    /// Another producer registered the same `transactional.id`: another
+    /// relay runs with this id. Retrying would fence it in turn.
+    #[error(
+        "fenced: another producer with transactional id \"{transactional_id}\" started ({detail}). \
+         Another relay runs with this kafka.transactional_id; stop one of them, or give each relay \
+         its own id"
+    )]
+    Fenced {
+        transactional_id: String,
+        detail: String,
+    },
+    /// The producer cannot go on and a new one would not fare better
+    /// (transactional id not authorized, broker without transactions).
+    #[error("the transactional producer failed for good: {0}")]
+    Fatal(String),
+    /// The transaction is lost (aborted, timed out, or in doubt): replay
+    /// from the last committed checkpoint with a new producer.
+    #[error("the Kafka transaction did not commit: {0}")]
+    Abortable(String),
+}
+
+impl TxnFailure {
+    /// Sorts a failure by what cures it. librdkafka calls many errors of a
+    /// transactional producer "fatal" (the producer cannot go on, e.g.
+    /// INVALID_TXN_STATE while a broker restart settles an old
+    /// transaction); a new producer cures all but a fence, a refused
+    /// authorization and a broker without transactions, so only those stop
+    /// the relay.
+    fn classify(err: &KafkaError, fatal: Option<(RDKafkaErrorCode, String)>, id: &str) -> Self {
+        let (code, detail) = match fatal {
+            Some((code, why)) => (Some(code), why),
+            None => (err.rdkafka_error_code(), err.to_string()),
+        };
+        match code {
+            Some(
+                RDKafkaErrorCode::Fenced
+                | RDKafkaErrorCode::ProducerFenced
+                | RDKafkaErrorCode::InvalidProducerEpoch,
+            ) => TxnFailure::Fenced {
+                transactional_id: id.to_owned(),
+                detail,
+            },
+            Some(
+                RDKafkaErrorCode::TransactionalIdAuthorizationFailed
+                | RDKafkaErrorCode::ClusterAuthorizationFailed,
+            ) => TxnFailure::Fatal(format!(
+                "{detail} (the relay needs WRITE and DESCRIBE on transactional id \"{id}\")"
+            )),
+            Some(
+                RDKafkaErrorCode::UnsupportedVersion
+                | RDKafkaErrorCode::UnsupportedForMessageFormat,
+            ) => TxnFailure::Fatal(format!(
+                "{detail} (the brokers do not support transactions: use kafka.delivery = \
+                 \"at-least-once\")"
+            )),
+            _ => TxnFailure::Abortable(detail),
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> KafkaSink<T> {
+    /// The transactional producer of exactly-once delivery. Call
+    /// [`KafkaSink::init_transactions`] before anything else.
+    #[allow(clippy::type_complexity)]
+    pub fn new_transactional(
+        settings: &SinkSettings,
+        transactions: &TransactionSettings,
+    ) -> Result<
+        (
+            Self,
+            tokio::sync::mpsc::UnboundedReceiver<super::DeliveryReport<T>>,
+        ),
+        SinkError,
+    > {
+        Self::build(settings, Some(transactions))
+    }
+
+    fn failure(&self, err: &KafkaError, id: &str) -> TxnFailure {
+        TxnFailure::classify(err, self.producer.client().fatal_error(), id)
+    }
+
+    /// Registers the transactional id with the coordinator: fences any
+    /// older producer with the id and settles the transaction it left open.
+    pub async fn init_transactions(&self, id: &str, timeout: Duration) -> Result<(), TxnFailure> {
+        let producer = Arc::clone(&self.producer);
+        let done = tokio::task::spawn_blocking(move || producer.init_transactions(timeout)).await;
+        match done {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.failure(&e, id)),
+            Err(e) => Err(TxnFailure::Abortable(format!("init task: {e}"))),
+        }
+    }
+
+    /// Opens a transaction (local: no broker round trip).
+    pub fn begin_transaction(&self) -> Result<(), KafkaError> {
+        self.producer.begin_transaction()
+    }
+
+    /// Sends the checkpoint record (`key` → `value`) into the open
+    /// transaction. `tag` is never reported back.
+    pub fn send_checkpoint(
+        &self,
+        id: &str,
+        key: &[u8],
+        value: &[u8],
+        tag: T,
+    ) -> Result<(), TxnFailure> {
+        let topic = self
+            .producer
+            .client()
+            .context()
+            .checkpoint_topic
+            .clone()
+            .unwrap_or_default();
+        let record = BaseRecord::with_opaque_to(&topic, Box::new(tag))
+            .key(key)
+            .payload(value);
+        self.producer
+            .send(record)
+            .map_err(|(e, _)| self.failure(&e, id))
+    }
+
+    /// Commits the open transaction: flushes every record, then commits.
+    pub async fn commit_transaction(&self, id: &str, timeout: Duration) -> Result<(), TxnFailure> {
+        let producer = Arc::clone(&self.producer);
+        let done = tokio::task::spawn_blocking(move || producer.commit_transaction(timeout)).await;
+        match done {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(self.failure(&e, id)),
+            Err(e) => Err(TxnFailure::Abortable(format!("commit task: {e}"))),
+        }
+    }
+
+    /// Aborts the open transaction, best effort (a new producer's
+    /// `init_transactions` aborts it anyway).
+    pub async fn abort_transaction(&self, timeout: Duration) {
+        let producer = Arc::clone(&self.producer);
+        let _ = tokio::task::spawn_blocking(move || producer.abort_transaction(timeout)).await;
+    }
+
+    /// The producer's fatal error, when it is a fence.
+    pub fn fenced(&self, id: &str) -> Option<TxnFailure> {
+        let fatal = self.producer.client().fatal_error()?;
+        match TxnFailure::classify(&KafkaError::Canceled, Some(fatal), id) {
+            fenced @ TxnFailure::Fenced { .. } => Some(fenced),
+            _ => None,
+        }
+    }
+}
+
+/// Reading the checkpoint topic failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointReadError {
+    #[error(
+        "could not create the checkpoint reader: {0} (check kafka.brokers and kafka.properties)"
+    )]
+    Create(KafkaError),
+    #[error(
+        "could not read checkpoint topic \"{topic}\" to its end within {within:?}: {why}; retrying"
+    )]
+    Incomplete {
+        topic: String,
+        within: Duration,
+        why: String,
+    },
+}
+
+/// Reads the checkpoint topic to its end with a read_committed consumer and
+/// returns the value of the last record keyed `key`; `Ok(None)` when there
+/// is none, or the topic does not exist.
+///
+/// The end is the last stable offset of each partition: a transaction
+/// still open on the topic (another relay's) hides what follows it from a
+/// read_committed reader, so the read first waits, up to `within`, until no
+/// transaction is open (the read_committed and read_uncommitted ends
+/// agree). This relay's own transactions are settled already
+/// ([`KafkaSink::init_transactions`] ran before).
+pub async fn read_checkpoint(
+    settings: &SinkSettings,
+    topic: &str,
+    key: &str,
+    within: Duration,
+) -> Result<Option<Vec<u8>>, CheckpointReadError> {
+    let settings = settings.clone();
+    let topic = topic.to_owned();
+    let key = key.to_owned();
+    tokio::task::spawn_blocking(move || read_blocking(&settings, &topic, &key, within))
+        .await
+        .map_err(|e| CheckpointReadError::Incomplete {
+            topic: String::new(),
+            within,
+            why: format!("reader task: {e}"),
+        })?
+}
+
+fn consumer(settings: &SinkSettings, isolation: &str) -> Result<BaseConsumer, CheckpointReadError> {
+    let mut cfg = ClientConfig::new();
+    for (k, v) in &settings.properties {
+        cfg.set(k, v);
+    }
+    cfg.set("bootstrap.servers", &settings.brokers)
+        .set("group.id", "outbox-relay-checkpoint-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .set("log_level", "3")
+        .create()
+        .map_err(CheckpointReadError::Create)
+}
+
+fn read_blocking(
+    settings: &SinkSettings,
+    topic: &str,
+    key: &str,
+    within: Duration,
+) -> Result<Option<Vec<u8>>, CheckpointReadError> {
+    let deadline = std::time::Instant::now() + within;
+    let incomplete = |why: String| CheckpointReadError::Incomplete {
+        topic: topic.to_owned(),
+        within,
+        why,
+    };
+    let left = || deadline.saturating_duration_since(std::time::Instant::now());
+    let committed = consumer(settings, "read_committed")?;
+    let metadata = committed
+        .fetch_metadata(Some(topic), left())
+        .map_err(|e| incomplete(e.to_string()))?;
+    let Some(described) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(None);
+    };
+    match described.error().map(RDKafkaErrorCode::from) {
+        None => {}
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(None),
+        Some(code) => return Err(incomplete(format!("metadata: {code}"))),
+    }
+    let partitions: Vec<i32> = described.partitions().iter().map(|p| p.id()).collect();
+    if partitions.is_empty() {
+        return Ok(None);
+    }
+    // Wait until no transaction is open on the topic: then the
+    // read_committed end is the end.
+    let uncommitted = consumer(settings, "read_uncommitted")?;
+    loop {
+        let mut settled = true;
+        for &p in &partitions {
+            let (_, stable) = committed
+                .fetch_watermarks(topic, p, left())
+                .map_err(|e| incomplete(e.to_string()))?;
+            let (_, high) = uncommitted
+                .fetch_watermarks(topic, p, left())
+                .map_err(|e| incomplete(e.to_string()))?;
+            settled &= stable >= high;
+        }
+        if settled {
+            break;
+        }
+        if left().is_zero() {
+            return Err(incomplete(
+                "a transaction stays open on the checkpoint topic".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut assignment = TopicPartitionList::new();
+    for &p in &partitions {
+        assignment
+            .add_partition_offset(topic, p, Offset::Beginning)
+            .map_err(|e| incomplete(e.to_string()))?;
+    }
+    committed
+        .assign(&assignment)
+        .map_err(|e| incomplete(e.to_string()))?;
+    let mut at_end = std::collections::HashSet::new();
+    let mut last = None;
+    while at_end.len() < partitions.len() {
+        if left().is_zero() {
+            return Err(incomplete(format!(
+                "{} of {} partitions read",
+                at_end.len(),
+                partitions.len()
+            )));
+        }
+        match committed.poll(left().min(Duration::from_millis(500))) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(p))) => {
+                at_end.insert(p);
+            }
+            Some(Err(e)) => return Err(incomplete(e.to_string())),
+            Some(Ok(msg)) if msg.key() == Some(key.as_bytes()) => {
+                last = msg.payload().map(<[u8]>::to_vec);
+            }
+            Some(Ok(_)) => {}
+        }
+    }
+    Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use RDKafkaErrorCode as C;
+
+    fn fatal(code: RDKafkaErrorCode) -> TxnFailure {
+        TxnFailure::classify(
+            &KafkaError::Canceled,
+            Some((code, "why".into())),
+            "outbox-relay.s",
+        )
+    }
+
+    #[test]
+    fn only_a_fence_authorization_or_no_transactions_stop_the_relay() {
+        for code in [C::Fenced, C::ProducerFenced, C::InvalidProducerEpoch] {
+            let failure = fatal(code);
+            assert!(matches!(failure, TxnFailure::Fenced { .. }), "{code:?}");
+            let text = failure.to_string();
+            assert!(
+                text.contains("\"outbox-relay.s\"") && text.contains("kafka.transactional_id"),
+                "{text}"
+            );
+        }
+        let refused = fatal(C::TransactionalIdAuthorizationFailed);
+        assert!(
+            matches!(&refused, TxnFailure::Fatal(t) if t.contains("WRITE and DESCRIBE")),
+            "{refused:?}"
+        );
+        assert!(matches!(fatal(C::UnsupportedVersion), TxnFailure::Fatal(_)));
+        // Fatal to librdkafka, cured by a new producer.
+        for code in [C::InvalidTransactionalState, C::InvalidProducerIdMapping] {
+            assert!(matches!(fatal(code), TxnFailure::Abortable(_)), "{code:?}");
+        }
+        // A timed-out commit: a new producer settles it.
+        let timed_out = TxnFailure::classify(
+            &KafkaError::Flush(C::OperationTimedOut),
+            None,
+            "outbox-relay.s",
+        );
+        assert!(
+            matches!(timed_out, TxnFailure::Abortable(_)),
+            "{timed_out:?}"
+        );
+        let fenced_commit =
+            TxnFailure::classify(&KafkaError::Flush(C::Fenced), None, "outbox-relay.s");
+        assert!(matches!(fenced_commit, TxnFailure::Fenced { .. }));
+    }
+}
