@@ -20,6 +20,7 @@
 
 pub mod checkpoint;
 mod error;
+mod exactly_once;
 mod machine;
 mod monitor;
 mod position;
@@ -78,6 +79,8 @@ pub struct RelaySettings {
     pub source: SourceSettings,
     /// Produce spans exported over OTLP; `None`: tracing off.
     pub otlp: Option<OtlpSettings>,
+    /// `kafka.delivery = "exactly-once"`; `None`: at-least-once.
+    pub exactly_once: Option<exactly_once::ExactlyOnceSettings>,
 }
 
 /// Where events come from (`postgres.source`, `postgres.message_prefix`)
@@ -158,6 +161,7 @@ impl RelaySettings {
                     },
                 })
             }),
+            exactly_once: exactly_once::ExactlyOnceSettings::from_config(config),
         }
     }
 }
@@ -320,6 +324,45 @@ async fn run_sessions(
             }
         };
         let server = stream.identity().clone();
+        // Exactly-once: the last committed checkpoint is where this session
+        // starts (see `exactly_once`).
+        let mut prepared = None;
+        if let Some(eos) = &settings.exactly_once {
+            match exactly_once::prepare(&settings.sink, eos, &settings.replication.slot, &server)
+                .await
+            {
+                Ok((sink, from_checkpoint)) => {
+                    match from_checkpoint {
+                        Some(position) => carried = Some(position),
+                        None if carried.is_none() => tracing::warn!(
+                            topic = %eos.transactions.checkpoint_topic,
+                            key = %eos.transactions.transactional_id,
+                            "no checkpoint of this relay found: starting from the slot's position. \
+                             Expected on the first start; otherwise (checkpoint topic deleted) \
+                             transactions already committed to Kafka above the slot's position are \
+                             written again, once"
+                        ),
+                        // Keep what this process committed.
+                        None => {}
+                    }
+                    prepared = Some(sink);
+                }
+                Err(e) if e.is_fatal() => return Err(e.into()),
+                Err(e) => {
+                    let reason = m::reason::PRODUCER_FATAL;
+                    metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
+                    tracing::warn!(reason, error = %e, attempt, "cannot start the Kafka transactions; retrying");
+                    health.retrying(reason, &e);
+                    drop(stream);
+                    if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                        health.set_stopping();
+                        return Ok(());
+                    }
+                    attempt = attempt.saturating_add(1);
+                    continue;
+                }
+            }
+        }
         let (start, resumed) =
             position::resume(carried.as_ref(), &server, stream.slot_confirmed_flush());
         report_resume(&resumed, &server, &stream, &settings.replication.slot);
@@ -347,7 +390,13 @@ async fn run_sessions(
             }
             settings.replication.outbox_oid = Some(outbox.oid);
         }
-        let (mut sink, reports) = KafkaSink::<DeliveryTag>::new(&settings.sink)?;
+        let (mut sink, reports) = match prepared {
+            Some(prepared) => prepared,
+            None => KafkaSink::<DeliveryTag>::new(&settings.sink)?,
+        };
+        let eos = settings.exactly_once.clone().map(|eos| {
+            exactly_once::Eos::new(eos, &settings.replication.slot, server.clone(), confirmed)
+        });
         if !dead_letter_topic_checked {
             check_dead_letter_topic(&mut sink, &settings).await?;
             dead_letter_topic_checked = true;
@@ -367,6 +416,7 @@ async fn run_sessions(
             health.clone(),
             (&mut progress, background),
         )
+        .with_exactly_once(eos)
         .run(&mut shutdown)
         .await;
         health.set_streaming(false);
@@ -393,6 +443,12 @@ async fn run_sessions(
                         metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
                         tracing::warn!(reason, error = %error, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
                         health.producer_retrying(reason, error);
+                    }
+                    SessionError::Transaction(_) | SessionError::Checkpoint(_) => {
+                        let reason = m::reason::PRODUCER_FATAL;
+                        metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
+                        tracing::warn!(reason, error = %err, checkpoint = %confirmed, "Kafka transaction failed; rebuilding the producer and replaying from the last committed checkpoint");
+                        health.producer_retrying(reason, &err);
                     }
                     other => {
                         let reason = m::reason::STREAM_BROKE;

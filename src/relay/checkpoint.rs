@@ -269,7 +269,7 @@ mod tests {
                 .into_bytes(),
             good.replace("\"timeline\":1", "\"timeline\":4294967296")
                 .into_bytes(),
-            good[..good.len() - 1].as_bytes().to_vec(),
+            good.as_bytes()[..good.len() - 1].to_vec(),
             vec![b' '; MAX_RECORD_BYTES + 1],
         ];
         for bytes in cases {

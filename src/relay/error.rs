@@ -6,7 +6,7 @@ use crate::assembler::AssemblyError;
 use crate::error::ErrorKind;
 use crate::pgoutput::DecodeError;
 use crate::replication::ReplicationError;
-use crate::sink::{DeliveryError, Refused, SinkError};
+use crate::sink::{CheckpointReadError, DeliveryError, Refused, SinkError, TxnFailure};
 
 /// Why a streaming session ended without a graceful stop.
 #[derive(Debug, thiserror::Error)]
@@ -37,6 +37,13 @@ pub enum SessionError {
     /// (unauthorized; unroutable under `on_unroutable = "stop"`).
     #[error(transparent)]
     Refused(Refused),
+    /// Exactly-once: a Kafka transaction failed (replay from the last
+    /// committed checkpoint), or the producer was fenced or failed for good.
+    #[error(transparent)]
+    Transaction(#[from] TxnFailure),
+    /// Exactly-once: the checkpoint topic could not be read at start.
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointReadError),
 }
 
 impl SessionError {
@@ -45,6 +52,10 @@ impl SessionError {
         match self {
             SessionError::Replication(e) => e.kind(),
             SessionError::Delivery { error, .. } => error.kind(),
+            SessionError::Transaction(TxnFailure::Abortable(_)) | SessionError::Checkpoint(_) => {
+                ErrorKind::Transient
+            }
+            SessionError::Transaction(_) => ErrorKind::Fatal,
             SessionError::Decode { .. }
             | SessionError::OutOfStep { .. }
             | SessionError::Tracker(_)
@@ -92,7 +103,10 @@ impl RelayError {
                 | SessionError::Decode { .. }
                 | SessionError::OutOfStep { .. }
                 | SessionError::Tracker(_) => Side::Source,
-                SessionError::Delivery { .. } | SessionError::Refused(_) => Side::Sink,
+                SessionError::Delivery { .. }
+                | SessionError::Refused(_)
+                | SessionError::Transaction(_)
+                | SessionError::Checkpoint(_) => Side::Sink,
             },
         }
     }

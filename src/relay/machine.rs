@@ -170,6 +170,10 @@ pub struct SessionMachine<'a> {
     warned_messages_off: bool,
     /// A malformed trace context was dropped: said once.
     warned_trace_context: bool,
+    /// Everything up to here was handed to the producer (the end LSN of
+    /// the last transaction delivered, or an idle position): where an
+    /// exactly-once checkpoint may point once the records are committed.
+    handed_off: Lsn,
 }
 
 impl<'a> SessionMachine<'a> {
@@ -216,6 +220,7 @@ impl<'a> SessionMachine<'a> {
             tracer: None,
             warned_messages_off: false,
             warned_trace_context: false,
+            handed_off: confirmed,
         }
     }
 
@@ -271,6 +276,21 @@ impl<'a> SessionMachine<'a> {
     /// Commit yet (a graceful stop reads on to it).
     pub fn delivering(&self) -> bool {
         matches!(self.txn, TxnState::Delivering(_))
+    }
+
+    /// Everything up to this position was handed to the producer: the end
+    /// LSN of the last transaction delivered, or an idle position.
+    pub fn handed_off(&self) -> Lsn {
+        self.handed_off
+    }
+
+    /// Between two transactions, with nothing held back: an exactly-once
+    /// Kafka transaction may end here with whole PostgreSQL transactions.
+    pub fn at_boundary(&self) -> bool {
+        matches!(self.txn, TxnState::Idle)
+            && !self.assembler.in_transaction()
+            && matches!(self.outgoing, Outgoing::Clear)
+            && matches!(self.isolation, Isolation::None)
     }
 
     /// Outbox rows seen so far in this session.
@@ -351,6 +371,7 @@ impl<'a> SessionMachine<'a> {
                 {
                     metrics::counter!(m::TRANSACTIONS).increment(1);
                     self.tracker.close(commit.txn, end_lsn)?;
+                    self.handed_off = self.handed_off.max(end_lsn);
                     if let Some(cleanup) = &mut self.cleanup {
                         cleanup.commit(end_lsn);
                     }
@@ -374,8 +395,9 @@ impl<'a> SessionMachine<'a> {
         if matches!(self.txn, TxnState::Idle)
             && !self.assembler.in_transaction()
             && matches!(self.outgoing, Outgoing::Clear)
+            && self.tracker.idle_advance(lsn)
         {
-            self.tracker.idle_advance(lsn);
+            self.handed_off = self.handed_off.max(lsn);
         }
     }
 

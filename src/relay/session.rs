@@ -29,6 +29,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::error::SessionError;
+use super::exactly_once::{Eos, Transactional};
 use super::machine::{SessionMachine, Step};
 use super::progress::Progress;
 use super::refusals::Refusals;
@@ -79,6 +80,9 @@ pub(super) struct Session<'a> {
     commit_to_ack: metrics::Histogram,
     /// Where confirmed rows go to be deleted, when cleanup is on.
     deleter: Option<Deleter>,
+    /// Exactly-once: the open Kafka transaction; the slot is confirmed
+    /// only up to its last committed checkpoint.
+    eos: Option<Eos>,
 }
 
 impl<'a> Session<'a> {
@@ -106,7 +110,14 @@ impl<'a> Session<'a> {
             progress,
             deleter: background.deleter.clone(),
             commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK),
+            eos: None,
         }
+    }
+
+    /// Exactly-once delivery (`exactly_once.rs`).
+    pub(super) fn with_exactly_once(mut self, eos: Option<Eos>) -> Self {
+        self.eos = eos;
+        self
     }
 
     /// Feeds one delivery report to the machine, after taking what the
@@ -122,7 +133,16 @@ impl<'a> Session<'a> {
                 self.commit_to_ack.record(seconds_since(committed));
             }
         }
-        self.machine.on_report(report, &mut self.sink)
+        match &mut self.eos {
+            Some(eos) => self.machine.on_report(
+                report,
+                &mut Transactional {
+                    sink: &mut self.sink,
+                    eos,
+                },
+            ),
+            None => self.machine.on_report(report, &mut self.sink),
+        }
     }
 
     /// Once per [`OBSERVE_EVERY`]: the age of the oldest unacknowledged
@@ -195,6 +215,11 @@ impl<'a> Session<'a> {
                 Stop::Running => None,
             };
             let can_read = self.machine.can_read();
+            let commit_at = self
+                .eos
+                .as_ref()
+                .and_then(|eos| eos.wake_at(&self.machine))
+                .map(Instant::from_std);
             tokio::select! {
                 biased;
                 // A dropped sender means nobody can ask for a stop any more:
@@ -239,6 +264,8 @@ impl<'a> Session<'a> {
                 () = tokio::time::sleep_until(status_due), if !can_read => {
                     self.stream.send_due_status().await?;
                 }
+                // Exactly-once: the open transaction reached its time bound.
+                () = tokio::time::sleep_until(commit_at.unwrap_or_else(Instant::now)), if commit_at.is_some() => {}
                 _ = heartbeat_tick.tick(), if heartbeat_every.is_some() => {
                     let rows = self.machine.rows_seen();
                     if rows != rows_at_tick {
@@ -251,6 +278,9 @@ impl<'a> Session<'a> {
                     }
                 }
             }
+            if let Some(eos) = &mut self.eos {
+                eos.commit_if_due(&self.machine, &self.sink, false).await?;
+            }
             self.confirm();
             metrics::gauge!(m::EVENTS_IN_FLIGHT).set(self.machine.pending_events() as f64);
         }
@@ -261,7 +291,17 @@ impl<'a> Session<'a> {
             StreamItem::XLogData { wal_end, data, .. } => {
                 metrics::counter!(m::BYTES_RECEIVED).increment(data.len() as u64);
                 metrics::gauge!(m::RECEIVED_LSN).set(wal_end.as_u64() as f64);
-                if let Step::LookUp(relation) = self.machine.on_wal(data, &mut self.sink)? {
+                let step = match &mut self.eos {
+                    Some(eos) => self.machine.on_wal(
+                        data,
+                        &mut Transactional {
+                            sink: &mut self.sink,
+                            eos,
+                        },
+                    )?,
+                    None => self.machine.on_wal(data, &mut self.sink)?,
+                };
+                if let Step::LookUp(relation) = step {
                     let class = match self.look_up(relation.oid).await? {
                         Some(lookup) => classify(lookup),
                         None => RelationClass::Other,
@@ -311,7 +351,12 @@ impl<'a> Session<'a> {
     /// Passes the machine's acknowledged prefix to the stream; the stream
     /// reports it with its next status update.
     fn confirm(&mut self) {
-        let confirmed = self.machine.confirmed();
+        // Exactly-once: acknowledged is not enough, the transaction holding
+        // the records must have committed.
+        let confirmed = match &self.eos {
+            Some(eos) => eos.committed(),
+            None => self.machine.confirmed(),
+        };
         if confirmed > self.confirmed {
             self.confirmed = confirmed;
             self.stream.confirm(confirmed);
@@ -354,6 +399,14 @@ impl<'a> Session<'a> {
             }
             self.confirm();
         }
+        if let Some(eos) = &mut self.eos {
+            // What was handed over whole goes out with its checkpoint.
+            if let Err(e) = eos.commit_if_due(&self.machine, &self.sink, true).await {
+                let confirmed = self.confirmed;
+                return Err((self.abandon(e).await, confirmed));
+            }
+            self.confirm();
+        }
         if let Err(e) = self.stream.shutdown().await {
             tracing::warn!(error = %e, "final status update failed; the slot keeps its last confirmed position");
         }
@@ -365,6 +418,10 @@ impl<'a> Session<'a> {
     /// without reading the (broken) stream. A delivery failure just ends the
     /// wait (the next session replays from the slot); a fatal one is returned.
     async fn settle(&mut self, within: Duration) -> Option<SessionError> {
+        if self.eos.is_some() {
+            // The open transaction is aborted: nothing to save.
+            return None;
+        }
         let deadline = Instant::now() + within;
         while self.machine.awaiting_broker() {
             let report = tokio::select! {
@@ -391,9 +448,14 @@ impl<'a> Session<'a> {
             stream,
             sink,
             mut reports,
+            eos,
             ..
         } = self;
         drop(stream);
+        let error = match eos {
+            Some(mut eos) => eos.abandon(&sink, error).await,
+            None => error,
+        };
         drop_sink(sink).await;
         // The destroyed producer reported everything it held.
         let mut error = error;

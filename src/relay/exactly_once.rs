@@ -1,0 +1,318 @@
+//! Exactly-once delivery, the relay's side: where a session starts (the
+//! last committed checkpoint), how records enter a Kafka transaction, and
+//! when that transaction commits with its checkpoint.
+//!
+//! Flow of one session (docs/exactly-once.md):
+//! 1. [`prepare`]: build the transactional producer, `init_transactions`
+//!    (fences an older producer with the id and settles its open
+//!    transaction), then read the checkpoint topic (read_committed) to its
+//!    end. A usable checkpoint becomes the carried position: the session
+//!    starts there, skips every PostgreSQL transaction whose end LSN is at
+//!    or below it, and confirms the slot up to it.
+//! 2. [`Transactional`] hands records to the producer, opening a Kafka
+//!    transaction before the first.
+//! 3. [`Eos::commit_if_due`], asked by the session after every step: at a
+//!    PostgreSQL transaction boundary (the machine's `at_boundary`), once
+//!    a bound of [`Batch`] is reached, it sends the checkpoint record (end
+//!    LSN of the last PostgreSQL transaction handed over) and commits.
+//!    Only then does the position confirmed to PostgreSQL move
+//!    ([`Eos::committed`]).
+//!
+//! Any failure ends the session; the next one starts from step 1 with a
+//! new producer, so an aborted or doubtful transaction is replayed from the
+//! last committed checkpoint, never from what this process believes.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::DeliveryTag;
+use super::checkpoint::{Batch, Bounds, Checkpoint, Found, usable};
+use super::error::SessionError;
+use super::machine::{Producer, SessionMachine};
+use super::position::Position;
+use crate::config::{Config, Delivery};
+use crate::envelope::KafkaRecord;
+use crate::lsn::Lsn;
+use crate::replication::ServerIdentity;
+use crate::sink::{
+    DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings, TransactionSettings,
+    read_checkpoint,
+};
+
+/// How long the checkpoint read at start may take before the session is
+/// retried.
+const CHECKPOINT_READ: Duration = Duration::from_secs(30);
+
+/// With no event to send, a checkpoint still moves the slot past WAL the
+/// relay had nothing to do with (an idle outbox on a busy database), at
+/// most this often.
+const IDLE_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
+
+/// `kafka.delivery = "exactly-once"`, from the validated config.
+#[derive(Debug, Clone)]
+pub struct ExactlyOnceSettings {
+    pub transactions: TransactionSettings,
+    pub bounds: Bounds,
+}
+
+impl ExactlyOnceSettings {
+    /// `None` in at-least-once mode.
+    pub fn from_config(config: &Config) -> Option<Self> {
+        let kafka = &config.kafka;
+        (kafka.delivery == Delivery::ExactlyOnce).then(|| ExactlyOnceSettings {
+            transactions: TransactionSettings {
+                transactional_id: kafka.transactional_id_for(&config.postgres.slot),
+                checkpoint_topic: kafka.checkpoint_topic.clone(),
+                transaction_timeout: kafka.transaction_timeout(),
+            },
+            bounds: Bounds {
+                max_events: kafka.transaction_max_events,
+                max_bytes: kafka.transaction_max_bytes,
+                max_open: kafka.transaction_max_duration(),
+            },
+        })
+    }
+}
+
+type Reports = tokio::sync::mpsc::UnboundedReceiver<DeliveryReport<DeliveryTag>>;
+
+/// Builds the transactional producer and reads the last committed
+/// checkpoint for `slot` on `server`. Returns the producer, and the
+/// position to carry into the session when the checkpoint is usable.
+pub(super) async fn prepare(
+    sink_settings: &SinkSettings,
+    settings: &ExactlyOnceSettings,
+    slot: &str,
+    server: &ServerIdentity,
+) -> Result<((KafkaSink<DeliveryTag>, Reports), Option<Position>), SessionError> {
+    let id = &settings.transactions.transactional_id;
+    let (sink, reports) = KafkaSink::new_transactional(sink_settings, &settings.transactions)
+        .map_err(|e| SessionError::Transaction(crate::sink::TxnFailure::Fatal(e.to_string())))?;
+    sink.init_transactions(id, settings.transactions.transaction_timeout)
+        .await?;
+    let topic = &settings.transactions.checkpoint_topic;
+    let value = read_checkpoint(sink_settings, topic, id, CHECKPOINT_READ).await?;
+    let checkpoint = match value.as_deref().map(Checkpoint::decode) {
+        None => None,
+        Some(Ok(checkpoint)) => Some(checkpoint),
+        Some(Err(e)) => {
+            tracing::warn!(
+                topic = %topic,
+                key = %id,
+                error = %e,
+                "the last checkpoint record cannot be read: ignoring it and starting from the \
+                 slot's position (transactions already in Kafka above it are written again)"
+            );
+            None
+        }
+    };
+    let carried = match usable(checkpoint.as_ref(), slot, server) {
+        Found::Use(lsn) => {
+            tracing::info!(checkpoint = %lsn, topic = %topic, "resuming from the last committed checkpoint");
+            checkpoint.map(|c| Position {
+                server: c.server,
+                confirmed: lsn,
+            })
+        }
+        Found::Nothing => None,
+        Found::OtherSystem { found } => {
+            tracing::warn!(
+                topic = %topic,
+                key = %id,
+                checkpoint_server = %found,
+                %server,
+                "the checkpoint belongs to another PostgreSQL cluster (another system \
+                 identifier): ignoring it and starting from the slot's position"
+            );
+            None
+        }
+        Found::OtherSlot { found } => {
+            tracing::warn!(
+                topic = %topic,
+                key = %id,
+                checkpoint_slot = %found,
+                slot,
+                "the checkpoint was written for another slot with the same transactional id: \
+                 ignoring it. Give each relay its own kafka.transactional_id"
+            );
+            None
+        }
+    };
+    Ok(((sink, reports), carried))
+}
+
+/// The open Kafka transaction and what was committed.
+pub(super) struct Eos {
+    settings: ExactlyOnceSettings,
+    slot: String,
+    server: ServerIdentity,
+    batch: Batch,
+    /// The LSN of the last committed checkpoint (at start: where the
+    /// session started). What the slot may be confirmed to.
+    committed: Lsn,
+    last_commit: Instant,
+}
+
+impl Eos {
+    pub(super) fn new(
+        settings: ExactlyOnceSettings,
+        slot: &str,
+        server: ServerIdentity,
+        start: Lsn,
+    ) -> Self {
+        Eos {
+            batch: Batch::new(settings.bounds),
+            settings,
+            slot: slot.to_owned(),
+            server,
+            committed: start,
+            last_commit: Instant::now(),
+        }
+    }
+
+    /// The position of the last committed checkpoint.
+    pub(super) fn committed(&self) -> Lsn {
+        self.committed
+    }
+
+    fn id(&self) -> &str {
+        &self.settings.transactions.transactional_id
+    }
+
+    /// When the session must wake up to commit even if nothing arrives.
+    pub(super) fn wake_at(&self, machine: &SessionMachine<'_>) -> Option<Instant> {
+        match self.batch.deadline() {
+            Some(deadline) => Some(deadline),
+            None if machine.handed_off() > self.committed => {
+                Some(self.last_commit + IDLE_CHECKPOINT_EVERY)
+            }
+            None => None,
+        }
+    }
+
+    /// Commits the open transaction with its checkpoint when the machine
+    /// is between two PostgreSQL transactions and a bound is reached (or,
+    /// with nothing open, when the position moved and a while passed).
+    ///
+    /// # Errors
+    /// The transaction failed: [`SessionError::Transaction`].
+    pub(super) async fn commit_if_due(
+        &mut self,
+        machine: &SessionMachine<'_>,
+        sink: &KafkaSink<DeliveryTag>,
+        force: bool,
+    ) -> Result<(), SessionError> {
+        if !machine.at_boundary() {
+            return Ok(());
+        }
+        let now = Instant::now();
+        let lsn = machine.handed_off().max(self.committed);
+        let due = if self.batch.open() {
+            force || self.batch.due(now)
+        } else {
+            lsn > self.committed
+                && (force
+                    || now.saturating_duration_since(self.last_commit) >= IDLE_CHECKPOINT_EVERY)
+        };
+        if !due {
+            return Ok(());
+        }
+        let id = self.id().to_owned();
+        if !self.batch.open() {
+            sink.begin_transaction()
+                .map_err(|e| fenced_or(sink, &id, e))?;
+        }
+        let checkpoint = Checkpoint {
+            slot: self.slot.clone(),
+            lsn,
+            server: self.server.clone(),
+        };
+        sink.send_checkpoint(&id, id.as_bytes(), &checkpoint.encode(), unreported_tag())?;
+        let outcome = sink
+            .commit_transaction(&id, self.settings.transactions.transaction_timeout)
+            .await;
+        self.batch.reset();
+        outcome?;
+        tracing::debug!(checkpoint = %lsn, "Kafka transaction committed");
+        self.committed = lsn;
+        self.last_commit = now;
+        Ok(())
+    }
+
+    /// After a failure: aborts the open transaction, best effort, unless
+    /// the producer was fenced (then says so). A new producer's
+    /// `init_transactions` aborts it in any case.
+    pub(super) async fn abandon(
+        &mut self,
+        sink: &KafkaSink<DeliveryTag>,
+        error: SessionError,
+    ) -> SessionError {
+        if let Some(fenced) = sink.fenced(self.id()) {
+            return SessionError::Transaction(fenced);
+        }
+        if self.batch.open() {
+            sink.abort_transaction(Duration::from_secs(2)).await;
+            self.batch.reset();
+        }
+        error
+    }
+}
+
+/// The fence, when the producer's fatal error is one; else the error.
+fn fenced_or(
+    sink: &KafkaSink<DeliveryTag>,
+    id: &str,
+    err: rdkafka::error::KafkaError,
+) -> SessionError {
+    match sink.fenced(id) {
+        Some(fenced) => SessionError::Transaction(fenced),
+        None => SessionError::Transaction(crate::sink::TxnFailure::Abortable(err.to_string())),
+    }
+}
+
+/// The tag of the checkpoint record: the producer wants one, the sink
+/// never reports it.
+fn unreported_tag() -> DeliveryTag {
+    DeliveryTag {
+        txn: crate::ack::AckTracker::new(Lsn::ZERO).open(),
+        row_key: String::new(),
+        lsn: Lsn::ZERO,
+        key: Bytes::new(),
+        dead_letter: false,
+        span: None,
+    }
+}
+
+/// The producer as the machine sees it in exactly-once mode: a record
+/// opens a Kafka transaction when none is open, and counts toward its
+/// bounds.
+pub(super) struct Transactional<'s> {
+    pub(super) sink: &'s mut KafkaSink<DeliveryTag>,
+    pub(super) eos: &'s mut Eos,
+}
+
+impl Producer for Transactional<'_> {
+    fn send(
+        &mut self,
+        record: KafkaRecord,
+        tag: DeliveryTag,
+    ) -> Result<(), SendError<DeliveryTag>> {
+        if !self.eos.batch.open() {
+            self.sink.begin_transaction().map_err(SendError::Failed)?;
+        }
+        let size = record.key.len()
+            + record.value.len()
+            + record
+                .headers
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>();
+        self.eos.batch.record(size, Instant::now());
+        self.sink.send(record, tag)
+    }
+
+    fn explain(&self, err: DeliveryError) -> DeliveryError {
+        self.sink.explain(err)
+    }
+}
