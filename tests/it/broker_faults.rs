@@ -591,17 +591,17 @@ async fn dropping_a_producer_stuck_on_a_dead_broker_does_not_hang() {
 /// records of one aggregate fails with a permanent, non-fatal error while
 /// the second waits its turn.
 ///
-/// KNOWN HAZARD (ignored): after a permanent error that
-/// is not fatal (INVALID_PRODUCER_EPOCH, NETWORK_EXCEPTION) librdkafka sends
-/// the partition's next batch in the same step that handles the failed
-/// response, before any delivery report can be served. The sink sets
+/// KNOWN HAZARD in at-least-once mode (ignored): after a permanent error
+/// that is not fatal (INVALID_PRODUCER_EPOCH, NETWORK_EXCEPTION) librdkafka
+/// sends the partition's next batch in the same step that handles the
+/// failed response, before any delivery report can be served. The sink sets
 /// `enable.gapless.guarantee` and purges everything behind a failure from
-/// the delivery callback itself, which stops all but that one batch; only a
-/// transactional producer (the planned exactly-once mode) can hide it from
-/// read_committed consumers.
+/// the delivery callback itself, which stops all but that one batch. The
+/// exactly-once mode hides it from read_committed consumers: see
+/// [`no_later_record_is_written_after_a_failed_one`].
 #[tokio::test]
-#[ignore = "known hazard: librdkafka sends the next batch before the failure can be reported (needs the transactional exactly-once mode)"]
-async fn no_later_record_is_written_after_a_failed_one() {
+#[ignore = "known hazard of the idempotent producer: librdkafka sends the next batch before the failure can be reported (kafka.delivery = \"exactly-once\" hides it from read_committed consumers)"]
+async fn no_later_record_is_written_after_a_failed_one_at_least_once() {
     let topic = random_name("sink_gap");
     let mock = mock_with_topic(1, &topic, 1);
     let mut rig = SinkRig::start_with(
@@ -641,6 +641,63 @@ async fn no_later_record_is_written_after_a_failed_one() {
     assert!(
         second.is_err() && written.len() == 1,
         "record 2 was written after failed record 1: {second:?}"
+    );
+}
+
+/// Order after a failure, in exactly-once mode: the same fault as
+/// [`no_later_record_is_written_after_a_failed_one_at_least_once`], with the
+/// transactional producer. The relay aborts a transaction one of whose
+/// records failed (and replays it from the last checkpoint), so whatever
+/// librdkafka still wrote behind the failed record is aborted: a
+/// read_committed consumer sees only the committed transaction before it.
+#[tokio::test]
+async fn no_later_record_is_written_after_a_failed_one() {
+    let topic = random_name("sink_gap_eos");
+    let mock = mock_with_topic(1, &topic, 1);
+    let mut rig = SinkRig::start_transactional(
+        &mock,
+        &topic,
+        10_000,
+        vec![("max.in.flight.requests.per.connection".into(), "1".into())],
+    )
+    .await;
+    rig.sink.begin_transaction().expect("begin");
+    rig.send_keyed(0, "agg").expect("queued");
+    assert!(
+        rig.next_report().await.is_ok(),
+        "the first record is delivered"
+    );
+    rig.sink
+        .commit_transaction("test", Duration::from_secs(30))
+        .await
+        .expect("the first transaction commits");
+
+    rig.sink.begin_transaction().expect("begin");
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH],
+    );
+    mock.broker_round_trip_time(-1, Duration::from_millis(300))
+        .expect("slow the broker");
+    rig.send_keyed(1, "agg").expect("queued");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    rig.send_keyed(2, "agg").expect("queued");
+    let first = rig.next_report().await;
+    let second = rig.next_report().await;
+    mock.broker_round_trip_time(-1, Duration::ZERO)
+        .expect("restore the broker");
+    // What the relay does with a failed record: the transaction is not
+    // committed (aborted, or fenced by the next producer).
+    rig.sink.abort_transaction(Duration::from_secs(10)).await;
+    rig.abandon().await;
+    let visible = read_mock_committed(&mock.bootstrap_servers(), &topic).await;
+    let ids: Vec<i64> = visible.iter().map(|r| r.offset).collect();
+    println!("reports: {first:?} / {second:?}; read_committed sees offsets {ids:?}");
+    assert!(first.is_err(), "record 1 failed: {first:?}");
+    assert_eq!(
+        visible.len(),
+        1,
+        "only the committed record 0 is visible; record 2 was not hidden: {second:?}"
     );
 }
 

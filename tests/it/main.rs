@@ -23,6 +23,9 @@
 //!   sustained load.
 //! * [`trace_context`]: a writer's trace reaches the consumer; the produce
 //!   span exported over OTLP.
+//! * [`exactly_once`]: `kafka.delivery = "exactly-once"` read with
+//!   read_committed: no duplicate across kill -9, a broker restart, a
+//!   walsender kill, a takeover; a fenced relay exits 4.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
@@ -55,6 +58,7 @@ mod dead_cli;
 mod dead_letters;
 mod delivery;
 mod docs;
+mod exactly_once;
 mod fuzz_corpus;
 mod memory;
 mod ops;

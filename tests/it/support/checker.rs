@@ -98,3 +98,27 @@ pub fn report_wall_time(case: &str, started: Instant) {
         started.elapsed().as_secs_f64()
     );
 }
+
+/// [`check_delivery`] for `kafka.delivery = "exactly-once"` read with a
+/// read_committed consumer: nothing lost, order kept, and no duplicate at
+/// all, whatever the faults (panics naming the first duplicated id).
+pub fn check_exactly_once(case: &str, committed: &[Committed], received: &[Received]) -> Summary {
+    let summary = check_delivery(case, committed, received);
+    if summary.duplicated > 0 {
+        let mut seen = std::collections::HashSet::new();
+        let first = received
+            .iter()
+            .filter_map(|r| r.header("ce_id"))
+            .find(|id| !seen.insert(*id));
+        panic!(
+            "{case}: {} duplicates under exactly-once, e.g. event {first:?}",
+            summary.duplicated
+        );
+    }
+    assert_eq!(
+        received.len(),
+        committed.len(),
+        "{case}: a read_committed consumer sees each committed event once"
+    );
+    summary
+}

@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use outbox_relay::envelope::KafkaRecord;
-use outbox_relay::sink::{DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings};
+use outbox_relay::sink::{
+    DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings, TransactionSettings,
+};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
@@ -43,6 +45,53 @@ pub async fn read_mock_to_end(brokers: &str, topic: &str) -> Vec<Received> {
     tokio::task::spawn_blocking(move || read_blocking(&brokers, &topic))
         .await
         .expect("mock reader thread")
+}
+
+/// What a read_committed consumer of `topic` on the mock cluster sees: it
+/// reads until every partition reports its end (the last stable offset),
+/// so aborted records and transaction markers are skipped.
+pub async fn read_mock_committed(brokers: &str, topic: &str) -> Vec<Received> {
+    let (brokers, topic) = (brokers.to_string(), topic.to_string());
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .set("group.id", random_name("checker"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "true")
+            .create()
+            .expect("mock consumer");
+        let md = consumer
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .expect("mock metadata");
+        let partitions = md.topics()[0].partitions().len();
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions as i32 {
+            tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                .expect("partition offset");
+        }
+        consumer.assign(&tpl).expect("assign");
+        let start = std::time::Instant::now();
+        let mut at_end = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        while at_end.len() < partitions {
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "reading {topic} to its end took over 60 s"
+            );
+            match consumer.poll(Duration::from_millis(200)) {
+                Some(Ok(m)) => out.push(Received::from_message(&m)),
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    at_end.insert(p);
+                }
+                Some(Err(e)) => panic!("consume {topic} from the mock cluster: {e}"),
+                None => {}
+            }
+        }
+        out
+    })
+    .await
+    .expect("mock reader thread")
 }
 
 fn read_blocking(brokers: &str, topic: &str) -> Vec<Received> {
@@ -174,6 +223,41 @@ impl SinkRig {
             properties,
         })
         .expect("producer");
+        Self {
+            sink,
+            reports,
+            topic: topic.to_string(),
+        }
+    }
+
+    /// The transactional producer of exactly-once mode, its transactions
+    /// initialized; the test begins and ends transactions itself.
+    pub async fn start_transactional(
+        mock: &Mock,
+        topic: &str,
+        message_timeout_ms: u64,
+        properties: Vec<(String, String)>,
+    ) -> Self {
+        let transactions = TransactionSettings {
+            transactional_id: random_name("txn"),
+            checkpoint_topic: format!("{topic}.checkpoints"),
+            transaction_timeout: Duration::from_secs(60),
+        };
+        let (sink, reports) = KafkaSink::new_transactional(
+            &SinkSettings {
+                brokers: mock.bootstrap_servers(),
+                linger_ms: 5,
+                message_timeout_ms,
+                queue_max_messages: 100_000,
+                dead_letter_topic: format!("{topic}.dlq"),
+                properties,
+            },
+            &transactions,
+        )
+        .expect("transactional producer");
+        sink.init_transactions(&transactions.transactional_id, Duration::from_secs(30))
+            .await
+            .expect("init_transactions");
         Self {
             sink,
             reports,
