@@ -15,6 +15,7 @@
 //!   the exit status is 0 only when nothing fails, and nothing is claimed
 //!   that was not checked.
 
+mod exactly_once;
 mod outbox;
 mod postgres;
 mod topics;
@@ -199,6 +200,9 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
     let mut items = Vec::new();
     let relay_role = target.relay_role();
     let mut topics = Topics::Unknown("the outbox table could not be read".into());
+    // Whether a relay holds the slot (`None`: unknown): trying the
+    // transactional id would fence it.
+    let mut slot_held = None;
     let connection = match &relay_role {
         Ok(_) => target.connect().await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
@@ -233,6 +237,7 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
                     items.push(Item::fail("postgres.catalog", e.to_string()));
                 }
                 Ok(facts) => {
+                    slot_held = Some(facts.slot_holder.is_some());
                     let outbox =
                         resolve_on(&mut connection, (&schema, &name), &pg.publication).await;
                     let template = &config.kafka.topic;
@@ -261,8 +266,16 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
         Topics::Unknown(_) => Vec::new(),
     };
     wanted.push(config.kafka.dlq_topic.clone());
+    let exactly_once = config.kafka.delivery == crate::config::Delivery::ExactlyOnce;
+    if exactly_once {
+        wanted.push(config.kafka.checkpoint_topic.clone());
+    }
     let cluster = kafka::gather(&config.kafka, &wanted, kafka_timeout).await;
     items.extend(evaluate_kafka(config, &cluster, &topics));
+    if exactly_once {
+        items.extend(exactly_once::evaluate(config, &cluster));
+        items.push(exactly_once::probe_transactional_id(config, slot_held, kafka_timeout).await);
+    }
     Report { items }
 }
 

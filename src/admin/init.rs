@@ -190,6 +190,7 @@ pub async fn run(
     if dry_run {
         connection.close().await;
         let _ = write!(out, "{}", render_dry_run(&plan));
+        let _ = write!(out, "{}", checkpoint_topic_note(config));
         return Ok(());
     }
     for line in &plan.in_place {
@@ -224,7 +225,28 @@ pub async fn run(
     let mut manual = String::new();
     render_manual(&plan, &mut manual);
     let _ = write!(out, "{manual}");
+    let _ = write!(out, "{}", checkpoint_topic_note(config));
     Ok(())
+}
+
+/// In exactly-once mode, the Kafka side init leaves to the operator: the
+/// compacted checkpoint topic (init touches only the database; `check`
+/// checks the topic). Empty otherwise.
+pub fn checkpoint_topic_note(config: &Config) -> String {
+    let kafka = &config.kafka;
+    if kafka.delivery != crate::config::Delivery::ExactlyOnce {
+        return String::new();
+    }
+    format!(
+        "\n-- exactly-once delivery keeps the relay's position in a compacted topic; create it \
+         once (a topic the broker creates on first use is not compacted):\n\
+         -- kafka-topics.sh --bootstrap-server {} --create --topic {} --partitions 1 \
+         --config cleanup.policy=compact\n\
+         -- and, with ACLs, allow WRITE and DESCRIBE on transactional id {:?}\n",
+        kafka.brokers,
+        kafka.checkpoint_topic,
+        kafka.transactional_id_for(&config.postgres.slot)
+    )
 }
 
 #[cfg(test)]

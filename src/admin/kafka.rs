@@ -36,6 +36,8 @@ pub struct KafkaFacts {
     pub max_message_bytes: BTreeMap<String, i64>,
     /// Why a config could not be read (authorization, timeout), if so.
     pub config_problem: Option<String>,
+    /// `cleanup.policy` of the topics asked about that exist.
+    pub cleanup_policy: BTreeMap<String, String>,
 }
 
 /// The producer's `message.max.bytes`: the property, else librdkafka's
@@ -147,6 +149,9 @@ pub async fn gather(
                                     value("max.message.bytes").and_then(|v| v.trim().parse().ok())
                                 {
                                     facts.max_message_bytes.insert(topic.clone(), bytes);
+                                }
+                                if let Some(policy) = value("cleanup.policy") {
+                                    facts.cleanup_policy.insert(topic.clone(), policy);
                                 }
                             }
                             R::Broker(_) => {

@@ -850,3 +850,80 @@ async fn the_operator_session_keeps_the_relays_tls_and_channel_binding() {
     assert!(!text(&refused).contains(password), "{}", text(&refused));
     o.drop_all().await;
 }
+
+/// In exactly-once mode `check` knows the checkpoint topic (missing, not
+/// compacted, compacted) and registers the transactional id only while no
+/// relay holds the slot (registering it would fence that relay).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_in_exactly_once_mode_checks_the_checkpoint_topic_and_the_transactional_id() {
+    let o = TestOutbox::create("jsonb").await;
+    o.create_topic(&o.dlq_topic, 1).await;
+    let plain = random_name("checkpoints");
+    let compacted = random_name("checkpoints");
+    o.create_topic(&plain, 1).await;
+    o.create_topic_with_config(&compacted, 1, &[("cleanup.policy", "compact")])
+        .await;
+    let config_for = |topic: &str| {
+        let path = o.write_config("");
+        let text = std::fs::read_to_string(&path).unwrap().replacen(
+            "[kafka]\n",
+            &format!("[kafka]\ndelivery = \"exactly-once\"\ncheckpoint_topic = \"{topic}\"\n"),
+            1,
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let missing = random_name("checkpoints");
+    let (code, items, output) = check(&config_for(&missing)).await;
+    assert_eq!(code, Some(1), "{}", text(&output));
+    let cp = item(&items, "kafka.checkpoint_topic");
+    assert_eq!(cp["status"], "fail", "{cp}");
+    assert!(
+        cp["fix"]
+            .as_str()
+            .unwrap()
+            .contains("cleanup.policy=compact"),
+        "{cp}"
+    );
+    assert!(!topic_exists(&missing).await, "check created {missing}");
+
+    let (_, items, _) = check(&config_for(&plain)).await;
+    let cp = item(&items, "kafka.checkpoint_topic");
+    assert_eq!(cp["status"], "fail", "{cp}");
+    assert!(
+        cp["detail"].as_str().unwrap().contains("not compacted"),
+        "{cp}"
+    );
+
+    let config = config_for(&compacted);
+    let (code, items, output) = check(&config).await;
+    assert_eq!(item(&items, "kafka.checkpoint_topic")["status"], "ok");
+    let id = item(&items, "kafka.transactional_id");
+    assert_eq!(id["status"], "ok", "{id}");
+    assert!(
+        id["detail"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("outbox-relay.{}", o.slot)),
+        "{id}"
+    );
+    assert!(failed(&items).is_empty(), "{}", text(&output));
+    assert_eq!(code, Some(0), "{}", text(&output));
+
+    // With a relay streaming, check leaves its transactional id alone.
+    let mut relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", crate::support::DEADLINE)
+        .await;
+    let (_, items, _) = check(&config).await;
+    let id = item(&items, "kafka.transactional_id");
+    assert_eq!(id["status"], "skip", "{id}");
+    assert!(
+        relay.running(),
+        "check fenced the relay:\n{}",
+        relay.log_text()
+    );
+    let status = relay.terminate().await;
+    assert!(status.success(), "{status:?}\n{}", relay.log_text());
+    o.drop_all().await;
+}

@@ -441,6 +441,7 @@ fn cluster(topics: &[(&str, usize)], auto_create: Option<bool>) -> Result<KafkaF
         broker_auto_create: auto_create,
         max_message_bytes: BTreeMap::new(),
         config_problem: None,
+        cleanup_policy: BTreeMap::new(),
     })
 }
 

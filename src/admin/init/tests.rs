@@ -449,3 +449,19 @@ fn a_publication_without_a_table_had_no_rows_to_skip() {
         ]
     );
 }
+
+#[test]
+fn exactly_once_names_the_checkpoint_topic_to_create_compacted() {
+    let mut config = Config::default();
+    config.kafka.brokers = "k1:9092".into();
+    config.postgres.slot = "orders_slot".into();
+    assert_eq!(crate::admin::init::checkpoint_topic_note(&config), "");
+    config.kafka.delivery = crate::config::Delivery::ExactlyOnce;
+    let note = crate::admin::init::checkpoint_topic_note(&config);
+    assert!(
+        note.contains("--create --topic outbox-relay.checkpoints")
+            && note.contains("cleanup.policy=compact")
+            && note.contains("\"outbox-relay.orders_slot\""),
+        "{note}"
+    );
+}

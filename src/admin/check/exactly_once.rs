@@ -1,0 +1,232 @@
+//! The exactly-once items of `check` (`kafka.delivery = "exactly-once"`):
+//! the checkpoint topic exists and is compacted, and the relay may use its
+//! transactional id.
+//!
+//! Role: [`evaluate`] is pure, over the cluster's metadata and configs;
+//! [`probe_transactional_id`] asks the transaction coordinator.
+//!
+//! Invariant: `check` never fences a running relay. Registering the
+//! transactional id (the only exact test of the permission) fences the
+//! producer that holds it, so it is tried only when no relay holds the slot;
+//! otherwise the item is skipped, saying why.
+
+use std::time::Duration;
+
+use crate::admin::kafka::KafkaFacts;
+use crate::config::Config;
+use crate::sink::{KafkaSink, SinkSettings, TransactionSettings, TxnFailure};
+
+use super::Item;
+
+/// The checkpoint topic's items.
+pub fn evaluate(config: &Config, cluster: &Result<KafkaFacts, String>) -> Vec<Item> {
+    let kafka = &config.kafka;
+    let topic = &kafka.checkpoint_topic;
+    let name = "kafka.checkpoint_topic";
+    let create = format!(
+        "kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions 1 \
+         --config cleanup.policy=compact",
+        kafka.brokers
+    );
+    let Ok(facts) = cluster else {
+        return vec![Item::skip(name, "no broker answered")];
+    };
+    let Some(partitions) = facts.topics.get(topic) else {
+        return vec![
+            Item::fail(
+                name,
+                format!(
+                    "checkpoint topic {topic:?} does not exist: exactly-once delivery keeps the \
+                     relay's position there, compacted (a topic the broker creates on first use \
+                     is not compacted, and its old checkpoints would only go with retention, \
+                     taking the last one with them)"
+                ),
+            )
+            .fix(create),
+        ];
+    };
+    match facts.cleanup_policy.get(topic) {
+        Some(policy) if policy.split(',').any(|p| p.trim() == "compact") => {
+            let deletes = policy.split(',').any(|p| p.trim() == "delete");
+            let item = if deletes {
+                Item::warn(
+                    name,
+                    format!(
+                        "checkpoint topic {topic:?} ({partitions} partitions) is compacted but \
+                         also deletes by retention (cleanup.policy={policy}): a relay idle for \
+                         longer than the retention loses its checkpoint and writes the gap \
+                         again once"
+                    ),
+                )
+                .fix(format!(
+                    "kafka-configs.sh --bootstrap-server {} --alter --entity-type topics \
+                     --entity-name {topic} --add-config cleanup.policy=compact",
+                    kafka.brokers
+                ))
+            } else {
+                Item::ok(
+                    name,
+                    format!("checkpoint topic {topic:?}: {partitions} partitions, compacted"),
+                )
+            };
+            vec![item]
+        }
+        Some(policy) => vec![
+            Item::fail(
+                name,
+                format!(
+                    "checkpoint topic {topic:?} is not compacted (cleanup.policy={policy}): \
+                     retention would delete the relay's last checkpoint"
+                ),
+            )
+            .fix(format!(
+                "kafka-configs.sh --bootstrap-server {} --alter --entity-type topics \
+                 --entity-name {topic} --add-config cleanup.policy=compact",
+                kafka.brokers
+            )),
+        ],
+        None => vec![Item::warn(
+            name,
+            format!(
+                "checkpoint topic {topic:?} exists; its cleanup.policy could not be read{}",
+                facts
+                    .config_problem
+                    .as_deref()
+                    .map(|p| format!(" ({p})"))
+                    .unwrap_or_default()
+            ),
+        )],
+    }
+}
+
+/// Registers the relay's transactional id with the coordinator, when no
+/// relay holds the slot (`slot_held`: `None` when unknown).
+pub async fn probe_transactional_id(
+    config: &Config,
+    slot_held: Option<bool>,
+    timeout: Duration,
+) -> Item {
+    let name = "kafka.transactional_id";
+    let id = config.kafka.transactional_id_for(&config.postgres.slot);
+    match slot_held {
+        Some(true) => {
+            return Item::skip(
+                name,
+                format!(
+                    "transactional id {id:?}: a relay holds the slot, and registering the id \
+                     would fence it; run check while the relay is stopped to test the id"
+                ),
+            );
+        }
+        None => {
+            return Item::skip(
+                name,
+                format!(
+                    "transactional id {id:?}: whether a relay holds the slot is unknown, and \
+                     registering the id would fence it"
+                ),
+            );
+        }
+        Some(false) => {}
+    }
+    let kafka = &config.kafka;
+    let settings = SinkSettings {
+        brokers: kafka.brokers.clone(),
+        linger_ms: kafka.linger_ms,
+        message_timeout_ms: kafka.message_timeout_ms,
+        queue_max_messages: kafka.queue_max_messages,
+        dead_letter_topic: kafka.dlq_topic.clone(),
+        properties: kafka.property_pairs(),
+    };
+    let transactions = TransactionSettings {
+        transactional_id: id.clone(),
+        checkpoint_topic: kafka.checkpoint_topic.clone(),
+        transaction_timeout: kafka.transaction_timeout(),
+    };
+    let sink = match KafkaSink::<()>::new_transactional(&settings, &transactions) {
+        Ok((sink, _reports)) => sink,
+        Err(e) => return Item::fail(name, e.to_string()),
+    };
+    let outcome = sink.init_transactions(&id, timeout).await;
+    // Destroying a producer blocks while librdkafka stops its threads.
+    let _ = tokio::task::spawn_blocking(move || drop(sink)).await;
+    match outcome {
+        Ok(()) => Item::ok(
+            name,
+            format!("transactional id {id:?}: the coordinator registered it"),
+        ),
+        Err(TxnFailure::Fatal(why)) => Item::fail(name, format!("transactional id {id:?}: {why}"))
+            .fix(format!(
+                "kafka-acls.sh --bootstrap-server {} --add --allow-principal User:<relay> \
+                 --operation Write --operation Describe --transactional-id {id}",
+                kafka.brokers
+            )),
+        Err(other) => Item::warn(
+            name,
+            format!("transactional id {id:?} could not be registered: {other}"),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::check::Status;
+    use std::collections::BTreeMap;
+
+    fn config() -> Config {
+        let mut config = Config::default();
+        config.kafka.brokers = "k1:9092".into();
+        config.kafka.checkpoint_topic = "cp".into();
+        config
+    }
+
+    fn cluster(policy: Option<&str>, exists: bool) -> Result<KafkaFacts, String> {
+        let mut facts = KafkaFacts::default();
+        if exists {
+            facts.topics = BTreeMap::from([("cp".to_owned(), 1)]);
+        }
+        if let Some(policy) = policy {
+            facts.cleanup_policy = BTreeMap::from([("cp".to_owned(), policy.to_owned())]);
+        }
+        Ok(facts)
+    }
+
+    fn status(items: &[Item]) -> Status {
+        assert_eq!(items.len(), 1, "{items:?}");
+        items[0].status
+    }
+
+    #[test]
+    fn the_checkpoint_topic_must_exist_and_be_compacted() {
+        let config = config();
+        assert_eq!(
+            status(&evaluate(&config, &cluster(Some("compact"), true))),
+            Status::Ok
+        );
+        assert_eq!(
+            status(&evaluate(&config, &cluster(Some("compact,delete"), true))),
+            Status::Warn
+        );
+        let items = evaluate(&config, &cluster(Some("delete"), true));
+        assert_eq!(status(&items), Status::Fail);
+        assert!(
+            format!("{items:?}").contains("cleanup.policy=compact"),
+            "{items:?}"
+        );
+        let items = evaluate(&config, &cluster(None, false));
+        assert_eq!(status(&items), Status::Fail);
+        assert!(
+            format!("{items:?}").contains("--create --topic cp"),
+            "{items:?}"
+        );
+        assert_eq!(
+            status(&evaluate(&config, &cluster(None, true))),
+            Status::Warn
+        );
+        assert_eq!(
+            status(&evaluate(&config, &Err("down".into()))),
+            Status::Skip
+        );
+    }
+}
