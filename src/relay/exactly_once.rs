@@ -181,12 +181,16 @@ impl Eos {
     }
 
     /// When the session must wake up to commit even if nothing arrives.
-    pub(super) fn wake_at(&self, machine: &SessionMachine<'_>) -> Option<Instant> {
+    /// Only between two PostgreSQL transactions, where a commit can happen:
+    /// a deadline past in the middle of one would wake the loop for nothing,
+    /// over and over, until its Commit arrives.
+    pub(super) fn wake_at(&self, at_boundary: bool, handed_off: Lsn) -> Option<Instant> {
+        if !at_boundary {
+            return None;
+        }
         match self.batch.deadline() {
             Some(deadline) => Some(deadline),
-            None if machine.handed_off() > self.committed => {
-                Some(self.last_commit + IDLE_CHECKPOINT_EVERY)
-            }
+            None if handed_off > self.committed => Some(self.last_commit + IDLE_CHECKPOINT_EVERY),
             None => None,
         }
     }
@@ -238,6 +242,18 @@ impl Eos {
         self.committed = lsn;
         self.last_commit = now;
         Ok(())
+    }
+
+    /// A graceful stop that could not end at a PostgreSQL transaction
+    /// boundary (its drain deadline passed mid-transaction): the open Kafka
+    /// transaction holds part of one, so it is aborted now rather than left
+    /// open until the broker's transaction timeout (read_committed
+    /// consumers of its partitions would wait that long).
+    pub(super) async fn abort_open(&mut self, sink: &KafkaSink<DeliveryTag>) {
+        if self.batch.open() {
+            sink.abort_transaction(Duration::from_secs(5)).await;
+            self.batch.reset();
+        }
     }
 
     /// After a failure: aborts the open transaction, best effort, unless
@@ -314,5 +330,57 @@ impl Producer for Transactional<'_> {
 
     fn explain(&self, err: DeliveryError) -> DeliveryError {
         self.sink.explain(err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eos() -> Eos {
+        Eos::new(
+            ExactlyOnceSettings {
+                transactions: TransactionSettings {
+                    transactional_id: "outbox-relay.s".into(),
+                    checkpoint_topic: "cp".into(),
+                    transaction_timeout: Duration::from_secs(60),
+                },
+                bounds: Bounds {
+                    max_events: 100,
+                    max_bytes: 1 << 20,
+                    max_open: Duration::from_millis(100),
+                },
+            },
+            "s",
+            ServerIdentity {
+                system_id: "7".into(),
+                timeline: 1,
+            },
+            Lsn(1000),
+        )
+    }
+
+    /// Inside a PostgreSQL transaction no commit can happen: a wake-up
+    /// there (its deadline long past) would spin the session's loop until
+    /// the Commit arrives.
+    #[test]
+    fn the_session_wakes_for_a_commit_only_between_transactions() {
+        let mut eos = eos();
+        assert_eq!(eos.wake_at(true, Lsn(1000)), None, "nothing to commit");
+        let opened = Instant::now() - Duration::from_secs(5);
+        eos.batch.record(10, opened);
+        assert_eq!(eos.wake_at(false, Lsn(2000)), None, "mid-transaction");
+        assert_eq!(
+            eos.wake_at(true, Lsn(2000)),
+            Some(opened + Duration::from_millis(100))
+        );
+        eos.batch.reset();
+        // Nothing open, the position moved (an idle advance): a checkpoint
+        // a while after the last commit.
+        assert_eq!(
+            eos.wake_at(true, Lsn(2000)),
+            Some(eos.last_commit + IDLE_CHECKPOINT_EVERY)
+        );
+        assert_eq!(eos.wake_at(false, Lsn(2000)), None);
     }
 }

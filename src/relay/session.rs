@@ -218,7 +218,7 @@ impl<'a> Session<'a> {
             let commit_at = self
                 .eos
                 .as_ref()
-                .and_then(|eos| eos.wake_at(&self.machine))
+                .and_then(|eos| eos.wake_at(self.machine.at_boundary(), self.machine.handed_off()))
                 .map(Instant::from_std);
             tokio::select! {
                 biased;
@@ -405,6 +405,7 @@ impl<'a> Session<'a> {
                 let confirmed = self.confirmed;
                 return Err((self.abandon(e).await, confirmed));
             }
+            eos.abort_open(&self.sink).await;
             self.confirm();
         }
         if let Err(e) = self.stream.shutdown().await {
