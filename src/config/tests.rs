@@ -1066,3 +1066,26 @@ fn exactly_once_caps_the_message_timeout_under_the_brokers_transaction_cap() {
         Duration::from_secs(60)
     );
 }
+
+#[test]
+fn the_effective_config_shows_the_delivery_mode() {
+    let config = minimal();
+    assert!(
+        config
+            .effective()
+            .contains("kafka.delivery=\"at-least-once\""),
+        "{}",
+        config.effective()
+    );
+    let config = load_str(
+        MINIMAL,
+        &[("OUTBOX_RELAY__KAFKA__DELIVERY", "exactly-once")],
+    )
+    .unwrap();
+    let shown = config.effective();
+    assert!(shown.contains("kafka.delivery=\"exactly-once\""), "{shown}");
+    assert!(
+        shown.contains("kafka.checkpoint_topic=\"outbox-relay.checkpoints\""),
+        "{shown}"
+    );
+}

@@ -264,3 +264,128 @@ async fn a_relay_fenced_by_another_with_its_transactional_id_exits_4() {
     first.drop_all().await;
     second.drop_all().await;
 }
+
+/// Dead letters go in the same Kafka transaction as the events around
+/// them: across kill -9 at seeded moments, each bad row's dead letter is
+/// on the dead-letter topic once, and each good row's event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_letters_are_written_once_inside_the_transactions() {
+    let (outbox, topic, checkpoints) = eos_outbox(TestOutbox::create("text").await).await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let config = eos_config(&outbox, &checkpoints, "");
+    let t = outbox.table.clone();
+    let mut moments = Moments::new();
+    let mut good = Vec::new();
+    let mut bad = std::collections::HashSet::new();
+    let mut relay = Relay::process(&config);
+    for round in 0..4 {
+        relay
+            .wait_for_log("streaming from the slot", DEADLINE)
+            .await;
+        for n in 0..25 {
+            let (bad_id, good_id) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
+            let seq = (round * 25 + n) as i64;
+            outbox
+                .admin
+                .batch_execute(&format!(
+                    "BEGIN;
+                     INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{bad_id}', 'order', 'o1', 'Placed', 'not json');
+                     INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{good_id}', 'order', 'o1', 'Placed', '{{\"seq\":{seq}}}');
+                     COMMIT;"
+                ))
+                .await
+                .unwrap();
+            bad.insert(bad_id.to_string());
+            good.push(Committed {
+                id: good_id.to_string(),
+                aggregate: "o1".into(),
+                seq,
+            });
+        }
+        tokio::time::sleep(moments.delay(Duration::from_millis(500))).await;
+        relay.kill9();
+        relay = Relay::process(&config);
+    }
+    consume_all_ids(&topic, &good, DEADLINE).await;
+    let dlq = consume(&outbox.dlq_topic, DEADLINE, {
+        let n = bad.len();
+        move |r| r.len() >= n
+    })
+    .await;
+    let status = relay.terminate().await;
+    assert!(status.success(), "{status:?}\n{}", relay.log_text());
+    let received = consume_ids_to_end(&topic).await;
+    check_exactly_once("exactly-once-dead-letters", &good, &received);
+    // Everything on the dead-letter topic now, read_committed.
+    let dlq_len = consume_ids_to_end(&outbox.dlq_topic).await.len();
+    let ids: std::collections::HashSet<String> = dlq
+        .iter()
+        .filter_map(|r| r.header("id").map(str::to_owned))
+        .collect();
+    assert_eq!(ids, bad, "every bad row dead-lettered");
+    assert_eq!(dlq_len, bad.len(), "each dead letter once");
+    outbox.drop_all().await;
+}
+
+/// The checkpoint topic deleted: the relay says it found no checkpoint and
+/// starts from the slot (at-least-once for what the slot had not confirmed;
+/// after a graceful stop that is nothing), loses nothing, and writes new
+/// checkpoints from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_checkpoint_topic_falls_back_to_the_slot_with_a_warning() {
+    let (outbox, topic, checkpoints) = eos_outbox(TestOutbox::create("jsonb").await).await;
+    let config = eos_config(&outbox, &checkpoints, "");
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", DEADLINE)
+        .await;
+    assert!(
+        relay
+            .log_text()
+            .contains("no checkpoint of this relay found"),
+        "a first start says so:\n{}",
+        relay.log_text()
+    );
+    let mut committed = outbox
+        .commit_events(&mut writer, 50, 2, 10, &mut seqs)
+        .await;
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    assert!(relay.terminate().await.success());
+
+    outbox.delete_topic(&checkpoints).await;
+    outbox
+        .create_topic_with_config(&checkpoints, 1, &[("cleanup.policy", "compact")])
+        .await;
+    let mut relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", DEADLINE)
+        .await;
+    let log = relay.log_text();
+    assert!(
+        log.contains("no checkpoint of this relay found")
+            && !log.contains("resuming from the last committed checkpoint"),
+        "{log}"
+    );
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 50, 2, 10, &mut seqs)
+            .await,
+    );
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    assert!(relay.terminate().await.success());
+    let received = consume_ids_to_end(&topic).await;
+    // After a graceful stop the slot had confirmed everything: nothing twice.
+    check_exactly_once(
+        "exactly-once-checkpoint-topic-deleted",
+        &committed,
+        &received,
+    );
+    let relay = Relay::process(&config);
+    relay
+        .wait_for_log("resuming from the last committed checkpoint", DEADLINE)
+        .await;
+    relay.kill9();
+    outbox.drop_all().await;
+}

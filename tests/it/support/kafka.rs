@@ -49,6 +49,26 @@ impl TestOutbox {
     }
 }
 
+impl TestOutbox {
+    /// Deletes `topic` (an operator's mistake some tests play).
+    pub async fn delete_topic(&self, topic: &str) {
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", env("KAFKA_BROKERS"))
+            .create()
+            .expect("admin client");
+        let res = admin
+            .delete_topics(
+                &[topic],
+                &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
+            )
+            .await
+            .expect("delete topic");
+        for r in res {
+            r.expect("topic deleted");
+        }
+    }
+}
+
 /// A record read back from Kafka.
 #[derive(Debug, Clone)]
 pub struct Received {
