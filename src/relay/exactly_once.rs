@@ -36,8 +36,8 @@ use crate::envelope::KafkaRecord;
 use crate::lsn::Lsn;
 use crate::replication::ServerIdentity;
 use crate::sink::{
-    DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings, TransactionSettings,
-    read_checkpoint,
+    CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings,
+    TransactionSettings, read_checkpoint,
 };
 
 /// How long the checkpoint read at start may take before the session is
@@ -92,7 +92,20 @@ pub(super) async fn prepare(
     sink.init_transactions(id, settings.transactions.transaction_timeout)
         .await?;
     let topic = &settings.transactions.checkpoint_topic;
-    let value = read_checkpoint(sink_settings, topic, id, CHECKPOINT_READ).await?;
+    let value = match read_checkpoint(sink_settings, topic, id, CHECKPOINT_READ).await? {
+        CheckpointRead::Last(value) => value,
+        CheckpointRead::Nothing => None,
+        CheckpointRead::NoTopic => {
+            tracing::warn!(
+                topic = %topic,
+                "the checkpoint topic does not exist: the broker creates it at the first \
+                 checkpoint with its defaults, not compacted, and retention would then delete \
+                 the relay's last checkpoint. Create it compacted (outbox-relay init prints the \
+                 command)"
+            );
+            None
+        }
+    };
     let checkpoint = match value.as_deref().map(Checkpoint::decode) {
         None => None,
         Some(Ok(checkpoint)) => Some(checkpoint),

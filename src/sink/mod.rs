@@ -45,7 +45,9 @@ use crate::envelope::KafkaRecord;
 pub use refusal::{
     DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
 };
-pub use transactional::{CheckpointReadError, TransactionSettings, TxnFailure, read_checkpoint};
+pub use transactional::{
+    CheckpointRead, CheckpointReadError, TransactionSettings, TxnFailure, read_checkpoint,
+};
 
 /// Producer properties the relay sets itself; the config refuses overrides.
 pub const RELAY_OWNED_PROPERTIES: &[&str] = &[

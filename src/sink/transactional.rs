@@ -235,9 +235,20 @@ pub enum CheckpointReadError {
     },
 }
 
+/// What the checkpoint topic holds for a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckpointRead {
+    /// The topic does not exist (the broker creates it on the first
+    /// checkpoint, with its defaults: not compacted).
+    NoTopic,
+    /// The topic holds no record under the key.
+    Nothing,
+    /// The value of the last record under the key (`None`: a tombstone).
+    Last(Option<Vec<u8>>),
+}
+
 /// Reads the checkpoint topic to its end with a read_committed consumer and
-/// returns the value of the last record keyed `key`; `Ok(None)` when there
-/// is none, or the topic does not exist.
+/// returns what the last record keyed `key` holds.
 ///
 /// The end is the last stable offset of each partition: a transaction
 /// still open on the topic (another relay's) hides what follows it from a
@@ -250,7 +261,7 @@ pub async fn read_checkpoint(
     topic: &str,
     key: &str,
     within: Duration,
-) -> Result<Option<Vec<u8>>, CheckpointReadError> {
+) -> Result<CheckpointRead, CheckpointReadError> {
     let settings = settings.clone();
     let topic = topic.to_owned();
     let key = key.to_owned();
@@ -284,7 +295,7 @@ fn read_blocking(
     topic: &str,
     key: &str,
     within: Duration,
-) -> Result<Option<Vec<u8>>, CheckpointReadError> {
+) -> Result<CheckpointRead, CheckpointReadError> {
     let deadline = std::time::Instant::now() + within;
     let incomplete = |why: String| CheckpointReadError::Incomplete {
         topic: topic.to_owned(),
@@ -297,16 +308,16 @@ fn read_blocking(
         .fetch_metadata(Some(topic), left())
         .map_err(|e| incomplete(e.to_string()))?;
     let Some(described) = metadata.topics().iter().find(|t| t.name() == topic) else {
-        return Ok(None);
+        return Ok(CheckpointRead::NoTopic);
     };
     match described.error().map(RDKafkaErrorCode::from) {
         None => {}
-        Some(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(None),
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(CheckpointRead::NoTopic),
         Some(code) => return Err(incomplete(format!("metadata: {code}"))),
     }
     let partitions: Vec<i32> = described.partitions().iter().map(|p| p.id()).collect();
     if partitions.is_empty() {
-        return Ok(None);
+        return Ok(CheckpointRead::NoTopic);
     }
     // Wait until no transaction is open on the topic: then the
     // read_committed end is the end.
@@ -342,7 +353,7 @@ fn read_blocking(
         .assign(&assignment)
         .map_err(|e| incomplete(e.to_string()))?;
     let mut at_end = std::collections::HashSet::new();
-    let mut last = None;
+    let mut last = CheckpointRead::Nothing;
     while at_end.len() < partitions.len() {
         if left().is_zero() {
             return Err(incomplete(format!(
@@ -358,7 +369,7 @@ fn read_blocking(
             }
             Some(Err(e)) => return Err(incomplete(e.to_string())),
             Some(Ok(msg)) if msg.key() == Some(key.as_bytes()) => {
-                last = msg.payload().map(<[u8]>::to_vec);
+                last = CheckpointRead::Last(msg.payload().map(<[u8]>::to_vec));
             }
             Some(Ok(_)) => {}
         }
