@@ -58,6 +58,7 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     validate_kafka(config)?;
     validate_properties(config)?;
     validate_tracing(config)?;
+    super::sinks::validate(config)?;
     if config.cloudevents.source.trim().is_empty() {
         return Err(invalid(
             "cloudevents.source",

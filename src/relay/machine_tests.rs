@@ -77,6 +77,7 @@ fn settings(max_in_flight: usize) -> RelaySettings {
             ..SourceSettings::default()
         },
         otlp: None,
+        webhooks: Default::default(),
     }
 }
 

@@ -8,7 +8,8 @@
 //!   received, if any, has reached its Commit, so that its already-sent
 //!   events become confirmable), wait for outstanding acknowledgements up
 //!   to the drain deadline, send the final status update;
-//! * a delivery report, fed to the machine; what it confirms goes to the
+//! * a delivery report (from the broker, or from the webhook dispatch for
+//!   events routed to an HTTP sink), fed to the machine; what it confirms goes to the
 //!   stream ("confirm only what the broker holds", docs/design.md);
 //! * the next replication message, only while the machine can read
 //!   ("bounded memory");
@@ -33,6 +34,7 @@ use super::machine::{SessionMachine, Step};
 use super::progress::Progress;
 use super::refusals::Refusals;
 use super::routing::DeliveryTag;
+use super::sinks::Sinks;
 use super::{Background, RelaySettings};
 use crate::cleanup::Deleter;
 use crate::lsn::Lsn;
@@ -41,6 +43,7 @@ use crate::replication::{
     OutboxTable, RelationClass, ReplicationSettings, ReplicationStream, SqlConnection, StreamItem,
     classify, emit_heartbeat, look_up,
 };
+use crate::sink::http::dispatch::Dispatch;
 use crate::sink::{DeliveryReport, KafkaSink};
 
 /// How often the session updates the gauges that age with time (the oldest
@@ -69,6 +72,8 @@ pub(super) struct Session<'a> {
     stream: ReplicationStream,
     sink: KafkaSink<DeliveryTag>,
     reports: Reports,
+    /// The webhook sinks' side of this session.
+    http: Dispatch,
     health: Health,
     /// The position last handed to the stream.
     confirmed: Lsn,
@@ -100,6 +105,7 @@ impl<'a> Session<'a> {
             stream,
             sink,
             reports,
+            http: Dispatch::new(background.webhooks.clone()),
             health,
             confirmed,
             catalog: None,
@@ -122,7 +128,11 @@ impl<'a> Session<'a> {
                 self.commit_to_ack.record(seconds_since(committed));
             }
         }
-        self.machine.on_report(report, &mut self.sink)
+        let mut sinks = Sinks {
+            kafka: &mut self.sink,
+            http: &mut self.http,
+        };
+        self.machine.on_report(report, &mut sinks)
     }
 
     /// Once per [`OBSERVE_EVERY`]: the age of the oldest unacknowledged
@@ -230,6 +240,9 @@ impl<'a> Session<'a> {
                 Some(report) = self.reports.recv() => {
                     self.on_report(report)?;
                 }
+                report = self.http.recv() => {
+                    self.on_report(report)?;
+                }
                 item = self.stream.next(), if can_read => {
                     self.on_item(item?).await?;
                 }
@@ -261,7 +274,11 @@ impl<'a> Session<'a> {
             StreamItem::XLogData { wal_end, data, .. } => {
                 metrics::counter!(m::BYTES_RECEIVED).increment(data.len() as u64);
                 metrics::gauge!(m::RECEIVED_LSN).set(wal_end.as_u64() as f64);
-                if let Step::LookUp(relation) = self.machine.on_wal(data, &mut self.sink)? {
+                let mut sinks = Sinks {
+                    kafka: &mut self.sink,
+                    http: &mut self.http,
+                };
+                if let Step::LookUp(relation) = self.machine.on_wal(data, &mut sinks)? {
                     let class = match self.look_up(relation.oid).await? {
                         Some(lookup) => classify(lookup),
                         None => RelationClass::Other,
@@ -333,6 +350,7 @@ impl<'a> Session<'a> {
             // connection before the final update.
             let report = tokio::select! {
                 r = self.reports.recv() => r,
+                r = self.http.recv() => Some(r),
                 () = tokio::time::sleep_until(self.stream.status_due_at()) => {
                     if let Err(e) = self.stream.send_due_status().await {
                         tracing::warn!(error = %e, "status update while draining failed");
@@ -369,6 +387,7 @@ impl<'a> Session<'a> {
         while self.machine.awaiting_broker() {
             let report = tokio::select! {
                 r = self.reports.recv() => r,
+                r = self.http.recv() => Some(r),
                 () = tokio::time::sleep_until(deadline) => break,
             };
             let Some(report) = report else { break };

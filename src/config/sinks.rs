@@ -1,0 +1,299 @@
+//! `[[routes]]` and `[sinks.NAME]`: which events go to a webhook instead of
+//! Kafka, and how each webhook is reached.
+//!
+//! Routes are tried in order; the first whose `aggregatetype` and `type`
+//! globs both match an event decides its sink; an event no route matches
+//! goes to Kafka, as without any route. A sink is `kind = "http"`.
+//!
+//! Invariants: every route names a configured sink; every HTTP sink has an
+//! `http://` or `https://` URL and a non-empty retry schedule; secrets
+//! (`secret`, `secrets`, `bearer_token`) serialize as `***` and never reach
+//! an error text.
+
+use super::*;
+
+/// Default quick attempts in line before an event is moved to the delivery
+/// table.
+pub const DEFAULT_INLINE_ATTEMPTS: u32 = 3;
+/// Default retry schedule: a minute, five, half an hour, two hours, a day;
+/// then DEAD.
+pub const DEFAULT_RETRY_SCHEDULE_SECS: [u64; 5] = [60, 300, 1800, 7200, 86_400];
+/// At most this many attempts (in line plus scheduled) per event.
+const MAX_SCHEDULE_LEN: usize = 100;
+/// A retry never waits more than a week.
+const MAX_RETRY_DELAY_SECS: u64 = 7 * 86_400;
+const MAX_TIMEOUT_MS: u64 = 300_000;
+
+/// One `[[routes]]` entry. A glob left out matches everything.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RouteConfig {
+    pub aggregatetype: Option<String>,
+    #[serde(rename = "type")]
+    pub event_type: Option<String>,
+    /// A name under `[sinks]`.
+    pub sink: String,
+}
+
+/// The kinds of sink a route may name.
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum SinkKind {
+    #[default]
+    Http,
+}
+
+/// One `[sinks.NAME]` entry.
+#[derive(Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields, default)]
+pub struct SinkConfig {
+    pub kind: SinkKind,
+    pub url: String,
+    /// The signing secret; `secrets` adds more (rotation: every active
+    /// secret signs, receivers accept any).
+    #[serde(serialize_with = "serialize_redacted_option")]
+    pub secret: Option<String>,
+    #[serde(serialize_with = "serialize_redacted_list")]
+    pub secrets: Vec<String>,
+    /// Sent as `Authorization: Bearer <token>` when set.
+    #[serde(serialize_with = "serialize_redacted_option")]
+    pub bearer_token: Option<String>,
+    /// Delay before each scheduled retry; after the last the event is DEAD.
+    pub retry_schedule_secs: Vec<u64>,
+    /// Quick attempts in line (a second apart at most) before the event is
+    /// moved to the delivery table.
+    pub inline_attempts: u32,
+    pub timeout_ms: u64,
+    /// Events of different aggregates in flight at once (one per aggregate).
+    pub max_concurrency: usize,
+    /// How often the retry worker looks for due rows.
+    pub retry_poll_ms: u64,
+}
+
+impl Default for SinkConfig {
+    fn default() -> Self {
+        SinkConfig {
+            kind: SinkKind::Http,
+            url: String::new(),
+            secret: None,
+            secrets: Vec::new(),
+            bearer_token: None,
+            retry_schedule_secs: DEFAULT_RETRY_SCHEDULE_SECS.to_vec(),
+            inline_attempts: DEFAULT_INLINE_ATTEMPTS,
+            timeout_ms: 10_000,
+            max_concurrency: 16,
+            retry_poll_ms: 1_000,
+        }
+    }
+}
+
+impl fmt::Debug for SinkConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Through the redacting serializer: no secret in Debug either.
+        match serde_json::to_string(self) {
+            Ok(shown) => f.write_str(&shown),
+            Err(_) => f.write_str("SinkConfig"),
+        }
+    }
+}
+
+impl SinkConfig {
+    /// Every active signing secret, `secret` first.
+    pub fn active_secrets(&self) -> Vec<String> {
+        self.secret
+            .iter()
+            .chain(&self.secrets)
+            .filter(|s| !s.is_empty())
+            .cloned()
+            .collect()
+    }
+}
+
+fn serialize_redacted_option<S: Serializer>(
+    value: &Option<String>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match value {
+        Some(_) => serializer.serialize_some("***"),
+        None => serializer.serialize_none(),
+    }
+}
+
+fn serialize_redacted_list<S: Serializer>(
+    value: &[String],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(value.iter().map(|_| "***"))
+}
+
+fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        field: field.into(),
+        constraint: constraint.into(),
+    }
+}
+
+/// The rules of `[[routes]]`, `[sinks]` and `postgres.delivery_table`.
+pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
+    let table = config.postgres.delivery_table.trim();
+    let parts: Vec<&str> = table.split('.').collect();
+    if table.is_empty() || parts.len() > 2 || parts.iter().any(|p| !is_plain_identifier(p)) {
+        return Err(invalid(
+            "postgres.delivery_table",
+            "must be a table name or schema.name of lower-case letters, digits and \
+             underscores (default \"outbox_delivery\", in the outbox table's schema)",
+        ));
+    }
+    for (i, route) in config.routes.iter().enumerate() {
+        let field = format!("routes[{i}].sink");
+        if route.sink.is_empty() {
+            return Err(invalid(
+                field,
+                "required: the name of a sink under [sinks] (e.g. sink = \"billing\" with a \
+                 [sinks.billing] table)",
+            ));
+        }
+        if !config.sinks.contains_key(&route.sink) {
+            let known: Vec<&str> = config.sinks.keys().map(String::as_str).collect();
+            return Err(invalid(
+                field,
+                format!(
+                    "no sink named \"{}\"; add a [sinks.{}] table or use one of: {}",
+                    route.sink,
+                    route.sink,
+                    if known.is_empty() {
+                        "(none configured)".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        }
+        for (key, glob) in [
+            ("aggregatetype", &route.aggregatetype),
+            ("type", &route.event_type),
+        ] {
+            if glob.as_deref().is_some_and(str::is_empty) {
+                return Err(invalid(
+                    format!("routes[{i}].{key}"),
+                    "must not be empty; leave the key out to match every event",
+                ));
+            }
+        }
+    }
+    for (name, sink) in &config.sinks {
+        validate_sink(name, sink)?;
+    }
+    Ok(())
+}
+
+fn validate_sink(name: &str, sink: &SinkConfig) -> Result<(), ConfigError> {
+    let field = |key: &str| format!("sinks.{name}.{key}");
+    if !is_plain_identifier(name) {
+        return Err(invalid(
+            format!("sinks.{name}"),
+            "sink names are lower-case letters, digits and underscores (they label metrics and \
+             delivery rows)",
+        ));
+    }
+    let url = sink.url.trim();
+    if url.is_empty() {
+        return Err(invalid(
+            field("url"),
+            "required for kind = \"http\": the endpoint events are POSTed to, \
+             e.g. \"https://billing.example/hooks/outbox\"",
+        ));
+    }
+    if let Err(why) = crate::sink::http::Endpoint::parse(url) {
+        return Err(invalid(field("url"), why));
+    }
+    if sink.retry_schedule_secs.is_empty() || sink.retry_schedule_secs.len() > MAX_SCHEDULE_LEN {
+        return Err(invalid(
+            field("retry_schedule_secs"),
+            format!(
+                "must list 1 to {MAX_SCHEDULE_LEN} delays in seconds, e.g. [60, 300, 1800, \
+                 7200, 86400]; after the last one an event is DEAD"
+            ),
+        ));
+    }
+    if sink
+        .retry_schedule_secs
+        .iter()
+        .any(|&d| d == 0 || d > MAX_RETRY_DELAY_SECS)
+    {
+        return Err(invalid(
+            field("retry_schedule_secs"),
+            format!("every delay must be between 1 and {MAX_RETRY_DELAY_SECS} seconds"),
+        ));
+    }
+    if sink.inline_attempts == 0 || sink.inline_attempts > 10 {
+        return Err(invalid(
+            field("inline_attempts"),
+            "must be between 1 and 10: quick attempts before an event moves to the delivery \
+             table (the slot waits meanwhile)",
+        ));
+    }
+    if sink.timeout_ms == 0 || sink.timeout_ms > MAX_TIMEOUT_MS {
+        return Err(invalid(
+            field("timeout_ms"),
+            format!("must be between 1 and {MAX_TIMEOUT_MS} (milliseconds per request)"),
+        ));
+    }
+    if sink.max_concurrency == 0 || sink.max_concurrency > 1024 {
+        return Err(invalid(
+            field("max_concurrency"),
+            "must be between 1 and 1024",
+        ));
+    }
+    if sink.retry_poll_ms == 0 || sink.retry_poll_ms > 60_000 {
+        return Err(invalid(
+            field("retry_poll_ms"),
+            "must be between 1 and 60000 (milliseconds)",
+        ));
+    }
+    if sink.secrets.iter().any(String::is_empty) || sink.secret.as_deref() == Some("") {
+        return Err(invalid(
+            field("secrets"),
+            "a signing secret must not be empty; remove it instead",
+        ));
+    }
+    Ok(())
+}
+
+/// Lower-case letters, digits and underscores, not starting with a digit,
+/// at most 63 bytes.
+fn is_plain_identifier(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && !s.starts_with(|c: char| c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// What is allowed but probably a mistake, one sentence each, naming the
+/// key: a signing secret or bearer token sent in clear text to a host that
+/// is not this machine.
+pub fn warnings(config: &Config) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, sink) in &config.sinks {
+        let Ok(endpoint) = crate::sink::http::Endpoint::parse(sink.url.trim()) else {
+            continue;
+        };
+        let signs = !sink.active_secrets().is_empty() || sink.bearer_token.is_some();
+        if !endpoint.tls && signs && !endpoint.is_loopback() {
+            out.push(format!(
+                "sinks.{name}.url: http:// to {} sends signed events and any bearer token in \
+                 clear text; use https:// for anything but a loopback address",
+                endpoint.host
+            ));
+        }
+    }
+    if !config.sinks.is_empty() && config.routes.is_empty() {
+        out.push(
+            "sinks: sinks are configured but no [[routes]] entry names one; every event goes \
+             to Kafka"
+                .to_owned(),
+        );
+    }
+    out
+}
