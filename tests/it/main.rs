@@ -23,6 +23,9 @@
 //!   sustained load.
 //! * [`trace_context`]: a writer's trace reaches the consumer; the produce
 //!   span exported over OTLP.
+//! * [`webhooks`]: HTTP sinks end to end against a receiver that verifies
+//!   signatures and fails on purpose; kill -9 during retries; two relays
+//!   sharing the delivery table.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
@@ -69,3 +72,4 @@ mod smoke;
 mod soak;
 mod takeover;
 mod trace_context;
+mod webhooks;

@@ -1,0 +1,316 @@
+//! Webhook sinks end to end: events routed by `[[routes]]` are POSTed to a
+//! real HTTP receiver in the suite (support/webhook.rs) that verifies every
+//! signature on the raw body, while it fails on purpose: an outage of 503s,
+//! 429 with Retry-After, requests that hang past the relay's timeout, a
+//! permanent refusal. The checker: nothing lost, per-aggregate order kept,
+//! duplicates only across a crash, and the slot never waits on a retry
+//! (its confirmed_flush_lsn moves past events that sit PENDING). Then
+//! kill -9 during retries, and two relays sharing one delivery table.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use crate::support::webhook::*;
+use crate::support::*;
+
+const SIGNING: [&str; 2] = ["new-secret", "old-secret"];
+
+fn secrets() -> Vec<String> {
+    SIGNING.iter().map(|s| (*s).to_owned()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outage_429_and_timeouts_lose_nothing_keep_order_and_never_hold_the_slot() {
+    let outbox = TestOutbox::create("jsonb").await;
+    // The receiver knows only the old secret: the relay signs with both
+    // (rotation), so every request must still verify.
+    let receiver = Receiver::start(&["old-secret"]).await;
+    let table = create_delivery_table(&outbox).await;
+    let mut settings = outbox.settings_with(&webhook_toml(&receiver.url(), &secrets(), ""));
+    settings.webhooks.table.name = table.clone();
+    let relay = Relay::in_process(settings);
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+
+    // Healthy: delivered in line.
+    let mut committed = outbox
+        .commit_events(&mut writer, 40, 2, 10, &mut seqs)
+        .await;
+    wait_until("the first events accepted", DEADLINE, || async {
+        receiver.has_all(&committed)
+    })
+    .await;
+    assert_eq!(
+        delivery_counts(&outbox, &table).await.get("PENDING"),
+        None,
+        "nothing needed a retry"
+    );
+
+    // An outage: every event fails its in-line tries and moves to the
+    // delivery table; the slot's position moves past them all the same.
+    let outage_started = Instant::now();
+    receiver.set_mode(Mode::Status(503));
+    let outage = outbox
+        .commit_events(&mut writer, 30, 1, 10, &mut seqs)
+        .await;
+    let after_outage_commits = outbox.current_wal_lsn().await;
+    wait_until(
+        "the slot to confirm past events that wait for a retry",
+        DEADLINE,
+        || async {
+            outbox
+                .confirmed_flush_lsn()
+                .await
+                .is_some_and(|c| c >= after_outage_commits)
+        },
+    )
+    .await;
+    let counts = delivery_counts(&outbox, &table).await;
+    assert_eq!(
+        counts.get("PENDING"),
+        Some(&30),
+        "every event of the outage sits PENDING while the slot moved past it: {counts:?}"
+    );
+    let accepted_ids: Vec<String> = receiver.accepted().into_iter().map(|a| a.id).collect();
+    assert!(
+        outage.iter().all(|c| !accepted_ids.contains(&c.id)),
+        "nothing is accepted during the outage"
+    );
+    committed.extend(outage);
+
+    // The outage goes on (about 10 s in all), then the receiver throttles
+    // (429, Retry-After: 2), then hangs past the relay's 500 ms timeout;
+    // events keep arriving meanwhile and queue behind their aggregates.
+    while outage_started.elapsed() < Duration::from_secs(10) {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    receiver.set_mode(Mode::TooMany {
+        retry_after_secs: 2,
+    });
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 10, 1, 10, &mut seqs)
+            .await,
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    receiver.set_mode(Mode::Hang(Duration::from_millis(1500)));
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 10, 1, 10, &mut seqs)
+            .await,
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    receiver.set_mode(Mode::Accept {
+        delay: Duration::ZERO,
+    });
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 10, 2, 10, &mut seqs)
+            .await,
+    );
+
+    wait_until(
+        "every event accepted after the faults",
+        DEADLINE,
+        || async { receiver.has_all(&committed) },
+    )
+    .await;
+    let accepted = receiver.accepted();
+    let duplicates = check_webhook_delivery("webhook-faults", &committed, &accepted, &[]);
+    assert_eq!(duplicates, 0, "no crash, so no duplicate");
+    assert!(
+        receiver.bad_signatures().is_empty(),
+        "every request verifies: {:?}",
+        receiver.bad_signatures()
+    );
+    wait_until("every delivery row SENT", DEADLINE, || async {
+        let counts = delivery_counts(&outbox, &table).await;
+        !counts.contains_key("PENDING") && !counts.contains_key("DEAD")
+    })
+    .await;
+    let sent_without_time: i64 = outbox
+        .admin
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM public.{table} WHERE status = 'SENT' AND sent_at IS NULL"
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(sent_without_time, 0, "SENT rows carry sent_at");
+
+    // The request itself: binary-mode CloudEvent, the payload bytes exactly.
+    let sample = &accepted[0];
+    let payload: String = outbox
+        .admin
+        .query_one(
+            &format!(
+                "SELECT payload::text FROM public.{} WHERE id = $1::text::uuid",
+                outbox.table
+            ),
+            &[&sample.id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(sample.body.as_ref(), payload.as_bytes());
+    let h = |n: &str| sample.headers.get(n).map(String::as_str);
+    assert_eq!(h("ce-id"), Some(sample.id.as_str()));
+    assert_eq!(h("idempotency-key"), Some(sample.id.as_str()));
+    assert_eq!(h("ce-type"), Some("OrderPlaced"));
+    assert_eq!(h("ce-source"), Some("/orders-service"));
+    assert_eq!(h("ce-specversion"), Some("1.0"));
+    assert_eq!(h("ce-subject"), Some(sample.aggregate.as_str()));
+    assert_eq!(h("content-type"), Some("application/json"));
+    assert!(h("ce-time").is_some());
+    let signature = h("x-outbox-signature").unwrap();
+    assert_eq!(
+        signature.matches("v1=").count(),
+        2,
+        "one v1 per secret: {signature}"
+    );
+
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_refusal_is_dead_with_its_status_and_the_aggregate_goes_on() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let receiver = Receiver::start(&["new-secret"]).await;
+    let table = create_delivery_table(&outbox).await;
+    let mut settings = outbox.settings_with(&webhook_toml(&receiver.url(), &secrets(), ""));
+    settings.webhooks.table.name = table.clone();
+    // The 2nd event of agg-0 is refused for good (410).
+    receiver.refuse("agg-0", 2, 410);
+    let relay = Relay::in_process(settings);
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let committed = outbox.commit_events(&mut writer, 8, 1, 2, &mut seqs).await;
+    let refused: Vec<String> = committed
+        .iter()
+        .filter(|c| c.aggregate == "agg-0" && c.seq == 2)
+        .map(|c| c.id.clone())
+        .collect();
+    assert_eq!(refused.len(), 1);
+    wait_until("the others accepted", DEADLINE, || async {
+        let ids: Vec<String> = receiver.accepted().into_iter().map(|a| a.id).collect();
+        committed
+            .iter()
+            .all(|c| refused.contains(&c.id) || ids.contains(&c.id))
+    })
+    .await;
+    check_webhook_delivery("webhook-410", &committed, &receiver.accepted(), &refused);
+    let row = outbox
+        .admin
+        .query_one(
+            &format!(
+                "SELECT status, last_status, last_error, attempts FROM public.{table} WHERE event_id = $1"
+            ),
+            &[&refused[0]],
+        )
+        .await
+        .expect("the refused event has its row");
+    assert_eq!(row.get::<_, String>(0), "DEAD");
+    assert_eq!(row.get::<_, Option<i32>>(1), Some(410));
+    assert!(row.get::<_, Option<String>>(2).unwrap().contains("410"));
+    assert_eq!(
+        row.get::<_, i32>(3),
+        1,
+        "a permanent refusal is not retried"
+    );
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_retries_loses_nothing() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let receiver = Receiver::start(&["new-secret"]).await;
+    let table = create_delivery_table(&outbox).await;
+    let config = outbox.write_config(&webhook_toml(&receiver.url(), &secrets(), ""));
+    let vars = [("OUTBOX_RELAY__POSTGRES__DELIVERY_TABLE", table.as_str())];
+    receiver.set_mode(Mode::Status(503));
+    let relay = Relay::process_with_env(&config, &vars);
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = outbox.commit_events(&mut writer, 40, 1, 8, &mut seqs).await;
+    // Retries under way: rows PENDING and the worker has tried some of
+    // them again.
+    wait_until("rows pending and retried", DEADLINE, || async {
+        let counts = delivery_counts(&outbox, &table).await;
+        let retried: i64 = outbox
+            .admin
+            .query_one(
+                &format!("SELECT count(*) FROM public.{table} WHERE attempts > 2"),
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        counts.get("PENDING").copied().unwrap_or(0) >= 8 && retried > 0
+    })
+    .await;
+    committed.extend(outbox.commit_events(&mut writer, 10, 1, 8, &mut seqs).await);
+    relay.kill9();
+    receiver.set_mode(Mode::Accept {
+        delay: Duration::ZERO,
+    });
+    committed.extend(outbox.commit_events(&mut writer, 10, 1, 8, &mut seqs).await);
+    let mut relay = Relay::process_with_env(&config, &vars);
+    wait_until(
+        "every event accepted after the restart",
+        DEADLINE,
+        || async { receiver.has_all(&committed) },
+    )
+    .await;
+    check_webhook_delivery("webhook-kill9", &committed, &receiver.accepted(), &[]);
+    assert!(receiver.bad_signatures().is_empty());
+    relay.terminate().await;
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_relays_sharing_the_delivery_table_never_send_one_row_at_once() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let receiver = Receiver::start(&["new-secret"]).await;
+    let table = create_delivery_table(&outbox).await;
+    let mut settings = outbox.settings_with(&webhook_toml(&receiver.url(), &secrets(), ""));
+    settings.webhooks.table.name = table.clone();
+    // One relay streams the slot; the other waits for it, but its retry
+    // worker works the shared table from the start.
+    receiver.set_mode(Mode::Status(503));
+    let first = Relay::in_process(settings.clone());
+    let second = Relay::in_process(settings);
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    // Many aggregates: many queue heads due at once, for 2 × 4 workers.
+    let committed = outbox
+        .commit_events(&mut writer, 60, 1, 30, &mut seqs)
+        .await;
+    wait_until("every event parked", DEADLINE, || async {
+        delivery_counts(&outbox, &table).await.get("PENDING") == Some(&60)
+    })
+    .await;
+    // Slow answers: a row sent twice at once would overlap.
+    receiver.set_mode(Mode::Accept {
+        delay: Duration::from_millis(300),
+    });
+    wait_until("every event accepted", DEADLINE, || async {
+        receiver.has_all(&committed)
+    })
+    .await;
+    let duplicates =
+        check_webhook_delivery("webhook-two-relays", &committed, &receiver.accepted(), &[]);
+    assert_eq!(
+        receiver.max_in_flight_per_id(),
+        1,
+        "one row in flight once at most"
+    );
+    assert_eq!(duplicates, 0, "no crash, so no duplicate");
+    first.stop().await.expect("graceful stop");
+    second.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
