@@ -293,10 +293,16 @@ fn main() -> ExitCode {
     };
     if let Command::CheckConfig(_) = cli.command {
         println!("{config:#?}");
+        for warning in outbox_relay::config::warnings(&config) {
+            eprintln!("outbox-relay: warning: {warning}");
+        }
         return ExitCode::SUCCESS;
     }
     if matches!(cli.command, Command::Run(_)) {
         init_tracing(config.relay.log_format);
+        for warning in outbox_relay::config::warnings(&config) {
+            tracing::warn!("{warning}");
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -53,6 +53,26 @@ impl Routes {
         Routes { routes, sinks }
     }
 
+    /// Routes from `(aggregatetype glob, type glob, sink index)` triples
+    /// over the sink names `sinks`.
+    pub fn from_parts(
+        routes: Vec<(Option<String>, Option<String>, usize)>,
+        sinks: Vec<String>,
+    ) -> Self {
+        Routes {
+            routes: routes
+                .into_iter()
+                .filter(|r| r.2 < sinks.len())
+                .map(|(aggregate_type, event_type, sink)| Route {
+                    aggregate_type,
+                    event_type,
+                    sink,
+                })
+                .collect(),
+            sinks,
+        }
+    }
+
     /// The sink of an event, by its aggregate type and type.
     pub fn target(&self, aggregate_type: &str, event_type: &str) -> Target {
         self.routes

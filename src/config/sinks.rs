@@ -297,3 +297,146 @@ pub fn warnings(config: &Config) -> Vec<String> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+        [postgres]
+        url = "postgres://relay@localhost/app"
+        slot = "s"
+        publication = "p"
+        [kafka]
+        brokers = "localhost:9092"
+        [cloudevents]
+        source = "/test"
+    "#;
+
+    fn load(extra: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::from_figment(&Config::figment_from_str(
+            &format!("{BASE}\n{extra}"),
+            env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        ))
+    }
+
+    fn invalid_field(extra: &str) -> (String, String) {
+        match load(extra, &[]) {
+            Err(ConfigError::Invalid { field, constraint }) => (field, constraint),
+            other => panic!("expected a validation error for {extra}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_fix() {
+        let (field, why) = invalid_field(
+            "[[routes]]\nsink = \"billing\"\n[sinks.other]\nurl = \"https://x.example/\"",
+        );
+        assert_eq!(field, "routes[0].sink");
+        assert!(
+            why.contains("[sinks.billing]") && why.contains("other"),
+            "{why}"
+        );
+        let (field, why) =
+            invalid_field("[[routes]]\nsink = \"billing\"\n[sinks.billing]\nkind = \"http\"");
+        assert_eq!(field, "sinks.billing.url");
+        assert!(why.contains("required"), "{why}");
+        let (field, _) = invalid_field("[sinks.billing]\nurl = \"ftp://x\"");
+        assert_eq!(field, "sinks.billing.url");
+        let (field, _) =
+            invalid_field("[sinks.billing]\nurl = \"https://x/\"\nretry_schedule_secs = []");
+        assert_eq!(field, "sinks.billing.retry_schedule_secs");
+        let (field, _) =
+            invalid_field("[sinks.billing]\nurl = \"https://x/\"\ninline_attempts = 0");
+        assert_eq!(field, "sinks.billing.inline_attempts");
+        let (field, _) = invalid_field(
+            "[[routes]]\naggregatetype = \"\"\nsink = \"b\"\n[sinks.b]\nurl = \"https://x/\"",
+        );
+        assert_eq!(field, "routes[0].aggregatetype");
+        let (field, _) = invalid_field("[sinks.b]\nurl = \"https://x/\"\nsecrets = [\"\"]");
+        assert_eq!(field, "sinks.b.secrets");
+        let (field, _) = invalid_field("[sinks.b]\nurl = \"https://u:p@x/\"");
+        assert_eq!(field, "sinks.b.url");
+        let (field, _) = invalid_field("[sinks.Billing]\nurl = \"https://x/\"");
+        assert_eq!(field, "sinks.Billing");
+    }
+
+    #[test]
+    fn the_documented_example_loads_with_its_defaults() {
+        let config = load(
+            r#"
+            [[routes]]
+            aggregatetype = "payment*"
+            type = "*"
+            sink = "billing"
+
+            [sinks.billing]
+            kind = "http"
+            url = "https://billing.example/hooks/outbox"
+            secret = "s1"
+            retry_schedule_secs = [60, 300, 1800, 7200, 86400]
+            timeout_ms = 10000
+            "#,
+            &[],
+        )
+        .unwrap();
+        let sink = &config.sinks["billing"];
+        assert_eq!(sink.active_secrets(), vec!["s1".to_owned()]);
+        assert_eq!(sink.inline_attempts, DEFAULT_INLINE_ATTEMPTS);
+        assert_eq!(config.postgres.delivery_table, "outbox_delivery");
+        assert_eq!(
+            config.postgres.delivery_table_parts(),
+            ("public".to_owned(), "outbox_delivery".to_owned())
+        );
+    }
+
+    #[test]
+    fn secrets_from_the_environment_are_redacted_everywhere() {
+        let canary = "Wh00k-s3cret/?@#:%='\" x";
+        let config = load(
+            "[[routes]]\nsink = \"billing\"\n[sinks.billing]\nurl = \"https://b.example/\"\nsecrets = [\"Wh00k-older\"]\nbearer_token = \"Wh00k-token\"",
+            &[("OUTBOX_RELAY__SINKS__BILLING__SECRET", canary)],
+        )
+        .unwrap();
+        let sink = &config.sinks["billing"];
+        assert_eq!(
+            sink.active_secrets(),
+            vec![canary.to_owned(), "Wh00k-older".to_owned()],
+            "the variable sets the secret, rotation keeps the listed one"
+        );
+        let flattened = format!("{:?}", config.flattened());
+        for shown in [
+            format!("{config:?}"),
+            format!("{config:#?}"),
+            format!("{config}"),
+            flattened,
+            serde_json::to_string(&config).unwrap(),
+            format!("{:?}", crate::sink::http::sinks_of(&config)),
+        ] {
+            assert!(!shown.contains("Wh00k"), "{shown}");
+        }
+    }
+
+    #[test]
+    fn plain_http_with_a_secret_to_another_host_is_a_warning() {
+        let config = load(
+            "[[routes]]\nsink = \"b\"\n[sinks.b]\nurl = \"http://hooks.example/x\"\nsecret = \"s\"",
+            &[],
+        )
+        .unwrap();
+        let warnings = warnings(&config);
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].starts_with("sinks.b.url: "), "{warnings:?}");
+        assert!(!warnings[0].contains("\"s\""), "{warnings:?}");
+        for quiet in [
+            "[[routes]]\nsink = \"b\"\n[sinks.b]\nurl = \"http://127.0.0.1:9/x\"\nsecret = \"s\"",
+            "[[routes]]\nsink = \"b\"\n[sinks.b]\nurl = \"https://hooks.example/x\"\nsecret = \"s\"",
+        ] {
+            assert!(warnings_of(quiet).is_empty(), "{quiet}");
+        }
+    }
+
+    fn warnings_of(extra: &str) -> Vec<String> {
+        warnings(&load(extra, &[]).unwrap())
+    }
+}
