@@ -314,3 +314,99 @@ async fn two_relays_sharing_the_delivery_table_never_send_one_row_at_once() {
     second.stop().await.expect("graceful stop");
     outbox.drop_all().await;
 }
+
+/// The binary with the delivery table named by the environment.
+async fn cli(args: Vec<String>, table: &str) -> std::process::Output {
+    let table = table.to_owned();
+    tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(&args)
+            .env_remove("OUTBOX_RELAY_ADMIN_URL")
+            .env_remove("OUTBOX_RELAY_CONFIG")
+            .env("OUTBOX_RELAY__POSTGRES__DELIVERY_TABLE", table)
+            .output()
+            .expect("run outbox-relay")
+    })
+    .await
+    .unwrap()
+}
+
+fn delivery_item(output: &std::process::Output) -> serde_json::Value {
+    let items: Vec<serde_json::Value> =
+        serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+            panic!(
+                "check --json is not JSON ({e}): {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        });
+    items
+        .into_iter()
+        .find(|i| i["name"] == "postgres.delivery_table")
+        .expect("check reports the delivery table when a sink is configured")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_creates_the_delivery_table_and_check_verifies_it() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let table = random_name("delivery");
+    let config = outbox
+        .write_config(&webhook_toml("https://hooks.example/in", &secrets(), ""))
+        .display()
+        .to_string();
+    let check = || {
+        vec![
+            "check".to_owned(),
+            "--config".to_owned(),
+            config.clone(),
+            "--json".to_owned(),
+        ]
+    };
+    let before = cli(check(), &table).await;
+    let item = delivery_item(&before);
+    assert_eq!(item["status"], "fail", "{item}");
+    assert!(item["fix"].as_str().unwrap().contains("init"), "{item}");
+    assert_ne!(before.status.code(), Some(0));
+
+    let init = vec![
+        "init".to_owned(),
+        "--config".to_owned(),
+        config.clone(),
+        "--grant".to_owned(),
+        "relay".to_owned(),
+        "--admin-url".to_owned(),
+        env("PG_URL"),
+    ];
+    for run in 0..2 {
+        let output = cli(init.clone(), &table).await;
+        assert!(
+            output.status.success(),
+            "init run {run}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let writable: bool = outbox
+        .admin
+        .query_one(
+            "SELECT has_table_privilege('relay', 'public.' || quote_ident($1), 'INSERT')
+                AND has_table_privilege('relay', 'public.' || quote_ident($1), 'UPDATE')
+                AND has_table_privilege('relay', 'public.' || quote_ident($1), 'DELETE')",
+            &[&table],
+        )
+        .await
+        .expect("the table exists")
+        .get(0);
+    assert!(
+        writable,
+        "init --grant lets the relay write the delivery table"
+    );
+    let after = cli(check(), &table).await;
+    let item = delivery_item(&after);
+    assert_eq!(item["status"], "ok", "{item}");
+    outbox
+        .admin
+        .batch_execute(&format!("DROP TABLE public.{table}"))
+        .await
+        .unwrap();
+    outbox.drop_all().await;
+}
