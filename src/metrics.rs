@@ -399,6 +399,9 @@ mod tests {
             ("OutboxRelayStuck", OLDEST_UNACKED_AGE),
             ("OutboxRelayDeadLetters", EVENTS_DEAD_LETTERED),
             ("OutboxRelayNotReady", READY),
+            ("OutboxRelayWebhookStuck", WEBHOOK_PENDING_STUCK),
+            ("OutboxRelayWebhookOldestPending", WEBHOOK_OLDEST_PENDING_AGE),
+            ("OutboxRelayWebhookDead", WEBHOOK_DEAD),
         ] {
             let rule = alerts
                 .split("- alert: ")

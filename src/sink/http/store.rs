@@ -303,7 +303,7 @@ pub async fn finish(
 }
 
 /// The stuck-delivery figures of one route.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct RouteStats {
     pub route: String,
     pub pending: u64,
