@@ -400,7 +400,10 @@ mod tests {
             ("OutboxRelayDeadLetters", EVENTS_DEAD_LETTERED),
             ("OutboxRelayNotReady", READY),
             ("OutboxRelayWebhookStuck", WEBHOOK_PENDING_STUCK),
-            ("OutboxRelayWebhookOldestPending", WEBHOOK_OLDEST_PENDING_AGE),
+            (
+                "OutboxRelayWebhookOldestPending",
+                WEBHOOK_OLDEST_PENDING_AGE,
+            ),
             ("OutboxRelayWebhookDead", WEBHOOK_DEAD),
         ] {
             let rule = alerts

@@ -78,10 +78,12 @@ async fn outage_429_and_timeouts_lose_nothing_keep_order_and_never_hold_the_slot
     );
     committed.extend(outage);
 
-    // The outage goes on (about 10 s in all), then the receiver throttles
-    // (429, Retry-After: 2), then hangs past the relay's 500 ms timeout;
+    // The outage goes on (20 s), then the receiver throttles
+    // (429, Retry-After: 2), then hangs past the relay's 2 s timeout (a timeout long enough that a
+    // loaded machine never makes an accepted request look failed, which would
+    // be a legitimate duplicate);
     // events keep arriving meanwhile and queue behind their aggregates.
-    while outage_started.elapsed() < Duration::from_secs(10) {
+    while outage_started.elapsed() < Duration::from_secs(20) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     receiver.set_mode(Mode::TooMany {
@@ -93,13 +95,13 @@ async fn outage_429_and_timeouts_lose_nothing_keep_order_and_never_hold_the_slot
             .await,
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
-    receiver.set_mode(Mode::Hang(Duration::from_millis(1500)));
+    receiver.set_mode(Mode::Hang(Duration::from_secs(4)));
     committed.extend(
         outbox
             .commit_events(&mut writer, 10, 1, 10, &mut seqs)
             .await,
     );
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::time::sleep(Duration::from_secs(6)).await;
     receiver.set_mode(Mode::Accept {
         delay: Duration::ZERO,
     });
@@ -117,6 +119,28 @@ async fn outage_429_and_timeouts_lose_nothing_keep_order_and_never_hold_the_slot
     .await;
     let accepted = receiver.accepted();
     let duplicates = check_webhook_delivery("webhook-faults", &committed, &accepted, &[]);
+    if duplicates > 0 {
+        let mut count: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (i, a) in accepted.iter().enumerate() {
+            count.entry(a.id.as_str()).or_default().push(i);
+        }
+        // Say which, and what the delivery table knows of them.
+        for (id, at) in count.iter().filter(|(_, v)| v.len() > 1) {
+            let row = outbox
+                .admin
+                .query_opt(
+                    &format!("SELECT status, attempts, last_error FROM public.{table} WHERE event_id = $1"),
+                    &[id],
+                )
+                .await
+                .unwrap()
+                .map(|r| (r.get::<_, String>(0), r.get::<_, i32>(1), r.get::<_, Option<String>>(2)));
+            eprintln!(
+                "duplicate {id} at {at:?} of {}: row {row:?}",
+                accepted.len()
+            );
+        }
+    }
     assert_eq!(duplicates, 0, "no crash, so no duplicate");
     assert!(
         receiver.bad_signatures().is_empty(),
@@ -230,7 +254,11 @@ async fn kill_9_during_retries_loses_nothing() {
     let outbox = TestOutbox::create("jsonb").await;
     let receiver = Receiver::start(&["new-secret"]).await;
     let table = create_delivery_table(&outbox).await;
-    let config = outbox.write_config(&webhook_toml(&receiver.url(), &secrets(), ""));
+    let metrics_port = free_port();
+    let config = outbox.write_config(&format!(
+        "[relay]\nmetrics_addr = \"127.0.0.1:{metrics_port}\"\n{}",
+        webhook_toml(&receiver.url(), &secrets(), "")
+    ));
     let vars = [("OUTBOX_RELAY__POSTGRES__DELIVERY_TABLE", table.as_str())];
     receiver.set_mode(Mode::Status(503));
     let relay = Relay::process_with_env(&config, &vars);
@@ -251,6 +279,23 @@ async fn kill_9_during_retries_loses_nothing() {
             .unwrap()
             .get(0);
         counts.get("PENDING").copied().unwrap_or(0) >= 8 && retried > 0
+    })
+    .await;
+    // The stuck-delivery gauges show them, per route.
+    wait_until("the pending gauge to show the rows", DEADLINE, || async {
+        match crate::support::http::http_get(metrics_port, "/metrics").await {
+            Some((200, body)) => {
+                crate::support::http::metric_value(
+                    &body,
+                    "outbox_relay_webhook_pending",
+                    "route=\"hooks\"",
+                ) >= 8.0
+                    && body.contains(
+                        "outbox_relay_webhook_oldest_pending_age_seconds{route=\"hooks\"}",
+                    )
+            }
+            _ => false,
+        }
     })
     .await;
     committed.extend(outbox.commit_events(&mut writer, 10, 1, 8, &mut seqs).await);

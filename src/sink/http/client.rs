@@ -209,3 +209,140 @@ impl Endpoint {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::super::schedule::Schedule;
+    use super::*;
+
+    /// A server that answers every request on a connection with `answer`,
+    /// counting connections and keeping the raw requests.
+    async fn server(answer: &'static str) -> (u16, Arc<AtomicUsize>, Arc<Mutex<Vec<Vec<u8>>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let (count, seen) = (Arc::clone(&accepted), Arc::clone(&requests));
+        tokio::spawn(async move {
+            loop {
+                let Ok((mut socket, _)) = listener.accept().await else {
+                    return;
+                };
+                count.fetch_add(1, Ordering::SeqCst);
+                let seen = Arc::clone(&seen);
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    loop {
+                        // One request per read is enough for these small ones.
+                        let n = match socket.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        seen.lock().unwrap().push(buf[..n].to_vec());
+                        if answer.is_empty() {
+                            continue; // never answers
+                        }
+                        if socket.write_all(answer.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (port, accepted, requests)
+    }
+
+    fn client(port: u16, timeout_ms: u64) -> Client {
+        Client::new(&HttpSinkSettings {
+            name: "t".into(),
+            endpoint: Endpoint::parse(&format!("http://127.0.0.1:{port}/in?x=1")).unwrap(),
+            secrets: vec!["k1".into()],
+            bearer_token: Some("tok".into()),
+            timeout: Duration::from_millis(timeout_ms),
+            schedule: Schedule {
+                inline: 1,
+                delays: vec![Duration::from_secs(1)],
+            },
+            max_concurrency: 1,
+            retry_poll: Duration::from_secs(1),
+        })
+        .unwrap()
+    }
+
+    fn event() -> WebhookEvent {
+        WebhookEvent {
+            id: "e1".into(),
+            key: "k".into(),
+            headers: vec![
+                ("ce-id".into(), "e1".into()),
+                ("content-type".into(), "application/json".into()),
+            ],
+            body: Bytes::from_static(b"{\"a\":1}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn reuses_its_connection_and_sends_what_it_signs() {
+        let (port, accepted, requests) =
+            server("HTTP/1.1 204 No Content\r\nRetry-After: 7\r\n\r\n").await;
+        let client = client(port, 2_000);
+        for _ in 0..3 {
+            let answer = client.post(&event()).await.unwrap();
+            assert_eq!(answer.status, 204);
+            assert_eq!(answer.retry_after, Some(Duration::from_secs(7)));
+        }
+        assert_eq!(
+            accepted.load(Ordering::SeqCst),
+            1,
+            "one connection for three requests"
+        );
+        let raw = String::from_utf8(requests.lock().unwrap()[0].clone()).unwrap();
+        let lower = raw.to_ascii_lowercase();
+        assert!(raw.starts_with("POST /in?x=1 HTTP/1.1\r\n"), "{raw}");
+        assert!(lower.contains("\r\nce-id: e1\r\n"), "{raw}");
+        assert!(lower.contains("\r\nauthorization: bearer tok\r\n"), "{raw}");
+        assert!(
+            raw.ends_with("\r\n\r\n{\"a\":1}"),
+            "the body exactly: {raw}"
+        );
+        let signature = lower
+            .lines()
+            .find_map(|l| l.strip_prefix("x-outbox-signature: "))
+            .unwrap();
+        let (t, v1) = signature.split_once(",v1=").unwrap();
+        let t: u64 = t.strip_prefix("t=").unwrap().parse().unwrap();
+        assert_eq!(v1, sign::v1(b"k1", t, b"{\"a\":1}"));
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closes_is_not_reused() {
+        let (port, accepted, _) =
+            server("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n").await;
+        let client = client(port, 2_000);
+        for _ in 0..2 {
+            assert_eq!(client.post(&event()).await.unwrap().status, 200);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn no_answer_is_a_timeout_and_no_listener_a_transport_error() {
+        let (port, _, _) = server("").await;
+        let started = std::time::Instant::now();
+        let err = client(port, 300).post(&event()).await.unwrap_err();
+        assert!(err.0.contains("300 ms"), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        let closed = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let err = client(closed, 2_000).post(&event()).await.unwrap_err();
+        assert!(err.0.contains("cannot connect"), "{err}");
+    }
+}

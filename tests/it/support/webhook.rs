@@ -384,7 +384,7 @@ url = "{url}"
 secrets = [{secrets}]
 retry_schedule_secs = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
 inline_attempts = 2
-timeout_ms = 500
+timeout_ms = 2000
 retry_poll_ms = 100
 {extra_sink_keys}
 "#,
