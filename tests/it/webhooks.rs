@@ -142,6 +142,11 @@ async fn outage_429_and_timeouts_lose_nothing_keep_order_and_never_hold_the_slot
         }
     }
     assert_eq!(duplicates, 0, "no crash, so no duplicate");
+    assert_eq!(
+        receiver.max_in_flight_per_key(),
+        1,
+        "one event of an aggregate in flight at a time, in line or retried"
+    );
     assert!(
         receiver.bad_signatures().is_empty(),
         "every request verifies: {:?}",
@@ -353,6 +358,11 @@ async fn two_relays_sharing_the_delivery_table_never_send_one_row_at_once() {
         receiver.max_in_flight_per_id(),
         1,
         "one row in flight once at most"
+    );
+    assert_eq!(
+        receiver.max_in_flight_per_key(),
+        1,
+        "only the head of an aggregate's queue is claimed"
     );
     assert_eq!(duplicates, 0, "no crash, so no duplicate");
     first.stop().await.expect("graceful stop");

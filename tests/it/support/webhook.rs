@@ -51,6 +51,10 @@ struct State_ {
     bad_signatures: Vec<String>,
     in_flight: HashMap<String, u32>,
     max_in_flight_per_id: u32,
+    /// The same by aggregate (`ce-subject`): the relay sends one event of
+    /// an aggregate at a time.
+    in_flight_by_key: HashMap<String, u32>,
+    max_in_flight_per_key: u32,
     /// A status for one event, by (aggregate, seq), whatever the mode (a
     /// permanent refusal).
     per_event: HashMap<(String, i64), u16>,
@@ -143,6 +147,11 @@ impl Receiver {
         self.state.lock().unwrap().max_in_flight_per_id
     }
 
+    /// Most requests for one aggregate ever in flight at once.
+    pub fn max_in_flight_per_key(&self) -> u32 {
+        self.state.lock().unwrap().max_in_flight_per_key
+    }
+
     /// Whether every id of `committed` was accepted at least once.
     pub fn has_all(&self, committed: &[Committed]) -> bool {
         let state = self.state.lock().unwrap();
@@ -201,12 +210,16 @@ pub fn verify(header: &str, body: &[u8], secrets: &[String]) -> bool {
 struct InFlight {
     state: Arc<Mutex<State_>>,
     id: String,
+    key: String,
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = state.in_flight.get_mut(&self.id) {
+            *n -= 1;
+        }
+        if let Some(n) = state.in_flight_by_key.get_mut(&self.key) {
             *n -= 1;
         }
     }
@@ -229,9 +242,15 @@ async fn hook(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> 
         *n += 1;
         let now = *n;
         state.max_in_flight_per_id = state.max_in_flight_per_id.max(now);
+        let key = header("ce-subject");
+        let n = state.in_flight_by_key.entry(key.clone()).or_insert(0);
+        *n += 1;
+        let now = *n;
+        state.max_in_flight_per_key = state.max_in_flight_per_key.max(now);
         InFlight {
             state: Arc::clone(&shared.state),
             id: id.clone(),
+            key,
         }
     };
     if !verify(&signature, &body, &shared.secrets) {
