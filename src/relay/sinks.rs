@@ -35,7 +35,6 @@ impl Producer for Sinks<'_> {
         event: WebhookEvent,
         tag: DeliveryTag,
     ) -> Result<(), Box<(WebhookEvent, DeliveryTag)>> {
-        self.http.send(sink, event, tag);
-        Ok(())
+        self.http.send(sink, event, tag)
     }
 }

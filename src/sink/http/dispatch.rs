@@ -141,8 +141,20 @@ impl Dispatch {
         }
     }
 
-    /// Hands an event over; its report comes from [`Dispatch::recv`].
-    pub fn send(&mut self, sink: usize, event: WebhookEvent, tag: DeliveryTag) {
+    /// Hands an event over; its report comes from [`Dispatch::recv`]. An
+    /// index of no sink hands it back (routes index only configured sinks).
+    ///
+    /// # Errors
+    /// The event and its tag, when `sink` is no sink of this dispatch.
+    pub fn send(
+        &mut self,
+        sink: usize,
+        event: WebhookEvent,
+        tag: DeliveryTag,
+    ) -> Result<(), Box<(WebhookEvent, DeliveryTag)>> {
+        if sink >= self.sinks.len() {
+            return Err(Box::new((event, tag)));
+        }
         let lane = (sink, event.key.clone());
         match self.lanes.get_mut(&lane) {
             Some(waiting) => waiting.push_back((event, tag)),
@@ -151,21 +163,12 @@ impl Dispatch {
                 self.start(lane, event, tag);
             }
         }
+        Ok(())
     }
 
     fn start(&mut self, lane: Lane, event: WebhookEvent, tag: DeliveryTag) {
-        let Some(sink) = self.sinks.get(lane.0).cloned() else {
-            // Routes index only configured sinks; report it handled rather
-            // than hold the slot forever on an impossible state.
-            let _ = self.done_tx.send((
-                lane,
-                DeliveryReport {
-                    tag,
-                    result: Ok(()),
-                },
-            ));
-            return;
-        };
+        // `send` checked the index.
+        let sink = Arc::clone(&self.sinks[lane.0]);
         let done = self.done_tx.clone();
         self.tasks.spawn(async move {
             handle(&sink, &event).await;
