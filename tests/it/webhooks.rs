@@ -89,9 +89,11 @@ async fn outage_429_and_timeouts_lose_nothing_keep_order_and_never_hold_the_slot
     receiver.set_mode(Mode::TooMany {
         retry_after_secs: 2,
     });
+    // Aggregates agg-10.. have no pending row: their events are tried in
+    // line and meet the 429 there.
     committed.extend(
         outbox
-            .commit_events(&mut writer, 10, 1, 10, &mut seqs)
+            .commit_events(&mut writer, 20, 1, 20, &mut seqs)
             .await,
     );
     tokio::time::sleep(Duration::from_secs(4)).await;
@@ -152,6 +154,24 @@ async fn outage_429_and_timeouts_lose_nothing_keep_order_and_never_hold_the_slot
         "every request verifies: {:?}",
         receiver.bad_signatures()
     );
+    // Retry-After is honoured: after a 429 the same event comes back no
+    // sooner than 2 s later, in line or from the delivery table.
+    let log = receiver.log();
+    let mut throttled = 0;
+    for (i, (id, at, status)) in log.iter().enumerate() {
+        if *status != 429 {
+            continue;
+        }
+        throttled += 1;
+        if let Some((_, next, _)) = log[i + 1..].iter().find(|(other, _, _)| other == id) {
+            let waited = next.duration_since(*at);
+            assert!(
+                waited >= Duration::from_millis(1950),
+                "event {id} came back {waited:?} after a 429 with Retry-After: 2"
+            );
+        }
+    }
+    assert!(throttled > 0, "the 429 phase throttled some requests");
     wait_until("every delivery row SENT", DEADLINE, || async {
         let counts = delivery_counts(&outbox, &table).await;
         !counts.contains_key("PENDING") && !counts.contains_key("DEAD")

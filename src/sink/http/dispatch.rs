@@ -13,8 +13,8 @@
 //!    handled; its aggregate has a PENDING row → inserted behind it (never
 //!    sent ahead of an older event);
 //! 2. else up to `inline_attempts` quick tries (100 ms, 200 ms, … apart, or
-//!    the receiver's shorter `Retry-After`); a 2xx → handled; a permanent
-//!    refusal → a DEAD row;
+//!    the receiver's `Retry-After` up to a second; a longer one ends the
+//!    tries in line); a 2xx → handled; a permanent refusal → a DEAD row;
 //! 3. still failing → a PENDING row, due after the schedule's first delay.
 //!
 //! A PostgreSQL failure is retried (with backoff) until it works or the
@@ -113,6 +113,10 @@ impl Pool {
         }
     }
 }
+
+/// The longest `Retry-After` waited in line; a longer one moves the event
+/// to the delivery table at once.
+const MAX_INLINE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// One aggregate's queue: `(sink index, aggregate key)`.
 type Lane = (usize, String);
@@ -246,6 +250,7 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
         return;
     }
     let mut last = (None, String::new(), None);
+    let mut tried = 0;
     for attempt in 0..schedule.inline {
         let answer = {
             let _permit = sink.limit.acquire().await;
@@ -288,18 +293,23 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
         };
         count(name, webhook_outcome::FAILED);
         last = (status, error, retry_after);
-        if attempt + 1 < schedule.inline {
+        tried = attempt + 1;
+        if tried < schedule.inline {
             let pause = Duration::from_millis(100 << attempt.min(3));
-            let pause = retry_after
-                .filter(|r| *r <= Duration::from_secs(1))
-                .map_or(pause, |r| r.max(pause));
-            tokio::time::sleep(pause).await;
+            match retry_after {
+                // The receiver asks for more time than the slot should
+                // wait in line: straight to the table, due after it.
+                Some(wait) if wait > MAX_INLINE_RETRY_AFTER => break,
+                Some(wait) => tokio::time::sleep(wait.max(pause)).await,
+                None => tokio::time::sleep(pause).await,
+            }
         }
     }
     let (status, error, retry_after) = last;
-    let max = schedule.max_attempts_after_inline();
+    // The whole schedule follows the tries made in line.
+    let max = tried + schedule.delays.len() as u32;
     let delay = schedule
-        .next_delay(schedule.inline, max, rand::random::<f64>(), retry_after)
+        .next_delay(tried, max, rand::random::<f64>(), retry_after)
         .unwrap_or_default();
     tracing::info!(
         route = name,
@@ -313,7 +323,7 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
         sink,
         event,
         store::PENDING,
-        (schedule.inline, max),
+        (tried, max),
         delay,
         status,
         Some(error),

@@ -3,9 +3,10 @@
 //! do not all arrive at once. Pure: the random draw is the caller's.
 //!
 //! A row of the delivery table carries `attempts` (tries so far) and
-//! `max_attempts` (after which it is DEAD). An event whose `inline` quick
-//! tries failed is moved there with `attempts = inline` and
-//! `max_attempts = inline + schedule.len()`: its k-th scheduled try waits
+//! `max_attempts` (after which it is DEAD). An event whose quick tries in
+//! line failed (`inline` of them, fewer when the receiver asked for a long
+//! `Retry-After`) is moved there with `attempts` = those tries and
+//! `max_attempts = attempts + schedule.len()`: its k-th scheduled try waits
 //! `schedule[k]`. An event queued behind another of its aggregate was never
 //! tried: it gets `attempts = 0`, `max_attempts = schedule.len() + 1`, is
 //! tried as soon as it is the head of its aggregate's queue, and then

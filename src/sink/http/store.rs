@@ -151,7 +151,8 @@ pub async fn insert(
     let sql = format!(
         "INSERT INTO {t} (event_id, route, aggregate_key, status, attempts, max_attempts, \
          next_attempt_at, last_error, last_status, headers, body) VALUES ({id}, {route}, {key}, \
-         {status}, {attempts}, {max}, now() + {delay} * interval '1 millisecond', {error}, \
+         {status}, {attempts}, {max}, clock_timestamp() + {delay} * interval '1 millisecond', \
+         {error}, \
          {last_status}, {headers}::jsonb, decode({body}, 'hex')) \
          ON CONFLICT (event_id) DO NOTHING",
         t = table.quoted(),
@@ -274,7 +275,7 @@ pub async fn finish(
     let status = |s: Option<u16>| s.map_or_else(|| "NULL".to_owned(), |s| s.to_string());
     let set = match how {
         Finish::Sent { status: s } => format!(
-            "status = 'SENT', sent_at = now(), last_status = {}, last_error = NULL",
+            "status = 'SENT', sent_at = clock_timestamp(), last_status = {}, last_error = NULL",
             s
         ),
         Finish::Dead { status: s, error } => format!(
@@ -287,7 +288,8 @@ pub async fn finish(
             status: s,
             error,
         } => format!(
-            "next_attempt_at = now() + {} * interval '1 millisecond', last_status = {}, \
+            "next_attempt_at = clock_timestamp() + {} * interval '1 millisecond', \
+             last_status = {}, \
              last_error = {}",
             delay.as_millis(),
             status(*s),

@@ -55,6 +55,9 @@ struct State_ {
     /// an aggregate at a time.
     in_flight_by_key: HashMap<String, u32>,
     max_in_flight_per_key: u32,
+    /// Every request: event id, when it arrived, the status answered
+    /// (0: none, the client hung up or it is still held).
+    log: Vec<(String, std::time::Instant, u16)>,
     /// A status for one event, by (aggregate, seq), whatever the mode (a
     /// permanent refusal).
     per_event: HashMap<(String, i64), u16>,
@@ -147,6 +150,11 @@ impl Receiver {
         self.state.lock().unwrap().max_in_flight_per_id
     }
 
+    /// Every request: event id, arrival, status answered.
+    pub fn log(&self) -> Vec<(String, std::time::Instant, u16)> {
+        self.state.lock().unwrap().log.clone()
+    }
+
     /// Most requests for one aggregate ever in flight at once.
     pub fn max_in_flight_per_key(&self) -> u32 {
         self.state.lock().unwrap().max_in_flight_per_key
@@ -226,6 +234,23 @@ impl Drop for InFlight {
 }
 
 async fn hook(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    let id = headers
+        .get("ce-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    let arrived = std::time::Instant::now();
+    let at = {
+        let mut state = shared.state.lock().unwrap();
+        state.log.push((id, arrived, 0));
+        state.log.len() - 1
+    };
+    let response = answer(&shared, &headers, body).await;
+    shared.state.lock().unwrap().log[at].2 = response.status().as_u16();
+    response
+}
+
+async fn answer(shared: &Shared, headers: &HeaderMap, body: Bytes) -> Response {
     let header = |name: &str| {
         headers
             .get(name)
