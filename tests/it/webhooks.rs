@@ -485,3 +485,59 @@ async fn init_creates_the_delivery_table_and_check_verifies_it() {
         .unwrap();
     outbox.drop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_mid_delivery_repeats_nothing() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let receiver = Receiver::start(&["new-secret"]).await;
+    let table = create_delivery_table(&outbox).await;
+    let mut settings = outbox.settings_with(&webhook_toml(&receiver.url(), &secrets(), ""));
+    settings.webhooks.table.name = table.clone();
+    receiver.set_mode(Mode::Status(503));
+    let relay = Relay::in_process(settings.clone());
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = outbox
+        .commit_events(&mut writer, 20, 1, 10, &mut seqs)
+        .await;
+    wait_until("every event parked", DEADLINE, || async {
+        delivery_counts(&outbox, &table).await.get("PENDING") == Some(&20)
+    })
+    .await;
+    // Slow answers: the retry worker and (for aggregates without a
+    // pending row) the session both have requests in flight at the stop.
+    receiver.set_mode(Mode::Accept {
+        delay: Duration::from_millis(300),
+    });
+    committed.extend(
+        outbox
+            .commit_events(&mut writer, 20, 1, 20, &mut seqs)
+            .await,
+    );
+    // Stop once retries are under way: the worker holds rows whose
+    // requests are in flight (30 rows, 300 ms each, 4 loops).
+    wait_until("retried rows being sent", DEADLINE, || async {
+        delivery_counts(&outbox, &table)
+            .await
+            .get("SENT")
+            .is_some_and(|&n| n >= 3)
+    })
+    .await;
+    relay.stop().await.expect("graceful stop");
+    let relay = Relay::in_process(settings);
+    wait_until(
+        "every event accepted after the restart",
+        DEADLINE,
+        || async { receiver.has_all(&committed) },
+    )
+    .await;
+    let duplicates = check_webhook_delivery(
+        "webhook-graceful-stop",
+        &committed,
+        &receiver.accepted(),
+        &[],
+    );
+    assert_eq!(duplicates, 0, "a graceful stop repeats nothing");
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}

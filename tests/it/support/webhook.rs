@@ -20,7 +20,7 @@ use super::random_name;
 /// How the receiver answers now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
-    /// 204 after `delay`.
+    /// Taken on arrival (recorded as accepted), 204 after `delay`.
     Accept { delay: Duration },
     /// This status for every request.
     Status(u16),
@@ -296,7 +296,10 @@ async fn answer(shared: &Shared, headers: &HeaderMap, body: Bytes) -> Response {
     }
     match mode {
         Mode::Accept { delay } => {
-            tokio::time::sleep(delay).await;
+            // Taken on arrival, answered after `delay`: like a receiver
+            // that commits, then answers. A relay that gives up on the
+            // answer (a timeout, a stop) and sends again makes a duplicate
+            // the checker sees.
             let accepted = Accepted {
                 id,
                 aggregate: header("ce-subject"),
@@ -313,6 +316,7 @@ async fn answer(shared: &Shared, headers: &HeaderMap, body: Bytes) -> Response {
                 body,
             };
             shared.state.lock().unwrap().accepted.push(accepted);
+            tokio::time::sleep(delay).await;
             StatusCode::NO_CONTENT.into_response()
         }
         Mode::Status(code) => StatusCode::from_u16(code).unwrap().into_response(),
