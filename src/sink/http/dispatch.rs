@@ -21,7 +21,8 @@
 //! session ends: an event is never reported handled before its row exists.
 //!
 //! Concurrency: one event in flight per (sink, aggregate); at most
-//! `max_concurrency` requests per sink. The bookkeeping lives in
+//! `max_concurrency` events of a sink handled at once (their SQL and their
+//! requests), plus the retry worker's few loops. The bookkeeping lives in
 //! [`Dispatch`], owned by the session task; each event's work runs in its
 //! own task, aborted when the session ends (the slot replays what was not
 //! handled).
@@ -219,6 +220,12 @@ impl Drop for Dispatch {
 
 /// Delivers or parks one event; returns once it is handled.
 async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
+    // One permit for the whole of an event's handling, its SQL included: at
+    // most `max_concurrency` aggregates of a sink are worked on at once, so
+    // a burst of many aggregates opens at most that many connections to
+    // PostgreSQL and to the endpoint. (The semaphore is never closed; were
+    // it, the event would go on unbounded rather than be lost.)
+    let _permit = sink.limit.acquire().await;
     let name = sink.settings.name.as_str();
     let known = with_sql(sink, "look up", |mut conn| {
         let table = sink.table.clone();
@@ -252,10 +259,7 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
     let mut last = (None, String::new(), None);
     let mut tried = 0;
     for attempt in 0..schedule.inline {
-        let answer = {
-            let _permit = sink.limit.acquire().await;
-            sink.client.post(event).await
-        };
+        let answer = sink.client.post(event).await;
         let (status, error, retry_after) = match answer {
             Ok(answer) => match classify(answer.status) {
                 Outcome::Delivered => {
