@@ -434,7 +434,7 @@ async fn dead_command(config: &Config, action: DeadAction) -> ExitCode {
     let target = AdminTarget::from_config(config, common.admin.admin_url);
     let options = DeadOptions {
         timeout: Duration::from_secs(common.timeout),
-        delivery_table: None,
+        delivery_table: Some(config.postgres.delivery_table.clone()),
     };
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
     if dead::run(&target, config, &options, request, &mut stdout, &mut stderr).await {
