@@ -55,6 +55,9 @@ pub struct SinkConfig {
     pub secret: Option<String>,
     #[serde(serialize_with = "serialize_redacted_list")]
     pub secrets: Vec<String>,
+    /// A PEM file of CA certificates trusted for the endpoint's TLS
+    /// certificate, besides the system store (a private CA).
+    pub ca_file: Option<String>,
     /// Sent as `Authorization: Bearer <token>` when set.
     #[serde(serialize_with = "serialize_redacted_option")]
     pub bearer_token: Option<String>,
@@ -77,6 +80,7 @@ impl Default for SinkConfig {
             url: String::new(),
             secret: None,
             secrets: Vec::new(),
+            ca_file: None,
             bearer_token: None,
             retry_schedule_secs: DEFAULT_RETRY_SCHEDULE_SECS.to_vec(),
             inline_attempts: DEFAULT_INLINE_ATTEMPTS,
@@ -206,6 +210,21 @@ fn validate_sink(name: &str, sink: &SinkConfig) -> Result<(), ConfigError> {
     }
     if let Err(why) = crate::sink::http::Endpoint::parse(url) {
         return Err(invalid(field("url"), why));
+    }
+    if let Some(ca_file) = &sink.ca_file {
+        if ca_file.trim().is_empty() {
+            return Err(invalid(
+                field("ca_file"),
+                "must name a PEM file of CA certificates, or be left out to trust the system \
+                 store only",
+            ));
+        }
+        if !url.starts_with("https://") {
+            return Err(invalid(
+                field("ca_file"),
+                "only applies to an https:// url; remove it or use https",
+            ));
+        }
     }
     if sink.retry_schedule_secs.is_empty() || sink.retry_schedule_secs.len() > MAX_SCHEDULE_LEN {
         return Err(invalid(
@@ -359,6 +378,9 @@ mod tests {
         assert_eq!(field, "sinks.b.url");
         let (field, _) = invalid_field("[sinks.Billing]\nurl = \"https://x/\"");
         assert_eq!(field, "sinks.Billing");
+        let (field, why) = invalid_field("[sinks.b]\nurl = \"http://x/\"\nca_file = \"/ca.pem\"");
+        assert_eq!(field, "sinks.b.ca_file");
+        assert!(why.contains("https"), "{why}");
     }
 
     #[test]

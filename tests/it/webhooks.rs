@@ -541,3 +541,59 @@ async fn a_graceful_stop_mid_delivery_repeats_nothing() {
     relay.stop().await.expect("graceful stop");
     outbox.drop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_verifies_the_endpoint_against_ca_file_and_refuses_an_unknown_ca() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let receiver = Receiver::start(&["new-secret"]).await;
+    let ca = crate::support::tls::ThrowawayCa::create();
+    let front = tls_front(receiver.port, &ca).await;
+    let table = create_delivery_table(&outbox).await;
+    let url = format!("https://localhost:{front}/hook");
+    // Without the CA the certificate does not verify: every try fails in
+    // line and the events wait in the delivery table.
+    let mut settings = outbox.settings_with(&webhook_toml(&url, &secrets(), ""));
+    settings.webhooks.table.name = table.clone();
+    let relay = Relay::in_process(settings);
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let mut committed = outbox.commit_events(&mut writer, 4, 1, 4, &mut seqs).await;
+    wait_until("the events parked", DEADLINE, || async {
+        delivery_counts(&outbox, &table).await.get("PENDING") == Some(&4)
+    })
+    .await;
+    assert_eq!(
+        receiver.requests(),
+        0,
+        "nothing got through an unverified TLS"
+    );
+    let error: String = outbox
+        .admin
+        .query_one(
+            &format!("SELECT last_error FROM public.{table} LIMIT 1"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(error.contains("TLS handshake"), "{error}");
+    relay.stop().await.expect("graceful stop");
+
+    // With the CA: delivered, the parked events too.
+    let mut settings = outbox.settings_with(&webhook_toml(
+        &url,
+        &secrets(),
+        &format!("ca_file = {:?}", ca.ca_cert.display().to_string()),
+    ));
+    settings.webhooks.table.name = table.clone();
+    let relay = Relay::in_process(settings);
+    committed.extend(outbox.commit_events(&mut writer, 4, 1, 4, &mut seqs).await);
+    wait_until("every event accepted over https", DEADLINE, || async {
+        receiver.has_all(&committed)
+    })
+    .await;
+    check_webhook_delivery("webhook-https", &committed, &receiver.accepted(), &[]);
+    assert!(receiver.bad_signatures().is_empty());
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}

@@ -1,6 +1,7 @@
 //! The HTTP/1.1 client of one sink: hyper's connection API over a TCP
 //! stream, with TLS through the system OpenSSL (certificate and host name
-//! verified against the system trust store), and a small pool of idle
+//! verified against the system trust store, plus the sink's `ca_file`),
+//! and a small pool of idle
 //! connections so consecutive events reuse them.
 //!
 //! One request per event, bounded by the sink's timeout from connect to
@@ -56,8 +57,16 @@ impl Client {
     /// OpenSSL could not set up a TLS client (no usable library).
     pub fn new(settings: &HttpSinkSettings) -> Result<Client, TransportError> {
         let tls = if settings.endpoint.tls {
-            let builder = SslConnector::builder(SslMethod::tls_client())
+            let mut builder = SslConnector::builder(SslMethod::tls_client())
                 .map_err(|e| TransportError(format!("TLS setup: {e}")))?;
+            if let Some(ca_file) = &settings.ca_file {
+                builder.set_ca_file(ca_file).map_err(|e| {
+                    TransportError(format!(
+                        "cannot read ca_file {}: {e} (a PEM file of CA certificates)",
+                        ca_file.display()
+                    ))
+                })?;
+            }
             Some(builder.build())
         } else {
             None
@@ -264,6 +273,7 @@ mod tests {
             endpoint: Endpoint::parse(&format!("http://127.0.0.1:{port}/in?x=1")).unwrap(),
             secrets: vec!["k1".into()],
             bearer_token: Some("tok".into()),
+            ca_file: None,
             timeout: Duration::from_millis(timeout_ms),
             schedule: Schedule {
                 inline: 1,

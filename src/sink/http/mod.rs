@@ -141,6 +141,8 @@ pub struct HttpSinkSettings {
     pub endpoint: Endpoint,
     pub secrets: Vec<String>,
     pub bearer_token: Option<String>,
+    /// CA certificates trusted besides the system store.
+    pub ca_file: Option<std::path::PathBuf>,
     pub timeout: Duration,
     pub schedule: Schedule,
     pub max_concurrency: usize,
@@ -154,6 +156,7 @@ impl std::fmt::Debug for HttpSinkSettings {
             .field("endpoint", &self.endpoint)
             .field("secrets", &self.secrets.len())
             .field("bearer_token", &self.bearer_token.as_ref().map(|_| "***"))
+            .field("ca_file", &self.ca_file)
             .field("timeout", &self.timeout)
             .field("schedule", &self.schedule)
             .field("max_concurrency", &self.max_concurrency)
@@ -193,6 +196,7 @@ pub fn sinks_of(config: &Config) -> Vec<HttpSinkSettings> {
             endpoint: Endpoint::parse(sink.url.trim()).expect("validated sink url"),
             secrets: sink.active_secrets(),
             bearer_token: sink.bearer_token.clone().filter(|t| !t.is_empty()),
+            ca_file: sink.ca_file.as_ref().map(|f| f.trim().into()),
             timeout: Duration::from_millis(sink.timeout_ms),
             schedule: Schedule {
                 inline: sink.inline_attempts,

@@ -439,3 +439,42 @@ retry_poll_ms = 100
         secrets = secrets.join(", "),
     )
 }
+
+/// A TLS front for a receiver: terminates TLS with `ca`'s `localhost`
+/// certificate and relays the bytes to the plain `port`. Returns the port
+/// clients connect to with https.
+pub async fn tls_front(port: u16, ca: &super::tls::ThrowawayCa) -> u16 {
+    use openssl::ssl::{SslAcceptor, SslFiletype, SslMethod};
+    use std::pin::Pin;
+
+    let mut acceptor = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).unwrap();
+    acceptor
+        .set_certificate_chain_file(&ca.server_cert)
+        .unwrap();
+    acceptor
+        .set_private_key_file(&ca.server_key, SslFiletype::PEM)
+        .unwrap();
+    let acceptor = acceptor.build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let relay = async {
+                    let ssl = openssl::ssl::Ssl::new(acceptor.context())?;
+                    let mut client = tokio_openssl::SslStream::new(ssl, client)?;
+                    Pin::new(&mut client)
+                        .accept()
+                        .await
+                        .map_err(std::io::Error::other)?;
+                    let mut server = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+                    tokio::io::copy_bidirectional(&mut client, &mut server).await?;
+                    Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+                };
+                let _ = relay.await;
+            });
+        }
+    });
+    front
+}
