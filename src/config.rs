@@ -25,6 +25,7 @@
 
 mod redact;
 mod show;
+mod sinks;
 mod sources;
 mod validate;
 
@@ -45,6 +46,7 @@ use crate::sink::OnUnroutable;
 
 pub use redact::{is_secret_property, redact_conninfo};
 pub(crate) use redact::{is_shown_parameter, key_values, split_url_scheme};
+pub use sinks::{RouteConfig, SinkConfig, SinkKind, warnings};
 pub use sources::ENV_PREFIX;
 
 /// A complete, commented example configuration (`relay.example.toml`).
@@ -104,6 +106,10 @@ pub struct Config {
     pub cloudevents: CloudEventsConfig,
     pub relay: RelayConfig,
     pub tracing: TracingConfig,
+    /// `[[routes]]`: events sent to a sink other than Kafka, first match wins.
+    pub routes: Vec<RouteConfig>,
+    /// `[sinks.NAME]`: the webhook endpoints routes name.
+    pub sinks: BTreeMap<String, SinkConfig>,
 }
 
 /// `[postgres]`: where the outbox rows come from.
@@ -133,6 +139,9 @@ pub struct PostgresConfig {
     pub message_prefix: String,
     /// What the relay does with outbox rows once the broker has them.
     pub cleanup: Cleanup,
+    /// The delivery table of HTTP routes (retries, dead events): a name in
+    /// the outbox table's schema, or `schema.name`.
+    pub delivery_table: String,
 }
 
 impl Default for PostgresConfig {
@@ -150,6 +159,7 @@ impl Default for PostgresConfig {
             source: Source::Table,
             message_prefix: DEFAULT_PREFIX.to_owned(),
             cleanup: Cleanup::None,
+            delivery_table: "outbox_delivery".to_owned(),
         }
     }
 }
@@ -408,6 +418,15 @@ impl PostgresConfig {
         match self.table.split_once('.') {
             Some((schema, name)) => (schema.to_owned(), name.to_owned()),
             None => ("public".to_owned(), self.table.clone()),
+        }
+    }
+
+    /// The delivery table as `(schema, name)`: the outbox table's schema
+    /// unless qualified.
+    pub fn delivery_table_parts(&self) -> (String, String) {
+        match self.delivery_table.trim().split_once('.') {
+            Some((schema, name)) => (schema.to_owned(), name.to_owned()),
+            None => (self.table_parts().0, self.delivery_table.trim().to_owned()),
         }
     }
 

@@ -29,6 +29,7 @@ pub mod otel;
 pub mod outbox;
 pub mod relay;
 pub mod replication;
+pub mod routes;
 pub mod sink;
 
 pub use pgoutput::{self, assembler, lsn};

@@ -293,10 +293,16 @@ fn main() -> ExitCode {
     };
     if let Command::CheckConfig(_) = cli.command {
         println!("{config:#?}");
+        for warning in outbox_relay::config::warnings(&config) {
+            eprintln!("outbox-relay: warning: {warning}");
+        }
         return ExitCode::SUCCESS;
     }
     if matches!(cli.command, Command::Run(_)) {
         init_tracing(config.relay.log_format);
+        for warning in outbox_relay::config::warnings(&config) {
+            tracing::warn!("{warning}");
+        }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -428,7 +434,7 @@ async fn dead_command(config: &Config, action: DeadAction) -> ExitCode {
     let target = AdminTarget::from_config(config, common.admin.admin_url);
     let options = DeadOptions {
         timeout: Duration::from_secs(common.timeout),
-        delivery_table: None,
+        delivery_table: Some(config.postgres.delivery_table.clone()),
     };
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
     if dead::run(&target, config, &options, request, &mut stdout, &mut stderr).await {

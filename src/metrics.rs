@@ -49,6 +49,14 @@ pub const CLEANUP_SKIPPED_ROWS: &str = "outbox_relay_cleanup_skipped_rows_total"
 pub const TRACE_SPANS_EXPORTED: &str = "outbox_relay_trace_spans_exported_total";
 pub const TRACE_SPANS_DROPPED: &str = "outbox_relay_trace_spans_dropped_total";
 pub const TRACE_CONTEXT_DROPPED: &str = "outbox_relay_trace_context_dropped_total";
+/// Webhook deliveries by `route` (the sink's name) and `outcome`
+/// ([`webhook_outcome`]).
+pub const WEBHOOK_DELIVERIES: &str = "outbox_relay_webhook_deliveries_total";
+/// Rows of the delivery table per `route`, sampled by the retry worker.
+pub const WEBHOOK_PENDING: &str = "outbox_relay_webhook_pending";
+pub const WEBHOOK_PENDING_STUCK: &str = "outbox_relay_webhook_pending_over_10m";
+pub const WEBHOOK_DEAD: &str = "outbox_relay_webhook_dead";
+pub const WEBHOOK_OLDEST_PENDING_AGE: &str = "outbox_relay_webhook_oldest_pending_age_seconds";
 
 /// Every metric name above: the dashboard and the alert rules in `deploy/`
 /// may use these and no others (a unit test checks it).
@@ -79,7 +87,27 @@ pub const ALL: &[&str] = &[
     TRACE_SPANS_EXPORTED,
     TRACE_SPANS_DROPPED,
     TRACE_CONTEXT_DROPPED,
+    WEBHOOK_DELIVERIES,
+    WEBHOOK_PENDING,
+    WEBHOOK_PENDING_STUCK,
+    WEBHOOK_DEAD,
+    WEBHOOK_OLDEST_PENDING_AGE,
 ];
+
+/// The `outcome` label of [`WEBHOOK_DELIVERIES`]: one value per way a try
+/// ends.
+pub mod webhook_outcome {
+    /// A 2xx answer.
+    pub const DELIVERED: &str = "delivered";
+    /// A retryable failure (408, 429, 5xx, transport).
+    pub const FAILED: &str = "failed";
+    /// Moved to the delivery table after the in-line tries.
+    pub const PARKED: &str = "parked";
+    /// Queued behind a PENDING row of its aggregate.
+    pub const QUEUED: &str = "queued";
+    /// DEAD: refused for good, or out of attempts.
+    pub const DEAD: &str = "dead";
+}
 
 /// The histograms among [`ALL`]: Prometheus shows each as `<name>_bucket`,
 /// `<name>_sum` and `<name>_count`.
@@ -179,6 +207,27 @@ pub fn describe() {
     describe_counter!(
         TRACE_CONTEXT_DROPPED,
         "Malformed traceparent or tracestate values (label part) left out of events; the events were published without them."
+    );
+    describe_counter!(
+        WEBHOOK_DELIVERIES,
+        "Webhook tries by route and outcome (delivered, failed, parked in the delivery table, queued behind a pending row, dead)."
+    );
+    describe_gauge!(
+        WEBHOOK_PENDING,
+        "PENDING rows of the delivery table per route: events waiting for a retry."
+    );
+    describe_gauge!(
+        WEBHOOK_PENDING_STUCK,
+        "PENDING rows of the delivery table per route created more than 10 minutes ago."
+    );
+    describe_gauge!(
+        WEBHOOK_DEAD,
+        "DEAD rows of the delivery table per route: events that need a person (outbox-relay dead list)."
+    );
+    describe_gauge!(
+        WEBHOOK_OLDEST_PENDING_AGE,
+        Unit::Seconds,
+        "Age of the oldest PENDING row of the delivery table per route; 0 without one."
     );
     describe_counter!(
         TRACE_SPANS_EXPORTED,
@@ -350,6 +399,12 @@ mod tests {
             ("OutboxRelayStuck", OLDEST_UNACKED_AGE),
             ("OutboxRelayDeadLetters", EVENTS_DEAD_LETTERED),
             ("OutboxRelayNotReady", READY),
+            ("OutboxRelayWebhookStuck", WEBHOOK_PENDING_STUCK),
+            (
+                "OutboxRelayWebhookOldestPending",
+                WEBHOOK_OLDEST_PENDING_AGE,
+            ),
+            ("OutboxRelayWebhookDead", WEBHOOK_DEAD),
         ] {
             let rule = alerts
                 .split("- alert: ")

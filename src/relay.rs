@@ -28,6 +28,7 @@ mod progress;
 mod refusals;
 mod routing;
 mod session;
+mod sinks;
 
 use std::time::Duration;
 
@@ -44,10 +45,14 @@ use crate::outbox::{ColumnMap, Source};
 use crate::replication::{
     self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, ServerIdentity,
 };
+use crate::sink::http::Webhooks;
+use crate::sink::http::dispatch::SinkRuntime;
+use crate::sink::http::worker as http_worker;
 use crate::sink::{KafkaSink, OnUnroutable, SinkError, SinkSettings, TopicCheck};
 use monitor::SlotLag;
 use position::{Position, Resume};
 use progress::Progress;
+use std::sync::Arc;
 
 pub use error::{RelayError, SessionError, Side};
 pub use machine::{Producer, SessionMachine, Step};
@@ -81,6 +86,8 @@ pub struct RelaySettings {
     pub otlp: Option<OtlpSettings>,
     /// `kafka.delivery = "exactly-once"`; `None`: at-least-once.
     pub exactly_once: Option<exactly_once::ExactlyOnceSettings>,
+    /// `[[routes]]` to webhook sinks, and their delivery table.
+    pub webhooks: Webhooks,
 }
 
 /// Where events come from (`postgres.source`, `postgres.message_prefix`)
@@ -150,6 +157,7 @@ impl RelaySettings {
                 message_prefix: pg.message_prefix.clone(),
                 cleanup: pg.cleanup,
             },
+            webhooks: Webhooks::from_config(config),
             // Validated with the config.
             otlp: config.tracing.otlp_endpoint.as_deref().and_then(|url| {
                 Some(OtlpSettings {
@@ -241,21 +249,75 @@ pub async fn run_observed(
         } else {
             (None, None)
         };
-    let background = Background { tracer, deleter };
+    // The retry worker stops once the sessions are over (a graceful stop
+    // after their drain, or a fatal error), finishing the rows it holds.
+    let (stop_worker, worker_stop) = watch::channel(false);
+    let (webhooks, retry_worker) = spawn_webhooks(&settings, &worker_stop)?;
+    let background = Background {
+        tracer,
+        deleter,
+        webhooks,
+    };
+    let background_webhooks = background.webhooks.clone();
     let outcome = run_sessions(settings, observability, shutdown, health, &background).await;
     // The tasks end once their last handle is gone, after finishing what
     // they hold.
     drop(background);
+    let _ = stop_worker.send(true);
+    if let Some(mut worker) = retry_worker {
+        let longest = settings_timeout(&background_webhooks) + BACKGROUND_DRAIN;
+        if tokio::time::timeout(longest, &mut worker).await.is_err() {
+            worker.abort();
+        }
+    }
     for task in [exporter, cleaner].into_iter().flatten() {
         let _ = tokio::time::timeout(BACKGROUND_DRAIN, task).await;
     }
     outcome
 }
 
+/// The longest request timeout of the webhook sinks.
+fn settings_timeout(sinks: &[Arc<SinkRuntime>]) -> Duration {
+    sinks
+        .iter()
+        .map(|s| s.settings.timeout)
+        .max()
+        .unwrap_or_default()
+}
+
 /// The handles of the background tasks, for every session.
 pub(crate) struct Background {
     pub(crate) tracer: Option<otel::Tracer>,
     pub(crate) deleter: Option<cleanup::Deleter>,
+    /// The webhook sinks, indexed as `[[routes]]` name them; shared by the
+    /// sessions and the retry worker.
+    pub(crate) webhooks: Vec<Arc<SinkRuntime>>,
+}
+
+/// The webhook sinks and the retry worker's task, if any.
+type WebhookParts = (Vec<Arc<SinkRuntime>>, Option<tokio::task::JoinHandle<()>>);
+
+/// The webhook sinks' shared parts, and the retry worker beside the
+/// sessions (it stops with `shutdown`, after finishing the rows it holds).
+fn spawn_webhooks(
+    settings: &RelaySettings,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<WebhookParts, RelayError> {
+    let mut connection = settings.replication.clone();
+    connection.outbox_table = None;
+    let mut runtimes = Vec::new();
+    for sink in &settings.webhooks.sinks {
+        let runtime = SinkRuntime::new(
+            sink.clone(),
+            settings.webhooks.table.clone(),
+            connection.clone(),
+        )
+        .map_err(|e| RelayError::Webhook(format!("sinks.{}: {e}", sink.name)))?;
+        runtimes.push(runtime);
+    }
+    let worker = (!runtimes.is_empty())
+        .then(|| tokio::spawn(http_worker::run(runtimes.clone(), shutdown.clone())));
+    Ok((runtimes, worker))
 }
 
 async fn run_sessions(

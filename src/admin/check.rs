@@ -15,6 +15,7 @@
 //!   the exit status is 0 only when nothing fails, and nothing is claimed
 //!   that was not checked.
 
+mod delivery;
 mod exactly_once;
 mod outbox;
 mod postgres;
@@ -257,6 +258,7 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
                     ));
                 }
             }
+            items.extend(delivery::items(&mut connection, config, role).await);
             connection.close().await;
         }
     }

@@ -39,6 +39,7 @@ use postgres_protocol::escape::escape_identifier;
 use super::AdminTarget;
 use super::facts;
 
+mod delivery;
 mod planning;
 
 pub use planning::{InitOptions, Plan, Step, create_table_sql, plan};

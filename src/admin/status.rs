@@ -99,6 +99,10 @@ pub struct StatusReport {
     pub active_pid: Option<i32>,
     pub holder: Option<HolderFacts>,
     pub pending: Pending,
+    /// Per webhook sink: its rows of the delivery table (none without a
+    /// sink; a table that cannot be read leaves it empty).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub webhooks: Vec<crate::sink::http::store::RouteStats>,
 }
 
 /// The slot query's document.
@@ -306,7 +310,38 @@ pub async fn gather(
         active_pid: slot.and_then(|s| s.active_pid),
         holder: document.holder,
         pending,
+        webhooks: webhook_stats(connection, config).await,
     })
+}
+
+/// The stuck-delivery figures of every configured sink, zeros included.
+async fn webhook_stats(
+    connection: &mut SqlConnection,
+    config: &Config,
+) -> Vec<crate::sink::http::store::RouteStats> {
+    use crate::sink::http::store;
+    if config.sinks.is_empty() {
+        return Vec::new();
+    }
+    let (schema, name) = config.postgres.delivery_table_parts();
+    let table = store::DeliveryTable { schema, name };
+    let Ok(stats) = store::stats(connection, &table).await else {
+        return Vec::new();
+    };
+    config
+        .sinks
+        .keys()
+        .map(|route| {
+            stats
+                .iter()
+                .find(|s| s.route == *route)
+                .cloned()
+                .unwrap_or_else(|| store::RouteStats {
+                    route: route.clone(),
+                    ..store::RouteStats::default()
+                })
+        })
+        .collect()
 }
 
 /// The report for people.
@@ -381,6 +416,25 @@ pub fn render_text(report: &StatusReport) -> String {
             (None, _) => p.note.clone().unwrap_or_else(|| "unknown".to_owned()),
         },
     ));
+    let webhook_rows: Vec<(String, String)> = report
+        .webhooks
+        .iter()
+        .map(|w| {
+            let oldest = if w.pending > 0 {
+                format!(", the oldest {} old", human_duration(w.oldest_pending_secs))
+            } else {
+                String::new()
+            };
+            (
+                format!("webhook {}", w.route),
+                format!(
+                    "{} pending ({} for over 10 min{oldest}), {} dead",
+                    w.pending, w.pending_over_10m, w.dead
+                ),
+            )
+        })
+        .collect();
+    rows.extend(webhook_rows.iter().map(|(k, v)| (k.as_str(), v.clone())));
     table(&rows)
 }
 

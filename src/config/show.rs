@@ -84,6 +84,8 @@ impl fmt::Debug for Config {
             .field("cloudevents", &self.cloudevents)
             .field("relay", &self.relay)
             .field("tracing", &self.tracing)
+            .field("routes", &self.routes)
+            .field("sinks", &self.sinks)
             .finish()
     }
 }
@@ -103,6 +105,7 @@ impl fmt::Debug for PostgresConfig {
             .field("source", &self.source)
             .field("message_prefix", &self.message_prefix)
             .field("cleanup", &self.cleanup)
+            .field("delivery_table", &self.delivery_table)
             .finish()
     }
 }

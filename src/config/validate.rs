@@ -74,6 +74,7 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     validate_kafka(config)?;
     validate_properties(config)?;
     validate_tracing(config)?;
+    super::sinks::validate(config)?;
     if config.cloudevents.source.trim().is_empty() {
         return Err(invalid(
             "cloudevents.source",
@@ -320,6 +321,18 @@ fn validate_kafka(config: &Config) -> Result<(), ConfigError> {
 
 fn validate_exactly_once(config: &Config) -> Result<(), ConfigError> {
     let kafka = &config.kafka;
+    // A Kafka transaction's checkpoint covers whole PostgreSQL transactions;
+    // an event of one of them still in flight to an HTTP endpoint would be
+    // skipped after a crash as if delivered. Until webhook deliveries are
+    // part of the checkpoint, the two are refused together.
+    if kafka.delivery == super::Delivery::ExactlyOnce && !config.routes.is_empty() {
+        return Err(invalid(
+            "kafka.delivery",
+            "\"exactly-once\" covers Kafka only and cannot be combined with [[routes]] to \
+             webhook sinks: use \"at-least-once\" (webhook receivers de-duplicate on the \
+             Idempotency-Key), or run the webhook routes in a relay of their own",
+        ));
+    }
     if let Some(problem) = topic_name_problem(&kafka.checkpoint_topic) {
         return Err(invalid(
             "kafka.checkpoint_topic",

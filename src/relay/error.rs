@@ -90,6 +90,9 @@ pub enum RelayError {
     /// A session ended with a fatal error.
     #[error(transparent)]
     Session(#[from] SessionError),
+    /// A webhook sink could not be set up.
+    #[error("cannot set up the webhook sink {0}")]
+    Webhook(String),
 }
 
 impl RelayError {
@@ -97,7 +100,7 @@ impl RelayError {
     pub fn side(&self) -> Side {
         match self {
             RelayError::Replication(_) => Side::Source,
-            RelayError::Sink(_) => Side::Sink,
+            RelayError::Sink(_) | RelayError::Webhook(_) => Side::Sink,
             RelayError::Session(e) => match e {
                 SessionError::Replication(_)
                 | SessionError::Decode { .. }

@@ -68,6 +68,7 @@ use crate::sink::{
 
 mod delivery;
 mod sources;
+mod webhook;
 
 type SessionResult<T> = Result<T, SessionError>;
 
@@ -80,6 +81,18 @@ pub trait Producer {
     /// `err`, or the producer's own fatal error when it has one (its text
     /// names the cause the bare error code of a record does not).
     fn explain(&self, err: DeliveryError) -> DeliveryError;
+    /// Hands an event routed to webhook sink `sink` (its index in
+    /// `RelaySettings::webhooks`) over; its report comes back like a
+    /// broker's. A producer without webhook sinks hands it back.
+    fn send_webhook(
+        &mut self,
+        sink: usize,
+        event: crate::sink::http::WebhookEvent,
+        tag: DeliveryTag,
+    ) -> Result<(), Box<(crate::sink::http::WebhookEvent, DeliveryTag)>> {
+        let _ = sink;
+        Err(Box::new((event, tag)))
+    }
 }
 
 impl Producer for KafkaSink<DeliveryTag> {

@@ -78,6 +78,7 @@ fn settings(max_in_flight: usize) -> RelaySettings {
         },
         otlp: None,
         exactly_once: None,
+        webhooks: Default::default(),
     }
 }
 
@@ -627,4 +628,107 @@ fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space()
         machine.on_report(report, &mut producer).unwrap();
     }
     assert_eq!(machine.confirmed(), Lsn(lsn + 8));
+}
+
+/// A producer that takes webhook events too, keeping them for the test.
+struct WebhookProducer {
+    kafka: FakeProducer,
+    webhooks: Vec<(usize, crate::sink::http::WebhookEvent, DeliveryTag)>,
+}
+
+impl Producer for WebhookProducer {
+    fn send(
+        &mut self,
+        record: KafkaRecord,
+        tag: DeliveryTag,
+    ) -> Result<(), SendError<DeliveryTag>> {
+        self.kafka.send(record, tag)
+    }
+
+    fn explain(&self, err: DeliveryError) -> DeliveryError {
+        err
+    }
+
+    fn send_webhook(
+        &mut self,
+        sink: usize,
+        event: crate::sink::http::WebhookEvent,
+        tag: DeliveryTag,
+    ) -> Result<(), Box<(crate::sink::http::WebhookEvent, DeliveryTag)>> {
+        self.webhooks.push((sink, event, tag));
+        Ok(())
+    }
+}
+
+/// Events a route sends to a webhook sink go there, not to Kafka, in
+/// commit order, and count in their transaction like records: it is
+/// confirmed only once every one of them is reported handled.
+#[test]
+fn routed_events_go_to_their_webhook_sink_and_hold_their_transaction() {
+    let mut settings = settings(10);
+    settings.webhooks.routes = crate::routes::Routes::from_parts(
+        vec![(Some("ord*".into()), Some("Placed".into()), 0)],
+        vec!["hooks".into()],
+    );
+    let mut refusals = Refusals::new();
+    let mut machine =
+        SessionMachine::new(&settings, Some(outbox_table()), Lsn(0x10), &mut refusals);
+    let mut producer = WebhookProducer {
+        kafka: FakeProducer {
+            queues: BTreeMap::new(),
+            queue_full_percent: 0,
+            rng: Rng(1),
+        },
+        webhooks: Vec::new(),
+    };
+    for data in [
+        relation_message(
+            OUTBOX_OID,
+            &["id", "aggregatetype", "aggregateid", "type", "payload"],
+        ),
+        relation_message(OTHER_OID, &["id"]),
+    ] {
+        if let Step::LookUp(relation) = machine.on_wal(data, &mut producer).unwrap() {
+            machine.relation_classified(&relation, RelationClass::Other);
+        }
+    }
+    let row = |id: &str, key: &str| Row {
+        id: id.into(),
+        key: key.into(),
+        too_large: false,
+        message: false,
+    };
+    let txn = Txn {
+        rows: vec![row("a1", "k1"), row("b1", "k2"), row("a2", "k1")],
+        final_lsn: Lsn(0x100),
+        end_lsn: Lsn(0x108),
+    };
+    for data in messages(&txn, 1, false) {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    assert_eq!(producer.kafka.in_flight(), 0, "nothing went to Kafka");
+    let ids: Vec<&str> = producer
+        .webhooks
+        .iter()
+        .map(|(_, e, _)| e.id.as_str())
+        .collect();
+    assert_eq!(ids, ["a1", "b1", "a2"], "handed over in commit order");
+    assert!(producer.webhooks.iter().all(|(sink, e, _)| *sink == 0
+        && e.body.as_ref() == format!(r#"{{"id":"{}"}}"#, e.id).as_bytes()));
+    let reports: Vec<DeliveryReport<DeliveryTag>> = producer
+        .webhooks
+        .drain(..)
+        .map(|(_, _, tag)| DeliveryReport {
+            tag,
+            result: Ok(()),
+        })
+        .collect();
+    let last = reports.len() - 1;
+    for (i, report) in reports.into_iter().enumerate() {
+        assert_eq!(machine.confirmed(), Lsn(0x10), "not before every event");
+        machine.on_report(report, &mut producer).unwrap();
+        if i == last {
+            assert_eq!(machine.confirmed(), Lsn(0x108));
+        }
+    }
 }

@@ -8,7 +8,8 @@
 //!   received, if any, has reached its Commit, so that its already-sent
 //!   events become confirmable), wait for outstanding acknowledgements up
 //!   to the drain deadline, send the final status update;
-//! * a delivery report, fed to the machine; what it confirms goes to the
+//! * a delivery report (from the broker, or from the webhook dispatch for
+//!   events routed to an HTTP sink), fed to the machine; what it confirms goes to the
 //!   stream ("confirm only what the broker holds", docs/design.md);
 //! * the next replication message, only while the machine can read
 //!   ("bounded memory");
@@ -34,6 +35,7 @@ use super::machine::{SessionMachine, Step};
 use super::progress::Progress;
 use super::refusals::Refusals;
 use super::routing::DeliveryTag;
+use super::sinks::Sinks;
 use super::{Background, RelaySettings};
 use crate::cleanup::Deleter;
 use crate::lsn::Lsn;
@@ -42,6 +44,7 @@ use crate::replication::{
     OutboxTable, RelationClass, ReplicationSettings, ReplicationStream, SqlConnection, StreamItem,
     classify, emit_heartbeat, look_up,
 };
+use crate::sink::http::dispatch::Dispatch;
 use crate::sink::{DeliveryReport, KafkaSink};
 
 /// How often the session updates the gauges that age with time (the oldest
@@ -70,6 +73,8 @@ pub(super) struct Session<'a> {
     stream: ReplicationStream,
     sink: KafkaSink<DeliveryTag>,
     reports: Reports,
+    /// The webhook sinks' side of this session.
+    http: Dispatch,
     health: Health,
     /// The position last handed to the stream.
     confirmed: Lsn,
@@ -104,6 +109,7 @@ impl<'a> Session<'a> {
             stream,
             sink,
             reports,
+            http: Dispatch::new(background.webhooks.clone()),
             health,
             confirmed,
             catalog: None,
@@ -133,6 +139,8 @@ impl<'a> Session<'a> {
                 self.commit_to_ack.record(seconds_since(committed));
             }
         }
+        // Exactly-once is refused together with webhook routes (config
+        // validation), so a transactional session has no HTTP sink.
         match &mut self.eos {
             Some(eos) => self.machine.on_report(
                 report,
@@ -141,7 +149,13 @@ impl<'a> Session<'a> {
                     eos,
                 },
             ),
-            None => self.machine.on_report(report, &mut self.sink),
+            None => self.machine.on_report(
+                report,
+                &mut Sinks {
+                    kafka: &mut self.sink,
+                    http: &mut self.http,
+                },
+            ),
         }
     }
 
@@ -255,6 +269,9 @@ impl<'a> Session<'a> {
                 Some(report) = self.reports.recv() => {
                     self.on_report(report)?;
                 }
+                report = self.http.recv() => {
+                    self.on_report(report)?;
+                }
                 item = self.stream.next(), if can_read => {
                     self.on_item(item?).await?;
                 }
@@ -299,7 +316,13 @@ impl<'a> Session<'a> {
                             eos,
                         },
                     )?,
-                    None => self.machine.on_wal(data, &mut self.sink)?,
+                    None => self.machine.on_wal(
+                        data,
+                        &mut Sinks {
+                            kafka: &mut self.sink,
+                            http: &mut self.http,
+                        },
+                    )?,
                 };
                 if let Step::LookUp(relation) = step {
                     let class = match self.look_up(relation.oid).await? {
@@ -378,6 +401,7 @@ impl<'a> Session<'a> {
             // connection before the final update.
             let report = tokio::select! {
                 r = self.reports.recv() => r,
+                r = self.http.recv() => Some(r),
                 () = tokio::time::sleep_until(self.stream.status_due_at()) => {
                     if let Err(e) = self.stream.send_due_status().await {
                         tracing::warn!(error = %e, "status update while draining failed");
@@ -427,6 +451,7 @@ impl<'a> Session<'a> {
         while self.machine.awaiting_broker() {
             let report = tokio::select! {
                 r = self.reports.recv() => r,
+                r = self.http.recv() => Some(r),
                 () = tokio::time::sleep_until(deadline) => break,
             };
             let Some(report) = report else { break };

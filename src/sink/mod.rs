@@ -21,6 +21,7 @@
 //! its [`DeliveryReport`].
 
 mod counters;
+pub mod http;
 mod log;
 mod refusal;
 mod transactional;

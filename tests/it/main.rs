@@ -26,6 +26,9 @@
 //! * [`exactly_once`]: `kafka.delivery = "exactly-once"` read with
 //!   read_committed: no duplicate across kill -9, a broker restart, a
 //!   walsender kill, a takeover; a fenced relay exits 4.
+//! * [`webhooks`]: HTTP sinks end to end against a receiver that verifies
+//!   signatures and fails on purpose; kill -9 during retries; two relays
+//!   sharing the delivery table.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
@@ -73,3 +76,4 @@ mod smoke;
 mod soak;
 mod takeover;
 mod trace_context;
+mod webhooks;

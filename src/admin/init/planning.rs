@@ -143,6 +143,9 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
         }
     }
 
+    // The delivery table of webhook sinks, and its grants.
+    super::delivery::plan_delivery_table(config, options, &mut plan);
+
     // The publication.
     let publication_sql = escape_identifier(&pg.publication);
     match &facts.publication {

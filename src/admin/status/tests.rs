@@ -26,6 +26,7 @@ fn report() -> StatusReport {
             oldest_age_seconds: Some(4.2),
             note: None,
         },
+        webhooks: Vec::new(),
     }
 }
 
@@ -133,4 +134,39 @@ fn caught_up_only_when_the_confirmed_position_reached_the_end_of_the_wal() {
     assert!(!caught_up(None, Some("0/1549D80")));
     assert!(!caught_up(Some("0/1549D80"), None));
     assert!(!caught_up(Some("garbage"), Some("0/0")));
+}
+
+#[test]
+fn webhook_rows_show_pending_stuck_and_dead_per_route() {
+    let r = StatusReport {
+        webhooks: vec![
+            crate::sink::http::store::RouteStats {
+                route: "billing".into(),
+                pending: 7,
+                pending_over_10m: 2,
+                dead: 1,
+                oldest_pending_secs: 900.0,
+            },
+            crate::sink::http::store::RouteStats {
+                route: "audit".into(),
+                ..Default::default()
+            },
+        ],
+        ..report()
+    };
+    let text = render_text(&r);
+    assert!(
+        text.contains("webhook billing")
+            && text.contains("7 pending (2 for over 10 min, the oldest 15 min 0 s old), 1 dead"),
+        "{text}"
+    );
+    assert!(text.contains("1 dead"), "{text}");
+    assert!(
+        text.contains("webhook audit") && text.contains("0 pending (0 for over 10 min), 0 dead"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&render_json(&r)).unwrap();
+    assert_eq!(json["webhooks"][0]["pending_over_10m"], 2);
+    let plain: serde_json::Value = serde_json::from_str(&render_json(&report())).unwrap();
+    assert!(plain.get("webhooks").is_none(), "no sink, no webhook field");
 }

@@ -43,6 +43,9 @@ impl SessionMachine<'_> {
                         tag.span = tracer.start(parent, &mut record, &row.id);
                     }
                 }
+                if let Some(sink) = self.webhook_of(&row) {
+                    return self.deliver_webhook(sink, &row, origin, tag, producer);
+                }
                 if suspect {
                     self.isolation = Isolation::Waiting {
                         record,

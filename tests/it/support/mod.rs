@@ -41,6 +41,7 @@ pub mod relay;
 pub mod services;
 pub mod slot;
 pub mod tls;
+pub mod webhook;
 
 pub use checker::*;
 pub use kafka::*;

@@ -1,0 +1,64 @@
+//! The session machine's hand-off of events routed to a webhook sink
+//! (`[[routes]]`): the event goes to its HTTP sink instead of Kafka, counted
+//! in its transaction like any record, so the ack tracker's rule holds for
+//! both sinks alike: a transaction is confirmed only once every one of its
+//! events is acknowledged by the broker or handled by its webhook sink
+//! (delivered, or durably moved to the delivery table).
+//!
+//! Order per aggregate is the sink's to keep (one event in flight per
+//! aggregate, handed over in commit order, which is the order they arrive
+//! here).
+
+use super::*;
+use crate::sink::http::WebhookEvent;
+
+impl SessionMachine<'_> {
+    /// The webhook sink index of an event, when a route sends it to one.
+    pub(super) fn webhook_of(&self, row: &crate::outbox::OutboxRow) -> Option<usize> {
+        match self
+            .settings
+            .webhooks
+            .routes
+            .target(&row.aggregate_type, &row.event_type)
+        {
+            crate::routes::Target::Http(sink) => Some(sink),
+            crate::routes::Target::Kafka => None,
+        }
+    }
+
+    /// Hands an event to webhook sink `sink`. A row that cannot be an
+    /// event goes to the dead-letter topic, as it would on the Kafka path.
+    pub(super) fn deliver_webhook(
+        &mut self,
+        sink: usize,
+        row: &crate::outbox::OutboxRow,
+        origin: super::super::routing::Origin,
+        tag: DeliveryTag,
+        producer: &mut impl Producer,
+    ) -> SessionResult<()> {
+        let time = match self.txn {
+            TxnState::Delivering(commit) => commit.time,
+            _ => Utc::now(),
+        };
+        match WebhookEvent::of_row(row, time, &self.settings.envelope.source) {
+            Ok(event) => {
+                self.tracker.add_event(tag.txn)?;
+                producer.send_webhook(sink, event, tag).map_err(|_| {
+                    let error = DeliveryError::ProducerFatal(
+                        "an event is routed to a webhook sink but this session has none".into(),
+                    );
+                    SessionError::Delivery {
+                        reason: failure_reason(&error),
+                        error,
+                    }
+                })
+            }
+            Err(e) => {
+                let (record, tag) =
+                    self.router
+                        .dead_letter(row, origin, e.to_string(), e.reason_code(), tag);
+                self.send_dead_letter(record, tag, false, producer)
+            }
+        }
+    }
+}

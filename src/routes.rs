@@ -1,0 +1,224 @@
+//! Event routing between sinks: `[[routes]]` send events to a named sink by
+//! `aggregatetype` and `type` globs; the first route that matches wins, and
+//! an event no route matches goes to Kafka.
+//!
+//! Pure: the routes are compiled once from the validated config, matching
+//! allocates nothing.
+//!
+//! Globs: `*` matches any run of characters (also none), `?` exactly one,
+//! everything else itself, case-sensitively. There is no escape: outbox
+//! aggregate types and event types are names, not patterns.
+
+use crate::config::Config;
+
+/// Where an event goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Kafka,
+    /// The HTTP sink at this index of [`Routes::sinks`].
+    Http(usize),
+}
+
+/// A compiled `[[routes]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Route {
+    aggregate_type: Option<String>,
+    event_type: Option<String>,
+    sink: usize,
+}
+
+/// The routes of a config, in order, and the sink names they use.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Routes {
+    routes: Vec<Route>,
+    /// Names of the HTTP sinks, indexed by [`Target::Http`].
+    sinks: Vec<String>,
+}
+
+impl Routes {
+    /// The routes of a validated config (every route names a sink).
+    pub fn from_config(config: &Config) -> Self {
+        let sinks: Vec<String> = config.sinks.keys().cloned().collect();
+        let routes = config
+            .routes
+            .iter()
+            .filter_map(|r| {
+                Some(Route {
+                    aggregate_type: r.aggregatetype.clone(),
+                    event_type: r.event_type.clone(),
+                    sink: sinks.iter().position(|s| *s == r.sink)?,
+                })
+            })
+            .collect();
+        Routes { routes, sinks }
+    }
+
+    /// Routes from `(aggregatetype glob, type glob, sink index)` triples
+    /// over the sink names `sinks`.
+    pub fn from_parts(
+        routes: Vec<(Option<String>, Option<String>, usize)>,
+        sinks: Vec<String>,
+    ) -> Self {
+        Routes {
+            routes: routes
+                .into_iter()
+                .filter(|r| r.2 < sinks.len())
+                .map(|(aggregate_type, event_type, sink)| Route {
+                    aggregate_type,
+                    event_type,
+                    sink,
+                })
+                .collect(),
+            sinks,
+        }
+    }
+
+    /// The sink of an event, by its aggregate type and type.
+    pub fn target(&self, aggregate_type: &str, event_type: &str) -> Target {
+        self.routes
+            .iter()
+            .find(|r| {
+                r.aggregate_type
+                    .as_deref()
+                    .is_none_or(|g| glob_match(g, aggregate_type))
+                    && r.event_type
+                        .as_deref()
+                        .is_none_or(|g| glob_match(g, event_type))
+            })
+            .map_or(Target::Kafka, |r| Target::Http(r.sink))
+    }
+
+    /// The sink names, indexed by [`Target::Http`].
+    pub fn sinks(&self) -> &[String] {
+        &self.sinks
+    }
+
+    /// Whether any event can go to an HTTP sink.
+    pub fn any_http(&self) -> bool {
+        !self.routes.is_empty()
+    }
+}
+
+/// Whether `text` matches `glob` (`*` any run, `?` one character).
+///
+/// Linear in practice: the classic greedy match with one backtrack point
+/// (the last `*`), which is complete for globs without character classes.
+pub fn glob_match(glob: &str, text: &str) -> bool {
+    let glob: Vec<char> = glob.chars().collect();
+    let text: Vec<char> = text.chars().collect();
+    let (mut g, mut t) = (0, 0);
+    // Where the last `*` was, and the text position it was tried at.
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        if g < glob.len() && (glob[g] == '?' || (glob[g] != '*' && glob[g] == text[t])) {
+            g += 1;
+            t += 1;
+        } else if g < glob.len() && glob[g] == '*' {
+            star = Some((g, t));
+            g += 1;
+        } else if let Some((sg, st)) = star {
+            // Let the last `*` swallow one more character.
+            g = sg + 1;
+            t = st + 1;
+            star = Some((sg, st + 1));
+        } else {
+            return false;
+        }
+    }
+    glob[g..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// An independent matcher: plain recursion over the definition.
+    fn reference(glob: &[char], text: &[char]) -> bool {
+        match glob.split_first() {
+            None => text.is_empty(),
+            Some(('*', rest)) => (0..=text.len()).any(|i| reference(rest, &text[i..])),
+            Some(('?', rest)) => !text.is_empty() && reference(rest, &text[1..]),
+            Some((c, rest)) => text.first() == Some(c) && reference(rest, &text[1..]),
+        }
+    }
+
+    #[test]
+    fn examples() {
+        assert!(glob_match("payment*", "payment"));
+        assert!(glob_match("payment*", "payments.v2"));
+        assert!(!glob_match("payment*", "Payment"));
+        assert!(!glob_match("payment*", "order.payment"));
+        assert!(glob_match("*", ""));
+        assert!(glob_match("a?c", "abc"));
+        assert!(!glob_match("a?c", "ac"));
+        assert!(glob_match("*.created", "order.created"));
+        assert!(!glob_match("*.created", "order.created.v2"));
+        assert!(glob_match("a*b*c", "axxbyyc"));
+        assert!(!glob_match("a*b*c", "axxbyy"));
+        assert!(glob_match("é*", "élan"));
+    }
+
+    proptest! {
+        #[test]
+        fn agrees_with_the_definition(
+            glob in "[ab*?]{0,8}",
+            text in "[abc]{0,10}",
+        ) {
+            let g: Vec<char> = glob.chars().collect();
+            let t: Vec<char> = text.chars().collect();
+            prop_assert_eq!(glob_match(&glob, &text), reference(&g, &t));
+        }
+    }
+
+    fn config(toml: &str) -> Config {
+        let base = r#"
+            [postgres]
+            url = "postgres://relay@localhost/app"
+            slot = "s"
+            publication = "p"
+            [kafka]
+            brokers = "localhost:9092"
+            [cloudevents]
+            source = "/test"
+        "#;
+        Config::from_figment(&Config::figment_from_str(
+            &format!("{base}\n{toml}"),
+            Vec::new(),
+        ))
+        .expect("valid config")
+    }
+
+    #[test]
+    fn first_match_wins_and_no_match_goes_to_kafka() {
+        let routes = Routes::from_config(&config(
+            r#"
+            [[routes]]
+            aggregatetype = "payment*"
+            type = "refund.*"
+            sink = "refunds"
+            [[routes]]
+            aggregatetype = "payment*"
+            sink = "billing"
+            [[routes]]
+            type = "audit"
+            sink = "refunds"
+            [sinks.billing]
+            url = "http://127.0.0.1:1/hooks"
+            [sinks.refunds]
+            url = "http://127.0.0.1:2/hooks"
+            "#,
+        ));
+        let name = |t: Target| match t {
+            Target::Kafka => "kafka".to_owned(),
+            Target::Http(i) => routes.sinks()[i].clone(),
+        };
+        assert_eq!(name(routes.target("payment", "refund.issued")), "refunds");
+        assert_eq!(name(routes.target("payments", "captured")), "billing");
+        assert_eq!(name(routes.target("order", "audit")), "refunds");
+        assert_eq!(name(routes.target("order", "created")), "kafka");
+        assert!(routes.any_http());
+        assert!(!Routes::default().any_http());
+        assert_eq!(Routes::default().target("payment", "x"), Target::Kafka);
+    }
+}

@@ -1,0 +1,405 @@
+//! The session's side of the webhook sinks: events handed over by the
+//! session machine, delivered per aggregate one at a time and in commit
+//! order, each answered with a [`DeliveryReport`] once it is handled.
+//!
+//! "Handled" is the ack tracker's "delivered": a 2xx came back, or the
+//! event's row is committed in the delivery table (PENDING to be retried by
+//! the worker, or DEAD), or a row for the event was there already (a replay
+//! of an event handled before a crash). So the slot's position moves past
+//! an event that waits for a retry: the slot never waits on a retry.
+//!
+//! Per event, in its aggregate's lane:
+//! 1. look the event and its aggregate up in the delivery table: known →
+//!    handled; its aggregate has a PENDING row → inserted behind it (never
+//!    sent ahead of an older event);
+//! 2. else up to `inline_attempts` quick tries (100 ms, 200 ms, … apart, or
+//!    the receiver's `Retry-After` up to a second; a longer one ends the
+//!    tries in line); a 2xx → handled; a permanent refusal → a DEAD row;
+//! 3. still failing → a PENDING row, due after the schedule's first delay.
+//!
+//! A PostgreSQL failure is retried (with backoff) until it works or the
+//! session ends: an event is never reported handled before its row exists.
+//!
+//! Concurrency: one event in flight per (sink, aggregate); at most
+//! `max_concurrency` events of a sink handled at once (their SQL and their
+//! requests), plus the retry worker's few loops. The bookkeeping lives in
+//! [`Dispatch`], owned by the session task; each event's work runs in its
+//! own task, aborted when the session ends (the slot replays what was not
+//! handled).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+
+use super::client::Client;
+use super::status::{Outcome, classify};
+use super::store::{self, DeliveryTable, NewRow};
+use super::{HttpSinkSettings, WebhookEvent};
+use crate::metrics::{self as m, webhook_outcome};
+use crate::relay::DeliveryTag;
+use crate::replication::{ReplicationError, ReplicationSettings, SqlConnection};
+use crate::sink::DeliveryReport;
+
+/// A sink's shared parts: settings, client, request limit, SQL connections.
+pub struct SinkRuntime {
+    pub settings: HttpSinkSettings,
+    pub client: Client,
+    limit: Semaphore,
+    pub table: DeliveryTable,
+    pub pool: Pool,
+}
+
+impl SinkRuntime {
+    /// The connection settings of its SQL connections.
+    pub fn pool_settings(&self) -> &ReplicationSettings {
+        &self.pool.settings
+    }
+
+    /// The bound on requests in flight to this sink.
+    pub fn limit(&self) -> &Semaphore {
+        &self.limit
+    }
+
+    /// # Errors
+    /// The client could not be set up (TLS library).
+    pub fn new(
+        settings: HttpSinkSettings,
+        table: DeliveryTable,
+        connection: ReplicationSettings,
+    ) -> Result<Arc<SinkRuntime>, super::client::TransportError> {
+        Ok(Arc::new(SinkRuntime {
+            client: Client::new(&settings)?,
+            limit: Semaphore::new(settings.max_concurrency),
+            settings,
+            table,
+            pool: Pool::new(connection),
+        }))
+    }
+}
+
+/// A few plain SQL connections, opened on demand, dropped after an error.
+pub struct Pool {
+    settings: ReplicationSettings,
+    idle: Mutex<Vec<SqlConnection>>,
+}
+
+impl Pool {
+    pub fn new(settings: ReplicationSettings) -> Pool {
+        Pool {
+            settings,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// An idle connection, or a new one.
+    ///
+    /// # Errors
+    /// The connection's.
+    pub async fn get(&self) -> Result<SqlConnection, ReplicationError> {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        match idle {
+            Some(conn) => Ok(conn),
+            None => SqlConnection::connect_normal(&self.settings).await,
+        }
+    }
+
+    /// Back to the pool after a statement that worked.
+    pub fn put(&self, conn: SqlConnection) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < 8 {
+            idle.push(conn);
+        }
+    }
+}
+
+/// The longest `Retry-After` waited in line; a longer one moves the event
+/// to the delivery table at once.
+const MAX_INLINE_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// One aggregate's queue: `(sink index, aggregate key)`.
+type Lane = (usize, String);
+type Done = (Lane, DeliveryReport<DeliveryTag>);
+
+/// The webhook sinks of one session.
+pub struct Dispatch {
+    sinks: Vec<Arc<SinkRuntime>>,
+    /// Lanes with an event in flight, and what waits behind it.
+    lanes: HashMap<Lane, VecDeque<(WebhookEvent, DeliveryTag)>>,
+    done_tx: mpsc::UnboundedSender<Done>,
+    done_rx: mpsc::UnboundedReceiver<Done>,
+    tasks: JoinSet<()>,
+}
+
+impl Dispatch {
+    /// `sinks` indexed as [`crate::routes::Target::Http`] counts them.
+    pub fn new(sinks: Vec<Arc<SinkRuntime>>) -> Dispatch {
+        let (done_tx, done_rx) = mpsc::unbounded_channel();
+        Dispatch {
+            sinks,
+            lanes: HashMap::new(),
+            done_tx,
+            done_rx,
+            tasks: JoinSet::new(),
+        }
+    }
+
+    /// Hands an event over; its report comes from [`Dispatch::recv`]. An
+    /// index of no sink hands it back (routes index only configured sinks).
+    ///
+    /// # Errors
+    /// The event and its tag, when `sink` is no sink of this dispatch.
+    pub fn send(
+        &mut self,
+        sink: usize,
+        event: WebhookEvent,
+        tag: DeliveryTag,
+    ) -> Result<(), Box<(WebhookEvent, DeliveryTag)>> {
+        if sink >= self.sinks.len() {
+            return Err(Box::new((event, tag)));
+        }
+        let lane = (sink, event.key.clone());
+        match self.lanes.get_mut(&lane) {
+            Some(waiting) => waiting.push_back((event, tag)),
+            None => {
+                self.lanes.insert(lane.clone(), VecDeque::new());
+                self.start(lane, event, tag);
+            }
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, lane: Lane, event: WebhookEvent, tag: DeliveryTag) {
+        // `send` checked the index.
+        let sink = Arc::clone(&self.sinks[lane.0]);
+        let done = self.done_tx.clone();
+        self.tasks.spawn(async move {
+            handle(&sink, &event).await;
+            let _ = done.send((
+                lane,
+                DeliveryReport {
+                    tag,
+                    result: Ok(()),
+                },
+            ));
+        });
+    }
+
+    /// The next event handled. Cancel-safe: nothing awaits after the
+    /// channel gave its item. Pending forever while nothing is in flight.
+    pub async fn recv(&mut self) -> DeliveryReport<DeliveryTag> {
+        // `done_tx` lives in `self`: the channel never closes.
+        let Some((lane, report)) = self.done_rx.recv().await else {
+            return std::future::pending().await;
+        };
+        // Reap finished tasks so the set does not grow.
+        while self.tasks.try_join_next().is_some() {}
+        let next = self.lanes.get_mut(&lane).and_then(VecDeque::pop_front);
+        match next {
+            Some((event, tag)) => self.start(lane, event, tag),
+            None => {
+                self.lanes.remove(&lane);
+            }
+        }
+        report
+    }
+
+    /// Events handed over and not reported yet.
+    pub fn in_flight(&self) -> usize {
+        self.lanes.values().map(|w| w.len() + 1).sum()
+    }
+}
+
+impl Drop for Dispatch {
+    fn drop(&mut self) {
+        self.tasks.abort_all();
+    }
+}
+
+/// Delivers or parks one event; returns once it is handled.
+async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
+    // One permit for the whole of an event's handling, its SQL included: at
+    // most `max_concurrency` aggregates of a sink are worked on at once, so
+    // a burst of many aggregates opens at most that many connections to
+    // PostgreSQL and to the endpoint. (The semaphore is never closed; were
+    // it, the event would go on unbounded rather than be lost.)
+    let _permit = sink.limit.acquire().await;
+    let name = sink.settings.name.as_str();
+    let known = with_sql(sink, "look up", |mut conn| {
+        let table = sink.table.clone();
+        let event = event.clone();
+        let route = name.to_owned();
+        async move {
+            let known = store::look_up(&mut conn, &table, &route, &event).await;
+            (conn, known)
+        }
+    })
+    .await;
+    if known.event {
+        // Handled before (a replay after a crash): its row says how.
+        return;
+    }
+    let schedule = &sink.settings.schedule;
+    if known.pending_ahead {
+        count(name, webhook_outcome::QUEUED);
+        park(
+            sink,
+            event,
+            store::PENDING,
+            (0, schedule.max_attempts_queued()),
+            Duration::ZERO,
+            None,
+            None,
+        )
+        .await;
+        return;
+    }
+    let mut last = (None, String::new(), None);
+    let mut tried = 0;
+    for attempt in 0..schedule.inline {
+        let answer = sink.client.post(event).await;
+        let (status, error, retry_after) = match answer {
+            Ok(answer) => match classify(answer.status) {
+                Outcome::Delivered => {
+                    count(name, webhook_outcome::DELIVERED);
+                    return;
+                }
+                Outcome::Permanent => {
+                    count(name, webhook_outcome::DEAD);
+                    tracing::warn!(
+                        route = name,
+                        event_id = %event.id,
+                        status = answer.status,
+                        "webhook refused the event for good; it is DEAD in the delivery table \
+                         (outbox-relay dead list)"
+                    );
+                    park(
+                        sink,
+                        event,
+                        store::DEAD,
+                        (attempt + 1, schedule.max_attempts_after_inline()),
+                        Duration::ZERO,
+                        Some(answer.status),
+                        Some(format!("HTTP {}", answer.status)),
+                    )
+                    .await;
+                    return;
+                }
+                Outcome::Retry => (
+                    Some(answer.status),
+                    format!("HTTP {}", answer.status),
+                    answer.retry_after,
+                ),
+            },
+            Err(e) => (None, e.0, None),
+        };
+        count(name, webhook_outcome::FAILED);
+        last = (status, error, retry_after);
+        tried = attempt + 1;
+        if tried < schedule.inline {
+            let pause = Duration::from_millis(100 << attempt.min(3));
+            match retry_after {
+                // The receiver asks for more time than the slot should
+                // wait in line: straight to the table, due after it.
+                Some(wait) if wait > MAX_INLINE_RETRY_AFTER => break,
+                Some(wait) => tokio::time::sleep(wait.max(pause)).await,
+                None => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+    let (status, error, retry_after) = last;
+    // The whole schedule follows the tries made in line.
+    let max = tried + schedule.delays.len() as u32;
+    let delay = schedule
+        .next_delay(tried, max, rand::random::<f64>(), retry_after)
+        .unwrap_or_default();
+    tracing::info!(
+        route = name,
+        event_id = %event.id,
+        error = %error,
+        retry_in_ms = delay.as_millis() as u64,
+        "webhook did not take the event; moved to the delivery table for retries"
+    );
+    count(name, webhook_outcome::PARKED);
+    park(
+        sink,
+        event,
+        store::PENDING,
+        (tried, max),
+        delay,
+        status,
+        Some(error),
+    )
+    .await;
+}
+
+/// Inserts the event's row, retrying until it is committed.
+async fn park(
+    sink: &SinkRuntime,
+    event: &WebhookEvent,
+    status: &'static str,
+    (attempts, max_attempts): (u32, u32),
+    delay: Duration,
+    last_status: Option<u16>,
+    last_error: Option<String>,
+) {
+    with_sql(sink, "insert", |mut conn| {
+        let table = sink.table.clone();
+        let route = sink.settings.name.clone();
+        let event = event.clone();
+        let last_error = last_error.clone();
+        async move {
+            let row = NewRow {
+                route: &route,
+                event: &event,
+                status,
+                attempts,
+                max_attempts,
+                delay,
+                last_status,
+                last_error,
+            };
+            let inserted = store::insert(&mut conn, &table, &row).await;
+            (conn, inserted)
+        }
+    })
+    .await;
+}
+
+/// Runs `op` on a pooled connection until it succeeds, backing off between
+/// failures (the session ends meanwhile if PostgreSQL stays away).
+async fn with_sql<T, F, Fut>(sink: &SinkRuntime, what: &'static str, mut op: F) -> T
+where
+    F: FnMut(SqlConnection) -> Fut,
+    Fut: std::future::Future<Output = (SqlConnection, Result<T, ReplicationError>)>,
+{
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let error = match sink.pool.get().await {
+            Ok(conn) => match op(conn).await {
+                (conn, Ok(value)) => {
+                    sink.pool.put(conn);
+                    return value;
+                }
+                // A connection that failed a statement is not reused.
+                (_, Err(e)) => e,
+            },
+            Err(e) => e,
+        };
+        tracing::warn!(
+            route = %sink.settings.name,
+            table = %sink.table.quoted(),
+            error = %error,
+            "delivery table {what} failed; trying again"
+        );
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+fn count(route: &str, outcome: &'static str) {
+    metrics::counter!(m::WEBHOOK_DELIVERIES, "route" => route.to_owned(), "outcome" => outcome)
+        .increment(1);
+}

@@ -1,0 +1,366 @@
+//! The webhook (HTTP) sink: events of routes to a `kind = "http"` sink are
+//! POSTed, one request per event, in the CloudEvents HTTP binding's binary
+//! mode, signed, retried, and kept in order per aggregate.
+//!
+//! Parts:
+//! * [`sign`]: the `X-Outbox-Signature` header; [`status`]: what an answer
+//!   means; [`schedule`]: the retry delays with jitter (all pure);
+//! * [`client`]: one HTTP/1.1 connection pool per sink on hyper, TLS through
+//!   the system OpenSSL;
+//! * [`store`]: the SQL of the delivery table;
+//! * [`dispatch`]: the session's side: per aggregate one event in flight, in
+//!   commit order; a few quick tries in line, then the event moves to the
+//!   delivery table, and only then does it count as handled for the ack
+//!   tracker (so the slot never waits on a slow endpoint);
+//! * [`worker`]: the retry worker, beside the sessions, claiming due rows
+//!   with `FOR UPDATE SKIP LOCKED`, and the gauges of stuck deliveries.
+//!
+//! Invariants: an event counts as handled ("delivered" for the ack tracker)
+//! only once a 2xx came back or its row is committed in the delivery table
+//! (PENDING or DEAD); while an aggregate has a PENDING row, its later
+//! events are queued behind it in the table, never sent ahead of it; the
+//! body sent is the payload bytes exactly; secrets never reach a log.
+
+pub mod client;
+pub mod dispatch;
+pub mod schedule;
+pub mod sign;
+pub mod status;
+pub mod store;
+pub mod worker;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::config::Config;
+use crate::envelope::{CloudEvent, EnvelopeError};
+use crate::outbox::OutboxRow;
+use schedule::Schedule;
+
+/// Where a sink POSTs to, parsed from its URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub tls: bool,
+    /// Without brackets for IPv6.
+    pub host: String,
+    pub port: u16,
+    /// Path and query, starting with `/`.
+    pub path: String,
+}
+
+impl Endpoint {
+    /// Parses `http://host[:port][/path][?query]` or `https://…`.
+    ///
+    /// # Errors
+    /// A sentence saying what is wrong and how to write it.
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        let (tls, rest) = if let Some(rest) = url.strip_prefix("https://") {
+            (true, rest)
+        } else if let Some(rest) = url.strip_prefix("http://") {
+            (false, rest)
+        } else {
+            return Err("must start with https:// or http://".to_owned());
+        };
+        let (authority, path) = match rest.find(['/', '?']) {
+            Some(i) if rest[i..].starts_with('/') => (&rest[..i], rest[i..].to_owned()),
+            Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
+            None => (rest, "/".to_owned()),
+        };
+        if authority.contains('@') {
+            return Err(
+                "must not carry credentials (user:password@); use bearer_token or the signing \
+                 secret instead"
+                    .to_owned(),
+            );
+        }
+        if path.contains('#') || path.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err("the path must not hold spaces, control characters or a #fragment".into());
+        }
+        let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
+            let (host, after) = bracketed
+                .split_once(']')
+                .ok_or("an IPv6 address needs its closing ]")?;
+            (host, after.strip_prefix(':'))
+        } else {
+            match authority.rsplit_once(':') {
+                Some((host, port)) => (host, Some(port)),
+                None => (authority, None),
+            }
+        };
+        if host.is_empty() {
+            return Err("has no host".to_owned());
+        }
+        let port = match port {
+            Some(p) => p
+                .parse::<u16>()
+                .ok()
+                .filter(|&p| p > 0)
+                .ok_or("the port must be a number from 1 to 65535")?,
+            None if tls => 443,
+            None => 80,
+        };
+        Ok(Endpoint {
+            tls,
+            host: host.to_owned(),
+            port,
+            path,
+        })
+    }
+
+    /// Whether the host is this machine (`localhost`, 127.0.0.0/8, ::1).
+    pub fn is_loopback(&self) -> bool {
+        self.host.eq_ignore_ascii_case("localhost")
+            || self
+                .host
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|ip| ip.is_loopback())
+    }
+
+    /// The `Host` header value.
+    pub fn authority(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let default = if self.tls { 443 } else { 80 };
+        if self.port == default {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+/// One HTTP sink, from the validated config.
+#[derive(Clone)]
+pub struct HttpSinkSettings {
+    /// The sink's name: the `route` of its delivery rows, a metric label.
+    pub name: String,
+    pub endpoint: Endpoint,
+    pub secrets: Vec<String>,
+    pub bearer_token: Option<String>,
+    /// CA certificates trusted besides the system store.
+    pub ca_file: Option<std::path::PathBuf>,
+    pub timeout: Duration,
+    pub schedule: Schedule,
+    pub max_concurrency: usize,
+    pub retry_poll: Duration,
+}
+
+impl std::fmt::Debug for HttpSinkSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpSinkSettings")
+            .field("name", &self.name)
+            .field("endpoint", &self.endpoint)
+            .field("secrets", &self.secrets.len())
+            .field("bearer_token", &self.bearer_token.as_ref().map(|_| "***"))
+            .field("ca_file", &self.ca_file)
+            .field("timeout", &self.timeout)
+            .field("schedule", &self.schedule)
+            .field("max_concurrency", &self.max_concurrency)
+            .field("retry_poll", &self.retry_poll)
+            .finish()
+    }
+}
+
+/// The relay's webhook side: routes, sinks, and their delivery table.
+#[derive(Debug, Clone, Default)]
+pub struct Webhooks {
+    pub routes: crate::routes::Routes,
+    /// Indexed by [`crate::routes::Target::Http`].
+    pub sinks: Vec<HttpSinkSettings>,
+    pub table: store::DeliveryTable,
+}
+
+impl Webhooks {
+    pub fn from_config(config: &Config) -> Webhooks {
+        let (schema, name) = config.postgres.delivery_table_parts();
+        Webhooks {
+            routes: crate::routes::Routes::from_config(config),
+            sinks: sinks_of(config),
+            table: store::DeliveryTable { schema, name },
+        }
+    }
+}
+
+/// Every HTTP sink of a validated config, in name order (the order
+/// [`crate::routes::Routes`] indexes them by).
+pub fn sinks_of(config: &Config) -> Vec<HttpSinkSettings> {
+    config
+        .sinks
+        .iter()
+        .map(|(name, sink)| HttpSinkSettings {
+            name: name.clone(),
+            endpoint: Endpoint::parse(sink.url.trim()).expect("validated sink url"),
+            secrets: sink.active_secrets(),
+            bearer_token: sink.bearer_token.clone().filter(|t| !t.is_empty()),
+            ca_file: sink.ca_file.as_ref().map(|f| f.trim().into()),
+            timeout: Duration::from_millis(sink.timeout_ms),
+            schedule: Schedule {
+                inline: sink.inline_attempts,
+                delays: sink
+                    .retry_schedule_secs
+                    .iter()
+                    .map(|&s| Duration::from_secs(s))
+                    .collect(),
+            },
+            max_concurrency: sink.max_concurrency,
+            retry_poll: Duration::from_millis(sink.retry_poll_ms),
+        })
+        .collect()
+}
+
+/// One event as it is POSTed: its headers (lower-case names) and body.
+/// What the delivery table stores of it, so a retry sends the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookEvent {
+    pub id: String,
+    /// The aggregate id: events of one key are sent one at a time, in order.
+    pub key: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+impl WebhookEvent {
+    /// The CloudEvents HTTP binding, binary mode: `ce-*` headers, the
+    /// idempotency key (the event id), the content type, and the payload
+    /// bytes unchanged as the body.
+    ///
+    /// # Errors
+    /// As [`CloudEvent::from_row`]: the row cannot be an event.
+    pub fn of_row(
+        row: &OutboxRow,
+        commit_time: chrono::DateTime<chrono::Utc>,
+        default_source: &str,
+    ) -> Result<WebhookEvent, EnvelopeError> {
+        let ce = CloudEvent::from_row(row, commit_time, default_source)?;
+        let mut headers = vec![
+            ("ce-specversion".to_owned(), ce.specversion.to_owned()),
+            ("ce-id".to_owned(), ce.id.clone()),
+            ("ce-source".to_owned(), ce.source.clone()),
+            ("ce-type".to_owned(), ce.event_type.clone()),
+        ];
+        if let Some(subject) = &ce.subject {
+            headers.push(("ce-subject".to_owned(), subject.clone()));
+        }
+        headers.push(("ce-time".to_owned(), ce.time.clone()));
+        if let Some(tp) = &ce.traceparent {
+            headers.push(("ce-traceparent".to_owned(), tp.clone()));
+        }
+        if let Some(ts) = &ce.tracestate {
+            headers.push(("ce-tracestate".to_owned(), ts.clone()));
+        }
+        headers.push(("idempotency-key".to_owned(), ce.id.clone()));
+        headers.push(("content-type".to_owned(), ce.datacontenttype.to_owned()));
+        // Header values must be visible ASCII for HTTP/1.1; anything else
+        // (a type or source with non-ASCII text) is percent-encoded, as the
+        // CloudEvents HTTP binding asks.
+        for (_, value) in &mut headers {
+            if value
+                .bytes()
+                .any(|b| !(0x20..0x7f).contains(&b) || b == b'%')
+            {
+                *value = percent_encode(value);
+            }
+        }
+        Ok(WebhookEvent {
+            id: ce.id,
+            key: row.aggregate_id.clone(),
+            headers,
+            body: ce.data,
+        })
+    }
+}
+
+fn percent_encode(value: &str) -> String {
+    use percent_encoding::{AsciiSet, CONTROLS, utf8_percent_encode};
+    const SET: &AsciiSet = &CONTROLS.add(b'%').add(b'"');
+    utf8_percent_encode(value, SET).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints() {
+        let e = Endpoint::parse("https://billing.example/hooks/outbox").unwrap();
+        assert_eq!(
+            (e.tls, e.host.as_str(), e.port, e.path.as_str()),
+            (true, "billing.example", 443, "/hooks/outbox")
+        );
+        let e = Endpoint::parse("http://127.0.0.1:8080").unwrap();
+        assert_eq!((e.port, e.path.as_str()), (8080, "/"));
+        assert!(e.is_loopback());
+        assert_eq!(e.authority(), "127.0.0.1:8080");
+        let e = Endpoint::parse("http://[::1]:9/x?y=1").unwrap();
+        assert_eq!(
+            (e.host.as_str(), e.port, e.path.as_str()),
+            ("::1", 9, "/x?y=1")
+        );
+        assert!(e.is_loopback());
+        assert_eq!(e.authority(), "[::1]:9");
+        assert!(
+            !Endpoint::parse("http://hooks.example")
+                .unwrap()
+                .is_loopback()
+        );
+        for bad in [
+            "ftp://x",
+            "billing.example",
+            "http://",
+            "http://u:p@host/",
+            "http://host:0/",
+            "http://host:99999/",
+            "http://host/a b",
+        ] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn binary_mode_headers_and_exact_body() {
+        let payload = Bytes::from_static(br#"{"amount": 1.10, "note":"\u00e9"}"#);
+        let row = OutboxRow {
+            id: "e-1".into(),
+            aggregate_type: "payment".into(),
+            aggregate_id: "p-9".into(),
+            event_type: "payment.captured".into(),
+            payload: payload.clone(),
+            timestamp: None,
+            trace_parent: None,
+            trace_state: None,
+            headers: Vec::new(),
+            source: None,
+        };
+        let time = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
+        let event = WebhookEvent::of_row(&row, time, "/svc").unwrap();
+        assert_eq!(event.body, payload);
+        let h = |name: &str| {
+            event
+                .headers
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(h("ce-id"), Some("e-1"));
+        assert_eq!(h("idempotency-key"), Some("e-1"));
+        assert_eq!(h("ce-type"), Some("payment.captured"));
+        assert_eq!(h("ce-source"), Some("/svc"));
+        assert_eq!(h("ce-subject"), Some("p-9"));
+        assert_eq!(h("ce-specversion"), Some("1.0"));
+        assert_eq!(h("ce-time"), Some("2023-11-14T22:13:20.000000Z"));
+        assert_eq!(h("content-type"), Some("application/json"));
+        let mut odd = row.clone();
+        odd.event_type = "paiement.capturé".into();
+        let event = WebhookEvent::of_row(&odd, time, "/svc").unwrap();
+        assert!(
+            event
+                .headers
+                .iter()
+                .all(|(_, v)| v.bytes().all(|b| (0x20..0x7f).contains(&b)))
+        );
+    }
+}

@@ -1,0 +1,413 @@
+//! The SQL of the delivery table (`sql/outbox_delivery.sql`), on the
+//! relay's plain SQL connection (simple queries, values as quoted
+//! literals: `escape_literal` is right whatever the session's
+//! `standard_conforming_strings`).
+//!
+//! The statements:
+//! * [`look_up`]: whether an event is known already (a replay after a crash
+//!   must not send it again) and whether its aggregate has a PENDING row
+//!   (then it is queued behind instead of sent);
+//! * [`insert`]: one event as PENDING or DEAD, in one statement (one
+//!   transaction), idempotent on `event_id`;
+//! * [`claim`] / [`finish`]: the retry worker's transaction, holding the
+//!   row lock while its request is in flight, so two relays never send one
+//!   row at the same time;
+//! * [`stats`]: the gauges of stuck deliveries, per route.
+
+use std::time::Duration;
+
+use postgres_protocol::escape::{escape_identifier, escape_literal};
+
+use super::WebhookEvent;
+use crate::replication::{ReplicationError, SqlConnection};
+
+/// The delivery table, `(schema, name)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeliveryTable {
+    pub schema: String,
+    pub name: String,
+}
+
+impl Default for DeliveryTable {
+    fn default() -> Self {
+        DeliveryTable {
+            schema: "public".to_owned(),
+            name: "outbox_delivery".to_owned(),
+        }
+    }
+}
+
+impl DeliveryTable {
+    /// `"schema"."name"`, quoted for SQL text.
+    pub fn quoted(&self) -> String {
+        format!(
+            "{}.{}",
+            escape_identifier(&self.schema),
+            escape_identifier(&self.name)
+        )
+    }
+
+    /// The table's SQL with its name: the file's `outbox_delivery` (table
+    /// and index name prefix) becomes this table's.
+    pub fn create_sql(&self) -> String {
+        let sql = include_str!("../../../sql/outbox_delivery.sql");
+        let quoted = self.quoted();
+        let index = |suffix: &str| escape_identifier(&format!("{}_{suffix}", self.name));
+        sql.replace(
+            "CREATE TABLE IF NOT EXISTS outbox_delivery",
+            &format!("CREATE TABLE IF NOT EXISTS {quoted}"),
+        )
+        .replace(
+            "INDEX IF NOT EXISTS outbox_delivery_due",
+            &format!("INDEX IF NOT EXISTS {}", index("due")),
+        )
+        .replace(
+            "INDEX IF NOT EXISTS outbox_delivery_key",
+            &format!("INDEX IF NOT EXISTS {}", index("key")),
+        )
+        .replace("ON outbox_delivery ", &format!("ON {quoted} "))
+    }
+}
+
+/// Status values of the table.
+pub const PENDING: &str = "PENDING";
+pub const SENT: &str = "SENT";
+pub const DEAD: &str = "DEAD";
+
+/// Longest `last_error` kept.
+const MAX_ERROR_LEN: usize = 500;
+
+/// What the table says about an event about to be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Known {
+    /// A row for this event exists: it was handled before (a replay).
+    pub event: bool,
+    /// Its aggregate has a PENDING row: queue behind it.
+    pub pending_ahead: bool,
+}
+
+/// See the module docs.
+///
+/// # Errors
+/// The connection's.
+pub async fn look_up(
+    conn: &mut SqlConnection,
+    table: &DeliveryTable,
+    route: &str,
+    event: &WebhookEvent,
+) -> Result<Known, ReplicationError> {
+    let t = table.quoted();
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM {t} WHERE event_id = {id}), \
+                EXISTS (SELECT 1 FROM {t} WHERE route = {route} AND aggregate_key = {key} \
+                        AND status = 'PENDING')",
+        id = escape_literal(&event.id),
+        route = escape_literal(route),
+        key = escape_literal(&event.key),
+    );
+    let rows = conn.query(&sql, "look up a webhook event").await?;
+    let flag = |i: usize| {
+        rows.first()
+            .and_then(|r| r.get(i))
+            .and_then(|v| v.as_deref())
+            == Some("t")
+    };
+    Ok(Known {
+        event: flag(0),
+        pending_ahead: flag(1),
+    })
+}
+
+/// How a row enters the table.
+#[derive(Debug, Clone)]
+pub struct NewRow<'a> {
+    pub route: &'a str,
+    pub event: &'a WebhookEvent,
+    pub status: &'static str,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    /// From now; ignored for DEAD.
+    pub delay: Duration,
+    pub last_status: Option<u16>,
+    pub last_error: Option<String>,
+}
+
+/// Inserts one row; a row for the same event already there wins (a replay).
+///
+/// # Errors
+/// The connection's.
+pub async fn insert(
+    conn: &mut SqlConnection,
+    table: &DeliveryTable,
+    row: &NewRow<'_>,
+) -> Result<(), ReplicationError> {
+    let headers: serde_json::Map<String, serde_json::Value> = row
+        .event
+        .headers
+        .iter()
+        .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    let headers = serde_json::Value::Object(headers).to_string();
+    let sql = format!(
+        "INSERT INTO {t} (event_id, route, aggregate_key, status, attempts, max_attempts, \
+         next_attempt_at, last_error, last_status, headers, body) VALUES ({id}, {route}, {key}, \
+         {status}, {attempts}, {max}, clock_timestamp() + {delay} * interval '1 millisecond', \
+         {error}, \
+         {last_status}, {headers}::jsonb, decode({body}, 'hex')) \
+         ON CONFLICT (event_id) DO NOTHING",
+        t = table.quoted(),
+        id = escape_literal(&row.event.id),
+        route = escape_literal(row.route),
+        key = escape_literal(&row.event.key),
+        status = escape_literal(row.status),
+        attempts = row.attempts,
+        max = row.max_attempts,
+        delay = row.delay.as_millis(),
+        error = row
+            .last_error
+            .as_deref()
+            .map_or_else(|| "NULL".to_owned(), |e| escape_literal(&clip(e))),
+        last_status = row
+            .last_status
+            .map_or_else(|| "NULL".to_owned(), |s| s.to_string()),
+        headers = escape_literal(&headers),
+        body = escape_literal(&hex(&row.event.body)),
+    );
+    conn.query(&sql, "insert a webhook delivery").await?;
+    Ok(())
+}
+
+/// A row claimed by the retry worker.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub id: i64,
+    pub route: String,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub event: WebhookEvent,
+}
+
+/// Opens a transaction and locks the due head of one aggregate's queue of
+/// `route`, skipping rows another relay holds; `None` (transaction rolled
+/// back) when nothing is due. On `Some`, the transaction stays open until
+/// [`finish`].
+///
+/// # Errors
+/// The connection's (the transaction is then abandoned with it).
+pub async fn claim(
+    conn: &mut SqlConnection,
+    table: &DeliveryTable,
+    route: &str,
+) -> Result<Option<Claimed>, ReplicationError> {
+    let t = table.quoted();
+    conn.query("BEGIN", "begin a webhook retry").await?;
+    // Only the head of each aggregate's queue: no older PENDING row of the
+    // same key. A head another relay has locked is skipped (SKIP LOCKED),
+    // and the rows behind it are not heads, so nothing of that key is
+    // claimed meanwhile.
+    let sql = format!(
+        "SELECT d.id, d.attempts, d.max_attempts, d.event_id, d.aggregate_key, d.headers::text, \
+                encode(d.body, 'hex') \
+         FROM {t} d \
+         WHERE d.status = 'PENDING' AND d.route = {route} AND d.next_attempt_at <= now() \
+           AND NOT EXISTS (SELECT 1 FROM {t} e WHERE e.status = 'PENDING' AND e.route = d.route \
+                           AND e.aggregate_key = d.aggregate_key AND e.id < d.id) \
+         ORDER BY d.next_attempt_at \
+         LIMIT 1 FOR UPDATE OF d SKIP LOCKED",
+        route = escape_literal(route),
+    );
+    let rows = conn.query(&sql, "claim a webhook retry").await?;
+    let Some(row) = rows.into_iter().next() else {
+        conn.query("ROLLBACK", "end a webhook retry").await?;
+        return Ok(None);
+    };
+    let text = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+    let headers: Vec<(String, String)> =
+        match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&text(5)) {
+            Ok(map) => map
+                .into_iter()
+                .filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_owned())))
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+    Ok(Some(Claimed {
+        id: text(0).parse().unwrap_or_default(),
+        route: route.to_owned(),
+        attempts: text(1).parse().unwrap_or_default(),
+        max_attempts: text(2).parse().unwrap_or_default(),
+        event: WebhookEvent {
+            id: text(3),
+            key: text(4),
+            headers,
+            body: unhex(&text(6)).into(),
+        },
+    }))
+}
+
+/// How a claimed row's try ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finish {
+    Sent {
+        status: u16,
+    },
+    Dead {
+        status: Option<u16>,
+        error: String,
+    },
+    Again {
+        delay: Duration,
+        status: Option<u16>,
+        error: String,
+    },
+}
+
+/// Records the try of a claimed row and commits, releasing its lock.
+///
+/// # Errors
+/// The connection's (the transaction, and the try's record, are lost with
+/// it; the row stays as it was, to be tried again).
+pub async fn finish(
+    conn: &mut SqlConnection,
+    table: &DeliveryTable,
+    id: i64,
+    how: &Finish,
+) -> Result<(), ReplicationError> {
+    let status = |s: Option<u16>| s.map_or_else(|| "NULL".to_owned(), |s| s.to_string());
+    let set = match how {
+        Finish::Sent { status: s } => format!(
+            "status = 'SENT', sent_at = clock_timestamp(), last_status = {}, last_error = NULL",
+            s
+        ),
+        Finish::Dead { status: s, error } => format!(
+            "status = 'DEAD', last_status = {}, last_error = {}",
+            status(*s),
+            escape_literal(&clip(error))
+        ),
+        Finish::Again {
+            delay,
+            status: s,
+            error,
+        } => format!(
+            "next_attempt_at = clock_timestamp() + {} * interval '1 millisecond', \
+             last_status = {}, \
+             last_error = {}",
+            delay.as_millis(),
+            status(*s),
+            escape_literal(&clip(error))
+        ),
+    };
+    let sql = format!(
+        "UPDATE {t} SET attempts = attempts + 1, {set} WHERE id = {id}; COMMIT",
+        t = table.quoted()
+    );
+    conn.query(&sql, "record a webhook retry").await?;
+    Ok(())
+}
+
+/// The stuck-delivery figures of one route.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct RouteStats {
+    pub route: String,
+    pub pending: u64,
+    pub pending_over_10m: u64,
+    pub dead: u64,
+    /// Seconds since the oldest PENDING row was created; 0 without one.
+    pub oldest_pending_secs: f64,
+}
+
+/// Per route with any PENDING or DEAD row.
+///
+/// # Errors
+/// The connection's.
+pub async fn stats(
+    conn: &mut SqlConnection,
+    table: &DeliveryTable,
+) -> Result<Vec<RouteStats>, ReplicationError> {
+    let sql = format!(
+        "SELECT route, count(*) FILTER (WHERE status = 'PENDING'), \
+                count(*) FILTER (WHERE status = 'PENDING' AND created_at < now() - interval '10 minutes'), \
+                count(*) FILTER (WHERE status = 'DEAD'), \
+                coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'PENDING')), 0) \
+         FROM {t} WHERE status <> 'SENT' GROUP BY route ORDER BY route",
+        t = table.quoted()
+    );
+    let rows = conn.query(&sql, "count webhook deliveries").await?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let text = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
+            RouteStats {
+                route: text(0),
+                pending: text(1).parse().unwrap_or_default(),
+                pending_over_10m: text(2).parse().unwrap_or_default(),
+                dead: text(3).parse().unwrap_or_default(),
+                oldest_pending_secs: text(4).parse().unwrap_or_default(),
+            }
+        })
+        .collect())
+}
+
+fn clip(text: &str) -> String {
+    if text.len() <= MAX_ERROR_LEN {
+        return text.to_owned();
+    }
+    let mut end = MAX_ERROR_LEN;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    text.as_bytes()
+        .chunks_exact(2)
+        .filter_map(|pair| u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn create_sql_names_the_configured_table() {
+        let table = DeliveryTable {
+            schema: "billing".into(),
+            name: "hook_rows".into(),
+        };
+        let sql = table.create_sql();
+        assert!(
+            sql.contains("CREATE TABLE IF NOT EXISTS \"billing\".\"hook_rows\""),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("INDEX IF NOT EXISTS \"hook_rows_due\""),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("INDEX IF NOT EXISTS \"hook_rows_key\""),
+            "{sql}"
+        );
+        assert!(
+            sql.contains("ON \"billing\".\"hook_rows\" (next_attempt_at)"),
+            "{sql}"
+        );
+        let statements: String = sql
+            .lines()
+            .filter(|l| !l.trim_start().starts_with("--"))
+            .collect();
+        assert!(!statements.contains("outbox_delivery"), "{statements}");
+    }
+
+    proptest! {
+        #[test]
+        fn hex_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            prop_assert_eq!(unhex(&hex(&bytes)), bytes);
+        }
+    }
+}

@@ -1,0 +1,269 @@
+//! The retry worker: beside the sessions, for the life of the relay, it
+//! sends the due rows of the delivery table and records each try.
+//!
+//! Per sink a few loops, each on its own SQL connection: claim the due head
+//! of one aggregate's queue (`FOR UPDATE SKIP LOCKED`, transaction open),
+//! POST it, record the try (SENT with `sent_at`, DEAD, or PENDING again at
+//! the schedule's next delay) and commit. The row lock is held while the
+//! request is in flight, so two relays sharing the table never send one row
+//! at the same time; a relay that dies mid-request releases it with its
+//! connection, and the row is tried again (the receiver may then see that
+//! event twice: the `Idempotency-Key` tells).
+//!
+//! A graceful stop lets every loop finish the row it holds.
+//!
+//! One more loop samples the stuck-delivery gauges (pending, pending for
+//! over 10 minutes, dead, oldest pending age; per route).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::client::{Answer, TransportError};
+use super::dispatch::SinkRuntime;
+use super::schedule::Schedule;
+use super::status::{Outcome, classify};
+use super::store::{self, Finish};
+use crate::metrics::{self as m, webhook_outcome};
+use crate::replication::SqlConnection;
+
+/// Loops per sink, at most (and at most its `max_concurrency`).
+const LOOPS_PER_SINK: usize = 4;
+/// How often the gauges are sampled.
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+
+/// Runs until `shutdown` turns true, then returns once every loop let go of
+/// its row.
+pub async fn run(sinks: Vec<Arc<SinkRuntime>>, shutdown: watch::Receiver<bool>) {
+    let mut loops = JoinSet::new();
+    for sink in &sinks {
+        for _ in 0..sink.settings.max_concurrency.min(LOOPS_PER_SINK) {
+            loops.spawn(retry_loop(Arc::clone(sink), shutdown.clone()));
+        }
+    }
+    if let Some(first) = sinks.first() {
+        let routes: Vec<String> = sinks.iter().map(|s| s.settings.name.clone()).collect();
+        loops.spawn(sample_loop(Arc::clone(first), routes, shutdown.clone()));
+    }
+    while loops.join_next().await.is_some() {}
+}
+
+/// Waits `pause`, or less when a stop is asked for; returns whether to stop.
+async fn pause_or_stop(pause: Duration, shutdown: &mut watch::Receiver<bool>) -> bool {
+    let stopped = tokio::select! {
+        _ = shutdown.wait_for(|stop| *stop) => return true,
+        () = tokio::time::sleep(pause) => false,
+    };
+    stopped || *shutdown.borrow()
+}
+
+async fn retry_loop(sink: Arc<SinkRuntime>, mut shutdown: watch::Receiver<bool>) {
+    let name = sink.settings.name.clone();
+    let mut conn: Option<SqlConnection> = None;
+    let mut backoff = Duration::from_millis(200);
+    while !*shutdown.borrow() {
+        let c = match &mut conn {
+            Some(c) => c,
+            None => match SqlConnection::connect_normal(sink.pool_settings()).await {
+                Ok(c) => {
+                    backoff = Duration::from_millis(200);
+                    conn.insert(c)
+                }
+                Err(e) => {
+                    tracing::warn!(route = %name, error = %e, "retry worker cannot connect; trying again");
+                    if pause_or_stop(backoff, &mut shutdown).await {
+                        return;
+                    }
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    continue;
+                }
+            },
+        };
+        let claimed = match store::claim(c, &sink.table, &name).await {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                tracing::warn!(route = %name, table = %sink.table.quoted(), error = %e, "retry worker cannot claim rows; reconnecting");
+                conn = None;
+                if pause_or_stop(backoff, &mut shutdown).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        let Some(row) = claimed else {
+            if pause_or_stop(sink.settings.retry_poll, &mut shutdown).await {
+                return;
+            }
+            continue;
+        };
+        let answer = {
+            let _permit = sink.limit().acquire().await;
+            sink.client.post(&row.event).await
+        };
+        let how = decide(
+            &sink.settings.schedule,
+            row.attempts,
+            row.max_attempts,
+            &answer,
+            rand::random::<f64>(),
+        );
+        let outcome = match &how {
+            Finish::Sent { .. } => webhook_outcome::DELIVERED,
+            Finish::Dead { .. } => webhook_outcome::DEAD,
+            Finish::Again { .. } => webhook_outcome::FAILED,
+        };
+        metrics::counter!(m::WEBHOOK_DELIVERIES, "route" => name.clone(), "outcome" => outcome)
+            .increment(1);
+        if let Finish::Dead { error, .. } = &how {
+            tracing::warn!(route = %name, event_id = %row.event.id, error = %error, "webhook event is DEAD (outbox-relay dead list)");
+        }
+        if let Err(e) = store::finish(c, &sink.table, row.id, &how).await {
+            // The try is not recorded: the row is tried again later.
+            tracing::warn!(route = %name, error = %e, "retry worker cannot record a try; reconnecting");
+            conn = None;
+        }
+    }
+}
+
+/// How the try of a row that had `attempts` of `max_attempts` ends.
+pub fn decide(
+    schedule: &Schedule,
+    attempts: u32,
+    max_attempts: u32,
+    answer: &Result<Answer, TransportError>,
+    unit: f64,
+) -> Finish {
+    let (status, error, retry_after) = match answer {
+        Ok(a) => match classify(a.status) {
+            Outcome::Delivered => return Finish::Sent { status: a.status },
+            Outcome::Permanent => {
+                return Finish::Dead {
+                    status: Some(a.status),
+                    error: format!("HTTP {}", a.status),
+                };
+            }
+            Outcome::Retry => (Some(a.status), format!("HTTP {}", a.status), a.retry_after),
+        },
+        Err(e) => (None, e.0.clone(), None),
+    };
+    match schedule.next_delay(attempts + 1, max_attempts, unit, retry_after) {
+        Some(delay) => Finish::Again {
+            delay,
+            status,
+            error,
+        },
+        None => Finish::Dead {
+            status,
+            error: format!("{error} (after {} attempts)", attempts + 1),
+        },
+    }
+}
+
+async fn sample_loop(
+    sink: Arc<SinkRuntime>,
+    routes: Vec<String>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut conn: Option<SqlConnection> = None;
+    loop {
+        if conn.is_none() {
+            conn = SqlConnection::connect_normal(sink.pool_settings())
+                .await
+                .ok();
+        }
+        if let Some(c) = &mut conn {
+            match store::stats(c, &sink.table).await {
+                Ok(stats) => {
+                    for route in &routes {
+                        let s = stats
+                            .iter()
+                            .find(|s| s.route == *route)
+                            .cloned()
+                            .unwrap_or_default();
+                        let label = route.clone();
+                        metrics::gauge!(m::WEBHOOK_PENDING, "route" => label.clone())
+                            .set(s.pending as f64);
+                        metrics::gauge!(m::WEBHOOK_PENDING_STUCK, "route" => label.clone())
+                            .set(s.pending_over_10m as f64);
+                        metrics::gauge!(m::WEBHOOK_DEAD, "route" => label.clone())
+                            .set(s.dead as f64);
+                        metrics::gauge!(m::WEBHOOK_OLDEST_PENDING_AGE, "route" => label)
+                            .set(s.oldest_pending_secs);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "sampling the delivery table failed");
+                    conn = None;
+                }
+            }
+        }
+        if pause_or_stop(SAMPLE_EVERY, &mut shutdown).await {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn schedule() -> Schedule {
+        Schedule {
+            inline: 2,
+            delays: vec![Duration::from_secs(10), Duration::from_secs(20)],
+        }
+    }
+
+    fn answer(status: u16) -> Result<Answer, TransportError> {
+        Ok(Answer {
+            status,
+            retry_after: None,
+        })
+    }
+
+    #[test]
+    fn outcomes() {
+        let s = schedule();
+        assert_eq!(
+            decide(&s, 2, 4, &answer(204), 0.0),
+            Finish::Sent { status: 204 }
+        );
+        assert!(matches!(
+            decide(&s, 2, 4, &answer(410), 0.0),
+            Finish::Dead {
+                status: Some(410),
+                ..
+            }
+        ));
+        assert_eq!(
+            decide(&s, 2, 4, &answer(503), 0.0),
+            Finish::Again {
+                delay: Duration::from_secs(20),
+                status: Some(503),
+                error: "HTTP 503".into()
+            }
+        );
+        // The last try failed: out of attempts.
+        assert!(matches!(
+            decide(&s, 3, 4, &answer(503), 0.0),
+            Finish::Dead {
+                status: Some(503),
+                ..
+            }
+        ));
+        assert!(matches!(
+            decide(&s, 2, 4, &Err(TransportError("refused".into())), 0.0),
+            Finish::Again { status: None, .. }
+        ));
+        let slow = Ok(Answer {
+            status: 429,
+            retry_after: Some(Duration::from_secs(90)),
+        });
+        assert!(matches!(
+            decide(&s, 2, 4, &slow, 0.0),
+            Finish::Again { delay, .. } if delay == Duration::from_secs(90)
+        ));
+    }
+}
