@@ -246,6 +246,12 @@ pub struct RelayConfig {
     pub unhealthy_after_secs: u64,
     /// Seconds between progress lines while there is work; 0 = none.
     pub progress_interval_secs: u64,
+    /// Relays on one slot elect the active one by an advisory lock; the
+    /// others stand by (see docs/operations.md, "Standby relays").
+    pub standby_lock: bool,
+    /// The lock's lease: a holder cut off from PostgreSQL stops producing
+    /// within it, and a standby takes over soon after.
+    pub lock_lease_ms: u64,
 }
 
 impl Default for RelayConfig {
@@ -256,6 +262,8 @@ impl Default for RelayConfig {
             log_format: LogFormat::Text,
             unhealthy_after_secs: 120,
             progress_interval_secs: 30,
+            standby_lock: true,
+            lock_lease_ms: 3_000,
         }
     }
 }
@@ -433,6 +441,10 @@ impl RelayConfig {
     /// `None` when progress lines are off.
     pub fn progress_interval(&self) -> Option<Duration> {
         (self.progress_interval_secs > 0).then(|| Duration::from_secs(self.progress_interval_secs))
+    }
+
+    pub fn lock_lease(&self) -> Duration {
+        Duration::from_millis(self.lock_lease_ms)
     }
 }
 

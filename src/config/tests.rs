@@ -716,6 +716,22 @@ fn on_unroutable_stops_by_default_and_is_one_of_two_words() {
 }
 
 #[test]
+fn the_relay_lock_is_on_by_default_and_its_lease_bounded() {
+    let config = minimal();
+    assert!(config.relay.standby_lock);
+    assert_eq!(config.relay.lock_lease(), Duration::from_secs(3));
+    for bad in [0, 999, 60_001, u64::MAX] {
+        let (field, constraint) = rule(|c| c.relay.lock_lease_ms = bad);
+        assert_eq!(field, "relay.lock_lease_ms", "{bad}: {constraint}");
+    }
+    for good in [1_000, 60_000] {
+        let mut config = minimal();
+        config.relay.lock_lease_ms = good;
+        config.validate().unwrap();
+    }
+}
+
+#[test]
 fn unhealthy_after_is_bounded() {
     assert_eq!(minimal().relay.unhealthy_after(), Duration::from_secs(120));
     for bad in [0, 86_401, u64::MAX] {

@@ -75,6 +75,14 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
              progress before /health answers 503",
         ));
     }
+    let lease = config.relay.lock_lease();
+    if lease < crate::relay::MIN_LEASE || lease > crate::relay::MAX_LEASE {
+        return Err(invalid(
+            "relay.lock_lease_ms",
+            "must be between 1000 and 60000 (milliseconds): how long the relay lock's session \
+             may stay silent before the server ends it and a standby takes over",
+        ));
+    }
     if config.relay.progress_interval_secs > MAX_PROGRESS_INTERVAL_SECS {
         return Err(invalid(
             "relay.progress_interval_secs",

@@ -37,6 +37,10 @@ pub enum SessionError {
     /// (unauthorized; unroutable under `on_unroutable = "stop"`).
     #[error(transparent)]
     Refused(Refused),
+    /// The relay lock was lost: the session stopped producing at once, so
+    /// that the next holder never produces beside it.
+    #[error("the relay lock on slot \"{slot}\" was lost; stopped producing")]
+    LockLost { slot: String },
 }
 
 impl SessionError {
@@ -45,6 +49,7 @@ impl SessionError {
         match self {
             SessionError::Replication(e) => e.kind(),
             SessionError::Delivery { error, .. } => error.kind(),
+            SessionError::LockLost { .. } => ErrorKind::Transient,
             SessionError::Decode { .. }
             | SessionError::OutOfStep { .. }
             | SessionError::Tracker(_)
@@ -79,6 +84,9 @@ pub enum RelayError {
     /// A session ended with a fatal error.
     #[error(transparent)]
     Session(#[from] SessionError),
+    /// The relay lock cannot be used (see `relay.standby_lock`).
+    #[error(transparent)]
+    Lock(#[from] super::lock::LockError),
 }
 
 impl RelayError {
@@ -87,11 +95,13 @@ impl RelayError {
         match self {
             RelayError::Replication(_) => Side::Source,
             RelayError::Sink(_) => Side::Sink,
+            RelayError::Lock(_) => Side::Source,
             RelayError::Session(e) => match e {
                 SessionError::Replication(_)
                 | SessionError::Decode { .. }
                 | SessionError::OutOfStep { .. }
-                | SessionError::Tracker(_) => Side::Source,
+                | SessionError::Tracker(_)
+                | SessionError::LockLost { .. } => Side::Source,
                 SessionError::Delivery { .. } | SessionError::Refused(_) => Side::Sink,
             },
         }

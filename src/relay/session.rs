@@ -4,7 +4,11 @@
 //! A single task owns the replication stream, the producer and its delivery
 //! reports, and reacts to whichever is ready:
 //!
-//! * shutdown (first, `biased`): stop reading (once the transaction being
+//! * the relay lock lost (first, `biased`, with shutdown): stop at once,
+//!   without waiting for acknowledgements: the producer is purged, nothing
+//!   more is confirmed, and the next holder replays what was not (see
+//!   `lock.rs`);
+//! * shutdown: stop reading (once the transaction being
 //!   received, if any, has reached its Commit, so that its already-sent
 //!   events become confirmable), wait for outstanding acknowledgements up
 //!   to the drain deadline, send the final status update;
@@ -79,6 +83,8 @@ pub(super) struct Session<'a> {
     commit_to_ack: metrics::Histogram,
     /// Where confirmed rows go to be deleted, when cleanup is on.
     deleter: Option<Deleter>,
+    /// Turns true when the relay lock is lost; `None` without the lock.
+    fence: Option<watch::Receiver<bool>>,
 }
 
 impl<'a> Session<'a> {
@@ -106,7 +112,14 @@ impl<'a> Session<'a> {
             progress,
             deleter: background.deleter.clone(),
             commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK),
+            fence: None,
         }
+    }
+
+    /// Streams only while `fence` stays false (the relay lock held).
+    pub(super) fn fenced_by(mut self, fence: Option<watch::Receiver<bool>>) -> Self {
+        self.fence = fence;
+        self
     }
 
     /// Feeds one delivery report to the machine, after taking what the
@@ -197,6 +210,14 @@ impl<'a> Session<'a> {
             let can_read = self.machine.can_read();
             tokio::select! {
                 biased;
+                () = lock_lost(&mut self.fence) => {
+                    if let Some(task) = heartbeat.take() {
+                        task.abort();
+                    }
+                    return Err(SessionError::LockLost {
+                        slot: self.settings.replication.slot.clone(),
+                    });
+                }
                 // A dropped sender means nobody can ask for a stop any more:
                 // treat it as one.
                 _ = async { shutdown.wait_for(|stop| *stop).await.is_ok() }, if stop_deadline.is_none() => {
@@ -405,6 +426,17 @@ impl<'a> Session<'a> {
             }
         }
         error
+    }
+}
+
+/// Resolves once the relay lock is lost (a dropped sender counts as lost);
+/// never without a lock.
+async fn lock_lost(fence: &mut Option<watch::Receiver<bool>>) {
+    match fence {
+        Some(lost) => {
+            let _ = lost.wait_for(|lost| *lost).await;
+        }
+        None => std::future::pending().await,
     }
 }
 

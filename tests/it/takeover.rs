@@ -1,5 +1,6 @@
-//! More than one relay, or another server: a second relay on the slot
-//! waits while the first holds it and takes over exactly once; after a
+//! More than one relay, or another server: with the relay lock off, a
+//! second relay on the slot waits while the first holds it and takes over
+//! exactly once (with the lock, see standby.rs); after a
 //! failover to a promoted standby, new commits are not taken for replays;
 //! a slot advanced behind the relay's back is warned about and counted.
 
@@ -16,7 +17,8 @@ async fn second_relay_on_the_slot_waits_then_takes_over_exactly_once() {
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 3).await;
-    let config = outbox.write_config("");
+    // The slot itself keeps the second relay out, without the relay lock.
+    let config = outbox.write_config("[relay]\nstandby_lock = false");
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
 
