@@ -133,6 +133,11 @@ pub struct PostgresConfig {
     pub message_prefix: String,
     /// What the relay does with outbox rows once the broker has them.
     pub cleanup: Cleanup,
+    /// The outbox split between this many relays, each with its own
+    /// publication (a row filter on the aggregate id) and slot; 1: none.
+    pub shards: u32,
+    /// Which of the `shards` this relay's publication and slot carry.
+    pub shard: u32,
 }
 
 impl Default for PostgresConfig {
@@ -150,6 +155,8 @@ impl Default for PostgresConfig {
             source: Source::Table,
             message_prefix: DEFAULT_PREFIX.to_owned(),
             cleanup: Cleanup::None,
+            shards: 1,
+            shard: 0,
         }
     }
 }

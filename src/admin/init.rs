@@ -90,6 +90,27 @@ pub enum InitError {
         source: ReplicationError,
     },
     #[error(
+        "postgres.shards = {shards} needs publication row filters, which PostgreSQL \
+         {version} does not have (15 or later does): run one relay per outbox on this server, \
+         or upgrade it"
+    )]
+    ShardsNeedRowFilters { shards: u32, version: String },
+    #[error(
+        "publication {publication:?} exists with {found} on the outbox table, not shard \
+         {shard} of {shards}: init does not change an existing filter. Fix it with \
+         `ALTER PUBLICATION {} SET TABLE {table} WHERE ({expected});` (rows committed before \
+         it were filtered the old way), or fix postgres.shards and postgres.shard",
+        escape_identifier(publication)
+    )]
+    ShardFilterMismatch {
+        publication: String,
+        table: String,
+        found: String,
+        expected: String,
+        shards: u32,
+        shard: u32,
+    },
+    #[error(
         "wal_level is {wal_level}, so no logical replication slot can be created: \
          `ALTER SYSTEM SET wal_level = logical;` and restart PostgreSQL, then run init again"
     )]

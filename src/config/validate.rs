@@ -46,6 +46,10 @@ const UNHEALTHY_AFTER_SECS: std::ops::RangeInclusive<u64> = 1..=86_400;
 /// tells when a rate changed.
 const MAX_PROGRESS_INTERVAL_SECS: u64 = 3_600;
 
+/// Most shards of one outbox: every walsender decodes all of the WAL, so
+/// past a handful more shards only multiply the decoding.
+const MAX_SHARDS: u32 = 64;
+
 fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         field: field.into(),
@@ -97,6 +101,21 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
 
 fn validate_postgres(config: &Config) -> Result<(), ConfigError> {
     let pg = &config.postgres;
+    if !(1..=MAX_SHARDS).contains(&pg.shards) {
+        return Err(invalid(
+            "postgres.shards",
+            format!("must be between 1 (not sharded) and {MAX_SHARDS}"),
+        ));
+    }
+    if pg.shard >= pg.shards {
+        return Err(invalid(
+            "postgres.shard",
+            format!(
+                "must be below postgres.shards ({}): shards are numbered from 0",
+                pg.shards
+            ),
+        ));
+    }
     let url = pg.url.trim();
     if url.is_empty() {
         return Err(invalid(

@@ -12,6 +12,7 @@
 use postgres_protocol::escape::escape_identifier;
 
 use crate::admin::facts::PgFacts;
+use crate::admin::shards;
 use crate::config::Config;
 use crate::replication::{ErrorKind, ReplicationError, evaluate_slot_json};
 
@@ -59,6 +60,7 @@ pub(super) fn outbox_items(config: &Config, side: &PgSide, table_shown: &str) ->
                 "postgres.publication",
                 format!("{publication:?} publishes the inserts of {table_shown}{also}"),
             ));
+            items.extend(shard_item(config, facts, table_shown));
             if outbox.publication_has_other_tables {
                 items.push(
                     Item::warn(
@@ -108,6 +110,70 @@ pub(super) fn outbox_items(config: &Config, side: &PgSide, table_shown: &str) ->
         }
     }
     items
+}
+
+/// Whether the publication's row filter is this relay's shard
+/// (`postgres.shards`, `postgres.shard`); a filter on an unsharded relay is
+/// worth a warning (rows outside it are never relayed by this relay).
+fn shard_item(config: &Config, facts: &PgFacts, table_shown: &str) -> Option<Item> {
+    let pg = &config.postgres;
+    let found = facts.publication.as_ref()?.row_filter.as_deref();
+    let name = "postgres.shard";
+    if pg.shards <= 1 {
+        return found.map(|filter| {
+            Item::warn(
+                name,
+                format!(
+                    "{:?} filters the outbox rows ({filter}): rows outside the filter are never \
+                     relayed by this relay",
+                    pg.publication
+                ),
+            )
+            .fix("set postgres.shards and postgres.shard if it is one shard of several")
+        });
+    }
+    let expected = shards::filter_sql(&pg.columns.aggregate_id, pg.shards, pg.shard);
+    let shown = format!("shard {} of {}", pg.shard, pg.shards);
+    if facts.server_version_num < shards::MIN_ROW_FILTER_VERSION_NUM {
+        return Some(Item::fail(
+            name,
+            format!(
+                "{shown} needs publication row filters (PostgreSQL 15+); this server is {}",
+                facts.server_version
+            ),
+        ));
+    }
+    let fix = format!(
+        "ALTER PUBLICATION {} SET TABLE {table_shown} WHERE ({expected});",
+        escape_identifier(&pg.publication)
+    );
+    Some(match found {
+        Some(filter)
+            if shards::filter_matches(filter, &pg.columns.aggregate_id, pg.shards, pg.shard) =>
+        {
+            Item::ok(
+                name,
+                format!("{shown}: {:?} filters {filter}", pg.publication),
+            )
+        }
+        Some(filter) => Item::fail(
+            name,
+            format!(
+                "{:?} filters {filter}, not {shown} ({expected})",
+                pg.publication
+            ),
+        )
+        .fix(fix),
+        None => Item::fail(
+            name,
+            format!(
+                "{:?} publishes every row, not {shown}: this relay would send the other \
+                 shards' events too, out of order with their relays",
+                pg.publication
+            ),
+        )
+        .fix(fix),
+    })
 }
 
 pub(super) fn slot_items(
