@@ -137,8 +137,11 @@ impl PgFacts {
 }
 
 /// The settings [`gather`] reads.
-const SETTINGS: [&str; 6] = [
+const SETTINGS: [&str; 8] = [
     "wal_level",
+    // PostgreSQL 17+ failover slots (absent before).
+    "synchronized_standby_slots",
+    "sync_replication_slots",
     "max_replication_slots",
     "max_wal_senders",
     "max_slot_wal_keep_size",

@@ -41,7 +41,7 @@ use super::facts;
 
 mod planning;
 
-pub use planning::{InitOptions, Plan, Step, create_table_sql, plan};
+pub use planning::{FAILOVER_SLOT_VERSION_NUM, InitOptions, Plan, Step, create_table_sql, plan};
 
 /// The oldest server the relay supports.
 pub const MIN_SERVER_VERSION_NUM: i64 = 140_000;

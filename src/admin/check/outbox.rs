@@ -176,6 +176,64 @@ fn shard_item(config: &Config, facts: &PgFacts, table_shown: &str) -> Option<Ite
     })
 }
 
+/// PostgreSQL 17+: whether the slot is a failover slot, whether it is a
+/// synchronized copy (`synced`: this server is a standby that keeps it in
+/// step), and whether `synchronized_standby_slots` keeps the relay from
+/// getting ahead of the standbys that would take over.
+fn failover_items(facts: &PgFacts) -> Vec<Item> {
+    let name = "postgres.slot.failover";
+    // Before 17 there is nothing to report: no server has failover slots
+    // (docs/operations.md, "Failover", says what to do instead).
+    if facts.server_version_num < crate::admin::init::FAILOVER_SLOT_VERSION_NUM {
+        return Vec::new();
+    }
+    let flag = |field: &str| facts.slot.as_ref()?.get(field)?.as_bool();
+    let synced = flag("synced").unwrap_or(false);
+    let mut items = Vec::new();
+    items.push(match flag("failover") {
+        Some(true) => Item::ok(
+            name,
+            format!(
+                "failover = true, synced = {synced}{}",
+                if synced {
+                    " (this server is a standby keeping a copy in step)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        _ => Item::warn(
+            name,
+            "failover = false: a standby does not keep this slot in step, and after a \
+             failover the relay finds no slot on the new primary",
+        )
+        .fix(
+            "on a replication connection: ALTER_REPLICATION_SLOT <slot> (FAILOVER true) \
+             (the relay must not hold it meanwhile); or init a new slot on PostgreSQL 17+",
+        ),
+    });
+    if flag("failover") == Some(true) && !synced {
+        let standby_slots = facts.setting("synchronized_standby_slots").unwrap_or("");
+        items.push(if standby_slots.trim().is_empty() {
+            Item::warn(
+                "postgres.synchronized_standby_slots",
+                "empty: the relay may confirm WAL a standby has not received yet, and after \
+                 a failover to that standby the synchronized slot is behind or not usable",
+            )
+            .fix(
+                "ALTER SYSTEM SET synchronized_standby_slots = '<the standbys' physical slots>'; \
+                 SELECT pg_reload_conf();",
+            )
+        } else {
+            Item::ok(
+                "postgres.synchronized_standby_slots",
+                format!("{standby_slots}: the relay never gets ahead of these standbys"),
+            )
+        });
+    }
+    items
+}
+
 pub(super) fn slot_items(
     config: &Config,
     facts: &PgFacts,
@@ -248,6 +306,7 @@ pub(super) fn slot_items(
             other.unwrap_or("unknown").to_owned(),
         ),
     });
+    items.extend(failover_items(facts));
     let active = row
         .get("active")
         .and_then(serde_json::Value::as_bool)

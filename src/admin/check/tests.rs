@@ -694,3 +694,48 @@ fn the_shard_item_compares_the_publications_row_filter() {
     let items = evaluate_as(2, 0, &side(old));
     assert_eq!(item(&items, "postgres.shard").status, Status::Fail);
 }
+
+#[test]
+fn on_postgresql_17_check_shows_failover_and_warns_without_standby_slots() {
+    let on_17 = |failover: bool, synced: bool, standby_slots: &str| {
+        let mut facts = healthy();
+        facts.server_version_num = 170_006;
+        facts.server_version = "17.6".into();
+        if let Some(serde_json::Value::Object(slot)) = facts.slot.as_mut() {
+            slot.insert("failover".into(), failover.into());
+            slot.insert("synced".into(), synced.into());
+        }
+        facts
+            .settings
+            .insert("synchronized_standby_slots".into(), standby_slots.into());
+        evaluate(&side(facts))
+    };
+    let items = on_17(true, false, "standby_1");
+    assert_eq!(item(&items, "postgres.slot.failover").status, Status::Ok);
+    assert_eq!(
+        item(&items, "postgres.synchronized_standby_slots").status,
+        Status::Ok
+    );
+    let items = on_17(true, false, "");
+    let warned = item(&items, "postgres.synchronized_standby_slots");
+    assert_eq!(warned.status, Status::Warn);
+    assert!(
+        warned
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("synchronized_standby_slots")
+    );
+    let items = on_17(false, false, "standby_1");
+    assert_eq!(item(&items, "postgres.slot.failover").status, Status::Warn);
+    // On the standby, its synchronized copy: shown as such.
+    let items = on_17(true, true, "");
+    let shown = item(&items, "postgres.slot.failover");
+    assert!(shown.detail.contains("synced = true"), "{shown:?}");
+    // Before 17: nothing to say.
+    assert!(
+        evaluate(&side(healthy()))
+            .iter()
+            .all(|i| i.name != "postgres.slot.failover")
+    );
+}

@@ -17,6 +17,9 @@ use super::{InitError, MIN_SERVER_VERSION_NUM};
 use crate::admin::facts::PgFacts;
 use crate::admin::shards;
 
+/// The first server with failover slots.
+pub const FAILOVER_SLOT_VERSION_NUM: i64 = 170_000;
+
 /// What `init` was asked to do besides the publication and the slot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InitOptions {
@@ -287,14 +290,30 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
                     role: facts.session_role.clone(),
                 });
             }
+            // PostgreSQL 17+: a failover slot, which a standby with
+            // sync_replication_slots keeps in step, so that the relay can go
+            // on from the promoted standby (docs/operations.md, "Failover").
+            let failover = facts.server_version_num >= FAILOVER_SLOT_VERSION_NUM;
             plan.steps.push(Step {
-                summary: format!("create replication slot {:?} (pgoutput)", pg.slot),
+                summary: format!(
+                    "create replication slot {:?} (pgoutput{})",
+                    pg.slot,
+                    if failover { ", failover" } else { "" }
+                ),
                 // The name passed the slot-name rule ([a-z0-9_]) in config
                 // validation: it needs no escaping.
-                sql: format!(
-                    "SELECT pg_create_logical_replication_slot('{}', 'pgoutput')",
-                    pg.slot
-                ),
+                sql: if failover {
+                    format!(
+                        "SELECT pg_create_logical_replication_slot('{}', 'pgoutput', \
+                         temporary => false, twophase => false, failover => true)",
+                        pg.slot
+                    )
+                } else {
+                    format!(
+                        "SELECT pg_create_logical_replication_slot('{}', 'pgoutput')",
+                        pg.slot
+                    )
+                },
             });
         }
     }

@@ -541,3 +541,25 @@ fn sharding_is_refused_before_postgresql_15_and_on_another_filter() {
     let plan = plan(&sharded(2, 1), &facts, &InitOptions::default()).unwrap();
     assert!(plan.steps.is_empty(), "{plan:?}");
 }
+
+#[test]
+fn on_postgresql_17_the_slot_is_a_failover_slot() {
+    let facts = PgFacts {
+        server_version_num: 170_006,
+        server_version: "17.6".into(),
+        table: Some(table()),
+        ..empty()
+    };
+    let planned = plan(&config(), &facts, &InitOptions::default()).unwrap();
+    let slot = planned.steps.last().unwrap();
+    assert_eq!(
+        slot.sql,
+        "SELECT pg_create_logical_replication_slot('outbox_relay', 'pgoutput', temporary => \
+         false, twophase => false, failover => true)"
+    );
+    assert!(
+        slot.summary.ends_with("(pgoutput, failover)"),
+        "{}",
+        slot.summary
+    );
+}

@@ -11,6 +11,8 @@ fn report() -> StatusReport {
         wal_status: Some("reserved".into()),
         safe_wal_size: None,
         active_pid: Some(4242),
+        failover: None,
+        synced: None,
         holder: Some(HolderFacts {
             pid: 4242,
             application_name: Some("outbox-relay".into()),
@@ -133,4 +135,34 @@ fn caught_up_only_when_the_confirmed_position_reached_the_end_of_the_wal() {
     assert!(!caught_up(None, Some("0/1549D80")));
     assert!(!caught_up(Some("0/1549D80"), None));
     assert!(!caught_up(Some("garbage"), Some("0/0")));
+}
+
+#[test]
+fn failover_shows_from_postgresql_17_only() {
+    let before_17 = render_text(&report());
+    assert!(!before_17.contains("failover"), "{before_17}");
+    let primary = render_text(&StatusReport {
+        failover: Some(true),
+        synced: Some(false),
+        ..report()
+    });
+    assert!(
+        primary.contains("failover") && primary.contains("keep a copy in step"),
+        "{primary}"
+    );
+    let standby = render_text(&StatusReport {
+        failover: Some(true),
+        synced: Some(true),
+        ..report()
+    });
+    assert!(standby.contains("synchronized copy"), "{standby}");
+    let plain = render_text(&StatusReport {
+        failover: Some(false),
+        synced: Some(false),
+        ..report()
+    });
+    assert!(
+        plain.contains("failover") && plain.contains("no such slot"),
+        "{plain}"
+    );
 }
