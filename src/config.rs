@@ -142,6 +142,11 @@ pub struct PostgresConfig {
     /// The delivery table of HTTP routes (retries, dead events): a name in
     /// the outbox table's schema, or `schema.name`.
     pub delivery_table: String,
+    /// The outbox split between this many relays, each with its own
+    /// publication (a row filter on the aggregate id) and slot; 1: none.
+    pub shards: u32,
+    /// Which of the `shards` this relay's publication and slot carry.
+    pub shard: u32,
 }
 
 impl Default for PostgresConfig {
@@ -160,6 +165,8 @@ impl Default for PostgresConfig {
             message_prefix: DEFAULT_PREFIX.to_owned(),
             cleanup: Cleanup::None,
             delivery_table: "outbox_delivery".to_owned(),
+            shards: 1,
+            shard: 0,
         }
     }
 }
@@ -306,6 +313,12 @@ pub struct RelayConfig {
     pub unhealthy_after_secs: u64,
     /// Seconds between progress lines while there is work; 0 = none.
     pub progress_interval_secs: u64,
+    /// Relays on one slot elect the active one by an advisory lock; the
+    /// others stand by (see docs/operations.md, "Standby relays").
+    pub standby_lock: bool,
+    /// The lock's lease: a holder cut off from PostgreSQL stops producing
+    /// within it, and a standby takes over soon after.
+    pub lock_lease_ms: u64,
 }
 
 impl Default for RelayConfig {
@@ -316,6 +329,8 @@ impl Default for RelayConfig {
             log_format: LogFormat::Text,
             unhealthy_after_secs: 120,
             progress_interval_secs: 30,
+            standby_lock: true,
+            lock_lease_ms: 3_000,
         }
     }
 }
@@ -530,6 +545,10 @@ impl RelayConfig {
     /// `None` when progress lines are off.
     pub fn progress_interval(&self) -> Option<Duration> {
         (self.progress_interval_secs > 0).then(|| Duration::from_secs(self.progress_interval_secs))
+    }
+
+    pub fn lock_lease(&self) -> Duration {
+        Duration::from_millis(self.lock_lease_ms)
     }
 }
 

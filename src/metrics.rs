@@ -43,6 +43,7 @@ pub const SLOT_SAMPLE_FAILURES: &str = "outbox_relay_slot_sample_failures_total"
 pub const SERVER_CHANGES: &str = "outbox_relay_server_changes_total";
 pub const SLOT_JUMPS: &str = "outbox_relay_slot_jumps_total";
 pub const READY: &str = "outbox_relay_ready";
+pub const ROLE_ACTIVE: &str = "outbox_relay_role_active";
 pub const MESSAGES_REFUSED: &str = "outbox_relay_messages_refused_total";
 pub const CLEANUP_DELETED_ROWS: &str = "outbox_relay_cleanup_deleted_rows_total";
 pub const CLEANUP_SKIPPED_ROWS: &str = "outbox_relay_cleanup_skipped_rows_total";
@@ -81,6 +82,7 @@ pub const ALL: &[&str] = &[
     SERVER_CHANGES,
     SLOT_JUMPS,
     READY,
+    ROLE_ACTIVE,
     MESSAGES_REFUSED,
     CLEANUP_DELETED_ROWS,
     CLEANUP_SKIPPED_ROWS,
@@ -143,6 +145,9 @@ pub mod reason {
     pub const CONNECT_FAILED: &str = "connect_failed";
     /// Another process holds the slot.
     pub const SLOT_BUSY: &str = "slot_busy";
+    /// The relay lock was lost (its session failed or its lease ran out):
+    /// the relay stopped producing and stands by.
+    pub const LOCK_LOST: &str = "lock_lost";
 }
 
 /// Registers the description of every metric above.
@@ -275,6 +280,10 @@ pub fn describe() {
         READY,
         "1 while /ready answers 200 (streaming, producer working), else 0."
     );
+    describe_gauge!(
+        ROLE_ACTIVE,
+        "The relay's role among relays on one slot: 1 while it holds the relay lock (or, with relay.standby_lock = false, streams), 0 while it stands by."
+    );
 }
 
 /// How long a retry loop may go on without progress before /health turns
@@ -320,7 +329,15 @@ pub async fn serve(
     let app = Router::new()
         .route("/metrics", get(move || std::future::ready(handle.render())))
         .route("/health", get(move || std::future::ready(health.status())))
-        .route("/ready", get(move || std::future::ready(ready.readiness())));
+        .route(
+            "/ready",
+            get(move |uri: axum::http::Uri| {
+                let standby_ok = uri
+                    .query()
+                    .is_some_and(|q| q.split('&').any(|pair| pair == "standby=ok"));
+                std::future::ready(ready.readiness_with(standby_ok))
+            }),
+        );
     let served = axum::serve(listener, app).await;
     upkeep.abort();
     served

@@ -14,6 +14,12 @@
 //! [`Health`], which turns /health 503 once the loop has gone on for
 //! `relay.unhealthy_after_secs` without progress.
 //!
+//! Standby relays (`relay.standby_lock`, see `lock`): before it streams,
+//! the relay holds the relay lock, or stands by and tries again; a session
+//! ends the moment the lock is lost, and the relay stands by again. Taking
+//! the lock, a relay ends the process still reading the slot (a relay that
+//! lost the lock) instead of waiting for the server to notice.
+//!
 //! What is confirmed to PostgreSQL comes only from the ack tracker inside the
 //! session ("confirm only what the broker holds" in docs/design.md); this loop carries that LSN from one session to the
 //! next.
@@ -21,6 +27,7 @@
 pub mod checkpoint;
 mod error;
 mod exactly_once;
+mod lock;
 mod machine;
 mod monitor;
 mod position;
@@ -55,6 +62,7 @@ use progress::Progress;
 use std::sync::Arc;
 
 pub use error::{RelayError, SessionError, Side};
+pub use lock::{DEFAULT_LEASE, LockError, LockSettings, MAX_LEASE, MIN_LEASE, lock_key};
 pub use machine::{Producer, SessionMachine, Step};
 pub use refusals::Refusals;
 pub use routing::DeliveryTag;
@@ -88,6 +96,8 @@ pub struct RelaySettings {
     pub exactly_once: Option<exactly_once::ExactlyOnceSettings>,
     /// `[[routes]]` to webhook sinks, and their delivery table.
     pub webhooks: Webhooks,
+    /// Standby relays: the relay lock (`relay.standby_lock`).
+    pub lock: LockSettings,
 }
 
 /// Where events come from (`postgres.source`, `postgres.message_prefix`)
@@ -158,6 +168,10 @@ impl RelaySettings {
                 cleanup: pg.cleanup,
             },
             webhooks: Webhooks::from_config(config),
+            lock: LockSettings {
+                enabled: config.relay.standby_lock,
+                lease: config.relay.lock_lease(),
+            },
             // Validated with the config.
             otlp: config.tracing.otlp_endpoint.as_deref().and_then(|url| {
                 Some(OtlpSettings {
@@ -350,18 +364,65 @@ async fn run_sessions(
     let mut refusals = Refusals::new();
     let mut dead_letter_topic_checked = false;
     health.set_unhealthy_after(settings.unhealthy_after);
+    let mut lock: Option<lock::HeldLock> = None;
+    let mut candidate = lock::Candidate::default();
+    let mut standing_by = false;
     loop {
         if *shutdown.borrow() {
             health.set_stopping();
             return Ok(());
+        }
+        if settings.lock.enabled && lock.as_ref().is_none_or(lock::HeldLock::is_lost) {
+            match hold_lock(
+                &settings,
+                &mut candidate,
+                &mut lock,
+                &health,
+                &mut standing_by,
+            )
+            .await
+            {
+                Ok(true) => {}
+                Ok(false) => {
+                    let delay = settings.lock.poll();
+                    if wait_or_shutdown(delay, &mut shutdown).await {
+                        health.set_stopping();
+                        return Ok(());
+                    }
+                    continue;
+                }
+                Err(e) if e.is_fatal() => return Err(e.into()),
+                Err(e) => {
+                    let reason = m::reason::CONNECT_FAILED;
+                    tracing::warn!(reason, error = %e, attempt, "cannot try the relay lock; retrying");
+                    // Out of reach of PostgreSQL, it could not take over.
+                    health.set_standby(false);
+                    metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+                    health.retrying(reason, &e);
+                    if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                        health.set_stopping();
+                        return Ok(());
+                    }
+                    attempt = attempt.saturating_add(1);
+                    continue;
+                }
+            }
         }
         // The stream reports nothing before `confirm` below: the position to
         // report depends on which server answered.
         let mut stream = match ReplicationStream::connect(&settings.replication, Lsn::ZERO).await {
             Ok(stream) => stream,
             Err(e) => {
+                let mut delay = replication::backoff(attempt);
                 let reason = match e.kind() {
                     ErrorKind::Fatal => return Err(e.into()),
+                    ErrorKind::SlotBusy if lock.is_some() => {
+                        // The reader was told to end when the lock was
+                        // taken; it is on its way out.
+                        tracing::info!(error = %e, "holding the relay lock, waiting for the slot's previous reader to exit");
+                        delay = replication::backoff(0);
+                        m::reason::SLOT_BUSY
+                    }
                     ErrorKind::SlotBusy => {
                         tracing::warn!(
                             reason = m::reason::SLOT_BUSY,
@@ -377,7 +438,7 @@ async fn run_sessions(
                 };
                 metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
                 health.retrying(reason, &e);
-                if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                if wait_or_shutdown(delay, &mut shutdown).await {
                     health.set_stopping();
                     return Ok(());
                 }
@@ -469,6 +530,7 @@ async fn run_sessions(
             "streaming from the slot's confirmed position"
         );
         health.set_streaming(true);
+        metrics::gauge!(m::ROLE_ACTIVE).set(1.0);
         let outcome = session::Session::new(
             &settings,
             stream,
@@ -479,9 +541,13 @@ async fn run_sessions(
             (&mut progress, background),
         )
         .with_exactly_once(eos)
+        .fenced_by(lock.as_ref().map(lock::HeldLock::watch))
         .run(&mut shutdown)
         .await;
         health.set_streaming(false);
+        if lock.is_none() {
+            metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
+        }
         // Whatever waited in this session is replayed by the next one.
         metrics::gauge!(m::OLDEST_UNACKED_AGE).set(0.0);
         match outcome {
@@ -500,6 +566,16 @@ async fn run_sessions(
                     return Err(err.into());
                 }
                 match &err {
+                    SessionError::LockLost { .. } => {
+                        let reason = m::reason::LOCK_LOST;
+                        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+                        tracing::warn!(reason, error = %err, confirmed = %confirmed, "the relay lock was lost: stopped producing; standing by unless it can be taken again");
+                        metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
+                        health.retrying(reason, &err);
+                        lock = None;
+                        // No backoff: the lock decides who goes on.
+                        continue;
+                    }
                     SessionError::Delivery { reason, error } => {
                         let reason = *reason;
                         metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
@@ -532,6 +608,58 @@ async fn run_sessions(
                     return Ok(());
                 }
             }
+        }
+    }
+}
+
+/// Tries the relay lock: `Ok(true)` when this relay holds it now,
+/// `Ok(false)` when another relay does (this one stands by: /ready says so,
+/// the role gauge is 0). Logs a change of role once.
+async fn hold_lock(
+    settings: &RelaySettings,
+    candidate: &mut lock::Candidate,
+    lock: &mut Option<lock::HeldLock>,
+    health: &Health,
+    standing_by: &mut bool,
+) -> Result<bool, lock::LockError> {
+    let slot = &settings.replication.slot;
+    if lock.take().is_some() {
+        tracing::warn!(
+            reason = m::reason::LOCK_LOST,
+            slot,
+            "the relay lock was lost between sessions"
+        );
+        metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
+    }
+    match candidate
+        .try_acquire(&settings.replication, settings.lock)
+        .await?
+    {
+        Some(held) => {
+            tracing::info!(
+                slot,
+                key = lock::lock_key(slot),
+                "holding the relay lock: this relay is the active one"
+            );
+            *lock = Some(held);
+            *standing_by = false;
+            metrics::gauge!(m::ROLE_ACTIVE).set(1.0);
+            health.set_standby(false);
+            Ok(true)
+        }
+        None => {
+            if !*standing_by {
+                tracing::info!(
+                    slot,
+                    key = lock::lock_key(slot),
+                    "standby: another relay holds the relay lock on this slot; taking over when \
+                     it lets go"
+                );
+                *standing_by = true;
+            }
+            metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
+            health.set_standby(true);
+            Ok(false)
         }
     }
 }

@@ -92,6 +92,9 @@ pub struct PublicationFacts {
     pub all_tables: bool,
     /// The table or one of its partitions is published.
     pub has_table: bool,
+    /// The table's row filter (`pg_publication_tables.rowfilter`, deparsed;
+    /// PostgreSQL 15+), when it has one.
+    pub row_filter: Option<String>,
 }
 
 /// The process holding the slot (`pg_stat_activity`, and
@@ -134,8 +137,11 @@ impl PgFacts {
 }
 
 /// The settings [`gather`] reads.
-const SETTINGS: [&str; 6] = [
+const SETTINGS: [&str; 8] = [
     "wal_level",
+    // PostgreSQL 17+ failover slots (absent before).
+    "synchronized_standby_slots",
+    "sync_replication_slots",
     "max_replication_slots",
     "max_wal_senders",
     "max_slot_wal_keep_size",
@@ -189,7 +195,10 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
               'delete', p.pubdelete, 'truncate', p.pubtruncate, 'via_root', p.pubviaroot, \
               'all_tables', p.puballtables, \
               'has_table', p.puballtables OR EXISTS (SELECT 1 FROM ({published}) pt \
-                 WHERE pt.relid IN (SELECT relid FROM tree))) \
+                 WHERE pt.relid IN (SELECT relid FROM tree)), \
+              'row_filter', (SELECT to_jsonb(v)->>'rowfilter' \
+                 FROM pg_catalog.pg_publication_tables v WHERE v.pubname = p.pubname \
+                 AND v.schemaname = {schema} AND v.tablename = {name} LIMIT 1)) \
               FROM pg_catalog.pg_publication p WHERE p.pubname = {publication}), \
            'slot', (SELECT to_jsonb(s) FROM s), \
            'slot_holder', (SELECT json_build_object('pid', a.pid, \

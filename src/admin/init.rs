@@ -42,7 +42,7 @@ use super::facts;
 mod delivery;
 mod planning;
 
-pub use planning::{InitOptions, Plan, Step, create_table_sql, plan};
+pub use planning::{FAILOVER_SLOT_VERSION_NUM, InitOptions, Plan, Step, create_table_sql, plan};
 
 /// The oldest server the relay supports.
 pub const MIN_SERVER_VERSION_NUM: i64 = 140_000;
@@ -89,6 +89,27 @@ pub enum InitError {
     SlotUnusable {
         slot: String,
         source: ReplicationError,
+    },
+    #[error(
+        "postgres.shards = {shards} needs publication row filters, which PostgreSQL \
+         {version} does not have (15 or later does): run one relay per outbox on this server, \
+         or upgrade it"
+    )]
+    ShardsNeedRowFilters { shards: u32, version: String },
+    #[error(
+        "publication {publication:?} exists with {found} on the outbox table, not shard \
+         {shard} of {shards}: init does not change an existing filter. Fix it with \
+         `ALTER PUBLICATION {} SET TABLE {table} WHERE ({expected});` (rows committed before \
+         it were filtered the old way), or fix postgres.shards and postgres.shard",
+        escape_identifier(publication)
+    )]
+    ShardFilterMismatch {
+        publication: String,
+        table: String,
+        found: String,
+        expected: String,
+        shards: u32,
+        shard: u32,
     },
     #[error(
         "wal_level is {wal_level}, so no logical replication slot can be created: \

@@ -28,6 +28,7 @@ pub mod dead;
 pub mod facts;
 pub mod init;
 pub mod kafka;
+pub mod shards;
 pub mod status;
 
 use std::time::Duration;

@@ -97,6 +97,12 @@ pub struct StatusReport {
     /// `None` when unlimited (max_slot_wal_keep_size = -1).
     pub safe_wal_size: Option<i64>,
     pub active_pid: Option<i32>,
+    /// PostgreSQL 17+: a failover slot (kept in step on standbys with
+    /// `sync_replication_slots`); `None` before 17.
+    pub failover: Option<bool>,
+    /// PostgreSQL 17+: this server is a standby and the slot its
+    /// synchronized copy.
+    pub synced: Option<bool>,
     pub holder: Option<HolderFacts>,
     pub pending: Pending,
     /// Per webhook sink: its rows of the delivery table (none without a
@@ -125,6 +131,8 @@ struct SlotFields {
     wal_status: Option<String>,
     safe_wal_size: Option<i64>,
     active_pid: Option<i32>,
+    failover: Option<bool>,
+    synced: Option<bool>,
 }
 
 fn slot_sql(slot: &str, table: (&str, &str)) -> String {
@@ -141,7 +149,8 @@ fn slot_sql(slot: &str, table: (&str, &str)) -> String {
            'track_commit_timestamp', current_setting('track_commit_timestamp') = 'on', \
            'slot', (SELECT json_build_object('confirmed_flush_lsn', s.confirmed_flush_lsn::text, \
               'catalog_xmin', s.catalog_xmin::text, 'wal_status', s.wal_status, \
-              'safe_wal_size', s.safe_wal_size, 'active_pid', s.active_pid) FROM s), \
+              'safe_wal_size', s.safe_wal_size, 'active_pid', s.active_pid, \
+              'failover', to_jsonb(s) -> 'failover', 'synced', to_jsonb(s) -> 'synced') FROM s), \
            'lag_bytes', (SELECT pg_catalog.pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn)::bigint \
               FROM s, w), \
            'holder', (SELECT json_build_object('pid', a.pid, \
@@ -308,6 +317,8 @@ pub async fn gather(
         wal_status: slot.and_then(|s| s.wal_status.clone()),
         safe_wal_size: slot.and_then(|s| s.safe_wal_size),
         active_pid: slot.and_then(|s| s.active_pid),
+        failover: slot.and_then(|s| s.failover),
+        synced: slot.and_then(|s| s.synced),
         holder: document.holder,
         pending,
         webhooks: webhook_stats(connection, config).await,
@@ -391,6 +402,20 @@ pub fn render_text(report: &StatusReport) -> String {
             report.wal_status.as_deref().unwrap_or("unknown")
         ),
     ));
+    if let Some(failover) = report.failover {
+        rows.push((
+            "failover",
+            match (failover, report.synced.unwrap_or(false)) {
+                (true, true) => {
+                    "yes; this server is a standby and the slot its synchronized copy".to_owned()
+                }
+                (true, false) => {
+                    "yes: standbys with sync_replication_slots keep a copy in step".to_owned()
+                }
+                (false, _) => "no: after a failover the new primary has no such slot".to_owned(),
+            },
+        ));
+    }
     rows.push((
         "held by",
         match (&report.holder, report.active_pid) {

@@ -732,6 +732,22 @@ fn on_unroutable_stops_by_default_and_is_one_of_two_words() {
 }
 
 #[test]
+fn the_relay_lock_is_on_by_default_and_its_lease_bounded() {
+    let config = minimal();
+    assert!(config.relay.standby_lock);
+    assert_eq!(config.relay.lock_lease(), Duration::from_secs(3));
+    for bad in [0, 999, 60_001, u64::MAX] {
+        let (field, constraint) = rule(|c| c.relay.lock_lease_ms = bad);
+        assert_eq!(field, "relay.lock_lease_ms", "{bad}: {constraint}");
+    }
+    for good in [1_000, 60_000] {
+        let mut config = minimal();
+        config.relay.lock_lease_ms = good;
+        config.validate().unwrap();
+    }
+}
+
+#[test]
 fn unhealthy_after_is_bounded() {
     assert_eq!(minimal().relay.unhealthy_after(), Duration::from_secs(120));
     for bad in [0, 86_401, u64::MAX] {
@@ -1088,4 +1104,49 @@ fn the_effective_config_shows_the_delivery_mode() {
         shown.contains("kafka.checkpoint_topic=\"outbox-relay.checkpoints\""),
         "{shown}"
     );
+}
+
+/// The Kubernetes example in deploy/kubernetes/ is a config the relay
+/// accepts once the Secret gives it the URL, with the relay lock on and
+/// the probes' port where the Deployment looks for it.
+#[test]
+fn the_kubernetes_example_config_loads_with_the_secrets_url() {
+    let configmap = include_str!("../../deploy/kubernetes/configmap.yaml");
+    let toml: String = configmap
+        .split_once("relay.toml: |\n")
+        .expect("relay.toml in the ConfigMap")
+        .1
+        .lines()
+        .take_while(|l| l.is_empty() || l.starts_with("    "))
+        .map(|l| format!("{}\n", l.strip_prefix("    ").unwrap_or(l)))
+        .collect();
+    assert!(
+        toml.contains("[postgres]") && toml.contains("[relay]"),
+        "{toml}"
+    );
+    let secret = include_str!("../../deploy/kubernetes/secret.example.yaml");
+    let url = secret
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("OUTBOX_RELAY__POSTGRES__URL: "))
+        .expect("the URL in the Secret")
+        .trim_matches('"');
+    let config = load_str(&toml, &[("OUTBOX_RELAY__POSTGRES__URL", url)]).unwrap();
+    assert!(config.relay.standby_lock);
+    let port = config.relay.metrics_addr.expect("metrics_addr").port();
+    let deployment = include_str!("../../deploy/kubernetes/deployment.yaml");
+    assert!(
+        deployment.contains(&format!("containerPort: {port}")),
+        "the Deployment exposes {port}"
+    );
+    for probe in ["path: /health", "path: /ready?standby=ok"] {
+        assert!(deployment.contains(probe), "{probe}");
+    }
+    // A SIGTERM drains within the grace period the kubelet gives.
+    let grace: u64 = deployment
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("terminationGracePeriodSeconds: "))
+        .expect("terminationGracePeriodSeconds")
+        .parse()
+        .unwrap();
+    assert!(config.kafka.shutdown_drain_secs < grace);
 }

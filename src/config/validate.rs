@@ -61,6 +61,9 @@ const TRANSACTION_MAX_MS: std::ops::RangeInclusive<u64> = 1..=30_000;
 const MAX_MESSAGE_TIMEOUT_EXACTLY_ONCE_MS: u64 = 600_000;
 /// Longest `kafka.transactional_id` accepted.
 const MAX_TRANSACTIONAL_ID_LEN: usize = 249;
+/// Most shards of one outbox: every walsender decodes all of the WAL, so
+/// past a handful more shards only multiply the decoding.
+const MAX_SHARDS: u32 = 64;
 
 fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -92,6 +95,14 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
              progress before /health answers 503",
         ));
     }
+    let lease = config.relay.lock_lease();
+    if lease < crate::relay::MIN_LEASE || lease > crate::relay::MAX_LEASE {
+        return Err(invalid(
+            "relay.lock_lease_ms",
+            "must be between 1000 and 60000 (milliseconds): how long the relay lock's session \
+             may stay silent before the server ends it and a standby takes over",
+        ));
+    }
     if config.relay.progress_interval_secs > MAX_PROGRESS_INTERVAL_SECS {
         return Err(invalid(
             "relay.progress_interval_secs",
@@ -106,6 +117,21 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
 
 fn validate_postgres(config: &Config) -> Result<(), ConfigError> {
     let pg = &config.postgres;
+    if !(1..=MAX_SHARDS).contains(&pg.shards) {
+        return Err(invalid(
+            "postgres.shards",
+            format!("must be between 1 (not sharded) and {MAX_SHARDS}"),
+        ));
+    }
+    if pg.shard >= pg.shards {
+        return Err(invalid(
+            "postgres.shard",
+            format!(
+                "must be below postgres.shards ({}): shards are numbered from 0",
+                pg.shards
+            ),
+        ));
+    }
     let url = pg.url.trim();
     if url.is_empty() {
         return Err(invalid(

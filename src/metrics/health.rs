@@ -5,6 +5,13 @@
 //! the producer) has gone on for `relay.unhealthy_after_secs` without
 //! progress, with the last reason in the body. A restart may cure that.
 //!
+//! A standby relay (another relay holds the relay lock) is healthy:
+//! `/health` 200 `standby`, `/ready` 503 `standby: ...`; restarting it would
+//! not make it the active one. `/ready?standby=ok` answers 200 `standby`
+//! instead, for orchestrators that count ready replicas (a Kubernetes
+//! rolling update or PodDisruptionBudget would otherwise wait forever for
+//! a standby to become ready).
+//!
 //! `/ready` answers 200 only while a session streams with a producer that
 //! works; otherwise 503 with what the relay does instead: `connecting`,
 //! `retrying <reason>` (between sessions), `producer retrying <reason>` (a
@@ -35,6 +42,8 @@ pub struct Health(Arc<HealthState>);
 #[derive(Debug)]
 struct HealthState {
     streaming: AtomicBool,
+    /// Another relay holds the relay lock: this one waits for it.
+    standby: AtomicBool,
     /// A stop was asked for: draining, then exit.
     stopping: AtomicBool,
     /// The last failure was the producer's (a delivery failed), and nothing
@@ -52,6 +61,7 @@ impl Default for Health {
     fn default() -> Self {
         Health(Arc::new(HealthState {
             streaming: AtomicBool::new(false),
+            standby: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             producer_failing: AtomicBool::new(false),
             origin: Instant::now(),
@@ -74,6 +84,21 @@ impl Health {
 
     pub fn is_streaming(&self) -> bool {
         self.0.streaming.load(Ordering::Relaxed)
+    }
+
+    /// Whether this relay stands by (another holds the relay lock). Standing
+    /// by is not a failure: it clears the retry clock of /health.
+    pub fn set_standby(&self, standby: bool) {
+        self.0.standby.store(standby, Ordering::Relaxed);
+        if standby {
+            self.0.failing_since.store(0, Ordering::Relaxed);
+            self.0.producer_failing.store(false, Ordering::Relaxed);
+        }
+        self.publish_readiness();
+    }
+
+    pub fn is_standby(&self) -> bool {
+        self.0.standby.load(Ordering::Relaxed)
     }
 
     /// A stop was asked for: /ready answers 503 `stopping` from now on.
@@ -164,6 +189,7 @@ impl Health {
         }
         match (self.is_streaming(), since != 0) {
             (true, _) => (StatusCode::OK, "streaming\n".to_owned()),
+            (false, false) if self.is_standby() => (StatusCode::OK, "standby\n".to_owned()),
             (false, false) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not streaming\n".to_owned(),
@@ -177,11 +203,25 @@ impl Health {
 
     /// The /ready answer: status code and body (see the module docs).
     pub fn readiness(&self) -> (StatusCode, String) {
+        self.readiness_with(false)
+    }
+
+    /// The /ready answer; a standby counts as ready when `standby_ok`
+    /// (`/ready?standby=ok`).
+    pub fn readiness_with(&self, standby_ok: bool) -> (StatusCode, String) {
         let unavailable = |body: String| (StatusCode::SERVICE_UNAVAILABLE, body);
         if self.0.stopping.load(Ordering::Relaxed) {
             return unavailable("stopping\n".to_owned());
         }
         let failing = self.0.failing_since.load(Ordering::Relaxed) != 0;
+        if self.is_standby() && !self.is_streaming() {
+            if standby_ok {
+                return (StatusCode::OK, "standby\n".to_owned());
+            }
+            return unavailable(
+                "standby: another relay holds the relay lock on this slot\n".to_owned(),
+            );
+        }
         if self.is_streaming() {
             if failing && self.0.producer_failing.load(Ordering::Relaxed) {
                 return unavailable(format!("producer retrying {}\n", self.reason()));
@@ -291,6 +331,40 @@ mod tests {
         // A stop wins over everything, streaming included.
         health.set_stopping();
         assert_eq!(health.readiness(), unavailable("stopping\n"));
+    }
+
+    #[test]
+    fn a_standby_is_alive_but_not_ready_and_never_turns_unhealthy() {
+        let health = Health::default();
+        health.set_unhealthy_after(Duration::from_secs(10));
+        // The active relay was cut off: it lost the lock, then stands by.
+        health.retrying(reason::LOCK_LOST, &"lease ran out");
+        health.set_standby(true);
+        let (code, body) = health.status_at(Duration::from_secs(3600));
+        assert_eq!((code, body.as_str()), (StatusCode::OK, "standby\n"));
+        let (code, body) = health.readiness();
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(body.starts_with("standby"), "{body}");
+        assert_eq!(
+            health.readiness_with(true),
+            (StatusCode::OK, "standby\n".to_owned()),
+            "/ready?standby=ok"
+        );
+        // A standby that cannot reach PostgreSQL is no standby.
+        health.set_standby(false);
+        health.retrying(reason::CONNECT_FAILED, &"connection refused");
+        assert_eq!(
+            health.readiness_with(true).0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        // Elected: streaming and ready.
+        health.set_streaming(true);
+        health.progress();
+        assert_eq!(health.readiness().0, StatusCode::OK);
+        assert_eq!(
+            health.status_at(Duration::from_secs(3600)).0,
+            StatusCode::OK
+        );
     }
 
     #[test]

@@ -44,6 +44,10 @@ pub enum SessionError {
     /// Exactly-once: the checkpoint topic could not be read at start.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointReadError),
+    /// The relay lock was lost: the session stopped producing at once, so
+    /// that the next holder never produces beside it.
+    #[error("the relay lock on slot \"{slot}\" was lost; stopped producing")]
+    LockLost { slot: String },
 }
 
 impl SessionError {
@@ -56,6 +60,7 @@ impl SessionError {
                 ErrorKind::Transient
             }
             SessionError::Transaction(_) => ErrorKind::Fatal,
+            SessionError::LockLost { .. } => ErrorKind::Transient,
             SessionError::Decode { .. }
             | SessionError::OutOfStep { .. }
             | SessionError::Tracker(_)
@@ -93,6 +98,9 @@ pub enum RelayError {
     /// A webhook sink could not be set up.
     #[error("cannot set up the webhook sink {0}")]
     Webhook(String),
+    /// The relay lock cannot be used (see `relay.standby_lock`).
+    #[error(transparent)]
+    Lock(#[from] super::lock::LockError),
 }
 
 impl RelayError {
@@ -101,11 +109,13 @@ impl RelayError {
         match self {
             RelayError::Replication(_) => Side::Source,
             RelayError::Sink(_) | RelayError::Webhook(_) => Side::Sink,
+            RelayError::Lock(_) => Side::Source,
             RelayError::Session(e) => match e {
                 SessionError::Replication(_)
                 | SessionError::Decode { .. }
                 | SessionError::OutOfStep { .. }
-                | SessionError::Tracker(_) => Side::Source,
+                | SessionError::Tracker(_)
+                | SessionError::LockLost { .. } => Side::Source,
                 SessionError::Delivery { .. }
                 | SessionError::Refused(_)
                 | SessionError::Transaction(_)

@@ -72,6 +72,7 @@ fn settings(max_in_flight: usize) -> RelaySettings {
         shutdown_drain: Duration::from_secs(1),
         on_unroutable: OnUnroutable::Stop,
         unhealthy_after: Duration::from_secs(60),
+        lock: Default::default(),
         source: SourceSettings {
             kind: Source::Both,
             ..SourceSettings::default()

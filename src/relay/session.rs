@@ -4,7 +4,11 @@
 //! A single task owns the replication stream, the producer and its delivery
 //! reports, and reacts to whichever is ready:
 //!
-//! * shutdown (first, `biased`): stop reading (once the transaction being
+//! * the relay lock lost (first, `biased`, with shutdown): stop at once,
+//!   without waiting for acknowledgements: the producer is purged, nothing
+//!   more is confirmed, and the next holder replays what was not (see
+//!   `lock.rs`);
+//! * shutdown: stop reading (once the transaction being
 //!   received, if any, has reached its Commit, so that its already-sent
 //!   events become confirmable), wait for outstanding acknowledgements up
 //!   to the drain deadline, send the final status update;
@@ -88,6 +92,8 @@ pub(super) struct Session<'a> {
     /// Exactly-once: the open Kafka transaction; the slot is confirmed
     /// only up to its last committed checkpoint.
     eos: Option<Eos>,
+    /// Turns true when the relay lock is lost; `None` without the lock.
+    fence: Option<watch::Receiver<bool>>,
 }
 
 impl<'a> Session<'a> {
@@ -117,12 +123,19 @@ impl<'a> Session<'a> {
             deleter: background.deleter.clone(),
             commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK),
             eos: None,
+            fence: None,
         }
     }
 
     /// Exactly-once delivery (`exactly_once.rs`).
     pub(super) fn with_exactly_once(mut self, eos: Option<Eos>) -> Self {
         self.eos = eos;
+        self
+    }
+
+    /// Streams only while `fence` stays false (the relay lock held).
+    pub(super) fn fenced_by(mut self, fence: Option<watch::Receiver<bool>>) -> Self {
+        self.fence = fence;
         self
     }
 
@@ -236,6 +249,14 @@ impl<'a> Session<'a> {
                 .map(Instant::from_std);
             tokio::select! {
                 biased;
+                () = lock_lost(&mut self.fence) => {
+                    if let Some(task) = heartbeat.take() {
+                        task.abort();
+                    }
+                    return Err(SessionError::LockLost {
+                        slot: self.settings.replication.slot.clone(),
+                    });
+                }
                 // A dropped sender means nobody can ask for a stop any more:
                 // treat it as one.
                 _ = async { shutdown.wait_for(|stop| *stop).await.is_ok() }, if stop_deadline.is_none() => {
@@ -493,6 +514,17 @@ impl<'a> Session<'a> {
             }
         }
         error
+    }
+}
+
+/// Resolves once the relay lock is lost (a dropped sender counts as lost);
+/// never without a lock.
+async fn lock_lost(fence: &mut Option<watch::Receiver<bool>>) {
+    match fence {
+        Some(lost) => {
+            let _ = lost.wait_for(|lost| *lost).await;
+        }
+        None => std::future::pending().await,
     }
 }
 

@@ -137,7 +137,8 @@ async fn init_sets_up_from_nothing_then_events_arrive() {
         format!("done: create the outbox table public.{}", o.table),
         format!("done: grant relay SELECT on public.{}", o.table),
         format!("done: create publication \"{}\"", o.publication),
-        format!("done: create replication slot \"{}\" (pgoutput)", o.slot),
+        // "(pgoutput)", or on PostgreSQL 17+ "(pgoutput, failover)".
+        format!("done: create replication slot \"{}\" (pgoutput", o.slot),
     ] {
         assert!(stdout.contains(&step), "{step}: {}", text(&first));
     }
@@ -244,8 +245,9 @@ async fn init_dry_run_prints_the_sql_and_changes_nothing() {
             "CREATE PUBLICATION \"{}\" FOR TABLE \"public\".\"{}\" WITH (publish = 'insert');",
             o.publication, o.table
         ),
+        // On PostgreSQL 17+ with `failover => true` before the `)`.
         format!(
-            "SELECT pg_create_logical_replication_slot('{}', 'pgoutput');",
+            "SELECT pg_create_logical_replication_slot('{}', 'pgoutput'",
             o.slot
         ),
     ] {

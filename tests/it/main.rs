@@ -15,6 +15,10 @@
 //!   publications, and what is refused at start.
 //! * [`auth_tls`]: authentication, TLS, secrets never in logs.
 //! * [`shutdown`]: SIGTERM and `kill -9`, restarts.
+//! * [`shards`]: the outbox split between relays by row-filtered
+//!   publications (`postgres.shards`): init, check, the union delivered.
+//! * [`standby`]: several relays with one config: one streams, the others
+//!   stand by (the relay lock); kill -9 and network cuts of the active one.
 //! * [`takeover`]: two relays on a slot, failover, a slot moved by others.
 //! * [`outbox_messages`]: the table-less outbox (`outbox_emit`,
 //!   `postgres.source`): end to end, order across rows and messages, kill -9.
@@ -71,9 +75,11 @@ mod payloads;
 mod replication;
 mod schema_change;
 mod service_faults;
+mod shards;
 mod shutdown;
 mod smoke;
 mod soak;
+mod standby;
 mod takeover;
 mod trace_context;
 mod webhooks;

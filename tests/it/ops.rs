@@ -79,8 +79,9 @@ async fn sigterm_while_streaming_exits_clean() {
 // /ready
 
 /// /ready answers 503 with the reason while the relay cannot stream (here:
-/// another reader holds the slot), 200 once it streams, and /health and
-/// /metrics stay beside it.
+/// another reader holds the slot, and the relay lock is off, so it tries
+/// the slot; with the lock, see standby.rs), 200 once it streams, and
+/// /health and /metrics stay beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ready_is_503_with_the_reason_until_the_relay_streams() {
     let outbox = TestOutbox::create("jsonb").await;
@@ -90,7 +91,9 @@ async fn ready_is_503_with_the_reason_until_the_relay_streams() {
     })
     .await;
     let port = free_port();
-    let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
+    let config = outbox.write_config(&format!(
+        "[relay]\nmetrics_addr = \"127.0.0.1:{port}\"\nstandby_lock = false"
+    ));
     let mut relay = Relay::process(&config);
     let ready_is = |want: u16, needle: &'static str| async move {
         http_get(port, "/ready")

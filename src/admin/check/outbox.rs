@@ -12,6 +12,7 @@
 use postgres_protocol::escape::escape_identifier;
 
 use crate::admin::facts::PgFacts;
+use crate::admin::shards;
 use crate::config::Config;
 use crate::replication::{ErrorKind, ReplicationError, evaluate_slot_json};
 
@@ -59,6 +60,7 @@ pub(super) fn outbox_items(config: &Config, side: &PgSide, table_shown: &str) ->
                 "postgres.publication",
                 format!("{publication:?} publishes the inserts of {table_shown}{also}"),
             ));
+            items.extend(shard_item(config, facts, table_shown));
             if outbox.publication_has_other_tables {
                 items.push(
                     Item::warn(
@@ -106,6 +108,128 @@ pub(super) fn outbox_items(config: &Config, side: &PgSide, table_shown: &str) ->
                 "the table could not be resolved",
             ));
         }
+    }
+    items
+}
+
+/// Whether the publication's row filter is this relay's shard
+/// (`postgres.shards`, `postgres.shard`); a filter on an unsharded relay is
+/// worth a warning (rows outside it are never relayed by this relay).
+fn shard_item(config: &Config, facts: &PgFacts, table_shown: &str) -> Option<Item> {
+    let pg = &config.postgres;
+    let found = facts.publication.as_ref()?.row_filter.as_deref();
+    let name = "postgres.shard";
+    if pg.shards <= 1 {
+        return found.map(|filter| {
+            Item::warn(
+                name,
+                format!(
+                    "{:?} filters the outbox rows ({filter}): rows outside the filter are never \
+                     relayed by this relay",
+                    pg.publication
+                ),
+            )
+            .fix("set postgres.shards and postgres.shard if it is one shard of several")
+        });
+    }
+    let expected = shards::filter_sql(&pg.columns.aggregate_id, pg.shards, pg.shard);
+    let shown = format!("shard {} of {}", pg.shard, pg.shards);
+    if facts.server_version_num < shards::MIN_ROW_FILTER_VERSION_NUM {
+        return Some(Item::fail(
+            name,
+            format!(
+                "{shown} needs publication row filters (PostgreSQL 15+); this server is {}",
+                facts.server_version
+            ),
+        ));
+    }
+    let fix = format!(
+        "ALTER PUBLICATION {} SET TABLE {table_shown} WHERE ({expected});",
+        escape_identifier(&pg.publication)
+    );
+    Some(match found {
+        Some(filter)
+            if shards::filter_matches(filter, &pg.columns.aggregate_id, pg.shards, pg.shard) =>
+        {
+            Item::ok(
+                name,
+                format!("{shown}: {:?} filters {filter}", pg.publication),
+            )
+        }
+        Some(filter) => Item::fail(
+            name,
+            format!(
+                "{:?} filters {filter}, not {shown} ({expected})",
+                pg.publication
+            ),
+        )
+        .fix(fix),
+        None => Item::fail(
+            name,
+            format!(
+                "{:?} publishes every row, not {shown}: this relay would send the other \
+                 shards' events too, out of order with their relays",
+                pg.publication
+            ),
+        )
+        .fix(fix),
+    })
+}
+
+/// PostgreSQL 17+: whether the slot is a failover slot, whether it is a
+/// synchronized copy (`synced`: this server is a standby that keeps it in
+/// step), and whether `synchronized_standby_slots` keeps the relay from
+/// getting ahead of the standbys that would take over.
+fn failover_items(facts: &PgFacts) -> Vec<Item> {
+    let name = "postgres.slot.failover";
+    // Before 17 there is nothing to report: no server has failover slots
+    // (docs/operations.md, "Failover", says what to do instead).
+    if facts.server_version_num < crate::admin::init::FAILOVER_SLOT_VERSION_NUM {
+        return Vec::new();
+    }
+    let flag = |field: &str| facts.slot.as_ref()?.get(field)?.as_bool();
+    let synced = flag("synced").unwrap_or(false);
+    let mut items = Vec::new();
+    items.push(match flag("failover") {
+        Some(true) => Item::ok(
+            name,
+            format!(
+                "failover = true, synced = {synced}{}",
+                if synced {
+                    " (this server is a standby keeping a copy in step)"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        _ => Item::warn(
+            name,
+            "failover = false: a standby does not keep this slot in step, and after a \
+             failover the relay finds no slot on the new primary",
+        )
+        .fix(
+            "on a replication connection: ALTER_REPLICATION_SLOT <slot> (FAILOVER true) \
+             (the relay must not hold it meanwhile); or init a new slot on PostgreSQL 17+",
+        ),
+    });
+    if flag("failover") == Some(true) && !synced {
+        let standby_slots = facts.setting("synchronized_standby_slots").unwrap_or("");
+        items.push(if standby_slots.trim().is_empty() {
+            Item::warn(
+                "postgres.synchronized_standby_slots",
+                "empty: the relay may confirm WAL a standby has not received yet, and after \
+                 a failover to that standby the synchronized slot is behind or not usable",
+            )
+            .fix(
+                "ALTER SYSTEM SET synchronized_standby_slots = '<the standbys' physical slots>'; \
+                 SELECT pg_reload_conf();",
+            )
+        } else {
+            Item::ok(
+                "postgres.synchronized_standby_slots",
+                format!("{standby_slots}: the relay never gets ahead of these standbys"),
+            )
+        });
     }
     items
 }
@@ -182,6 +306,7 @@ pub(super) fn slot_items(
             other.unwrap_or("unknown").to_owned(),
         ),
     });
+    items.extend(failover_items(facts));
     let active = row
         .get("active")
         .and_then(serde_json::Value::as_bool)

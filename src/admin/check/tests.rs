@@ -643,3 +643,100 @@ fn a_missing_event_topic_without_auto_creation_fails_unless_its_events_are_dead_
     let items = evaluate_kafka(&dead_letter, &facts, &topics);
     assert_eq!(item(&items, "kafka.dead_letter_topic").status, Status::Fail);
 }
+
+#[test]
+fn the_shard_item_compares_the_publications_row_filter() {
+    let deparsed =
+        "(COALESCE((abs((hashtext((aggregateid)::text))::bigint) % (2)::bigint), (0)::bigint) = 1)";
+    let with_filter = |filter: Option<&str>| {
+        let mut facts = healthy();
+        if let Some(p) = facts.publication.as_mut() {
+            p.row_filter = filter.map(str::to_owned);
+        }
+        side(facts)
+    };
+    let evaluate_as = |shards: u32, shard: u32, side: &PgSide| {
+        let mut config = config();
+        config.postgres.shards = shards;
+        config.postgres.shard = shard;
+        evaluate_postgres(&config, "relay", "outbox-relay", side)
+    };
+    // Unsharded without a filter: no item.
+    assert!(
+        evaluate(&with_filter(None))
+            .iter()
+            .all(|i| i.name != "postgres.shard")
+    );
+    // Unsharded with one: a warning.
+    assert_eq!(
+        item(&evaluate(&with_filter(Some(deparsed))), "postgres.shard").status,
+        Status::Warn
+    );
+    // The right shard passes, another shard or no filter fails with the fix.
+    let ok = evaluate_as(2, 1, &with_filter(Some(deparsed)));
+    assert_eq!(item(&ok, "postgres.shard").status, Status::Ok);
+    for (shard, filter) in [(0, Some(deparsed)), (1, None)] {
+        let items = evaluate_as(2, shard, &with_filter(filter));
+        let shard_item = item(&items, "postgres.shard");
+        assert_eq!(shard_item.status, Status::Fail, "{shard_item:?}");
+        assert!(
+            shard_item
+                .fix
+                .as_deref()
+                .unwrap()
+                .contains("WHERE (coalesce("),
+            "{shard_item:?}"
+        );
+    }
+    // PostgreSQL 14 cannot filter.
+    let mut old = healthy();
+    old.server_version_num = 140_019;
+    old.server_version = "14.19".into();
+    let items = evaluate_as(2, 0, &side(old));
+    assert_eq!(item(&items, "postgres.shard").status, Status::Fail);
+}
+
+#[test]
+fn on_postgresql_17_check_shows_failover_and_warns_without_standby_slots() {
+    let on_17 = |failover: bool, synced: bool, standby_slots: &str| {
+        let mut facts = healthy();
+        facts.server_version_num = 170_006;
+        facts.server_version = "17.6".into();
+        if let Some(serde_json::Value::Object(slot)) = facts.slot.as_mut() {
+            slot.insert("failover".into(), failover.into());
+            slot.insert("synced".into(), synced.into());
+        }
+        facts
+            .settings
+            .insert("synchronized_standby_slots".into(), standby_slots.into());
+        evaluate(&side(facts))
+    };
+    let items = on_17(true, false, "standby_1");
+    assert_eq!(item(&items, "postgres.slot.failover").status, Status::Ok);
+    assert_eq!(
+        item(&items, "postgres.synchronized_standby_slots").status,
+        Status::Ok
+    );
+    let items = on_17(true, false, "");
+    let warned = item(&items, "postgres.synchronized_standby_slots");
+    assert_eq!(warned.status, Status::Warn);
+    assert!(
+        warned
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("synchronized_standby_slots")
+    );
+    let items = on_17(false, false, "standby_1");
+    assert_eq!(item(&items, "postgres.slot.failover").status, Status::Warn);
+    // On the standby, its synchronized copy: shown as such.
+    let items = on_17(true, true, "");
+    let shown = item(&items, "postgres.slot.failover");
+    assert!(shown.detail.contains("synced = true"), "{shown:?}");
+    // Before 17: nothing to say.
+    assert!(
+        evaluate(&side(healthy()))
+            .iter()
+            .all(|i| i.name != "postgres.slot.failover")
+    );
+}

@@ -15,6 +15,10 @@ use crate::replication::{ErrorKind, evaluate_slot_json};
 
 use super::{InitError, MIN_SERVER_VERSION_NUM};
 use crate::admin::facts::PgFacts;
+use crate::admin::shards;
+
+/// The first server with failover slots.
+pub const FAILOVER_SLOT_VERSION_NUM: i64 = 170_000;
 
 /// What `init` was asked to do besides the publication and the slot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -146,16 +150,33 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
     // The delivery table of webhook sinks, and its grants.
     super::delivery::plan_delivery_table(config, options, &mut plan);
 
-    // The publication.
+    // The publication, with this shard's row filter when sharded.
     let publication_sql = escape_identifier(&pg.publication);
+    let filter =
+        (pg.shards > 1).then(|| shards::filter_sql(&pg.columns.aggregate_id, pg.shards, pg.shard));
+    if filter.is_some() && facts.server_version_num < shards::MIN_ROW_FILTER_VERSION_NUM {
+        return Err(InitError::ShardsNeedRowFilters {
+            shards: pg.shards,
+            version: facts.server_version.clone(),
+        });
+    }
+    let where_sql = filter
+        .as_ref()
+        .map_or_else(String::new, |f| format!(" WHERE ({f})"));
+    let shard_shown = filter.as_ref().map_or_else(String::new, |_| {
+        format!(" (shard {} of {})", pg.shard, pg.shards)
+    });
     match &facts.publication {
         None => {
             let via_root = facts.table.as_ref().is_some_and(|t| t.partitioned);
             plan.steps.push(Step {
-                summary: format!("create publication {:?} on {table_shown}", pg.publication),
+                summary: format!(
+                    "create publication {:?} on {table_shown}{shard_shown}",
+                    pg.publication
+                ),
                 sql: format!(
-                    "CREATE PUBLICATION {publication_sql} FOR TABLE {table_sql} WITH (publish = \
-                     'insert'{})",
+                    "CREATE PUBLICATION {publication_sql} FOR TABLE {table_sql}{where_sql} WITH \
+                     (publish = 'insert'{})",
                     if via_root {
                         ", publish_via_partition_root = true"
                     } else {
@@ -192,14 +213,37 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
                 });
             }
             if publication.has_table {
+                if let Some(expected) = &filter {
+                    let matches = publication.row_filter.as_deref().is_some_and(|found| {
+                        shards::filter_matches(found, &pg.columns.aggregate_id, pg.shards, pg.shard)
+                    });
+                    if !matches {
+                        return Err(InitError::ShardFilterMismatch {
+                            publication: pg.publication.clone(),
+                            table: table_sql,
+                            found: publication.row_filter.as_ref().map_or_else(
+                                || "no row filter".to_owned(),
+                                |f| format!("the row filter {f}"),
+                            ),
+                            expected: expected.clone(),
+                            shards: pg.shards,
+                            shard: pg.shard,
+                        });
+                    }
+                }
                 plan.in_place.push(format!(
-                    "publication {:?} contains {table_shown}",
+                    "publication {:?} contains {table_shown}{shard_shown}",
                     pg.publication
                 ));
             } else {
                 plan.steps.push(Step {
-                    summary: format!("add {table_shown} to publication {:?}", pg.publication),
-                    sql: format!("ALTER PUBLICATION {publication_sql} ADD TABLE {table_sql}"),
+                    summary: format!(
+                        "add {table_shown} to publication {:?}{shard_shown}",
+                        pg.publication
+                    ),
+                    sql: format!(
+                        "ALTER PUBLICATION {publication_sql} ADD TABLE {table_sql}{where_sql}"
+                    ),
                 });
             }
         }
@@ -249,14 +293,30 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
                     role: facts.session_role.clone(),
                 });
             }
+            // PostgreSQL 17+: a failover slot, which a standby with
+            // sync_replication_slots keeps in step, so that the relay can go
+            // on from the promoted standby (docs/operations.md, "Failover").
+            let failover = facts.server_version_num >= FAILOVER_SLOT_VERSION_NUM;
             plan.steps.push(Step {
-                summary: format!("create replication slot {:?} (pgoutput)", pg.slot),
+                summary: format!(
+                    "create replication slot {:?} (pgoutput{})",
+                    pg.slot,
+                    if failover { ", failover" } else { "" }
+                ),
                 // The name passed the slot-name rule ([a-z0-9_]) in config
                 // validation: it needs no escaping.
-                sql: format!(
-                    "SELECT pg_create_logical_replication_slot('{}', 'pgoutput')",
-                    pg.slot
-                ),
+                sql: if failover {
+                    format!(
+                        "SELECT pg_create_logical_replication_slot('{}', 'pgoutput', \
+                         temporary => false, twophase => false, failover => true)",
+                        pg.slot
+                    )
+                } else {
+                    format!(
+                        "SELECT pg_create_logical_replication_slot('{}', 'pgoutput')",
+                        pg.slot
+                    )
+                },
             });
         }
     }

@@ -465,3 +465,117 @@ fn exactly_once_names_the_checkpoint_topic_to_create_compacted() {
         "{note}"
     );
 }
+
+fn sharded(shards: u32, shard: u32) -> Config {
+    let mut config = config();
+    config.postgres.shards = shards;
+    config.postgres.shard = shard;
+    config
+}
+
+#[test]
+fn a_shard_gets_a_publication_filtered_on_the_aggregate_id() {
+    let planned = plan(
+        &sharded(4, 2),
+        &PgFacts {
+            table: Some(table()),
+            ..empty()
+        },
+        &InitOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        planned.steps[0].sql,
+        "CREATE PUBLICATION \"outbox_pub\" FOR TABLE \"public\".\"outbox\" WHERE \
+         (coalesce(abs(hashtext(\"aggregateid\")::bigint) % 4, 0) = 2) WITH (publish = 'insert')"
+    );
+    assert_eq!(
+        planned.steps[0].summary,
+        "create publication \"outbox_pub\" on public.outbox (shard 2 of 4)"
+    );
+    // An existing publication without the table gains it with the filter.
+    let facts = PgFacts {
+        publication: Some(PublicationFacts {
+            insert: true,
+            ..PublicationFacts::default()
+        }),
+        ..set_up()
+    };
+    let planned = plan(&sharded(2, 1), &facts, &InitOptions::default()).unwrap();
+    assert!(
+        planned.steps[0].sql.ends_with("ADD TABLE \"public\".\"outbox\" WHERE (coalesce(abs(hashtext(\"aggregateid\")::bigint) % 2, 0) = 1)"),
+        "{}",
+        planned.steps[0].sql
+    );
+}
+
+#[test]
+fn sharding_is_refused_before_postgresql_15_and_on_another_filter() {
+    let old = PgFacts {
+        server_version_num: 140_019,
+        server_version: "14.19".into(),
+        table: Some(table()),
+        ..empty()
+    };
+    let refused = plan(&sharded(2, 0), &old, &InitOptions::default()).unwrap_err();
+    assert!(
+        matches!(refused, InitError::ShardsNeedRowFilters { shards: 2, .. }),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("14.19"), "{refused}");
+    // Unsharded, PostgreSQL 14 is fine.
+    plan(&config(), &old, &InitOptions::default()).unwrap();
+
+    // The publication exists with shard 1's filter, or none: never changed.
+    let deparsed =
+        "(COALESCE((abs((hashtext((aggregateid)::text))::bigint) % (2)::bigint), (0)::bigint) = 1)";
+    for found in [Some(deparsed), None] {
+        let facts = PgFacts {
+            publication: Some(PublicationFacts {
+                row_filter: found.map(str::to_owned),
+                ..publication()
+            }),
+            ..set_up()
+        };
+        let refused = plan(&sharded(2, 0), &facts, &InitOptions::default()).unwrap_err();
+        assert!(
+            matches!(refused, InitError::ShardFilterMismatch { .. }),
+            "{refused}"
+        );
+        assert!(
+            refused.to_string().contains("ALTER PUBLICATION"),
+            "{refused}"
+        );
+    }
+    let facts = PgFacts {
+        publication: Some(PublicationFacts {
+            row_filter: Some(deparsed.to_owned()),
+            ..publication()
+        }),
+        ..set_up()
+    };
+    let plan = plan(&sharded(2, 1), &facts, &InitOptions::default()).unwrap();
+    assert!(plan.steps.is_empty(), "{plan:?}");
+}
+
+#[test]
+fn on_postgresql_17_the_slot_is_a_failover_slot() {
+    let facts = PgFacts {
+        server_version_num: 170_006,
+        server_version: "17.6".into(),
+        table: Some(table()),
+        ..empty()
+    };
+    let planned = plan(&config(), &facts, &InitOptions::default()).unwrap();
+    let slot = planned.steps.last().unwrap();
+    assert_eq!(
+        slot.sql,
+        "SELECT pg_create_logical_replication_slot('outbox_relay', 'pgoutput', temporary => \
+         false, twophase => false, failover => true)"
+    );
+    assert!(
+        slot.summary.ends_with("(pgoutput, failover)"),
+        "{}",
+        slot.summary
+    );
+}

@@ -11,6 +11,8 @@ fn report() -> StatusReport {
         wal_status: Some("reserved".into()),
         safe_wal_size: None,
         active_pid: Some(4242),
+        failover: None,
+        synced: None,
         holder: Some(HolderFacts {
             pid: 4242,
             application_name: Some("outbox-relay".into()),
@@ -169,4 +171,34 @@ fn webhook_rows_show_pending_stuck_and_dead_per_route() {
     assert_eq!(json["webhooks"][0]["pending_over_10m"], 2);
     let plain: serde_json::Value = serde_json::from_str(&render_json(&report())).unwrap();
     assert!(plain.get("webhooks").is_none(), "no sink, no webhook field");
+}
+
+#[test]
+fn failover_shows_from_postgresql_17_only() {
+    let before_17 = render_text(&report());
+    assert!(!before_17.contains("failover"), "{before_17}");
+    let primary = render_text(&StatusReport {
+        failover: Some(true),
+        synced: Some(false),
+        ..report()
+    });
+    assert!(
+        primary.contains("failover") && primary.contains("keep a copy in step"),
+        "{primary}"
+    );
+    let standby = render_text(&StatusReport {
+        failover: Some(true),
+        synced: Some(true),
+        ..report()
+    });
+    assert!(standby.contains("synchronized copy"), "{standby}");
+    let plain = render_text(&StatusReport {
+        failover: Some(false),
+        synced: Some(false),
+        ..report()
+    });
+    assert!(
+        plain.contains("failover") && plain.contains("no such slot"),
+        "{plain}"
+    );
 }

@@ -9,6 +9,47 @@ use std::time::Instant;
 
 use super::{Committed, Received};
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(at: i64, source: &str) -> Received {
+        Received {
+            topic: String::new(),
+            partition: 0,
+            offset: at,
+            key: None,
+            value: None,
+            headers: HashMap::from([("ce_source".to_owned(), source.as_bytes().to_vec())]),
+            timestamp: Some(at),
+        }
+    }
+
+    /// The check passes turns taken one after the other, a holder that
+    /// produced nothing included, and fails on interleaving: it can fail.
+    #[test]
+    fn the_single_producer_check_fails_on_interleaved_producers() {
+        let turns: Vec<String> = ["a", "b", "c", "a"].map(String::from).to_vec();
+        let taking_turns = [
+            record(1, "a"),
+            record(2, "a"),
+            record(5, "c"),
+            record(9, "a"),
+        ];
+        check_single_producer("turns", &taking_turns, "ce_source", &turns);
+        let interleaved = [
+            record(1, "a"),
+            record(2, "b"),
+            record(3, "a"),
+            record(4, "b"),
+        ];
+        let failed = std::panic::catch_unwind(|| {
+            check_single_producer("interleaved", &interleaved, "ce_source", &turns)
+        });
+        assert!(failed.is_err(), "a, b, a, b is more turns than a then b");
+    }
+}
+
 /// The checker's verdict on one case: nothing lost, per aggregate first
 /// occurrences in commit order, and how many duplicates.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +130,50 @@ pub fn check_delivery(case: &str, committed: &[Committed], received: &[Received]
         last.insert(&c.aggregate, (partition, offset, c.seq));
     }
     summary
+}
+
+/// Checks that relays took turns producing, never produced side by side:
+/// the records ordered by the time the broker appended them (a topic with
+/// `message.timestamp.type = LogAppendTime`), grouped into runs by producer
+/// (`header`, e.g. `ce_source`, one value per relay), must name the
+/// producers in the order they became active (`holders`, the order the
+/// test saw them take over; a holder may have produced nothing). Two relays
+/// producing at once interleave their records and make more runs than
+/// turns. Returns the runs as `(producer, records)`.
+pub fn check_single_producer(
+    case: &str,
+    received: &[Received],
+    header: &str,
+    holders: &[String],
+) -> Vec<(String, usize)> {
+    let mut ordered: Vec<(i64, &str)> = received
+        .iter()
+        .map(|r| {
+            let at = r.timestamp.expect("records carry their append time");
+            (at, r.header(header).expect("producer header"))
+        })
+        .collect();
+    ordered.sort_by_key(|(at, _)| *at);
+    let mut runs: Vec<(String, usize)> = Vec::new();
+    for (_, producer) in ordered {
+        match runs.last_mut() {
+            Some((last, n)) if last == producer => *n += 1,
+            _ => runs.push((producer.to_owned(), 1)),
+        }
+    }
+    println!(
+        "producer-runs: case={case} turns={} runs={runs:?}",
+        holders.len()
+    );
+    let mut turns = holders.iter();
+    for (producer, n) in &runs {
+        assert!(
+            turns.any(|h| h == producer),
+            "{case}: {n} records of {producer} appended out of its turn: two relays produced at \
+             once (runs {runs:?}, turns {holders:?})"
+        );
+    }
+    runs
 }
 
 /// Prints how long a case took, `wall-time: case=… secs=…`.

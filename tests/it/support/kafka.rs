@@ -78,6 +78,9 @@ pub struct Received {
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
     pub headers: HashMap<String, Vec<u8>>,
+    /// The record's timestamp in ms: when the broker appended it on a
+    /// topic with `message.timestamp.type = LogAppendTime`.
+    pub timestamp: Option<i64>,
 }
 
 impl Received {
@@ -97,6 +100,7 @@ impl Received {
                         .collect()
                 })
                 .unwrap_or_default(),
+            timestamp: m.timestamp().to_millis(),
         }
     }
 
@@ -303,6 +307,7 @@ pub async fn consume_ids_to_end(topic: &str) -> Vec<Received> {
                         key: None,
                         value: None,
                         headers: HashMap::from([("ce_id".to_string(), id)]),
+                        timestamp: None,
                     });
                 }
                 Some(Err(e)) => panic!("consume {topic}: {e}"),
