@@ -187,7 +187,8 @@ async fn exactly_once_survives_kill9_a_walsender_kill_and_a_broker_restart() {
 }
 
 /// Two relays with one config (one slot, one transactional id): the second
-/// waits while the first holds the slot; the first is killed with SIGKILL
+/// waits as a standby on the relay lock (it never builds its transactional
+/// producer, so it cannot fence the first); the first is killed with SIGKILL
 /// mid-stream; the second takes over from the last committed checkpoint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_relays_on_one_slot_the_second_takes_over_without_duplicates() {
@@ -202,7 +203,8 @@ async fn two_relays_on_one_slot_the_second_takes_over_without_duplicates() {
         .commit_events(&mut writer, 100, 2, 20, &mut seqs)
         .await;
     let mut b = Relay::process(&config);
-    b.wait_for_log("in use by another process", DEADLINE).await;
+    b.wait_for_log("standby: another relay holds the relay lock", DEADLINE)
+        .await;
     consume_all_ids(&topic, &committed, DEADLINE).await;
     // A dies mid-stream: transactions open or committed but not confirmed.
     committed.extend(
