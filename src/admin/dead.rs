@@ -380,8 +380,11 @@ pub async fn gather(
                     }
                 }
                 Err(e) => inventory.problems.push(format!(
-                    "cannot read the replay record {}: {e}",
-                    replay.shown()
+                    "cannot read the replay record {}: {e} (the role of postgres.url needs \
+                     SELECT and INSERT on it; as its owner: GRANT SELECT, INSERT ON {} TO <that \
+                     role>)",
+                    replay.shown(),
+                    replay.sql()
                 )),
             },
             // Nothing was ever replayed or discarded.
