@@ -389,3 +389,82 @@ async fn a_deleted_checkpoint_topic_falls_back_to_the_slot_with_a_warning() {
     relay.kill9();
     outbox.drop_all().await;
 }
+
+/// The WAL position the server is at now.
+async fn current_wal_lsn(client: &tokio_postgres::Client) -> outbox_relay::lsn::Lsn {
+    let row = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap();
+    row.get::<_, String>(0).parse().unwrap()
+}
+
+/// What on-call reads of exactly-once delivery on /metrics: the Kafka
+/// transactions by outcome, one commit-duration sample (in seconds) per
+/// commit, and the last committed checkpoint's LSN, which covers every
+/// event a read_committed consumer saw: above the WAL position before they
+/// were written, and not beyond the server's position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_metrics_count_transactions_and_show_the_checkpoint() {
+    let (outbox, topic, checkpoints) = eos_outbox(TestOutbox::create("jsonb").await).await;
+    let port = free_port();
+    let config = eos_config(&outbox, &checkpoints, "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("{text}\n[relay]\nmetrics_addr = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    let mut relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", DEADLINE)
+        .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let before = current_wal_lsn(&writer).await;
+    let committed = outbox.commit_events(&mut writer, 40, 2, 5, &mut seqs).await;
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    let scrape = || async { http::http_get(port, "/metrics").await.map(|(_, b)| b) };
+    let checkpoint_of = |m: &str| http::metric_value(m, "outbox_relay_checkpoint_lsn", "");
+    let ended = |m: &str, outcome: &str| {
+        http::metric_value(
+            m,
+            "outbox_relay_kafka_transactions_total",
+            &format!("outcome=\"{outcome}\""),
+        )
+    };
+    // The consumer may see the records a moment before the commit call
+    // returns to the relay; and a scrape may fall between a commit's
+    // duration sample and its count: wait for a scrape past both.
+    wait_until(
+        "the checkpoint gauge to pass the events' position, every commit timed",
+        DEADLINE,
+        || async {
+            scrape().await.is_some_and(|m| {
+                checkpoint_of(&m) > before.as_u64() as f64
+                    && http::metric_value(&m, "outbox_relay_kafka_commit_seconds_count", "")
+                        == ended(&m, "committed") + ended(&m, "commit_failed")
+            })
+        },
+    )
+    .await;
+    let metrics = scrape().await.expect("/metrics");
+    let now = current_wal_lsn(&writer).await;
+    let value = |name: &str, labels: &str| http::metric_value(&metrics, name, labels);
+    let commits = ended(&metrics, "committed");
+    assert!(commits >= 1.0, "{metrics}");
+    assert!(checkpoint_of(&metrics) <= now.as_u64() as f64, "{metrics}");
+    // A healthy run: nothing aborted, no commit failed.
+    for outcome in ["aborted", "commit_failed"] {
+        assert_eq!(ended(&metrics, outcome), 0.0, "{outcome}: {metrics}");
+    }
+    let sum = value("outbox_relay_kafka_commit_seconds_sum", "");
+    assert!(sum > 0.0 && sum < 60.0 * commits, "seconds: {metrics}");
+    assert!(
+        metrics.contains("outbox_relay_kafka_commit_seconds_bucket{le=\"0.001\"}"),
+        "seconds buckets: {metrics}"
+    );
+    let status = relay.terminate().await;
+    assert!(status.success(), "{status:?}\n{}", relay.log_text());
+    outbox.drop_all().await;
+}
