@@ -468,3 +468,63 @@ async fn exactly_once_metrics_count_transactions_and_show_the_checkpoint() {
     assert!(status.success(), "{status:?}\n{}", relay.log_text());
     outbox.drop_all().await;
 }
+
+/// The start-up read of the checkpoint topic takes a read_committed
+/// consumer's watermark as the last stable offset (librdkafka's watermark
+/// query carries the consumer's isolation.level). With another producer's
+/// transaction open on the topic, holding a newer record under the key, the
+/// read must not finish (a read_committed reader would stop before that
+/// record and take an older checkpoint); once the transaction commits, the
+/// read returns that record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkpoint_read_waits_out_a_transaction_open_on_the_topic() {
+    use outbox_relay::sink::{CheckpointRead, SinkSettings, read_checkpoint};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
+    let (outbox, _topic, checkpoints) = eos_outbox(TestOutbox::create("jsonb").await).await;
+    let brokers = env("KAFKA_BROKERS");
+    let settings = SinkSettings {
+        brokers: brokers.clone(),
+        linger_ms: 5,
+        message_timeout_ms: 30_000,
+        queue_max_messages: 1000,
+        dead_letter_topic: outbox.dlq_topic.clone(),
+        properties: Vec::new(),
+    };
+    let key = random_name("relay-id");
+    let producer: ThreadedProducer<DefaultProducerContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("transactional.id", random_name("other-writer"))
+        .create()
+        .expect("transactional producer");
+    let timeout = Duration::from_secs(30);
+    let send = |value: &str| {
+        producer.begin_transaction().unwrap();
+        producer
+            .send(BaseRecord::to(&checkpoints).key(&key).payload(value))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(timeout).unwrap();
+    };
+    let p = &producer;
+    tokio::task::block_in_place(|| p.init_transactions(timeout)).unwrap();
+    tokio::task::block_in_place(|| {
+        send("committed");
+        p.commit_transaction(timeout).unwrap();
+        send("open");
+    });
+    // Long enough for the queries on a loaded machine: the read must end
+    // by the open transaction, not by a slow query.
+    let read = read_checkpoint(&settings, &checkpoints, &key, Duration::from_secs(10)).await;
+    assert!(
+        read.as_ref()
+            .is_err_and(|e| e.to_string().contains("transaction stays open")),
+        "a read past an open transaction: {read:?}"
+    );
+    tokio::task::block_in_place(|| p.commit_transaction(timeout)).unwrap();
+    let read = read_checkpoint(&settings, &checkpoints, &key, Duration::from_secs(30))
+        .await
+        .expect("the read after the commit");
+    assert_eq!(read, CheckpointRead::Last(Some(b"open".to_vec())));
+    outbox.drop_all().await;
+}
