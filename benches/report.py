@@ -19,6 +19,7 @@ PLOTS = BENCHES / "plots"
 
 SYSTEMS = {
     "relay": "outbox-relay",
+    "relay_eos": "outbox-relay (exactly-once)",
     "relay_base": "outbox-relay (baseline build)",
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
@@ -134,7 +135,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w(f"| pg_recvlogical (decode ceiling) | {fmt(decode)} | | "
           f"{fmt(mmm([r['cpu_s'] / w3['rows'] * 1e6 for r in w3['recv']]), digits=2)} | |")
         stats = {}
-        for key in ("relay", "relay_base", "dbz_default", "dbz_tuned"):
+        for key in ("relay", "relay_eos", "relay_base", "dbz_default", "dbz_tuned"):
             if w3.get(key):
                 st = stats[key] = drain_stats(w3[key])
                 w(f"| {SYSTEMS[key]} | {fmt(st['rate'])} | {fmt(st['startup'], digits=3)} | "
@@ -146,6 +147,10 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             w(f"The baseline build ({s.get('relay_baseline')}) drained the same WAL from its own slot beside "
               f"the relay in each repeat (alternating which went first): CPU {base['cpu']['median']:.2f} → {relay['cpu']['median']:.2f} µs/event, "
               f"drain {base['rate']['median']:,.0f} → {relay['rate']['median']:,.0f} events/s (baseline → this build).\n")
+        if relay and stats.get("relay_eos"):
+            r = stats["relay_eos"]["rate"]["median"] / relay["rate"]["median"]
+            w(f"* exactly-once / at-least-once drain: **{r:.2f}** (same build, same WAL, own slots, "
+              f"alternating order; default transaction bounds)")
         if relay and decode:
             r = relay["rate"]["median"] / decode["median"]
             w(f"* relay / decode ceiling: **{r:.2f}**")
@@ -198,7 +203,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w("|---|---|---|---|---|---|---|---|---|")
         rates = sorted({int(r) for k in w1 for r in w1[k]})
         for rate in rates:
-            for key in ("broker", "postgres", "relay", "dbz_default", "dbz_tuned"):
+            for key in ("broker", "postgres", "relay", "relay_eos", "dbz_default", "dbz_tuned"):
                 runs = w1.get(key, {}).get(str(rate)) or w1.get(key, {}).get(rate)
                 if not runs:
                     continue

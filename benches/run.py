@@ -15,6 +15,9 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
 * W2 max sustainable rate: the open-loop rate stepped up until the lag grows;
 * W3 backlog drain and W4 one big transaction: every system drains the same
   WAL from its own slot, all created before the load;
+* exactly-once delivery (kafka.delivery = "exactly-once") beside the default
+  at-least-once: in W3, draining the same WAL from its own slot, and in W1
+  at 1000 events/s (or the first BENCH_W1_RATES rate);
 * cost: relay CPU per event, peak RSS, start-up to first event;
 * a flame graph of the relay during a W3 drain (perf, DWARF unwinding).
 
@@ -308,10 +311,17 @@ class Relay:
     label = "outbox-relay"
 
     def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, perf_out: Path | None = None,
-                 binary: Path | None = None):
+                 binary: Path | None = None, exactly_once: bool = False):
         self.env = env
         if binary is not None:
             self.label = "outbox-relay (baseline)"
+        # kafka.delivery = "exactly-once": Kafka transactions with a
+        # checkpoint record, on a checkpoint topic of this run's own (created
+        # by the broker on first use; compaction does not matter here).
+        delivery = ""
+        if exactly_once:
+            self.label = "outbox-relay (exactly-once)"
+            delivery = f'delivery = "exactly-once"\ncheckpoint_topic = "{prefix}.checkpoints"\n'
         self.topic = f"{prefix}.order"
         conf = env.work / f"{prefix}.toml"
         conf.write_text(
@@ -325,7 +335,7 @@ heartbeat_interval_secs = 0
 brokers = "{env.brokers}"
 topic = "{prefix}.{{aggregatetype}}"
 dlq_topic = "{prefix}.dlq"
-[cloudevents]
+{delivery}[cloudevents]
 source = "/bench"
 """
         )
@@ -678,13 +688,17 @@ def system_drain(env: Env, make_sut, rows: int) -> dict:
     }
 
 
-def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool) -> dict:
+def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool, exactly_once: bool) -> dict:
     s = env.s
     table, pub = env.create_outbox()
     slots = {
         "recv": [env.create_slot() for _ in range(s.repeat)],
         "relay": [env.create_slot() for _ in range(s.repeat)],
     }
+    # W3 only: W4's single PostgreSQL transaction would become a single
+    # Kafka transaction, bounded by the producer's transaction timeout.
+    if exactly_once:
+        slots["relay_eos"] = [env.create_slot() for _ in range(s.repeat)]
     if s.relay_baseline:
         slots["relay_base"] = [env.create_slot() for _ in range(s.repeat)]
     if s.debezium:
@@ -697,7 +711,8 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool)
     load_backlog(env, table, rows, one_txn)
     end_lsn = env.sql("SELECT pg_current_wal_insert_lsn()")
     log(f"{name}: loaded in {time.time() - t0:.1f} s; WAL up to {end_lsn}")
-    res: dict = {"rows": rows, "recv": [], "relay": [], "relay_base": [], "dbz_default": [], "dbz_tuned": []}
+    res: dict = {"rows": rows, "recv": [], "relay": [], "relay_eos": [], "relay_base": [], "dbz_default": [],
+                 "dbz_tuned": []}
     for i in range(s.repeat):
         r = recvlogical_drain(env, slots["recv"][i], pub, end_lsn, rows)
         log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s")
@@ -716,10 +731,19 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool)
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_base"].append(r)
 
-        # Another build of the relay (BENCH_RELAY_BASELINE) drains the same WAL
-        # from its own slot beside this one, first on every other repeat: a
-        # before/after in one run, not biased by which drains first.
-        order = [this_build] + ([baseline_build] if s.relay_baseline else [])
+        def exactly_once_build() -> None:
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_eos"][i], p, exactly_once=True),
+                             rows)
+            log(f"{name} run {i + 1}: relay exactly-once {r['drain_events_per_s']:.0f} events/s, "
+                f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
+            res["relay_eos"].append(r)
+
+        # Another build of the relay (BENCH_RELAY_BASELINE), and this build in
+        # exactly-once mode, drain the same WAL from their own slots beside
+        # this one, the order reversed on every other repeat: side by side in
+        # one run, not biased by which drains first.
+        order = ([this_build] + ([exactly_once_build] if exactly_once else [])
+                 + ([baseline_build] if s.relay_baseline else []))
         for drain in order if i % 2 == 0 else reversed(order):
             drain()
         if s.debezium:
@@ -762,8 +786,8 @@ def live_system(env: Env, kind: str, rates: list[int], secs: float, warmup: floa
     table, pub = env.create_outbox()
     slot = env.create_slot()
     prefix = env.name("live")
-    if kind == "relay":
-        sut = Relay(env, table, pub, slot, prefix)
+    if kind in ("relay", "relay_eos"):
+        sut = Relay(env, table, pub, slot, prefix, exactly_once=(kind == "relay_eos"))
     else:
         sut = Debezium(env, table, pub, slot, prefix, tuned=(kind == "dbz_tuned"))
     steps = []
@@ -813,7 +837,10 @@ def sustained(r: dict, rate: int, secs: float) -> bool:
 
 def w1(env: Env) -> dict:
     s = env.s
-    res: dict = {"broker": {}, "postgres": {}, "relay": {}, "dbz_default": {}, "dbz_tuned": {}}
+    res: dict = {"broker": {}, "postgres": {}, "relay": {}, "relay_eos": {}, "dbz_default": {}, "dbz_tuned": {}}
+    # Exactly-once delivery at one moderate rate: its latency adds up to
+    # kafka.transaction_max_ms (100 ms) and a commit to at-least-once's.
+    eos_rates = [r for r in s.w1_rates if r == 1000] or s.w1_rates[:1]
     for i in range(s.repeat):
         for rate in s.w1_rates:
             r = broker_step(env, rate, s.w1_secs, s.w1_warmup)
@@ -830,6 +857,8 @@ def w1(env: Env) -> dict:
         for kind in kinds:
             for r in live_system(env, kind, s.w1_rates, s.w1_secs, s.w1_warmup, False):
                 res[kind].setdefault(r["rate"], []).append(r)
+        for r in live_system(env, "relay_eos", eos_rates, s.w1_secs, s.w1_warmup, False):
+            res["relay_eos"].setdefault(r["rate"], []).append(r)
     return res
 
 
@@ -943,10 +972,10 @@ def main() -> None:
             results["broker_ceiling"] = ceiling_broker(env)
             save()
         if "w3" in s.workloads:
-            results["w3"] = backlog_workload(env, "W3", s.w3_rows, False, s.flamegraph)
+            results["w3"] = backlog_workload(env, "W3", s.w3_rows, False, s.flamegraph, True)
             save()
         if "w4" in s.workloads:
-            results["w4"] = backlog_workload(env, "W4", s.w4_rows, True, False)
+            results["w4"] = backlog_workload(env, "W4", s.w4_rows, True, False, False)
             save()
         if "w1" in s.workloads:
             results["w1"] = w1(env)

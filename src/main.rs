@@ -34,7 +34,8 @@ const EXIT_CONFIG: u8 = 2;
 const EXIT_SOURCE: u8 = 3;
 /// `run`: Kafka refuses in a way retrying cannot cure (credentials or ACLs
 /// refused, a topic that does not exist and is not created, a missing
-/// dead-letter topic).
+/// dead-letter topic; in exactly-once mode a fence by another relay with
+/// the same transactional id, which restarting would only repeat).
 const EXIT_SINK: u8 = 4;
 
 /// The exit codes as `--help` shows them (tests/ops.rs checks the lines).
@@ -46,7 +47,10 @@ Exit codes of `run`:
   3  PostgreSQL needs a person: slot missing or invalidated, publication or
      table missing, authentication refused, undecodable stream
   4  Kafka needs a person: credentials or ACLs refused, a topic missing and
-     not created (dead-letter topic, or kafka.on_unroutable = \"stop\")
+     not created (dead-letter topic, or kafka.on_unroutable = \"stop\");
+     exactly-once: fenced by another relay with the same
+     kafka.transactional_id, transactional id not authorized, brokers
+     without transactions
 Transient failures on either side are retried and never end the process.
 init, check, status and dead exit 1 on failure.";
 

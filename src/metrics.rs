@@ -58,6 +58,9 @@ pub const WEBHOOK_PENDING: &str = "outbox_relay_webhook_pending";
 pub const WEBHOOK_PENDING_STUCK: &str = "outbox_relay_webhook_pending_over_10m";
 pub const WEBHOOK_DEAD: &str = "outbox_relay_webhook_dead";
 pub const WEBHOOK_OLDEST_PENDING_AGE: &str = "outbox_relay_webhook_oldest_pending_age_seconds";
+pub const KAFKA_TRANSACTIONS: &str = "outbox_relay_kafka_transactions_total";
+pub const CHECKPOINT_LSN: &str = "outbox_relay_checkpoint_lsn";
+pub const KAFKA_COMMIT_DURATION: &str = "outbox_relay_kafka_commit_seconds";
 
 /// Every metric name above: the dashboard and the alert rules in `deploy/`
 /// may use these and no others (a unit test checks it).
@@ -94,6 +97,9 @@ pub const ALL: &[&str] = &[
     WEBHOOK_PENDING_STUCK,
     WEBHOOK_DEAD,
     WEBHOOK_OLDEST_PENDING_AGE,
+    KAFKA_TRANSACTIONS,
+    CHECKPOINT_LSN,
+    KAFKA_COMMIT_DURATION,
 ];
 
 /// The `outcome` label of [`WEBHOOK_DELIVERIES`]: one value per way a try
@@ -113,13 +119,22 @@ pub mod webhook_outcome {
 
 /// The histograms among [`ALL`]: Prometheus shows each as `<name>_bucket`,
 /// `<name>_sum` and `<name>_count`.
-pub const HISTOGRAMS: &[&str] = &[COMMIT_TO_ACK];
+pub const HISTOGRAMS: &[&str] = &[COMMIT_TO_ACK, KAFKA_COMMIT_DURATION];
 
 /// Buckets of [`COMMIT_TO_ACK`], in seconds: from a few milliseconds (a
 /// relay keeping up, broker close by) to an hour (a backlog drained after an
 /// outage).
 pub const COMMIT_TO_ACK_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0,
+];
+
+/// Buckets of [`KAFKA_COMMIT_DURATION`], in seconds: a commit is a flush of
+/// the transaction's records plus two round trips to the transaction
+/// coordinator, milliseconds on a healthy cluster; the top buckets catch a
+/// commit that waits on a slow or restarting broker (up to
+/// `kafka.transaction_timeout_ms`).
+pub const KAFKA_COMMIT_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
 ];
 
 pub use health::Health;
@@ -148,6 +163,20 @@ pub mod reason {
     /// The relay lock was lost (its session failed or its lease ran out):
     /// the relay stopped producing and stands by.
     pub const LOCK_LOST: &str = "lock_lost";
+}
+
+/// The `outcome` label of [`KAFKA_TRANSACTIONS`] (exactly-once delivery).
+pub mod transaction_outcome {
+    /// The transaction and its checkpoint committed.
+    pub const COMMITTED: &str = "committed";
+    /// The relay aborted the open transaction: after a failure, or at a
+    /// graceful stop that could not end between two PostgreSQL
+    /// transactions.
+    pub const ABORTED: &str = "aborted";
+    /// The commit call failed (timed out, aborted by the coordinator, or
+    /// in doubt): the next producer's `init_transactions` settles it, and
+    /// the relay replays from the last committed checkpoint.
+    pub const COMMIT_FAILED: &str = "commit_failed";
 }
 
 /// Registers the description of every metric above.
@@ -276,6 +305,19 @@ pub fn describe() {
         SLOT_SAMPLE_FAILURES,
         "Samples of the slot's lag that failed (connection or query); the lag gauge keeps its last value meanwhile."
     );
+    describe_counter!(
+        KAFKA_TRANSACTIONS,
+        "Kafka transactions of exactly-once delivery that ended, by outcome (committed, aborted, commit_failed)."
+    );
+    describe_gauge!(
+        CHECKPOINT_LSN,
+        "LSN (as a number) of the last checkpoint committed to the checkpoint topic, or read from it at start (exactly-once delivery)."
+    );
+    describe_histogram!(
+        KAFKA_COMMIT_DURATION,
+        Unit::Seconds,
+        "Duration of each Kafka transaction commit, the flush of its records included (exactly-once delivery)."
+    );
     describe_gauge!(
         READY,
         "1 while /ready answers 200 (streaming, producer working), else 0."
@@ -297,6 +339,12 @@ pub fn install_recorder() -> Result<PrometheusHandle, String> {
             Matcher::Full(COMMIT_TO_ACK.to_owned()),
             COMMIT_TO_ACK_BUCKETS,
         )
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                Matcher::Full(KAFKA_COMMIT_DURATION.to_owned()),
+                KAFKA_COMMIT_BUCKETS,
+            )
+        })
         .and_then(PrometheusBuilder::install_recorder)
         .map_err(|e| format!("could not install the metrics recorder: {e}"))?;
     describe();

@@ -34,6 +34,7 @@ use super::position::Position;
 use crate::config::{Config, Delivery};
 use crate::envelope::KafkaRecord;
 use crate::lsn::Lsn;
+use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
 use crate::sink::{
     CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings,
@@ -122,6 +123,7 @@ pub(super) async fn prepare(
     };
     let carried = match usable(checkpoint.as_ref(), slot, server) {
         Found::Use(lsn) => {
+            metrics::gauge!(m::CHECKPOINT_LSN).set(lsn.as_u64() as f64);
             tracing::info!(checkpoint = %lsn, topic = %topic, "resuming from the last committed checkpoint");
             checkpoint.map(|c| Position {
                 server: c.server,
@@ -246,11 +248,19 @@ impl Eos {
             server: self.server.clone(),
         };
         sink.send_checkpoint(&id, id.as_bytes(), &checkpoint.encode(), unreported_tag())?;
-        let outcome = sink
+        let started = Instant::now();
+        let committed = sink
             .commit_transaction(&id, self.settings.transactions.transaction_timeout)
             .await;
+        metrics::histogram!(m::KAFKA_COMMIT_DURATION).record(started.elapsed().as_secs_f64());
         self.batch.reset();
-        outcome?;
+        if let Err(e) = committed {
+            metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::COMMIT_FAILED)
+                .increment(1);
+            return Err(e.into());
+        }
+        metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::COMMITTED).increment(1);
+        metrics::gauge!(m::CHECKPOINT_LSN).set(lsn.as_u64() as f64);
         tracing::debug!(checkpoint = %lsn, "Kafka transaction committed");
         self.committed = lsn;
         self.last_commit = now;
@@ -265,6 +275,7 @@ impl Eos {
     pub(super) async fn abort_open(&mut self, sink: &KafkaSink<DeliveryTag>) {
         if self.batch.open() {
             sink.abort_transaction(Duration::from_secs(5)).await;
+            metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::ABORTED).increment(1);
             self.batch.reset();
         }
     }
@@ -282,6 +293,7 @@ impl Eos {
         }
         if self.batch.open() {
             sink.abort_transaction(Duration::from_secs(2)).await;
+            metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::ABORTED).increment(1);
             self.batch.reset();
         }
         error

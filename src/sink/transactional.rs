@@ -304,8 +304,11 @@ pub enum CheckpointRead {
 /// still open on the topic (another relay's) hides what follows it from a
 /// read_committed reader, so the read first waits, up to `within`, until no
 /// transaction is open (the read_committed and read_uncommitted ends
-/// agree). This relay's own transactions are settled already
-/// ([`KafkaSink::init_transactions`] ran before).
+/// agree; see the comment in the wait for why a read_committed watermark
+/// is the last stable offset). This relay's own transactions are settled
+/// already ([`KafkaSink::init_transactions`] ran before). When the wait
+/// runs out the error says a transaction stays open, not that a query
+/// timed out.
 pub async fn read_checkpoint(
     settings: &SinkSettings,
     topic: &str,
@@ -370,28 +373,46 @@ fn read_blocking(
         return Ok(CheckpointRead::NoTopic);
     }
     // Wait until no transaction is open on the topic: then the
-    // read_committed end is the end.
+    // read_committed end is the end. The read_committed watermark is the
+    // last stable offset: librdkafka's watermark query
+    // (rd_kafka_query_watermark_offsets, rdkafka.c) sends a ListOffsets
+    // request for the latest offset carrying the client's isolation.level
+    // (rd_kafka_ListOffsetsRequest, rdkafka_request.c, librdkafka 2.12.1,
+    // written from ListOffsets v2 on), and for a READ_COMMITTED request
+    // the broker answers the last stable offset (Kafka's
+    // ListOffsetsRequest.json: "Version 2 adds the isolation level";
+    // KIP-98). The integration test
+    // exactly_once::the_checkpoint_read_waits_out_a_transaction_open_on_the_topic
+    // checks it against the broker.
     let uncommitted = consumer(settings, "read_uncommitted")?;
+    let mut seen_open = false;
     loop {
-        let mut settled = true;
-        for &p in &partitions {
-            let (_, stable) = committed
-                .fetch_watermarks(topic, p, left())
-                .map_err(|e| incomplete(e.to_string()))?;
-            let (_, high) = uncommitted
-                .fetch_watermarks(topic, p, left())
-                .map_err(|e| incomplete(e.to_string()))?;
-            settled &= stable >= high;
-        }
-        if settled {
-            break;
+        let watermarks = || -> Result<bool, KafkaError> {
+            let mut settled = true;
+            for &p in &partitions {
+                let (_, stable) = committed.fetch_watermarks(topic, p, left())?;
+                let (_, high) = uncommitted.fetch_watermarks(topic, p, left())?;
+                settled &= stable >= high;
+            }
+            Ok(settled)
+        };
+        match watermarks() {
+            Ok(true) => break,
+            Ok(false) => seen_open = true,
+            // A query cut short by the deadline while a transaction was
+            // open: the open transaction is the cause worth reporting.
+            Err(_) if seen_open && left().is_zero() => {}
+            Err(e) => return Err(incomplete(e.to_string())),
         }
         if left().is_zero() {
             return Err(incomplete(
-                "a transaction stays open on the checkpoint topic".into(),
+                "a transaction stays open on the checkpoint topic (another producer's: a \
+                 relay with another transactional id writing to this topic, or one that \
+                 died; it ends at the broker's transaction timeout)"
+                    .into(),
             ));
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(left().min(Duration::from_millis(50)));
     }
     let mut assignment = TopicPartitionList::new();
     for &p in &partitions {

@@ -389,3 +389,142 @@ async fn a_deleted_checkpoint_topic_falls_back_to_the_slot_with_a_warning() {
     relay.kill9();
     outbox.drop_all().await;
 }
+
+/// The WAL position the server is at now.
+async fn current_wal_lsn(client: &tokio_postgres::Client) -> outbox_relay::lsn::Lsn {
+    let row = client
+        .query_one("SELECT pg_current_wal_lsn()::text", &[])
+        .await
+        .unwrap();
+    row.get::<_, String>(0).parse().unwrap()
+}
+
+/// What on-call reads of exactly-once delivery on /metrics: the Kafka
+/// transactions by outcome, one commit-duration sample (in seconds) per
+/// commit, and the last committed checkpoint's LSN, which covers every
+/// event a read_committed consumer saw: above the WAL position before they
+/// were written, and not beyond the server's position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_metrics_count_transactions_and_show_the_checkpoint() {
+    let (outbox, topic, checkpoints) = eos_outbox(TestOutbox::create("jsonb").await).await;
+    let port = free_port();
+    let config = eos_config(&outbox, &checkpoints, "");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("{text}\n[relay]\nmetrics_addr = \"127.0.0.1:{port}\"\n"),
+    )
+    .unwrap();
+    let mut relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", DEADLINE)
+        .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let before = current_wal_lsn(&writer).await;
+    let committed = outbox.commit_events(&mut writer, 40, 2, 5, &mut seqs).await;
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    let scrape = || async { http::http_get(port, "/metrics").await.map(|(_, b)| b) };
+    let checkpoint_of = |m: &str| http::metric_value(m, "outbox_relay_checkpoint_lsn", "");
+    let ended = |m: &str, outcome: &str| {
+        http::metric_value(
+            m,
+            "outbox_relay_kafka_transactions_total",
+            &format!("outcome=\"{outcome}\""),
+        )
+    };
+    // The consumer may see the records a moment before the commit call
+    // returns to the relay; and a scrape may fall between a commit's
+    // duration sample and its count: wait for a scrape past both.
+    wait_until(
+        "the checkpoint gauge to pass the events' position, every commit timed",
+        DEADLINE,
+        || async {
+            scrape().await.is_some_and(|m| {
+                checkpoint_of(&m) > before.as_u64() as f64
+                    && http::metric_value(&m, "outbox_relay_kafka_commit_seconds_count", "")
+                        == ended(&m, "committed") + ended(&m, "commit_failed")
+            })
+        },
+    )
+    .await;
+    let metrics = scrape().await.expect("/metrics");
+    let now = current_wal_lsn(&writer).await;
+    let value = |name: &str, labels: &str| http::metric_value(&metrics, name, labels);
+    let commits = ended(&metrics, "committed");
+    assert!(commits >= 1.0, "{metrics}");
+    assert!(checkpoint_of(&metrics) <= now.as_u64() as f64, "{metrics}");
+    // A healthy run: nothing aborted, no commit failed.
+    for outcome in ["aborted", "commit_failed"] {
+        assert_eq!(ended(&metrics, outcome), 0.0, "{outcome}: {metrics}");
+    }
+    let sum = value("outbox_relay_kafka_commit_seconds_sum", "");
+    assert!(sum > 0.0 && sum < 60.0 * commits, "seconds: {metrics}");
+    assert!(
+        metrics.contains("outbox_relay_kafka_commit_seconds_bucket{le=\"0.001\"}"),
+        "seconds buckets: {metrics}"
+    );
+    let status = relay.terminate().await;
+    assert!(status.success(), "{status:?}\n{}", relay.log_text());
+    outbox.drop_all().await;
+}
+
+/// The start-up read of the checkpoint topic takes a read_committed
+/// consumer's watermark as the last stable offset (librdkafka's watermark
+/// query carries the consumer's isolation.level). With another producer's
+/// transaction open on the topic, holding a newer record under the key, the
+/// read must not finish (a read_committed reader would stop before that
+/// record and take an older checkpoint); once the transaction commits, the
+/// read returns that record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_checkpoint_read_waits_out_a_transaction_open_on_the_topic() {
+    use outbox_relay::sink::{CheckpointRead, SinkSettings, read_checkpoint};
+    use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+
+    let (outbox, _topic, checkpoints) = eos_outbox(TestOutbox::create("jsonb").await).await;
+    let brokers = env("KAFKA_BROKERS");
+    let settings = SinkSettings {
+        brokers: brokers.clone(),
+        linger_ms: 5,
+        message_timeout_ms: 30_000,
+        queue_max_messages: 1000,
+        dead_letter_topic: outbox.dlq_topic.clone(),
+        properties: Vec::new(),
+    };
+    let key = random_name("relay-id");
+    let producer: ThreadedProducer<DefaultProducerContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("transactional.id", random_name("other-writer"))
+        .create()
+        .expect("transactional producer");
+    let timeout = Duration::from_secs(30);
+    let send = |value: &str| {
+        producer.begin_transaction().unwrap();
+        producer
+            .send(BaseRecord::to(&checkpoints).key(&key).payload(value))
+            .map_err(|(e, _)| e)
+            .unwrap();
+        producer.flush(timeout).unwrap();
+    };
+    let p = &producer;
+    tokio::task::block_in_place(|| p.init_transactions(timeout)).unwrap();
+    tokio::task::block_in_place(|| {
+        send("committed");
+        p.commit_transaction(timeout).unwrap();
+        send("open");
+    });
+    // Long enough for the queries on a loaded machine: the read must end
+    // by the open transaction, not by a slow query.
+    let read = read_checkpoint(&settings, &checkpoints, &key, Duration::from_secs(10)).await;
+    assert!(
+        read.as_ref()
+            .is_err_and(|e| e.to_string().contains("transaction stays open")),
+        "a read past an open transaction: {read:?}"
+    );
+    tokio::task::block_in_place(|| p.commit_transaction(timeout)).unwrap();
+    let read = read_checkpoint(&settings, &checkpoints, &key, Duration::from_secs(30))
+        .await
+        .expect("the read after the commit");
+    assert_eq!(read, CheckpointRead::Last(Some(b"open".to_vec())));
+    outbox.drop_all().await;
+}

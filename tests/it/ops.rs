@@ -311,5 +311,20 @@ fn help_documents_the_exit_codes() {
                 .unwrap_or_else(|| panic!("{args:?}: no line for exit code {code}:\n{help}"));
             assert!(line.contains(meaning), "{args:?}: {line}");
         }
+        // Exit 4 also covers a relay fenced in exactly-once mode: what a
+        // supervisor must not answer with a restart loop. The entry goes on
+        // over the indented lines below its code.
+        let entry: Vec<&str> = help
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with(&format!("{EXIT_SINK} ")))
+            .enumerate()
+            .take_while(|(i, l)| *i == 0 || (l.starts_with("     ") && !l.trim().is_empty()))
+            .map(|(_, l)| l.trim())
+            .collect();
+        let entry = entry.join(" ");
+        assert!(
+            entry.contains("fenced by another relay with the same kafka.transactional_id"),
+            "{args:?}: exit {EXIT_SINK}: {entry}\n{help}"
+        );
     }
 }
