@@ -35,6 +35,7 @@ mod progress;
 mod refusals;
 mod routing;
 mod session;
+mod settings;
 mod sinks;
 
 use std::time::Duration;
@@ -42,22 +43,15 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::cleanup::{self, Cleanup, DeleterSettings};
-use crate::config::Config;
-use crate::envelope::EnvelopeSettings;
 use crate::lsn::Lsn;
 use crate::metrics::{self as m, Health};
-use crate::otel::{self, Endpoint, OtlpSettings};
-use crate::outbox::message::DEFAULT_PREFIX;
-use crate::outbox::{ColumnMap, Source};
-use crate::replication::{
-    self, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, ServerIdentity,
-};
-use crate::sink::http::Webhooks;
+use crate::otel;
+use crate::replication::{self, ErrorKind, ReplicationError, ReplicationStream};
 use crate::sink::http::dispatch::SinkRuntime;
 use crate::sink::http::worker as http_worker;
-use crate::sink::{KafkaSink, OnUnroutable, SinkError, SinkSettings, TopicCheck};
+use crate::sink::{KafkaSink, SinkError, TopicCheck};
 use monitor::SlotLag;
-use position::{Position, Resume};
+use position::Position;
 use progress::Progress;
 use std::sync::Arc;
 
@@ -66,151 +60,7 @@ pub use lock::{DEFAULT_LEASE, LockError, LockSettings, MAX_LEASE, MIN_LEASE, loc
 pub use machine::{Producer, SessionMachine, Step};
 pub use refusals::Refusals;
 pub use routing::DeliveryTag;
-
-/// Everything the relay needs, taken from the validated config.
-#[derive(Debug, Clone)]
-pub struct RelaySettings {
-    pub replication: ReplicationSettings,
-    pub sink: SinkSettings,
-    pub envelope: EnvelopeSettings,
-    pub columns: ColumnMap,
-    /// The outbox table: `(schema, name)`.
-    pub table: (String, String),
-    pub dlq_topic: String,
-    /// Events handed to the producer and not yet acknowledged, at most.
-    /// Reaching it stops reading the slot (backpressure: "bounded memory" in docs/design.md).
-    pub max_in_flight: usize,
-    /// Emit a heartbeat message when the outbox was idle this long.
-    pub heartbeat_interval: Option<Duration>,
-    /// How long a graceful stop waits for outstanding acknowledgements.
-    pub shutdown_drain: Duration,
-    /// What to do with an event the broker cannot route to its topic.
-    pub on_unroutable: OnUnroutable,
-    /// /health turns 503 once a retry loop went on this long without progress.
-    pub unhealthy_after: Duration,
-    /// Where events come from, and what becomes of table rows afterwards.
-    pub source: SourceSettings,
-    /// Produce spans exported over OTLP; `None`: tracing off.
-    pub otlp: Option<OtlpSettings>,
-    /// `kafka.delivery = "exactly-once"`; `None`: at-least-once.
-    pub exactly_once: Option<exactly_once::ExactlyOnceSettings>,
-    /// `[[routes]]` to webhook sinks, and their delivery table.
-    pub webhooks: Webhooks,
-    /// Standby relays: the relay lock (`relay.standby_lock`).
-    pub lock: LockSettings,
-}
-
-/// Where events come from (`postgres.source`, `postgres.message_prefix`)
-/// and what becomes of table rows once confirmed (`postgres.cleanup`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceSettings {
-    pub kind: Source,
-    pub message_prefix: String,
-    pub cleanup: Cleanup,
-}
-
-impl Default for SourceSettings {
-    fn default() -> Self {
-        SourceSettings {
-            kind: Source::Table,
-            message_prefix: DEFAULT_PREFIX.to_owned(),
-            cleanup: Cleanup::None,
-        }
-    }
-}
-
-impl RelaySettings {
-    /// The relay's share of the validated config.
-    ///
-    /// # Panics
-    /// When `postgres.url` does not parse, which [`Config::validate`] rules out.
-    pub fn from_config(config: &Config) -> Self {
-        let pg = &config.postgres;
-        let kafka = &config.kafka;
-        let conninfo = replication::Conninfo::parse(&pg.url).expect("validated postgres.url");
-        let mut replication = ReplicationSettings::new(conninfo, &pg.slot, &pg.publication);
-        replication.outbox_table = Some(pg.table_parts());
-        replication.status_interval = pg.status_interval();
-        replication.connect_timeout = pg.connect_timeout();
-        RelaySettings {
-            replication,
-            sink: SinkSettings {
-                brokers: kafka.brokers.clone(),
-                linger_ms: kafka.linger_ms,
-                message_timeout_ms: kafka.message_timeout_ms,
-                queue_max_messages: kafka.queue_max_messages,
-                dead_letter_topic: kafka.dlq_topic.clone(),
-                properties: kafka.property_pairs(),
-            },
-            envelope: config.envelope_settings(),
-            columns: ColumnMap {
-                id: pg.columns.id.clone(),
-                aggregate_type: pg.columns.aggregate_type.clone(),
-                aggregate_id: pg.columns.aggregate_id.clone(),
-                event_type: pg.columns.event_type.clone(),
-                payload: pg.columns.payload.clone(),
-                timestamp: pg.columns.timestamp_column().map(str::to_owned),
-                tracing_span_context: pg.columns.tracing_span_context_column().map(str::to_owned),
-                trace_state: pg.columns.tracestate_column().map(str::to_owned),
-                source: pg.columns.source_column().map(str::to_owned),
-                headers: pg.header_column_pairs(),
-            },
-            table: pg.table_parts(),
-            dlq_topic: kafka.dlq_topic.clone(),
-            max_in_flight: config.relay.channel_capacity,
-            heartbeat_interval: pg.heartbeat_interval(),
-            shutdown_drain: kafka.shutdown_drain(),
-            on_unroutable: kafka.on_unroutable,
-            unhealthy_after: config.relay.unhealthy_after(),
-            source: SourceSettings {
-                kind: pg.source,
-                message_prefix: pg.message_prefix.clone(),
-                cleanup: pg.cleanup,
-            },
-            webhooks: Webhooks::from_config(config),
-            lock: LockSettings {
-                enabled: config.relay.standby_lock,
-                lease: config.relay.lock_lease(),
-            },
-            // Validated with the config.
-            otlp: config.tracing.otlp_endpoint.as_deref().and_then(|url| {
-                Some(OtlpSettings {
-                    endpoint: Endpoint::parse(url.trim()).ok()?,
-                    service_name: if config.tracing.service_name.trim().is_empty() {
-                        "outbox-relay".to_owned()
-                    } else {
-                        config.tracing.service_name.clone()
-                    },
-                })
-            }),
-            exactly_once: exactly_once::ExactlyOnceSettings::from_config(config),
-        }
-    }
-}
-
-/// What the relay reports about itself besides /metrics, from the config's
-/// `[relay]` section.
-#[derive(Debug, Clone)]
-pub struct Observability {
-    /// Interval of the progress line while there is work; `None`: no line.
-    pub progress_interval: Option<Duration>,
-}
-
-impl Default for Observability {
-    fn default() -> Self {
-        Observability {
-            progress_interval: Some(progress::DEFAULT_INTERVAL),
-        }
-    }
-}
-
-impl Observability {
-    pub fn from_config(config: &Config) -> Self {
-        Observability {
-            progress_interval: config.relay.progress_interval(),
-        }
-    }
-}
+pub use settings::{Observability, RelaySettings, SourceSettings};
 
 /// Aborts the background task it holds when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -373,7 +223,7 @@ async fn run_sessions(
             return Ok(());
         }
         if settings.lock.enabled && lock.as_ref().is_none_or(lock::HeldLock::is_lost) {
-            match hold_lock(
+            match lock::hold_lock(
                 &settings,
                 &mut candidate,
                 &mut lock,
@@ -488,7 +338,7 @@ async fn run_sessions(
         }
         let (start, resumed) =
             position::resume(carried.as_ref(), &server, stream.slot_confirmed_flush());
-        report_resume(&resumed, &server, &stream, &settings.replication.slot);
+        position::report_resume(&resumed, &server, &stream, &settings.replication.slot);
         confirmed = start;
         stream.confirm(confirmed);
         metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
@@ -612,58 +462,6 @@ async fn run_sessions(
     }
 }
 
-/// Tries the relay lock: `Ok(true)` when this relay holds it now,
-/// `Ok(false)` when another relay does (this one stands by: /ready says so,
-/// the role gauge is 0). Logs a change of role once.
-async fn hold_lock(
-    settings: &RelaySettings,
-    candidate: &mut lock::Candidate,
-    lock: &mut Option<lock::HeldLock>,
-    health: &Health,
-    standing_by: &mut bool,
-) -> Result<bool, lock::LockError> {
-    let slot = &settings.replication.slot;
-    if lock.take().is_some() {
-        tracing::warn!(
-            reason = m::reason::LOCK_LOST,
-            slot,
-            "the relay lock was lost between sessions"
-        );
-        metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
-    }
-    match candidate
-        .try_acquire(&settings.replication, settings.lock)
-        .await?
-    {
-        Some(held) => {
-            tracing::info!(
-                slot,
-                key = lock::lock_key(slot),
-                "holding the relay lock: this relay is the active one"
-            );
-            *lock = Some(held);
-            *standing_by = false;
-            metrics::gauge!(m::ROLE_ACTIVE).set(1.0);
-            health.set_standby(false);
-            Ok(true)
-        }
-        None => {
-            if !*standing_by {
-                tracing::info!(
-                    slot,
-                    key = lock::lock_key(slot),
-                    "standby: another relay holds the relay lock on this slot; taking over when \
-                     it lets go"
-                );
-                *standing_by = true;
-            }
-            metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
-            health.set_standby(true);
-            Ok(false)
-        }
-    }
-}
-
 /// Longest wait for the broker's answer about the dead-letter topic at start.
 const DEAD_LETTER_TOPIC_CHECK: Duration = Duration::from_secs(10);
 
@@ -688,53 +486,6 @@ async fn check_dead_letter_topic(
                 "could not check the dead-letter topic at start; a missing one will stop the relay at the first dead letter"
             );
             Ok(())
-        }
-    }
-}
-
-/// Says how a session resumes; loud when the position could not be carried.
-fn report_resume(
-    resumed: &Resume,
-    server: &ServerIdentity,
-    stream: &ReplicationStream,
-    slot: &str,
-) {
-    let slot_position = stream.slot_confirmed_flush();
-    match resumed {
-        Resume::First | Resume::Carried => {}
-        Resume::SlotAhead {
-            confirmed,
-            slot: at,
-        } => {
-            metrics::counter!(m::SLOT_JUMPS).increment(1);
-            tracing::warn!(
-                slot,
-                confirmed_by_relay = %confirmed,
-                slot_position = %at,
-                gap_bytes = at.as_u64().saturating_sub(confirmed.as_u64()),
-                "the slot is ahead of the position this relay confirmed: someone else advanced \
-                 or recreated it, and transactions committed in between are not read"
-            );
-        }
-        Resume::ServerChanged { previous } => {
-            metrics::counter!(m::SERVER_CHANGES).increment(1);
-            let fork = stream
-                .timeline_fork_point()
-                .map_or_else(|| "unknown".to_owned(), |lsn| lsn.to_string());
-            tracing::error!(
-                slot,
-                previous_server = %previous.server,
-                previous_confirmed = %previous.confirmed,
-                %server,
-                timeline_fork = %fork,
-                slot_position = %slot_position,
-                "another PostgreSQL server answers (failover or a new cluster behind the URL): \
-                 starting from the new slot's position, not the old server's. Events committed \
-                 on the new server before the slot's position (since the timeline fork, when the \
-                 slot was created after it) were never decoded by this slot and may be missing; \
-                 events the relay confirmed on the old server above the fork may not exist on \
-                 the new one"
-            );
         }
     }
 }

@@ -32,6 +32,9 @@
 //! may reach the broker after the next holder started. Kafka transactions
 //! (`transactional.id` fencing) close that window on the broker's side.
 
+use super::RelaySettings;
+use crate::metrics::{self as m, Health};
+
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -324,6 +327,58 @@ async fn renew(
         }
     }
     lost.send_replace(true);
+}
+
+/// Tries the relay lock: `Ok(true)` when this relay holds it now,
+/// `Ok(false)` when another relay does (this one stands by: /ready says so,
+/// the role gauge is 0). Logs a change of role once.
+pub(super) async fn hold_lock(
+    settings: &RelaySettings,
+    candidate: &mut Candidate,
+    lock: &mut Option<HeldLock>,
+    health: &Health,
+    standing_by: &mut bool,
+) -> Result<bool, LockError> {
+    let slot = &settings.replication.slot;
+    if lock.take().is_some() {
+        tracing::warn!(
+            reason = m::reason::LOCK_LOST,
+            slot,
+            "the relay lock was lost between sessions"
+        );
+        metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
+    }
+    match candidate
+        .try_acquire(&settings.replication, settings.lock)
+        .await?
+    {
+        Some(held) => {
+            tracing::info!(
+                slot,
+                key = lock_key(slot),
+                "holding the relay lock: this relay is the active one"
+            );
+            *lock = Some(held);
+            *standing_by = false;
+            metrics::gauge!(m::ROLE_ACTIVE).set(1.0);
+            health.set_standby(false);
+            Ok(true)
+        }
+        None => {
+            if !*standing_by {
+                tracing::info!(
+                    slot,
+                    key = lock_key(slot),
+                    "standby: another relay holds the relay lock on this slot; taking over when \
+                     it lets go"
+                );
+                *standing_by = true;
+            }
+            metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
+            health.set_standby(true);
+            Ok(false)
+        }
+    }
 }
 
 #[cfg(test)]

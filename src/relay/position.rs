@@ -16,6 +16,9 @@
 //! streams from there, so what lies in between is never read. That is
 //! reported too, with the gap, never taken silently.
 
+use crate::metrics as m;
+use crate::replication::ReplicationStream;
+
 use crate::lsn::Lsn;
 use crate::replication::ServerIdentity;
 
@@ -61,6 +64,53 @@ pub fn resume(carried: Option<&Position>, server: &ServerIdentity, slot: Lsn) ->
             },
         ),
         Some(previous) => (previous.confirmed, Resume::Carried),
+    }
+}
+
+/// Says how a session resumes; loud when the position could not be carried.
+pub(super) fn report_resume(
+    resumed: &Resume,
+    server: &ServerIdentity,
+    stream: &ReplicationStream,
+    slot: &str,
+) {
+    let slot_position = stream.slot_confirmed_flush();
+    match resumed {
+        Resume::First | Resume::Carried => {}
+        Resume::SlotAhead {
+            confirmed,
+            slot: at,
+        } => {
+            metrics::counter!(m::SLOT_JUMPS).increment(1);
+            tracing::warn!(
+                slot,
+                confirmed_by_relay = %confirmed,
+                slot_position = %at,
+                gap_bytes = at.as_u64().saturating_sub(confirmed.as_u64()),
+                "the slot is ahead of the position this relay confirmed: someone else advanced \
+                 or recreated it, and transactions committed in between are not read"
+            );
+        }
+        Resume::ServerChanged { previous } => {
+            metrics::counter!(m::SERVER_CHANGES).increment(1);
+            let fork = stream
+                .timeline_fork_point()
+                .map_or_else(|| "unknown".to_owned(), |lsn| lsn.to_string());
+            tracing::error!(
+                slot,
+                previous_server = %previous.server,
+                previous_confirmed = %previous.confirmed,
+                %server,
+                timeline_fork = %fork,
+                slot_position = %slot_position,
+                "another PostgreSQL server answers (failover or a new cluster behind the URL): \
+                 starting from the new slot's position, not the old server's. Events committed \
+                 on the new server before the slot's position (since the timeline fork, when the \
+                 slot was created after it) were never decoded by this slot and may be missing; \
+                 events the relay confirmed on the old server above the fork may not exist on \
+                 the new one"
+            );
+        }
     }
 }
 
