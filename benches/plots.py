@@ -17,12 +17,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 NAMES = {
     "relay": "outbox-relay",
+    "relay_eos": "outbox-relay (exactly-once)",
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
     "broker": "broker alone",
     "postgres": "PostgreSQL only",
 }
-COLOURS = {"relay": "tab:red", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
+COLOURS = {"relay": "tab:red", "relay_eos": "tab:orange", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
            "broker": "tab:green", "postgres": "tab:gray", "recv": "black"}
 
 
