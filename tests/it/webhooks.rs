@@ -78,12 +78,12 @@ async fn outage_429_and_timeouts_lose_nothing_keep_order_and_never_hold_the_slot
     );
     committed.extend(outage);
 
-    // The outage goes on (20 s), then the receiver throttles
+    // The outage goes on (30 s in all), then the receiver throttles
     // (429, Retry-After: 2), then hangs past the relay's 2 s timeout (a timeout long enough that a
     // loaded machine never makes an accepted request look failed, which would
     // be a legitimate duplicate);
     // events keep arriving meanwhile and queue behind their aggregates.
-    while outage_started.elapsed() < Duration::from_secs(20) {
+    while outage_started.elapsed() < Duration::from_secs(30) {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     receiver.set_mode(Mode::TooMany {
