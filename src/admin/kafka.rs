@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::ClientConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, ResourceSpecifier};
 use rdkafka::client::DefaultClientContext;
 
@@ -70,13 +69,8 @@ pub async fn gather(
     wanted: &[String],
     timeout: Duration,
 ) -> Result<KafkaFacts, String> {
-    let mut config = ClientConfig::new();
-    for (name, value) in &kafka.properties {
-        config.set(name, value);
-    }
-    config
-        .set("bootstrap.servers", &kafka.brokers)
-        .set("socket.timeout.ms", timeout.as_millis().max(10).to_string());
+    let mut config = crate::sink::client_config(&kafka.brokers, &kafka.properties);
+    config.set("socket.timeout.ms", timeout.as_millis().max(10).to_string());
     let admin: Arc<AdminClient<DefaultClientContext>> = Arc::new(
         config
             .create()

@@ -50,6 +50,21 @@ pub use transactional::{
     CheckpointRead, CheckpointReadError, TransactionSettings, TxnFailure, read_checkpoint,
 };
 
+/// A Kafka client config with the operator's `[kafka.properties]` (TLS,
+/// SASL, ...) and `kafka.brokers`: the base of every client the relay and
+/// its commands build (producer, checkpoint reader, admin, dead letters).
+pub fn client_config<'a>(
+    brokers: &str,
+    properties: impl IntoIterator<Item = (&'a String, &'a String)>,
+) -> ClientConfig {
+    let mut cfg = ClientConfig::new();
+    for (k, v) in properties {
+        cfg.set(k, v);
+    }
+    cfg.set("bootstrap.servers", brokers);
+    cfg
+}
+
 /// Producer properties the relay sets itself; the config refuses overrides.
 pub const RELAY_OWNED_PROPERTIES: &[&str] = &[
     "bootstrap.servers",
@@ -296,13 +311,11 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     ) -> Result<(Self, mpsc::UnboundedReceiver<DeliveryReport<T>>), SinkError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (alarm_tx, alarms) = mpsc::unbounded_channel();
-        let mut cfg = ClientConfig::new();
-        for (k, v) in &settings.properties {
-            cfg.set(k, v);
-        }
-        cfg.set("bootstrap.servers", &settings.brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all");
+        let mut cfg = client_config(
+            &settings.brokers,
+            settings.properties.iter().map(|(k, v)| (k, v)),
+        );
+        cfg.set("enable.idempotence", "true").set("acks", "all");
         match transactions {
             // In a transaction a failed record makes the whole transaction
             // abortable and the relay replays it all: no gap can be

@@ -328,19 +328,18 @@ pub async fn read_checkpoint(
 }
 
 fn consumer(settings: &SinkSettings, isolation: &str) -> Result<BaseConsumer, CheckpointReadError> {
-    let mut cfg = ClientConfig::new();
-    for (k, v) in &settings.properties {
-        cfg.set(k, v);
-    }
-    cfg.set("bootstrap.servers", &settings.brokers)
-        .set("group.id", "outbox-relay-checkpoint-reader")
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("enable.partition.eof", "true")
-        .set("isolation.level", isolation)
-        .set("log_level", "3")
-        .create()
-        .map_err(CheckpointReadError::Create)
+    super::client_config(
+        &settings.brokers,
+        settings.properties.iter().map(|(k, v)| (k, v)),
+    )
+    .set("group.id", "outbox-relay-checkpoint-reader")
+    .set("enable.auto.commit", "false")
+    .set("enable.auto.offset.store", "false")
+    .set("enable.partition.eof", "true")
+    .set("isolation.level", isolation)
+    .set("log_level", "3")
+    .create()
+    .map_err(CheckpointReadError::Create)
 }
 
 fn read_blocking(

@@ -283,12 +283,7 @@ pub enum ReadError {
 }
 
 fn client_config(kafka: &KafkaConfig) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    for (name, value) in &kafka.properties {
-        config.set(name, value);
-    }
-    config.set("bootstrap.servers", &kafka.brokers);
-    config
+    crate::sink::client_config(&kafka.brokers, &kafka.properties)
 }
 
 /// Reads `topic` from the beginning up to the end offsets it has now,
