@@ -552,6 +552,26 @@ impl RelayConfig {
     }
 }
 
+/// For tests of modules that read a config: the smallest valid one, with
+/// `extra` TOML appended and `env` as `OUTBOX_RELAY__…` variables.
+#[cfg(test)]
+pub(crate) fn load_for_test(extra: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    const MINIMAL: &str = r#"
+        [postgres]
+        url = "postgres://relay@localhost/app"
+        slot = "s"
+        publication = "p"
+        [kafka]
+        brokers = "localhost:9092"
+        [cloudevents]
+        source = "/test"
+    "#;
+    Config::from_figment(&Config::figment_from_str(
+        &format!("{MINIMAL}\n{extra}"),
+        env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+    ))
+}
+
 #[cfg(test)]
 mod source_tests;
 #[cfg(test)]

@@ -172,21 +172,7 @@ mod tests {
     }
 
     fn config(toml: &str) -> Config {
-        let base = r#"
-            [postgres]
-            url = "postgres://relay@localhost/app"
-            slot = "s"
-            publication = "p"
-            [kafka]
-            brokers = "localhost:9092"
-            [cloudevents]
-            source = "/test"
-        "#;
-        Config::from_figment(&Config::figment_from_str(
-            &format!("{base}\n{toml}"),
-            Vec::new(),
-        ))
-        .expect("valid config")
+        crate::config::load_for_test(toml, &[]).expect("valid config")
     }
 
     #[test]

@@ -321,22 +321,8 @@ pub fn warnings(config: &Config) -> Vec<String> {
 mod tests {
     use super::*;
 
-    const BASE: &str = r#"
-        [postgres]
-        url = "postgres://relay@localhost/app"
-        slot = "s"
-        publication = "p"
-        [kafka]
-        brokers = "localhost:9092"
-        [cloudevents]
-        source = "/test"
-    "#;
-
     fn load(extra: &str, env: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        Config::from_figment(&Config::figment_from_str(
-            &format!("{BASE}\n{extra}"),
-            env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
-        ))
+        crate::config::load_for_test(extra, env)
     }
 
     fn invalid_field(extra: &str) -> (String, String) {

@@ -76,23 +76,25 @@ mod tests {
         Some(Duration::from_secs(s))
     }
 
+    /// The default schedule's delays, then DEAD.
+    fn default_delays_then_dead() -> [Option<Duration>; 6] {
+        [
+            secs(60),
+            secs(300),
+            secs(1800),
+            secs(7200),
+            secs(86_400),
+            None,
+        ]
+    }
+
     #[test]
     fn moved_after_inline_tries_then_dead_after_the_last_delay() {
         let s = schedule();
         let max = s.max_attempts_after_inline();
         assert_eq!(max, 8);
         let delays: Vec<_> = (3..=8).map(|a| s.next_delay(a, max, 0.0, None)).collect();
-        assert_eq!(
-            delays,
-            [
-                secs(60),
-                secs(300),
-                secs(1800),
-                secs(7200),
-                secs(86_400),
-                None
-            ]
-        );
+        assert_eq!(delays, default_delays_then_dead());
     }
 
     #[test]
@@ -102,17 +104,7 @@ mod tests {
         assert_eq!(max, 6);
         // Tried once as the head of its queue, then the schedule.
         let delays: Vec<_> = (1..=6).map(|a| s.next_delay(a, max, 0.0, None)).collect();
-        assert_eq!(
-            delays,
-            [
-                secs(60),
-                secs(300),
-                secs(1800),
-                secs(7200),
-                secs(86_400),
-                None
-            ]
-        );
+        assert_eq!(delays, default_delays_then_dead());
     }
 
     #[test]
