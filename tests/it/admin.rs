@@ -12,6 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use crate::support::auth::{self, TestRole};
+use crate::support::cli::{cli, shown as text};
 use crate::support::cluster::Cluster;
 use crate::support::{
     Relay, TestOutbox, consume, env, pg_admin, random_name, services, slot_state, wait_until,
@@ -20,31 +21,8 @@ use outbox_relay::admin::AdminTarget;
 use outbox_relay::admin::status::{self, StatusReport};
 use outbox_relay::config::Config;
 
-/// Runs the binary (blocking, on a blocking thread).
-async fn cli(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
-            .args(&args)
-            .env_remove("OUTBOX_RELAY_ADMIN_URL")
-            .env_remove("OUTBOX_RELAY_CONFIG")
-            .output()
-            .expect("run outbox-relay")
-    })
-    .await
-    .unwrap()
-}
-
 fn args(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// An outbox whose objects do not exist yet (for `init` to create).

@@ -9,23 +9,10 @@
 //! are reported and fail the command.
 
 use std::collections::HashMap;
-use std::process::{Command, Output};
+use std::process::Output;
 
+use crate::support::cli::{cli, shown as text};
 use crate::support::*;
-
-/// Runs the binary (blocking, on a blocking thread).
-async fn cli(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
-            .args(&args)
-            .env_remove("OUTBOX_RELAY_ADMIN_URL")
-            .env_remove("OUTBOX_RELAY_CONFIG")
-            .output()
-            .expect("run outbox-relay")
-    })
-    .await
-    .unwrap()
-}
 
 /// `outbox-relay dead <args> --config <config>`.
 async fn dead(config: &std::path::Path, args: &[&str]) -> Output {
@@ -34,15 +21,6 @@ async fn dead(config: &std::path::Path, args: &[&str]) -> Output {
     all.push("--config".into());
     all.push(config.display().to_string());
     cli(all).await
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// `dead list --json [args]`: the document, after checking it exited 0.

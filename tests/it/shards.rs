@@ -6,11 +6,11 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use outbox_relay::admin::shards::filter_sql;
 
+use crate::support::cli::{cli, shown};
 use crate::support::services;
 use crate::support::*;
 
@@ -48,28 +48,6 @@ fn shard_config(outbox: &TestOutbox, shards: u32, shard: u32) -> PathBuf {
         );
     std::fs::write(&path, text).unwrap();
     path
-}
-
-async fn cli(args: Vec<String>) -> Output {
-    tokio::task::spawn_blocking(move || {
-        Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
-            .args(&args)
-            .env_remove("OUTBOX_RELAY_ADMIN_URL")
-            .env_remove("OUTBOX_RELAY_CONFIG")
-            .output()
-            .expect("run outbox-relay")
-    })
-    .await
-    .unwrap()
-}
-
-fn shown(output: &Output) -> String {
-    format!(
-        "status {:?}\nstdout:\n{}\nstderr:\n{}",
-        output.status.code(),
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// The test cluster's `server_version_num`.

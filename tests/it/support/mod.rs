@@ -30,6 +30,7 @@ use tokio_postgres::{Client, NoTls};
 
 pub mod auth;
 pub mod checker;
+pub mod cli;
 pub mod cluster;
 pub mod http;
 pub mod kafka;
