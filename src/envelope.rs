@@ -92,6 +92,15 @@ pub struct KafkaRecord {
     pub headers: Vec<(String, Bytes)>,
 }
 
+impl KafkaRecord {
+    /// The bytes the record puts on the wire before framing: key, value,
+    /// header names and values (the `published_bytes` metric counts these).
+    pub fn size(&self) -> usize {
+        let headers: usize = self.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+        self.key.len() + self.value.len() + headers
+    }
+}
+
 /// A CloudEvent built from an outbox row, before it is laid out in a record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CloudEvent {

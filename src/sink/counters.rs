@@ -30,14 +30,9 @@ impl AckCounters {
         }
     }
 
-    pub(super) fn count(&self, msg: &BorrowedMessage<'_>, dead_letter: bool) {
-        let header_bytes: usize = msg.headers().map_or(0, |headers| {
-            headers
-                .iter()
-                .map(|h| h.key.len() + h.value.map_or(0, <[u8]>::len))
-                .sum()
-        });
-        let bytes = msg.key_len() + msg.payload_len() + header_bytes;
+    /// Counts one acknowledged record of `bytes` (its size as sent: key,
+    /// value, header names and values).
+    pub(super) fn count(&self, msg: &BorrowedMessage<'_>, bytes: usize, dead_letter: bool) {
         counter_for(
             &self.bytes_by_topic,
             msg.topic(),

@@ -230,18 +230,34 @@ impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
     }
 }
 
-impl<T: Send + Sync + 'static> ProducerContext for ReportingContext<T> {
-    type DeliveryOpaque = Box<T>;
+/// What travels with a record through librdkafka: the caller's tag, and
+/// the record's size (key, value, header names and values), counted on
+/// the Rust side when it is sent so that its delivery report need not read
+/// the headers back out of librdkafka.
+pub(crate) struct Sent<T> {
+    tag: T,
+    bytes: usize,
+}
 
-    fn delivery(&self, result: &DeliveryResult<'_>, tag: Self::DeliveryOpaque) {
+impl<T> Sent<T> {
+    pub(crate) fn new(tag: T, bytes: usize) -> Box<Self> {
+        Box::new(Sent { tag, bytes })
+    }
+}
+
+impl<T: Send + Sync + 'static> ProducerContext for ReportingContext<T> {
+    type DeliveryOpaque = Box<Sent<T>>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, sent: Self::DeliveryOpaque) {
         if transactional::is_checkpoint(self.checkpoint_topic.as_deref(), result) {
             // Its fate is the transaction's: the commit says it.
             return;
         }
+        let Sent { tag, bytes } = *sent;
         let result = match result {
             Ok(msg) => {
                 self.acknowledged
-                    .count(msg, msg.topic() == self.dead_letter_topic);
+                    .count(msg, bytes, msg.topic() == self.dead_letter_topic);
                 Ok(())
             }
             Err((err, msg)) => {
@@ -255,7 +271,7 @@ impl<T: Send + Sync + 'static> ProducerContext for ReportingContext<T> {
         };
         // The receiver is gone only when the relay dropped the sink after a
         // failure; the reports of a discarded producer no longer matter.
-        let _ = self.reports.send(DeliveryReport { tag: *tag, result });
+        let _ = self.reports.send(DeliveryReport { tag, result });
     }
 }
 
@@ -471,14 +487,14 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 value: Some(v.as_ref()),
             });
         }
-        let base = BaseRecord::with_opaque_to(&record.topic, Box::new(tag))
+        let base = BaseRecord::with_opaque_to(&record.topic, Sent::new(tag, record.size()))
             .key(record.key.as_ref())
             .payload(record.value.as_ref())
             .headers(headers);
         match self.producer.send(base) {
             Ok(()) => Ok(()),
             Err((err, base)) => {
-                let tag = *base.delivery_opaque;
+                let tag = base.delivery_opaque.tag;
                 if err.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) {
                     return Err(SendError::QueueFull(Box::new((record, tag))));
                 }

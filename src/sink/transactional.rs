@@ -34,7 +34,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{KafkaSink, SinkError, SinkSettings};
+use super::{KafkaSink, Sent, SinkError, SinkSettings};
 
 /// The transactional producer's settings, from the validated config.
 #[derive(Debug, Clone)]
@@ -196,7 +196,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
             .checkpoint_topic
             .clone()
             .unwrap_or_default();
-        let record = BaseRecord::with_opaque_to(&topic, Box::new(tag))
+        let record = BaseRecord::with_opaque_to(&topic, Sent::new(tag, key.len() + value.len()))
             .key(key)
             .payload(value);
         self.producer

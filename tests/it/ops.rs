@@ -202,9 +202,22 @@ async fn metrics_show_latency_bytes_by_topic_dead_letters_by_reason_and_slot_lag
             &format!("topic=\"{topic}\""),
         )
     };
-    // Each event carries at least its 36-byte id header and its payload.
+    // Exactly what the topic holds: keys, values, header names and values.
+    let held: usize = consume_to_end(&outbox.topic("order"))
+        .await
+        .iter()
+        .map(|r| {
+            let headers: usize = r.headers.iter().map(|(k, v)| k.len() + v.len()).sum();
+            r.key.as_ref().map_or(0, Vec::len) + r.value.as_ref().map_or(0, Vec::len) + headers
+        })
+        .sum();
     assert!(
-        topic_bytes(&outbox.topic("order")) > 40.0 * events as f64,
+        held > 40 * events,
+        "each event has at least its id and payload"
+    );
+    assert_eq!(
+        topic_bytes(&outbox.topic("order")),
+        held as f64,
         "{metrics}"
     );
     assert!(topic_bytes(&outbox.dlq_topic) > 0.0, "{metrics}");
