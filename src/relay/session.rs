@@ -55,6 +55,11 @@ use crate::sink::{DeliveryReport, KafkaSink};
 /// unacknowledged event) and checks whether a progress line is due.
 const OBSERVE_EVERY: Duration = Duration::from_secs(1);
 
+/// At most this many messages already read off the socket are handled per
+/// turn of the session's `select!`; then delivery reports, stop requests and
+/// timers get their turn.
+const BUFFERED_ITEMS_PER_WAKE: usize = 64;
+
 /// How long a session whose stream broke waits for the acknowledgements of
 /// records already sent before it hands over to the next session. Short:
 /// reconnecting matters more than saving a few duplicates.
@@ -295,6 +300,22 @@ impl<'a> Session<'a> {
                 }
                 item = self.stream.next(), if can_read => {
                     self.on_item(item?).await?;
+                    // What the same read brought in, without a trip through
+                    // this select per message (it polls every branch).
+                    // At-least-once only and only while running: exactly-once
+                    // checks its transaction bounds after each message, and a
+                    // stop reads on to a commit and no further.
+                    if self.eos.is_none() && matches!(stop, Stop::Running) {
+                        for _ in 1..BUFFERED_ITEMS_PER_WAKE {
+                            if !self.machine.can_read() {
+                                break;
+                            }
+                            match self.stream.try_next()? {
+                                Some(item) => self.on_item(item).await?,
+                                None => break,
+                            }
+                        }
+                    }
                 }
                 // While backpressure keeps `next()` from running, status
                 // updates (periodic, and prompt reports of progress) still

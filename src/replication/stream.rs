@@ -88,15 +88,8 @@ impl ReplicationStream {
         loop {
             // Frames already read come first; nothing from here to `return`
             // awaits, so a frame taken off the buffer is always returned.
-            if let Some(frame) = self
-                .socket
-                .try_frame()
-                .map_err(|e| read_error(&self.target, "streaming", e))?
-            {
-                if let Some(item) = self.handle_frame(frame)? {
-                    return Ok(item);
-                }
-                continue;
+            if let Some(item) = self.try_next()? {
+                return Ok(item);
             }
             self.queue_due_status()?;
             let read_deadline = self.probe_sent_at.map(|sent| sent + self.read_timeout);
@@ -124,6 +117,23 @@ impl ReplicationStream {
                 }
             }
         }
+    }
+
+    /// The next XLogData or keepalive already read off the socket, without
+    /// waiting; `None` when no complete frame is buffered. Lets a caller
+    /// handle what one read brought in without a trip through its own
+    /// `select!` per message. Errors as [`ReplicationStream::next`].
+    pub fn try_next(&mut self) -> Result<Option<StreamItem>, ReplicationError> {
+        while let Some(frame) = self
+            .socket
+            .try_frame()
+            .map_err(|e| read_error(&self.target, "streaming", e))?
+        {
+            if let Some(item) = self.handle_frame(frame)? {
+                return Ok(Some(item));
+            }
+        }
+        Ok(None)
     }
 
     fn handle_frame(&mut self, frame: Frame) -> Result<Option<StreamItem>, ReplicationError> {
