@@ -29,7 +29,7 @@
 
 use bytes::Bytes;
 
-use crate::envelope::{KafkaRecord, format_time};
+use crate::envelope::{HeaderName, KafkaRecord, format_time};
 use crate::lsn::Lsn;
 use crate::outbox::OutboxRow;
 
@@ -90,24 +90,24 @@ pub struct DeadLetter<'a> {
 
 /// Builds the record written to the dead-letter topic.
 pub fn dead_letter_record(dl: DeadLetter<'_>) -> KafkaRecord {
-    let mut headers = vec![
+    let mut headers: Vec<(HeaderName, Bytes)> = vec![
         (
-            "dlq_reason".to_string(),
+            "dlq_reason".into(),
             bounded(dl.reason.as_bytes(), MAX_REASON),
         ),
         (
-            REASON_CODE_HEADER.to_string(),
+            REASON_CODE_HEADER.into(),
             Bytes::from_static(dl.reason_code.as_bytes()),
         ),
-        ("lsn".to_string(), Bytes::from(dl.lsn.to_string())),
+        ("lsn".into(), Bytes::from(dl.lsn.to_string())),
         (
-            "source_table".to_string(),
+            "source_table".into(),
             bounded(dl.source_table.as_bytes(), MAX_HEADER_VALUE),
         ),
     ];
     if let Some(topic) = dl.original_topic {
         // A valid topic name is at most 249 bytes: never cut.
-        headers.push((ORIGINAL_TOPIC_HEADER.to_string(), Bytes::from(topic)));
+        headers.push((ORIGINAL_TOPIC_HEADER.into(), Bytes::from(topic)));
     }
     let mut budget = MAX_COLUMN_HEADERS;
     for (name, value) in dl.columns {
@@ -128,7 +128,7 @@ pub fn dead_letter_record(dl: DeadLetter<'_>) -> KafkaRecord {
             break;
         }
         budget -= cost;
-        headers.push((name, value));
+        headers.push((name.into(), value));
     }
     KafkaRecord {
         topic: dl.topic.to_string(),
@@ -157,7 +157,7 @@ pub fn row_columns(row: &OutboxRow) -> Vec<(String, Bytes)> {
 /// The stand-in for a dead letter too large to send: its headers (and a key
 /// cut to [`MAX_HEADER_VALUE`]), no value, and what the value was.
 pub fn headers_only(record: &KafkaRecord) -> KafkaRecord {
-    let mut headers: Vec<(String, Bytes)> = record
+    let mut headers: Vec<(HeaderName, Bytes)> = record
         .headers
         .iter()
         .filter(|(name, _)| {
@@ -176,9 +176,9 @@ pub fn headers_only(record: &KafkaRecord) -> KafkaRecord {
             Bytes::from(hex(&openssl::sha::sha256(&record.value))),
         ),
     };
-    headers.push((TRUNCATED_HEADER.to_string(), Bytes::from_static(b"true")));
-    headers.push((PAYLOAD_SIZE_HEADER.to_string(), size));
-    headers.push((PAYLOAD_SHA256_HEADER.to_string(), sha256));
+    headers.push((TRUNCATED_HEADER.into(), Bytes::from_static(b"true")));
+    headers.push((PAYLOAD_SIZE_HEADER.into(), size));
+    headers.push((PAYLOAD_SHA256_HEADER.into(), sha256));
     KafkaRecord {
         topic: record.topic.clone(),
         key: bounded(&record.key, MAX_HEADER_VALUE),

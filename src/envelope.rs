@@ -25,6 +25,9 @@
 //! members, unchanged.
 //! Spec: <https://github.com/cloudevents/spec/blob/v1.0.2/cloudevents/bindings/kafka-protocol-binding.md>
 
+use std::borrow::Cow;
+use std::collections::HashMap;
+
 use bytes::Bytes;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
@@ -83,13 +86,18 @@ pub struct EnvelopeSettings {
     pub topic_template: String,
 }
 
+/// A record header's name. The relay's own names (`ce_*`, `content-type`,
+/// `id`, `dlq_*`) are static and cost no allocation per record; names from
+/// the config's header columns or read back from a topic are owned.
+pub type HeaderName = Cow<'static, str>;
+
 /// One record for the producer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KafkaRecord {
     pub topic: String,
     pub key: Bytes,
     pub value: Bytes,
-    pub headers: Vec<(String, Bytes)>,
+    pub headers: Vec<(HeaderName, Bytes)>,
 }
 
 impl KafkaRecord {
@@ -194,17 +202,20 @@ impl CloudEvent {
         })
     }
 
-    /// Binary content mode: attributes as `ce_*` headers, value = data.
+    /// Binary content mode: attributes as `ce_*` headers (and the `id`
+    /// header Debezium sets), value = data.
     /// Takes the event apart: its strings become the header values without
     /// a copy, and the constant attributes are static.
-    fn into_binary(self) -> (Bytes, Vec<(String, Bytes)>) {
+    fn into_binary(self) -> (Bytes, Vec<(HeaderName, Bytes)>) {
         let mut headers = Vec::with_capacity(12);
-        let mut push = |name: &str, value: Bytes| headers.push((name.to_owned(), value));
+        let mut push =
+            |name: &'static str, value: Bytes| headers.push((Cow::Borrowed(name), value));
         push(
             "ce_specversion",
             Bytes::from_static(self.specversion.as_bytes()),
         );
-        push("ce_id", Bytes::from(self.id));
+        let id = Bytes::from(self.id);
+        push("ce_id", id.clone());
         push("ce_source", Bytes::from(self.source));
         push("ce_type", Bytes::from(self.event_type));
         if let Some(subject) = self.subject {
@@ -225,6 +236,9 @@ impl CloudEvent {
             "content-type",
             Bytes::from_static(self.datacontenttype.as_bytes()),
         );
+        // Debezium's outbox router adds the event id as an `id` header;
+        // consumers written against it deduplicate on that header.
+        push("id", id);
         (self.data, headers)
     }
 
@@ -285,28 +299,129 @@ pub fn build_record(
         &row.aggregate_type,
         &row.event_type,
     )?;
+    record_for(row, topic, commit_time, settings)
+}
+
+/// [`build_record`], with the topic taken from `topics` when a row of the
+/// same aggregate type (and event type, if the template uses it) was seen.
+///
+/// # Errors
+/// As [`build_record`].
+pub fn build_record_cached(
+    row: &OutboxRow,
+    commit_time: DateTime<Utc>,
+    settings: &EnvelopeSettings,
+    topics: &mut TopicCache,
+) -> Result<KafkaRecord, EnvelopeError> {
+    let topic = topics.topic(
+        &settings.topic_template,
+        &row.aggregate_type,
+        &row.event_type,
+    )?;
+    record_for(row, topic, commit_time, settings)
+}
+
+fn record_for(
+    row: &OutboxRow,
+    topic: String,
+    commit_time: DateTime<Utc>,
+    settings: &EnvelopeSettings,
+) -> Result<KafkaRecord, EnvelopeError> {
     let event = CloudEvent::from_row(row, commit_time, &settings.source)?;
     let (value, mut headers) = match settings.mode {
         ContentMode::Binary => event.into_binary(),
         ContentMode::Structured => {
             let value = Bytes::from(event.to_structured_json()?);
-            let headers = vec![(
-                "content-type".to_owned(),
-                Bytes::from_static(STRUCTURED_CONTENT_TYPE.as_bytes()),
-            )];
+            let headers = vec![
+                (
+                    Cow::Borrowed("content-type"),
+                    Bytes::from_static(STRUCTURED_CONTENT_TYPE.as_bytes()),
+                ),
+                // As in binary mode: Debezium's `id` header.
+                (
+                    Cow::Borrowed("id"),
+                    Bytes::copy_from_slice(row.id.as_bytes()),
+                ),
+            ];
             (value, headers)
         }
     };
-    // Debezium's outbox router adds the event id as an `id` header; consumers
-    // written against it deduplicate on that header.
-    headers.push(("id".to_owned(), Bytes::copy_from_slice(row.id.as_bytes())));
-    headers.extend(row.headers.iter().cloned());
+    headers.extend(
+        row.headers
+            .iter()
+            .map(|(name, value)| (Cow::Owned(name.clone()), value.clone())),
+    );
     Ok(KafkaRecord {
         topic,
         key: Bytes::copy_from_slice(row.aggregate_id.as_bytes()),
         value,
         headers,
     })
+}
+
+/// Topics already rendered and validated, by aggregate type and event type.
+/// An outbox usually carries a handful of each, and rendering then checking
+/// the name for every row showed in the W3 profile (benches/cpu-notes.md).
+/// Only valid names are kept (a row with an invalid one is rendered again and
+/// dead-lettered each time), and at most [`TopicCache::CAPACITY`] of them:
+/// past that the cache starts over, so row data cannot grow it without bound.
+#[derive(Debug, Default)]
+pub struct TopicCache {
+    by_aggregate: HashMap<String, HashMap<String, String>>,
+    len: usize,
+}
+
+impl TopicCache {
+    /// Most topics kept at once.
+    pub const CAPACITY: usize = 4096;
+
+    /// The topic of a row: `render_topic(template, aggregate_type,
+    /// event_type)`, from the cache when it holds it. `template` must be the
+    /// same on every call (one cache per envelope setting).
+    ///
+    /// # Errors
+    /// [`EnvelopeError::InvalidTopic`], as [`render_topic`].
+    pub fn topic(
+        &mut self,
+        template: &str,
+        aggregate_type: &str,
+        event_type: &str,
+    ) -> Result<String, EnvelopeError> {
+        // A template without `{type}` gives every event type the same topic.
+        let event_key = if template.contains("{type}") {
+            event_type
+        } else {
+            ""
+        };
+        if let Some(topic) = self
+            .by_aggregate
+            .get(aggregate_type)
+            .and_then(|by_type| by_type.get(event_key))
+        {
+            return Ok(topic.clone());
+        }
+        let topic = render_topic(template, aggregate_type, event_type)?;
+        if self.len >= Self::CAPACITY {
+            self.by_aggregate.clear();
+            self.len = 0;
+        }
+        self.by_aggregate
+            .entry(aggregate_type.to_owned())
+            .or_default()
+            .insert(event_key.to_owned(), topic.clone());
+        self.len += 1;
+        Ok(topic)
+    }
+
+    /// How many topics are kept.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
 }
 
 /// Substitutes `{aggregatetype}` and `{type}` in `template` and checks the

@@ -206,12 +206,12 @@ impl Tracer {
             ..parent_context
         };
         record.headers.push((
-            TRACEPARENT_HEADER.to_owned(),
+            TRACEPARENT_HEADER.into(),
             Bytes::from(context.traceparent()),
         ));
         if let Some(state) = &parent.tracestate {
             record.headers.push((
-                TRACESTATE_HEADER.to_owned(),
+                TRACESTATE_HEADER.into(),
                 Bytes::copy_from_slice(state.as_bytes()),
             ));
         }

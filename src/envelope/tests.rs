@@ -517,7 +517,7 @@ proptest! {
             prop_assert_eq!(header(&record, name), Some(value.as_bytes()), "header {}", name);
         }
         for (name, value) in &row.headers {
-            prop_assert!(record.headers.contains(&(name.clone(), value.clone())));
+            prop_assert!(record.headers.contains(&(name.clone().into(), value.clone())));
         }
     }
 
@@ -591,6 +591,53 @@ proptest! {
             Err(e) => prop_assert_eq!(e.reason_code(), "invalid_topic"),
         }
     }
+}
+
+proptest! {
+    /// The cache answers exactly what rendering answers, whatever the
+    /// template uses and in whatever order rows of a few types arrive: a
+    /// cache keyed on too little (the aggregate type alone under a `{type}`
+    /// template) or keeping an invalid name fails here.
+    #[test]
+    fn cached_topics_are_the_rendered_topics(
+        template in prop::sample::select(vec![
+            "t.{aggregatetype}",
+            "t.{aggregatetype}.{type}",
+            "{type}",
+            "fixed.topic",
+            "{aggregatetype}{type}",
+        ]),
+        rows in prop::collection::vec(("[ab.!]{0,2}", "[xy/]{0,2}"), 1..40),
+    ) {
+        let mut cache = TopicCache::default();
+        for (aggregate_type, event_type) in &rows {
+            prop_assert_eq!(
+                cache.topic(template, aggregate_type, event_type),
+                render_topic(template, aggregate_type, event_type),
+                "{} / {}", aggregate_type, event_type
+            );
+        }
+    }
+}
+
+#[test]
+fn the_topic_cache_stays_bounded() {
+    let mut cache = TopicCache::default();
+    for n in 0..TopicCache::CAPACITY + 10 {
+        let aggregate_type = format!("agg{n}");
+        let topic = cache.topic("t.{aggregatetype}.{type}", &aggregate_type, "Created");
+        assert_eq!(topic, Ok(format!("t.agg{n}.Created")));
+        assert!(cache.len() <= TopicCache::CAPACITY, "{} kept", cache.len());
+    }
+    assert!(!cache.is_empty());
+}
+
+#[test]
+fn a_refused_topic_is_not_kept() {
+    let mut cache = TopicCache::default();
+    assert!(cache.topic("t.{aggregatetype}", "a b", "T").is_err());
+    assert!(cache.is_empty());
+    assert!(cache.topic("t.{aggregatetype}", "a b", "T").is_err());
 }
 
 #[test]

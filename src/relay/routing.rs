@@ -22,7 +22,9 @@ use super::refusals::{EventFate, Refusals, anonymous_row_key};
 use crate::ack::TxnId;
 use crate::assembler::Relation;
 use crate::deadletter::{self as dl, DeadLetter, dead_letter_record, row_columns};
-use crate::envelope::{EnvelopeSettings, KafkaRecord, build_record, render_topic};
+use crate::envelope::{
+    EnvelopeSettings, KafkaRecord, TopicCache, build_record_cached, render_topic,
+};
 use crate::lsn::Lsn;
 use crate::otel::ProduceSpan;
 use crate::outbox::{ColumnMap, OutboxRow, RowExtractor, message};
@@ -102,6 +104,8 @@ pub enum Routed {
 pub struct Router {
     extractor: RowExtractor,
     envelope: EnvelopeSettings,
+    /// The rendered topics of `envelope.topic_template`.
+    topics: TopicCache,
     dead_letter_topic: String,
     /// `schema.name` of the outbox, for the dead-letter `source_table`.
     source_table: String,
@@ -119,6 +123,7 @@ impl Router {
         Router {
             extractor: RowExtractor::new(columns),
             envelope,
+            topics: TopicCache::default(),
             dead_letter_topic,
             source_table,
             message_source: format!("message:{}", message::DEFAULT_PREFIX),
@@ -243,7 +248,7 @@ impl Router {
 
     /// The record for an extracted row, whichever its source.
     fn route_row(
-        &self,
+        &mut self,
         row: OutboxRow,
         origin: Origin,
         commit: &Commit,
@@ -269,7 +274,7 @@ impl Router {
             let (record, tag) = self.dead_letter(&row, origin, reason, code, tag);
             return Routed::DeadLetter { record, tag };
         }
-        match build_record(&row, commit.time, &self.envelope) {
+        match build_record_cached(&row, commit.time, &self.envelope, &mut self.topics) {
             Ok(record) => Routed::Event {
                 record,
                 tag,

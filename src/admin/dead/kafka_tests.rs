@@ -15,7 +15,11 @@ fn read_back(record: crate::envelope::KafkaRecord, offset: i64) -> DlqRecord {
         timestamp: DateTime::from_timestamp(1_700_000_000, 0),
         key: Some(record.key),
         value: Some(record.value),
-        headers: record.headers,
+        headers: record
+            .headers
+            .into_iter()
+            .map(|(name, value)| (name.into_owned(), value))
+            .collect(),
     }
 }
 
