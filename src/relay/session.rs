@@ -55,9 +55,9 @@ use crate::sink::{DeliveryReport, KafkaSink};
 /// unacknowledged event) and checks whether a progress line is due.
 const OBSERVE_EVERY: Duration = Duration::from_secs(1);
 
-/// At most this many messages already read off the socket are handled per
-/// turn of the session's `select!`; then delivery reports, stop requests and
-/// timers get their turn.
+/// At most this many messages already read off the socket, or delivery
+/// reports already queued, are handled per turn of the session's `select!`;
+/// then the other branches (stop requests, timers) get their turn.
 const BUFFERED_ITEMS_PER_WAKE: usize = 64;
 
 /// How long a session whose stream broke waits for the acknowledgements of
@@ -294,6 +294,18 @@ impl<'a> Session<'a> {
                 _ = observe_tick.tick() => self.observe(),
                 Some(report) = self.reports.recv() => {
                     self.on_report(report)?;
+                    // Reports come one per acknowledged record; those
+                    // already waiting are taken in this turn too, as the
+                    // stream's messages are below (at-least-once only:
+                    // exactly-once keeps to one thing per turn).
+                    if self.eos.is_none() {
+                        for _ in 1..BUFFERED_ITEMS_PER_WAKE {
+                            match self.reports.try_recv() {
+                                Ok(report) => self.on_report(report)?,
+                                Err(_) => break,
+                            }
+                        }
+                    }
                 }
                 report = self.http.recv() => {
                     self.on_report(report)?;
@@ -324,7 +336,9 @@ impl<'a> Session<'a> {
                     self.stream.send_due_status().await?;
                 }
                 // Exactly-once: the open transaction reached its time bound.
-                () = tokio::time::sleep_until(commit_at.unwrap_or_else(Instant::now)), if commit_at.is_some() => {}
+                // (A disabled branch's expression is still evaluated: any
+                // instant at hand, rather than reading the clock every turn.)
+                () = tokio::time::sleep_until(commit_at.unwrap_or(status_due)), if commit_at.is_some() => {}
                 _ = heartbeat_tick.tick(), if heartbeat_every.is_some() => {
                     let rows = self.machine.rows_seen();
                     if rows != rows_at_tick {
