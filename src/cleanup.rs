@@ -53,7 +53,8 @@ use postgres_protocol::escape::{
     escape_identifier as quote_ident, escape_literal as quote_literal,
 };
 
-use crate::replication::{ReplicationSettings, SqlConnection};
+use crate::replication::{ErrorKind, ReplicationSettings, SqlConnection};
+use tokio_postgres::error::SqlState;
 
 /// What the relay does with outbox rows once their events are confirmed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -85,8 +86,16 @@ pub const MAX_HELD_TXNS: usize = 100_000;
 const BATCH_IDS: usize = 1_000;
 /// Released batches waiting for the deleter, at most.
 const QUEUE: usize = 256;
-/// Tries of one DELETE before its rows are left in the table.
-const TRIES: u32 = 3;
+/// First wait before trying a failed DELETE again.
+const RETRY_FIRST_WAIT: Duration = Duration::from_millis(200);
+/// Longest wait between tries (the wait doubles up to it).
+const RETRY_MAX_WAIT: Duration = Duration::from_secs(5);
+/// How long one batch is tried through failures that pass (a restart or
+/// failover of the server, its connection slots full, a terminated
+/// session, a statement timeout) before its rows are left in the table. A
+/// failure that does not pass by itself (no DELETE privilege, the table
+/// gone) leaves them at once.
+const RETRY_FOR: Duration = Duration::from_secs(120);
 /// Longest a DELETE may run.
 const STATEMENT_TIMEOUT: &str = "30s";
 
@@ -306,36 +315,7 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
             let Some(sql) = delete_sql(&settings, &batch, &by_xmin) else {
                 continue;
             };
-            let mut deleted = None;
-            for attempt in 0..TRIES {
-                match run(&settings, &mut connection, &sql).await {
-                    Ok(n) => {
-                        deleted = Some(n);
-                        break;
-                    }
-                    Err(e) => {
-                        connection = None;
-                        if !warned {
-                            let table = format!(
-                                "{}.{}",
-                                quote_ident(&settings.table.0),
-                                quote_ident(&settings.table.1)
-                            );
-                            tracing::warn!(
-                                table = %table,
-                                error = %e,
-                                "cannot delete confirmed outbox rows; they stay in the table. \
-                                 The relay's role needs DELETE on it: GRANT DELETE ON {table} \
-                                 TO <relay role>"
-                            );
-                            warned = true;
-                        }
-                        if attempt + 1 < TRIES {
-                            tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                        }
-                    }
-                }
-            }
+            let deleted = delete_batch(&settings, &mut connection, &sql, &mut warned).await;
             match deleted {
                 Some(n) => {
                     metrics::counter!(m::CLEANUP_DELETED_ROWS).increment(n);
@@ -350,6 +330,65 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
     }
     if let Some(connection) = connection {
         connection.close().await;
+    }
+}
+
+/// Runs one batch's DELETE, trying again through failures that pass for up
+/// to [`RETRY_FOR`]; `None` when its rows are left in the table. Warns once
+/// per run of failures (`warned` is reset by the caller on success).
+async fn delete_batch(
+    settings: &DeleterSettings,
+    connection: &mut Option<SqlConnection>,
+    sql: &str,
+    warned: &mut bool,
+) -> Option<u64> {
+    let started = tokio::time::Instant::now();
+    let mut wait = RETRY_FIRST_WAIT;
+    loop {
+        let e = match run(settings, connection, sql).await {
+            Ok(n) => return Some(n),
+            Err(e) => e,
+        };
+        *connection = None;
+        let passes = e.kind() == ErrorKind::Transient;
+        let gives_up = !passes || started.elapsed() + wait > RETRY_FOR;
+        if !*warned || gives_up {
+            let table = format!(
+                "{}.{}",
+                quote_ident(&settings.table.0),
+                quote_ident(&settings.table.1)
+            );
+            let privilege = e.sqlstate() == Some(SqlState::INSUFFICIENT_PRIVILEGE.code());
+            if privilege {
+                tracing::warn!(
+                    table = %table,
+                    error = %e,
+                    "cannot delete confirmed outbox rows; they stay in the table. The relay's \
+                     role needs DELETE on it: GRANT DELETE ON {table} TO <relay role>"
+                );
+            } else if gives_up {
+                tracing::warn!(
+                    table = %table,
+                    error = %e,
+                    "cannot delete confirmed outbox rows; this batch stays in the table \
+                     (outbox_relay_cleanup_skipped_rows_total counts it; rows `outbox-relay \
+                     status` shows the relay past are safe to delete by hand)"
+                );
+            } else {
+                tracing::warn!(
+                    table = %table,
+                    error = %e,
+                    retry_for = ?RETRY_FOR,
+                    "cannot delete confirmed outbox rows yet; trying again"
+                );
+            }
+            *warned = true;
+        }
+        if gives_up {
+            return None;
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(RETRY_MAX_WAIT);
     }
 }
 
