@@ -24,7 +24,8 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
 Every figure is the median of BENCH_REPEAT runs (min and max beside it).
 Results: benches/RESULTS.md, benches/plots/*.png, benches/flamegraph-w3.svg;
 raw JSON in benches/results/ (git-ignored). Sizes and rates are overridable
-by environment variables (see `Settings`). No figure is asserted: this is
+by environment variables (see `Settings`); BENCH_RELAY_LINGER_MS sets the
+relay's kafka.linger_ms (its default otherwise). No figure is asserted: this is
 a measurement, not a test.
 """
 
@@ -97,6 +98,8 @@ class Settings:
     flamegraph: bool
     workloads: list[str]
     relay_baseline: str
+    # kafka.linger_ms for the relay ("" = the relay's default).
+    relay_linger_ms: str
 
     @staticmethod
     def from_env(quick: bool, only: str | None, no_debezium: bool) -> "Settings":
@@ -121,6 +124,7 @@ class Settings:
             flamegraph=os.environ.get("BENCH_FLAMEGRAPH", "1") != "0",
             workloads=(only or os.environ.get("BENCH_ONLY") or "ceilings,w1,w2,w3,w4").split(","),
             relay_baseline=os.environ.get("BENCH_RELAY_BASELINE", ""),
+            relay_linger_ms=os.environ.get("BENCH_RELAY_LINGER_MS", ""),
         )
 
 
@@ -323,6 +327,8 @@ class Relay:
             self.label = "outbox-relay (exactly-once)"
             delivery = f'delivery = "exactly-once"\ncheckpoint_topic = "{prefix}.checkpoints"\n'
         self.topic = f"{prefix}.order"
+        if env.s.relay_linger_ms:
+            delivery += f"linger_ms = {int(env.s.relay_linger_ms)}\n"
         conf = env.work / f"{prefix}.toml"
         conf.write_text(
             f"""[postgres]
