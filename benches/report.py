@@ -254,8 +254,10 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             rss5 = mmm([r["max_rss_mb"] for r in relay5])
             cpu5 = mmm([r["cpu_s"] / max(r["measured"], 1) * 1e6 for r in relay5])
             w(f"Relay at a steady 5k/s: peak RSS {fmt(rss5, digits=1)} MiB, CPU {fmt(cpu5, digits=2)} µs/event.\n")
-        w("The relay runs with its defaults (linger_ms = 5); the broker-alone producer uses the same "
-          "linger.ms = 5, acks=all and idempotence. Debezium tuned = `poll.interval.ms=1`, producer "
+        linger = s.get("relay_linger_ms") or ""
+        relay_linger = f"linger_ms = {linger} (BENCH_RELAY_LINGER_MS)" if linger else "its defaults (linger_ms = 5)"
+        w(f"The relay runs with {relay_linger}; the broker-alone producer uses the same "
+          f"linger.ms = {linger or 5}, acks=all and idempotence. Debezium tuned = `poll.interval.ms=1`, producer "
           "`linger.ms=0`.\n")
 
     # ---------------------------------------------------------------- W2

@@ -25,7 +25,8 @@ Every figure is the median of BENCH_REPEAT runs (min and max beside it).
 Results: benches/RESULTS.md, benches/plots/*.png, benches/flamegraph-w3.svg;
 raw JSON in benches/results/ (git-ignored). Sizes and rates are overridable
 by environment variables (see `Settings`); BENCH_RELAY_LINGER_MS sets the
-relay's kafka.linger_ms (its default otherwise). No figure is asserted: this is
+relay's kafka.linger_ms and the W1 broker-alone producer's linger.ms (both 5,
+the relay's default, otherwise). No figure is asserted: this is
 a measurement, not a test.
 """
 
@@ -590,7 +591,10 @@ def broker_step(env: Env, rate: int, secs: float, warmup: float) -> dict:
     wait_file(ready, 60, rd, "latency reader")
     run([str(env.latency_bin), "produce", "--brokers", env.brokers, "--topic", topic, "--rate", str(rate),
          "--duration-secs", str(secs + warmup), "--warmup-secs", str(warmup),
-         "--record-bytes", str(env.s.payload), "--timing-file", str(timing)], capture_output=True)
+         "--record-bytes", str(env.s.payload), "--timing-file", str(timing),
+         # The same batching wait as the relay's producer, so the two differ
+         # only by what the relay adds.
+         "--linger-ms", env.s.relay_linger_ms or "5"], capture_output=True)
     out, _ = rd.communicate(timeout=3600)
     return json.loads(out.strip().splitlines()[-1])
 
