@@ -212,19 +212,7 @@ impl RoleLockedOut {
 impl Drop for RoleLockedOut {
     fn drop(&mut self) {
         // psql: a Drop cannot await, and this must also run while a panic unwinds.
-        let ok = std::process::Command::new("psql")
-            .args([
-                "-X",
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-                &env("PG_URL"),
-                "-c",
-                "ALTER ROLE relay CONNECTION LIMIT -1",
-            ])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+        let ok = psql_as_superuser(&["ALTER ROLE relay CONNECTION LIMIT -1"]);
         if !ok {
             eprintln!("could not lift the relay role's connection limit");
         }

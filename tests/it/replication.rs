@@ -22,7 +22,7 @@ use tokio_postgres::Client;
 
 use crate::support::services::{self, Shared};
 use crate::support::tls::{ThrowawayCa, tls_man_in_the_middle};
-use crate::support::{env, pg_admin, slot_state};
+use crate::support::{env, pg_admin, psql_as_superuser, slot_state};
 
 /// Long enough for anything that should happen "at once" on loopback.
 const WAIT: Duration = Duration::from_secs(5);
@@ -216,19 +216,8 @@ impl Drop for Fixture {
 /// Runs `sql` through psql as the superuser of `PG_URL`: cleanup that also
 /// runs while a test panics. Panics (unless already panicking) naming `what`.
 fn psql_cleanup(sql: &str, what: &str) {
-    let status = std::process::Command::new("psql")
-        .args([
-            "-X",
-            "-q",
-            "-v",
-            "ON_ERROR_STOP=1",
-            &env("PG_URL"),
-            "-c",
-            sql,
-        ])
-        .status();
-    if !matches!(status, Ok(s) if s.success()) && !std::thread::panicking() {
-        panic!("cleanup of {what} failed: {status:?}");
+    if !psql_as_superuser(&[sql]) && !std::thread::panicking() {
+        panic!("cleanup of {what} failed");
     }
 }
 

@@ -61,6 +61,21 @@ pub fn env(name: &str) -> String {
     })
 }
 
+/// Runs `statements` (each one `psql -c`) as the superuser of `PG_URL`, for
+/// cleanup in a `Drop`: that cannot await, and must also run while a test
+/// panics. Whether psql succeeded.
+pub fn psql_as_superuser(statements: &[&str]) -> bool {
+    let mut command = std::process::Command::new("psql");
+    command.args(["-X", "-q", "-v", "ON_ERROR_STOP=1", &env("PG_URL")]);
+    for statement in statements {
+        command.args(["-c", statement]);
+    }
+    command
+        .stdout(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 pub fn random_name(prefix: &str) -> String {
     format!(
         "{prefix}_{}",

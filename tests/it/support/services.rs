@@ -142,21 +142,10 @@ impl Drop for WalKeepLimit {
     fn drop(&mut self) {
         // psql, not the test's async client: a Drop cannot await, and this
         // must also run while a panic unwinds.
-        let ok = Command::new("psql")
-            .args([
-                "-X",
-                "-q",
-                "-v",
-                "ON_ERROR_STOP=1",
-                &env("PG_URL"),
-                "-c",
-                "ALTER SYSTEM RESET max_slot_wal_keep_size",
-                "-c",
-                "SELECT pg_reload_conf()",
-            ])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
+        let ok = super::psql_as_superuser(&[
+            "ALTER SYSTEM RESET max_slot_wal_keep_size",
+            "SELECT pg_reload_conf()",
+        ]);
         if !ok {
             eprintln!("could not reset max_slot_wal_keep_size");
         }
