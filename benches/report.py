@@ -58,6 +58,49 @@ def drain_stats(runs: list[dict]) -> dict:
     }
 
 
+def budget_rows(wl: dict) -> list[tuple[str, dict]]:
+    """Per system: µs of CPU per event for the system itself, its walsender,
+    the broker, everything else, and the whole machine (medians of the runs)."""
+    out = []
+    rows = wl["rows"]
+    for key, label in [("recv", "pg_recvlogical")] + [(k, SYSTEMS[k]) for k in
+                                                       ("relay", "relay_eos", "relay_base", "dbz_default", "dbz_tuned")]:
+        runs = [r for r in wl.get(key) or [] if r.get("budget")]
+        if not runs:
+            continue
+        per = lambda v: v / rows * 1e6 if v is not None else None  # noqa: E731
+        own = [per(r["cpu_s"]) for r in runs]
+        ws = [per(r["budget"]["walsender_cpu_s"]) for r in runs]
+        br = [per(r["budget"]["broker_cpu_s"]) for r in runs]
+        total = [per(r["budget"]["machine_busy_s"]) for r in runs]
+        rest = [t - o - (a or 0) - (b or 0) for t, o, a, b in zip(total, own, ws, br)]
+        busy = [r["budget"]["machine_busy_s"] / (r["budget"]["secs"] * r["budget"]["cpus"]) for r in runs]
+        out.append((label, {"own": mmm(own), "walsender": mmm(ws), "broker": mmm(br), "rest": mmm(rest),
+                            "total": mmm(total), "busy": mmm(busy)}))
+    return out
+
+
+def write_budget(w, wl: dict, name: str) -> dict | None:
+    """The CPU budget table of a drain; returns the relay's row, if any."""
+    rows = budget_rows(wl)
+    if not rows:
+        return None
+    w(f"**Where the machine's CPU went in {name}** (CPU µs per event over the whole run of each system, "
+      "from its start to its last event: the system's own process, the walsender that decoded for it, "
+      "the Kafka broker, everything else on the machine, and all CPUs together; busy = the share of all "
+      "CPUs' time that was not idle):\n")
+    w("| system | itself | its walsender | Kafka broker | everything else | whole machine | CPUs busy |")
+    w("|---|---|---|---|---|---|---|")
+    relay = None
+    for label, b in rows:
+        w(f"| {label} | {fmt(b['own'], digits=1)} | {fmt(b['walsender'], digits=1)} | {fmt(b['broker'], digits=1)} | "
+          f"{fmt(b['rest'], digits=1)} | {fmt(b['total'], digits=1)} | {fmt(b['busy'], scale=100, digits=0, unit=' %')} |")
+        if label == SYSTEMS["relay"]:
+            relay = b
+    w("")
+    return relay
+
+
 def lat(runs: list[dict], key: str) -> dict | None:
     vals = [(r.get("commit_to_consume") or {}).get(key) for r in runs]
     return mmm([v / 1000 for v in vals if v is not None])
@@ -174,6 +217,14 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             st = relay["startup"]["median"]
             targets.append(("start-up to first event < 0.5 s (W3)", f"{st:.3f} s", st < 0.5))
         w("")
+        b = write_budget(w, w3, "W3")
+        if b and b["walsender"] and b["broker"]:
+            floor = b["walsender"]["median"] + b["broker"]["median"]
+            cpus = next(r["budget"]["cpus"] for r in w3["relay"] if r.get("budget"))
+            w(f"The walsender and the broker alone took {floor:.1f} µs of CPU per event for the relay's drain: "
+              f"on {cpus} CPUs no client could drain faster than about {cpus * 1e6 / floor:,.0f} events/s here "
+              f"even if it used no CPU itself; with the relay's own {b['own']['median']:.1f} µs the bound is "
+              f"{cpus * 1e6 / (floor + b['own']['median']):,.0f} events/s.\n")
 
     if w4:
         w(f"## W4: one transaction of {w4['rows']:,} rows\n")
@@ -187,6 +238,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
                   f"{fmt(st['cpu'], digits=2)} | {fmt(st['rss'], digits=1)} |")
         w("\nThe first event of a transaction can only leave once its COMMIT is decoded, so start-up here "
           "includes PostgreSQL decoding (and spilling) the whole transaction.\n")
+        write_budget(w, w4, "W4")
 
     # ---------------------------------------------------------------- W1
     rss5 = None

@@ -18,7 +18,9 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
 * exactly-once delivery (kafka.delivery = "exactly-once") beside the default
   at-least-once: in W3, draining the same WAL from its own slot, and in W1
   at 1000 events/s (or the first BENCH_W1_RATES rate);
-* cost: relay CPU per event, peak RSS, start-up to first event;
+* cost: relay CPU per event, peak RSS, start-up to first event; and, in
+  W3 and W4, where the machine's CPU went per event (each system, the
+  walsender decoding for it, the Kafka broker, the rest of the machine);
 * a flame graph of the relay during a W3 drain (perf, DWARF unwinding).
 
 Every figure is the median of BENCH_REPEAT runs (min and max beside it).
@@ -230,6 +232,79 @@ class ProcSampler:
 
     def max_rss_between(self, t0: float, t1: float) -> int:
         return max((s[2] for s in self.samples if t0 <= s[0] <= t1), default=0)
+
+
+def proc_cpu_s(pid: int) -> float | None:
+    """CPU-seconds (user + system, all threads) a process has used, or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def machine_busy_s() -> float:
+    """CPU-seconds all CPUs have spent on anything but idling since boot (/proc/stat)."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    # user nice system idle iowait irq softirq steal: all but idle and iowait.
+    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
+
+
+class CpuBudget:
+    """Where the machine's CPU went while one system drained: the walsender
+    serving its slot, the Kafka broker, and every CPU of the machine.
+
+    On two cores the relay shares the CPU with the walsender that decodes for
+    it and the broker that stores what it sends, so what those two cost per
+    event bounds how fast any client could drain here."""
+
+    def __init__(self, env: "Env", slot: str):
+        self.env = env
+        self.slot = slot
+        pid_file = ROOT / ".services" / "kafka.pid"
+        self.broker_pid = int(pid_file.read_text()) if pid_file.exists() else None
+        self.broker0 = proc_cpu_s(self.broker_pid) if self.broker_pid else None
+        self.machine0 = machine_busy_s()
+        self.t0 = time.time()
+        self.walsender: ProcSampler | None = None
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._find_walsender, daemon=True)
+        self._t.start()
+
+    def _find_walsender(self) -> None:
+        # The walsender starts when the system connects: its whole life is
+        # this drain, so its total CPU is the drain's.
+        while not self._stop.is_set():
+            try:
+                pid = self.env.sql(
+                    f"SELECT active_pid FROM pg_replication_slots WHERE slot_name = '{self.slot}'")
+            except subprocess.CalledProcessError:
+                pid = ""
+            if pid:
+                self.walsender = ProcSampler(int(pid))
+                return
+            self._stop.wait(0.02)
+
+    def finish(self) -> dict:
+        """Call when the drain is complete, before the system stops."""
+        machine = machine_busy_s() - self.machine0
+        secs = time.time() - self.t0
+        broker1 = proc_cpu_s(self.broker_pid) if self.broker_pid else None
+        self._stop.set()
+        self._t.join(5)
+        walsender = None
+        if self.walsender is not None:
+            self.walsender.finish()
+            walsender = self.walsender.cpu()
+        return {
+            "walsender_cpu_s": walsender,
+            "broker_cpu_s": broker1 - self.broker0 if broker1 is not None and self.broker0 is not None else None,
+            "machine_busy_s": machine,
+            "secs": secs,
+            "cpus": os.cpu_count() or 1,
+        }
 
 
 # ------------------------------------------------------------------ environment
@@ -650,6 +725,7 @@ $$;"""
 
 def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int) -> dict:
     t0 = time.time()
+    budget = CpuBudget(env, slot)
     p = subprocess.Popen(
         ["pg_recvlogical", "-d", env.pg_url, "--slot", slot, "--start", "--endpos", end_lsn,
          "-o", "proto_version=1", "-o", f"publication_names={pub}", "-f", "/dev/null", "--no-loop"],
@@ -658,17 +734,20 @@ def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int) ->
     # Reaped here for its rusage (CPU of the client; decoding itself is the walsender's).
     _, status, usage = os.wait4(p.pid, 0)
     t1 = time.time()
+    budget = budget.finish()
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise RuntimeError(f"pg_recvlogical failed: {p.stderr.read()}")
-    return {"events_per_s": rows / (t1 - t0), "secs": t1 - t0, "cpu_s": usage.ru_utime + usage.ru_stime}
+    return {"events_per_s": rows / (t1 - t0), "secs": t1 - t0, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "budget": budget}
 
 
-def system_drain(env: Env, make_sut, rows: int) -> dict:
-    """Starts a system on a slot holding `rows` events and measures until all are on its topic."""
+def system_drain(env: Env, make_sut, rows: int, slot: str) -> dict:
+    """Starts a system on `slot`, holding `rows` events, and measures until all are on its topic."""
     prefix = env.name("drain")
     topic = f"{prefix}.order"
     w, out = watch(env, topic, rows)
+    budget = CpuBudget(env, slot)
     sut = make_sut(prefix)
     try:
         while w.poll() is None:
@@ -679,6 +758,7 @@ def system_drain(env: Env, make_sut, rows: int) -> dict:
         if w.returncode != 0:
             raise RuntimeError(f"{sut.label}: drain did not complete; see {sut.log}")
         cpu = sut.sampler.read()
+        spent = budget.finish()
     finally:
         stop(w)
         sut.stop()
@@ -695,6 +775,7 @@ def system_drain(env: Env, make_sut, rows: int) -> dict:
         "cpu_us_per_event": cpu_s / rows * 1e6,
         "peak_rss_mb": sut.sampler.hwm / 2**20,
         "curve": [(t - first, c) for t, c in pts],
+        "budget": spent,
     }
 
 
@@ -729,21 +810,22 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
         res["recv"].append(r)
 
         def this_build() -> None:
-            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows)
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows,
+                             slots["relay"][i])
             log(f"{name} run {i + 1}: relay {r['drain_events_per_s']:.0f} events/s, first event after "
                 f"{r['startup_to_first_event_s']:.3f} s, {r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay"].append(r)
 
         def baseline_build() -> None:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_base"][i], p,
-                                                  binary=Path(s.relay_baseline)), rows)
+                                                  binary=Path(s.relay_baseline)), rows, slots["relay_base"][i])
             log(f"{name} run {i + 1}: baseline relay {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_base"].append(r)
 
         def exactly_once_build() -> None:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_eos"][i], p, exactly_once=True),
-                             rows)
+                             rows, slots["relay_eos"][i])
             log(f"{name} run {i + 1}: relay exactly-once {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_eos"].append(r)
@@ -758,13 +840,15 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
             drain()
         if s.debezium:
             for key, tuned in (("dbz_default", False), ("dbz_tuned", True)):
-                r = system_drain(env, lambda p: Debezium(env, table, pub, slots[key][i], p, tuned), rows)
+                r = system_drain(env, lambda p: Debezium(env, table, pub, slots[key][i], p, tuned), rows,
+                                 slots[key][i])
                 log(f"{name} run {i + 1}: {r['system']} {r['drain_events_per_s']:.0f} events/s, first event after "
                     f"{r['startup_to_first_event_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MiB")
                 res[key].append(r)
     if flame:
         perf_data = env.work / "perf.data"
-        r = system_drain(env, lambda p: Relay(env, table, pub, slots["perf"][0], p, perf_out=perf_data), rows)
+        r = system_drain(env, lambda p: Relay(env, table, pub, slots["perf"][0], p, perf_out=perf_data), rows,
+                         slots["perf"][0])
         log(f"{name}: relay under perf {r['drain_events_per_s']:.0f} events/s; folding stacks")
         res["flamegraph"] = flamegraph(perf_data)
     for group in slots.values():
