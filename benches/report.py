@@ -88,7 +88,8 @@ def write_budget(w, wl: dict, name: str) -> dict | None:
     w(f"**Where the machine's CPU went in {name}** (CPU µs per event over the whole run of each system, "
       "from its start to its last event: the system's own process, the walsender that decoded for it, "
       "the Kafka broker, everything else on the machine, and all CPUs together; busy = the share of all "
-      "CPUs' time that was not idle):\n")
+      "CPUs' time that was not idle; the kernel accounts processes and CPUs apart, so \"everything else\", "
+      "their difference, can come out a little below zero):\n")
     w("| system | itself | its walsender | Kafka broker | everything else | whole machine | CPUs busy |")
     w("|---|---|---|---|---|---|---|")
     relay = None
@@ -276,8 +277,10 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             w(f"**Doubtful rows:** the PostgreSQL-only path (`pg_recvlogical` with `test_decoding`, which prints "
               f"every column of both tables as text, read by `outbox-latency stdin`) lagged by a near-constant "
               f"amount from the first quarter of the step on at {', '.join(f'{r:,}' for r in slow_pg)} events/s, "
-              f"more than the relay that reads the same WAL. Not explained yet (a slow text reader on a "
-              f"saturated machine is the suspect); do not read those rows as PostgreSQL's latency.\n")
+              f"more than the relay that reads the same WAL. Not explained yet: neither the reader nor the "
+              f"walsender's share of the CPU is the cause (with `cat` as the reader, and with the walsender at "
+              f"a higher priority, it still falls behind while the walsender uses about a quarter of one core; "
+              f"benches/cpu-notes.md); do not read those rows as PostgreSQL's latency.\n")
         relay5, broker5, pg5 = get("relay", 5000), get("broker", 5000), get("postgres", 5000)
         if relay5:
             p50, p99 = lat(relay5, "p50_us")["median"], lat(relay5, "p99_us")["median"]
