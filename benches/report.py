@@ -76,7 +76,7 @@ def budget_rows(wl: dict) -> list[tuple[str, dict]]:
         rest = [t - o - (a or 0) - (b or 0) for t, o, a, b in zip(total, own, ws, br)]
         busy = [r["budget"]["machine_busy_s"] / (r["budget"]["secs"] * r["budget"]["cpus"]) for r in runs]
         out.append((label, {"own": mmm(own), "walsender": mmm(ws), "broker": mmm(br), "rest": mmm(rest),
-                            "total": mmm(total), "busy": mmm(busy)}))
+                            "total": mmm(total), "busy": mmm(busy), "cpus": runs[0]["budget"]["cpus"]}))
     return out
 
 
@@ -221,7 +221,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         b = write_budget(w, w3, "W3")
         if b and b["walsender"] and b["broker"]:
             floor = b["walsender"]["median"] + b["broker"]["median"]
-            cpus = next(r["budget"]["cpus"] for r in w3["relay"] if r.get("budget"))
+            cpus = b["cpus"]
             w(f"The walsender and the broker alone took {floor:.1f} µs of CPU per event for the relay's drain: "
               f"on {cpus} CPUs no client could drain faster than about {cpus * 1e6 / floor:,.0f} events/s here "
               f"even if it used no CPU itself; with the relay's own {b['own']['median']:.1f} µs the bound is "

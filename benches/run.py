@@ -190,10 +190,10 @@ class ProcSampler:
         self._t.start()
 
     def read(self) -> tuple[float, int, int] | None:
+        cpu = proc_cpu_s(self.pid)
+        if cpu is None:
+            return None
         try:
-            with open(f"/proc/{self.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            cpu = (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime + stime
             rss = hwm = 0
             with open(f"/proc/{self.pid}/status") as f:
                 for line in f:
@@ -393,6 +393,7 @@ class Relay:
     def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, perf_out: Path | None = None,
                  binary: Path | None = None, exactly_once: bool = False):
         self.env = env
+        self.slot = slot
         if binary is not None:
             self.label = "outbox-relay (baseline)"
         # kafka.delivery = "exactly-once": Kafka transactions with a
@@ -469,6 +470,7 @@ class Debezium:
 
     def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, tuned: bool):
         self.env = env
+        self.slot = slot
         self.label = "Debezium (tuned)" if tuned else "Debezium (defaults)"
         self.topic = f"{prefix}.order"
         d = env.work / prefix
@@ -742,13 +744,13 @@ def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int) ->
             "budget": budget}
 
 
-def system_drain(env: Env, make_sut, rows: int, slot: str) -> dict:
-    """Starts a system on `slot`, holding `rows` events, and measures until all are on its topic."""
+def system_drain(env: Env, make_sut, rows: int) -> dict:
+    """Starts a system on a slot holding `rows` events and measures until all are on its topic."""
     prefix = env.name("drain")
     topic = f"{prefix}.order"
     w, out = watch(env, topic, rows)
-    budget = CpuBudget(env, slot)
     sut = make_sut(prefix)
+    budget = CpuBudget(env, sut.slot)
     try:
         while w.poll() is None:
             if not sut.alive():
@@ -810,22 +812,21 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
         res["recv"].append(r)
 
         def this_build() -> None:
-            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows,
-                             slots["relay"][i])
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows)
             log(f"{name} run {i + 1}: relay {r['drain_events_per_s']:.0f} events/s, first event after "
                 f"{r['startup_to_first_event_s']:.3f} s, {r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay"].append(r)
 
         def baseline_build() -> None:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_base"][i], p,
-                                                  binary=Path(s.relay_baseline)), rows, slots["relay_base"][i])
+                                                  binary=Path(s.relay_baseline)), rows)
             log(f"{name} run {i + 1}: baseline relay {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_base"].append(r)
 
         def exactly_once_build() -> None:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_eos"][i], p, exactly_once=True),
-                             rows, slots["relay_eos"][i])
+                             rows)
             log(f"{name} run {i + 1}: relay exactly-once {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_eos"].append(r)
@@ -840,15 +841,13 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
             drain()
         if s.debezium:
             for key, tuned in (("dbz_default", False), ("dbz_tuned", True)):
-                r = system_drain(env, lambda p: Debezium(env, table, pub, slots[key][i], p, tuned), rows,
-                                 slots[key][i])
+                r = system_drain(env, lambda p: Debezium(env, table, pub, slots[key][i], p, tuned), rows)
                 log(f"{name} run {i + 1}: {r['system']} {r['drain_events_per_s']:.0f} events/s, first event after "
                     f"{r['startup_to_first_event_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MiB")
                 res[key].append(r)
     if flame:
         perf_data = env.work / "perf.data"
-        r = system_drain(env, lambda p: Relay(env, table, pub, slots["perf"][0], p, perf_out=perf_data), rows,
-                         slots["perf"][0])
+        r = system_drain(env, lambda p: Relay(env, table, pub, slots["perf"][0], p, perf_out=perf_data), rows)
         log(f"{name}: relay under perf {r['drain_events_per_s']:.0f} events/s; folding stacks")
         res["flamegraph"] = flamegraph(perf_data)
     for group in slots.values():
