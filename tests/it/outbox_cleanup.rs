@@ -40,6 +40,40 @@ async fn rows_in_table(outbox: &TestOutbox) -> i64 {
         .get(0)
 }
 
+/// Waits until the table is empty, or panics after [`DEADLINE`] saying
+/// where its rows are stuck: a slot behind the WAL means the relay stopped
+/// confirming; a slot at the end with rows left means the deleter stopped
+/// deleting, and the relay role's sessions on the table say what they wait on.
+async fn wait_for_empty_table(outbox: &TestOutbox, what: &str) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let left = rows_in_table(outbox).await;
+        if left == 0 {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            let confirmed = outbox.confirmed_flush_lsn().await;
+            let wal_end = outbox.current_wal_lsn().await;
+            let sessions: Vec<String> = outbox
+                .admin
+                .query(
+                    "SELECT format('pid %s %s, waiting on %s/%s: %s', pid, state, \
+                            wait_event_type, wait_event, left(query, 120)) \
+                     FROM pg_stat_activity WHERE usename = 'relay' AND strpos(query, $1) > 0",
+                    &[&outbox.table],
+                )
+                .await
+                .map(|rows| rows.iter().map(|r| r.get(0)).collect())
+                .unwrap_or_default();
+            panic!(
+                "timed out after {DEADLINE:?} waiting for {what}: {left} rows left; slot confirmed \
+                 {confirmed:?}, WAL at {wal_end}; the relay's sessions on the table: {sessions:?}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// The outbox with cleanup on, the relay's role allowed to delete.
 async fn outbox_with_cleanup() -> TestOutbox {
     let outbox = TestOutbox::create("jsonb").await;
@@ -133,10 +167,7 @@ async fn rows_the_broker_does_not_hold_stay_in_the_table() {
     );
     mock.broker_up(1).unwrap();
 
-    wait_until("the table to empty after recovery", DEADLINE, || async {
-        rows_in_table(&outbox).await == 0
-    })
-    .await;
+    wait_for_empty_table(&outbox, "the table to empty after recovery").await;
     relay.stop().await.expect("graceful stop");
     let received = read_mock_to_end(&mock.bootstrap_servers(), &topic).await;
     check_delivery("cleanup-broker-down", &committed, &received);
@@ -166,10 +197,7 @@ async fn the_table_stays_small_under_sustained_load() {
     }
     let wrote_for = started.elapsed();
     let total = committed.len() as i64;
-    wait_until("the table to empty", DEADLINE, || async {
-        rows_in_table(&outbox).await == 0
-    })
-    .await;
+    wait_for_empty_table(&outbox, "the table to empty").await;
     let size: i64 = outbox
         .admin
         .query_one(
