@@ -736,12 +736,12 @@ def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int) ->
     # Reaped here for its rusage (CPU of the client; decoding itself is the walsender's).
     _, status, usage = os.wait4(p.pid, 0)
     t1 = time.time()
-    budget = budget.finish()
+    spent = budget.finish()
     p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != 0:
         raise RuntimeError(f"pg_recvlogical failed: {p.stderr.read()}")
     return {"events_per_s": rows / (t1 - t0), "secs": t1 - t0, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "budget": budget}
+            "budget": spent}
 
 
 def system_drain(env: Env, make_sut, rows: int) -> dict:

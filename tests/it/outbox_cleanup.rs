@@ -45,13 +45,12 @@ async fn rows_in_table(outbox: &TestOutbox) -> i64 {
 /// confirming; a slot at the end with rows left means the deleter stopped
 /// deleting, and the relay role's sessions on the table say what they wait on.
 async fn wait_for_empty_table(outbox: &TestOutbox, what: &str) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let left = rows_in_table(outbox).await;
-        if left == 0 {
-            return;
-        }
-        if tokio::time::Instant::now() >= deadline {
+    wait_until_explained(
+        what,
+        DEADLINE,
+        || async { rows_in_table(outbox).await == 0 },
+        || async {
+            let left = rows_in_table(outbox).await;
             let confirmed = outbox.confirmed_flush_lsn().await;
             let wal_end = outbox.current_wal_lsn().await;
             let sessions: Vec<String> = outbox
@@ -65,13 +64,13 @@ async fn wait_for_empty_table(outbox: &TestOutbox, what: &str) {
                 .await
                 .map(|rows| rows.iter().map(|r| r.get(0)).collect())
                 .unwrap_or_default();
-            panic!(
-                "timed out after {DEADLINE:?} waiting for {what}: {left} rows left; slot confirmed \
-                 {confirmed:?}, WAL at {wal_end}; the relay's sessions on the table: {sessions:?}"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            format!(
+                "{left} rows left; slot confirmed {confirmed:?}, WAL at {wal_end}; \
+                 the relay's sessions on the table: {sessions:?}"
+            )
+        },
+    )
+    .await
 }
 
 /// The outbox with cleanup on, the relay's role allowed to delete.

@@ -93,17 +93,34 @@ pub async fn pg_admin() -> Client {
 }
 
 /// Waits until `cond` holds, checking every 100 ms, or panics after `within`.
-pub async fn wait_until<F, Fut>(what: &str, within: Duration, mut cond: F)
+pub async fn wait_until<F, Fut>(what: &str, within: Duration, cond: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
+    wait_until_explained(what, within, cond, || async { String::new() }).await
+}
+
+/// [`wait_until`], and on a timeout the panic also carries what `explain`
+/// finds out about why the condition never held.
+pub async fn wait_until_explained<F, Fut, E, EFut>(
+    what: &str,
+    within: Duration,
+    mut cond: F,
+    explain: E,
+) where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+    E: FnOnce() -> EFut,
+    EFut: std::future::Future<Output = String>,
+{
     let deadline = tokio::time::Instant::now() + within;
     while !cond().await {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {within:?} waiting for {what}"
-        );
+        if tokio::time::Instant::now() >= deadline {
+            let why = explain().await;
+            let sep = if why.is_empty() { "" } else { ": " };
+            panic!("timed out after {within:?} waiting for {what}{sep}{why}");
+        }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
