@@ -35,17 +35,24 @@
 //!   that (a slow or unreachable database) they are left in the table and
 //!   counted, like rows the deleter could not delete. Rows left behind are safe to delete
 //!   by hand once `outbox-relay status` shows the relay past them.
+//! * Rows not visible yet are not given up. The walsender sends a
+//!   transaction once its commit is flushed, a moment before other
+//!   sessions see it, so a DELETE of confirmed rows can find nothing. Each
+//!   DELETE returns what it deleted and what it did not find is looked for
+//!   again, backing off, for [`LOOK_AGAIN_FOR`]; then it is taken as deleted
+//!   by something else and counted (`outbox_relay_cleanup_not_found_rows_total`).
 //! * A crash loses what was released and not yet deleted (at most a few
 //!   batches): those rows stay, and are counted by nobody. Rows the relay
 //!   had not confirmed come back with the replay and are deleted then.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::lsn::Lsn;
 use crate::metrics as m;
@@ -96,6 +103,15 @@ const RETRY_MAX_WAIT: Duration = Duration::from_secs(5);
 /// failure that does not pass by itself (no DELETE privilege, the table
 /// gone) leaves them at once.
 const RETRY_FOR: Duration = Duration::from_secs(120);
+/// First wait before looking again for confirmed rows a DELETE did not
+/// find. PostgreSQL sends a transaction to the slot once its commit is
+/// flushed, a moment before the transaction is visible to other sessions;
+/// a relay that publishes and confirms within that moment deletes rows its
+/// DELETE cannot see yet. So rows not found are looked for again.
+const LOOK_AGAIN_FIRST_WAIT: Duration = Duration::from_millis(50);
+/// How long rows not found are looked for (the wait doubles up to
+/// [`RETRY_MAX_WAIT`]) before they are taken as deleted by something else.
+const LOOK_AGAIN_FOR: Duration = Duration::from_secs(30);
 /// Longest a DELETE may run.
 const STATEMENT_TIMEOUT: &str = "30s";
 
@@ -293,111 +309,210 @@ pub fn spawn_deleter(settings: DeleterSettings) -> (Deleter, JoinHandle<()>) {
     (deleter, tokio::spawn(delete_loop(settings, rx)))
 }
 
+/// Confirmed rows a DELETE did not find, looked for again.
+#[derive(Debug)]
+struct Missed {
+    rows: Deletable,
+    /// First not found.
+    since: Instant,
+    /// Next look.
+    next: Instant,
+    /// Wait after the next look, should it not find them either.
+    wait: Duration,
+}
+
+/// The deleter's state across batches.
+struct Deleting {
+    settings: DeleterSettings,
+    connection: Option<SqlConnection>,
+    /// A warning about failing DELETEs was logged since the last success.
+    warned: bool,
+    missed: Vec<Missed>,
+    /// Ids and xids in `missed`.
+    missed_count: usize,
+}
+
 async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable>) {
-    let mut connection: Option<SqlConnection> = None;
-    let mut ids: Vec<String> = Vec::new();
-    let mut xids: Vec<u32> = Vec::new();
-    let mut warned = false;
-    while let Some(rows) = rx.recv().await {
-        ids.extend(rows.ids);
-        xids.extend(rows.xids);
-        // Whatever else is waiting joins this batch.
-        while ids.len() < BATCH_IDS
-            && let Ok(rows) = rx.try_recv()
-        {
-            ids.extend(rows.ids);
-            xids.extend(rows.xids);
-        }
-        while !ids.is_empty() || !xids.is_empty() {
-            let take = ids.len().min(BATCH_IDS);
-            let batch: Vec<String> = ids.drain(..take).collect();
-            let by_xmin = std::mem::take(&mut xids);
-            let Some(sql) = delete_sql(&settings, &batch, &by_xmin) else {
-                continue;
+    let mut d = Deleting {
+        settings,
+        connection: None,
+        warned: false,
+        missed: Vec::new(),
+        missed_count: 0,
+    };
+    let mut open = true;
+    while open || !d.missed.is_empty() {
+        let mut fresh = Deletable::default();
+        if open {
+            let next_look = d.missed.iter().map(|m| m.next).min();
+            let got = match next_look {
+                None => rx.recv().await,
+                Some(at) => tokio::select! {
+                    got = rx.recv() => got,
+                    () = tokio::time::sleep_until(at) => Some(Deletable::default()),
+                },
             };
-            let deleted = delete_batch(&settings, &mut connection, &sql, &mut warned).await;
-            match deleted {
-                Some(n) => {
-                    metrics::counter!(m::CLEANUP_DELETED_ROWS).increment(n);
-                    warned = false;
-                }
-                None => {
-                    metrics::counter!(m::CLEANUP_SKIPPED_ROWS)
-                        .increment(batch.len() as u64 + by_xmin.len() as u64);
-                }
+            match got {
+                Some(rows) => fresh = rows,
+                None => open = false,
+            }
+            // Whatever else is waiting joins this batch.
+            while fresh.ids.len() < BATCH_IDS
+                && let Ok(rows) = rx.try_recv()
+            {
+                fresh.ids.extend(rows.ids);
+                fresh.xids.extend(rows.xids);
             }
         }
+        // Rows not found before whose next look is due; once the session
+        // is gone, every one gets its last look now.
+        let now = Instant::now();
+        let (due, later): (Vec<Missed>, Vec<Missed>) = std::mem::take(&mut d.missed)
+            .into_iter()
+            .partition(|m| !open || m.next <= now);
+        d.missed = later;
+        for m in due {
+            d.missed_count -= m.rows.ids.len() + m.rows.xids.len();
+            d.delete(m.rows, Some((m.since, m.wait)), !open).await;
+        }
+        d.delete(fresh, None, !open).await;
     }
-    if let Some(connection) = connection {
+    if let Some(connection) = d.connection {
         connection.close().await;
     }
 }
 
-/// Runs one batch's DELETE, trying again through failures that pass for up
-/// to [`RETRY_FOR`]; `None` when its rows are left in the table. Warns once
-/// per run of failures (`warned` is reset by the caller on success).
-async fn delete_batch(
-    settings: &DeleterSettings,
-    connection: &mut Option<SqlConnection>,
-    sql: &str,
-    warned: &mut bool,
-) -> Option<u64> {
-    let started = tokio::time::Instant::now();
-    let mut wait = RETRY_FIRST_WAIT;
-    loop {
-        let e = match run(settings, connection, sql).await {
-            Ok(n) => return Some(n),
-            Err(e) => e,
-        };
-        *connection = None;
-        let passes = e.kind() == ErrorKind::Transient;
-        let gives_up = !passes || started.elapsed() + wait > RETRY_FOR;
-        if !*warned || gives_up {
-            let table = format!(
-                "{}.{}",
-                quote_ident(&settings.table.0),
-                quote_ident(&settings.table.1)
-            );
-            let privilege = e.sqlstate() == Some(SqlState::INSUFFICIENT_PRIVILEGE.code());
-            if privilege {
-                tracing::warn!(
-                    table = %table,
-                    error = %e,
-                    "cannot delete confirmed outbox rows; they stay in the table. The relay's \
-                     role needs DELETE on it: GRANT DELETE ON {table} TO <relay role>"
-                );
-            } else if gives_up {
-                tracing::warn!(
-                    table = %table,
-                    error = %e,
-                    "cannot delete confirmed outbox rows; this batch stays in the table \
-                     (outbox_relay_cleanup_skipped_rows_total counts it; rows `outbox-relay \
-                     status` shows the relay past are safe to delete by hand)"
-                );
-            } else {
-                tracing::warn!(
-                    table = %table,
-                    error = %e,
-                    retry_for = ?RETRY_FOR,
-                    "cannot delete confirmed outbox rows yet; trying again"
-                );
+impl Deleting {
+    /// Deletes `rows` in batches. What a DELETE did not find is looked for
+    /// again (`before`: since when, and the wait to use next) until
+    /// [`LOOK_AGAIN_FOR`] has passed, or not at all when `last` (the relay
+    /// is stopping).
+    async fn delete(&mut self, rows: Deletable, before: Option<(Instant, Duration)>, last: bool) {
+        let mut not_found = Deletable::default();
+        for batch in rows.ids.chunks(BATCH_IDS) {
+            let sql = delete_ids_sql(&self.settings, batch);
+            match self.run_batch(&sql, batch.len()).await {
+                Some(found) => {
+                    let found: HashSet<&str> = found.iter().map(String::as_str).collect();
+                    not_found.ids.extend(
+                        batch
+                            .iter()
+                            .filter(|id| !found.contains(id.as_str()))
+                            .cloned(),
+                    );
+                }
+                None => {
+                    metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(batch.len() as u64);
+                }
             }
-            *warned = true;
         }
+        if !rows.xids.is_empty() {
+            let sql = delete_xids_sql(&self.settings, &rows.xids);
+            match self.run_batch(&sql, rows.xids.len()).await {
+                Some(found) => {
+                    let found: HashSet<&str> = found.iter().map(String::as_str).collect();
+                    not_found.xids.extend(
+                        rows.xids
+                            .iter()
+                            .filter(|x| !found.contains(x.to_string().as_str())),
+                    );
+                }
+                None => {
+                    metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(rows.xids.len() as u64);
+                }
+            }
+        }
+        if not_found.is_empty() {
+            return;
+        }
+        let count = not_found.ids.len() + not_found.xids.len();
+        let now = Instant::now();
+        let (since, wait) = before.unwrap_or((now, LOOK_AGAIN_FIRST_WAIT));
+        let gives_up = last
+            || now.duration_since(since) + wait > LOOK_AGAIN_FOR
+            || self.missed_count + count > MAX_HELD_IDS;
         if gives_up {
-            return None;
+            metrics::counter!(m::CLEANUP_NOT_FOUND_ROWS).increment(count as u64);
+            tracing::info!(
+                rows = count,
+                "confirmed outbox rows not found for deletion (deleted by something else, \
+                 or by this relay before a restart replayed them); no longer looked for"
+            );
+            return;
         }
-        tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(RETRY_MAX_WAIT);
+        self.missed_count += count;
+        self.missed.push(Missed {
+            rows: not_found,
+            since,
+            next: now + wait,
+            wait: (wait * 2).min(RETRY_MAX_WAIT),
+        });
+    }
+
+    /// Runs one batch's DELETE, trying again through failures that pass for
+    /// up to [`RETRY_FOR`]; the keys it deleted (ids, or xids with a row
+    /// deleted), or `None` when the batch's rows are left in the table
+    /// (`rows` of them, for the log). Warns once per run of failures.
+    async fn run_batch(&mut self, sql: &str, rows: usize) -> Option<Vec<String>> {
+        let started = Instant::now();
+        let mut wait = RETRY_FIRST_WAIT;
+        loop {
+            let e = match run(&self.settings, &mut self.connection, sql).await {
+                Ok(result) => {
+                    self.warned = false;
+                    let deleted: u64 = result.iter().map(|(_, n)| n).sum();
+                    metrics::counter!(m::CLEANUP_DELETED_ROWS).increment(deleted);
+                    return Some(result.into_iter().map(|(key, _)| key).collect());
+                }
+                Err(e) => e,
+            };
+            self.connection = None;
+            let passes = e.kind() == ErrorKind::Transient;
+            let gives_up = !passes || started.elapsed() + wait > RETRY_FOR;
+            if !self.warned || gives_up {
+                let table = table_name(&self.settings);
+                let privilege = e.sqlstate() == Some(SqlState::INSUFFICIENT_PRIVILEGE.code());
+                if privilege {
+                    tracing::warn!(
+                        table = %table,
+                        error = %e,
+                        "cannot delete confirmed outbox rows; they stay in the table. The relay's \
+                         role needs DELETE on it: GRANT DELETE ON {table} TO <relay role>"
+                    );
+                } else if gives_up {
+                    tracing::warn!(
+                        table = %table,
+                        error = %e,
+                        rows,
+                        "cannot delete confirmed outbox rows; this batch stays in the table \
+                         (outbox_relay_cleanup_skipped_rows_total counts it; rows `outbox-relay \
+                         status` shows the relay past are safe to delete by hand)"
+                    );
+                } else {
+                    tracing::warn!(
+                        table = %table,
+                        error = %e,
+                        retry_for = ?RETRY_FOR,
+                        "cannot delete confirmed outbox rows yet; trying again"
+                    );
+                }
+                self.warned = true;
+            }
+            if gives_up {
+                return None;
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(RETRY_MAX_WAIT);
+        }
     }
 }
 
-/// Runs one DELETE; returns the rows deleted.
+/// Runs one DELETE; returns each key it reports with the rows deleted for it.
 async fn run(
     settings: &DeleterSettings,
     connection: &mut Option<SqlConnection>,
     sql: &str,
-) -> Result<u64, crate::replication::ReplicationError> {
+) -> Result<Vec<(String, u64)>, crate::replication::ReplicationError> {
     let conn = match connection {
         Some(conn) => conn,
         None => {
@@ -412,45 +527,57 @@ async fn run(
     };
     let rows = conn.query(sql, "deleting confirmed outbox rows").await?;
     Ok(rows
-        .first()
-        .and_then(|row| row.first())
-        .and_then(|v| v.as_deref())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0))
+        .into_iter()
+        .filter_map(|row| {
+            let mut row = row.into_iter();
+            let key = row.next()??;
+            let n = row
+                .next()
+                .flatten()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(1);
+            Some((key, n))
+        })
+        .collect())
 }
 
-/// The statement that deletes `ids` (by the id column, through its index)
-/// and the rows of `xids` (by `xmin`), counting what it deleted.
-pub fn delete_sql(settings: &DeleterSettings, ids: &[String], xids: &[u32]) -> Option<String> {
-    if ids.is_empty() && xids.is_empty() {
-        return None;
-    }
-    let table = format!(
+fn table_name(settings: &DeleterSettings) -> String {
+    format!(
         "{}.{}",
         quote_ident(&settings.table.0),
         quote_ident(&settings.table.1)
-    );
-    let mut conditions = Vec::new();
-    if !ids.is_empty() {
-        let mut list = String::new();
-        for (i, id) in ids.iter().enumerate() {
-            let _ = write!(
-                list,
-                "{}{}",
-                if i == 0 { "" } else { ", " },
-                quote_literal(id)
-            );
-        }
-        conditions.push(format!("{} IN ({list})", quote_ident(&settings.id_column)));
+    )
+}
+
+/// The statement that deletes `ids` by the id column (through its index),
+/// returning the ids it deleted as text (the form pgoutput sends them in).
+pub fn delete_ids_sql(settings: &DeleterSettings, ids: &[String]) -> String {
+    let id = quote_ident(&settings.id_column);
+    let mut list = String::new();
+    for (i, value) in ids.iter().enumerate() {
+        let _ = write!(
+            list,
+            "{}{}",
+            if i == 0 { "" } else { ", " },
+            quote_literal(value)
+        );
     }
-    if !xids.is_empty() {
-        let list: Vec<String> = xids.iter().map(|x| format!("'{x}'::xid")).collect();
-        conditions.push(format!("xmin IN ({})", list.join(", ")));
-    }
-    Some(format!(
-        "WITH d AS (DELETE FROM {table} WHERE {} RETURNING 1) SELECT count(*) FROM d",
-        conditions.join(" OR ")
-    ))
+    format!(
+        "DELETE FROM {} WHERE {id} IN ({list}) RETURNING {id}::text",
+        table_name(settings)
+    )
+}
+
+/// The statement that deletes the rows inserted by `xids` (by `xmin`),
+/// returning each xid it deleted rows of with their count.
+pub fn delete_xids_sql(settings: &DeleterSettings, xids: &[u32]) -> String {
+    let list: Vec<String> = xids.iter().map(|x| format!("'{x}'::xid")).collect();
+    format!(
+        "WITH d AS (DELETE FROM {} WHERE xmin IN ({}) RETURNING xmin::text AS x) \
+         SELECT x, count(*) FROM d GROUP BY x",
+        table_name(settings),
+        list.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -551,11 +678,15 @@ mod tests {
             table: ("app".into(), "Out box".into()),
             id_column: "id".into(),
         };
-        assert_eq!(delete_sql(&settings, &[], &[]), None);
-        let sql = delete_sql(&settings, &["a'b".into(), "c".into()], &[42]).unwrap();
+        let sql = delete_ids_sql(&settings, &["a'b".into(), "c".into()]);
+        assert_eq!(
+            sql,
+            "DELETE FROM \"app\".\"Out box\" WHERE \"id\" IN ('a''b', 'c') RETURNING \"id\"::text"
+        );
+        let sql = delete_xids_sql(&settings, &[42, 7]);
         assert!(sql.contains("DELETE FROM \"app\".\"Out box\""), "{sql}");
-        assert!(sql.contains("\"id\" IN ('a''b', 'c')"), "{sql}");
-        assert!(sql.contains("xmin IN ('42'::xid)"), "{sql}");
+        assert!(sql.contains("xmin IN ('42'::xid, '7'::xid)"), "{sql}");
+        assert!(sql.contains("GROUP BY"), "{sql}");
     }
 
     #[test]

@@ -47,6 +47,7 @@ pub const ROLE_ACTIVE: &str = "outbox_relay_role_active";
 pub const MESSAGES_REFUSED: &str = "outbox_relay_messages_refused_total";
 pub const CLEANUP_DELETED_ROWS: &str = "outbox_relay_cleanup_deleted_rows_total";
 pub const CLEANUP_SKIPPED_ROWS: &str = "outbox_relay_cleanup_skipped_rows_total";
+pub const CLEANUP_NOT_FOUND_ROWS: &str = "outbox_relay_cleanup_not_found_rows_total";
 pub const TRACE_SPANS_EXPORTED: &str = "outbox_relay_trace_spans_exported_total";
 pub const TRACE_SPANS_DROPPED: &str = "outbox_relay_trace_spans_dropped_total";
 pub const TRACE_CONTEXT_DROPPED: &str = "outbox_relay_trace_context_dropped_total";
@@ -89,6 +90,7 @@ pub const ALL: &[&str] = &[
     MESSAGES_REFUSED,
     CLEANUP_DELETED_ROWS,
     CLEANUP_SKIPPED_ROWS,
+    CLEANUP_NOT_FOUND_ROWS,
     TRACE_SPANS_EXPORTED,
     TRACE_SPANS_DROPPED,
     TRACE_CONTEXT_DROPPED,
@@ -237,6 +239,10 @@ pub fn describe() {
     describe_counter!(
         CLEANUP_SKIPPED_ROWS,
         "Confirmed outbox rows the cleanup left in the table: it lagged, held too many, or its DELETE failed."
+    );
+    describe_counter!(
+        CLEANUP_NOT_FOUND_ROWS,
+        "Confirmed outbox rows the cleanup did not find, looking for 30 s: deleted by something else, or by this relay before a restart replayed them (a transaction deleted by xmin counts 1)."
     );
     describe_counter!(
         TRACE_CONTEXT_DROPPED,

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use outbox_relay::cleanup::Cleanup;
+use outbox_relay::cleanup::{Cleanup, Deletable, DeleterSettings, spawn_deleter};
 use outbox_relay::relay::RelaySettings;
 
 use crate::support::mock::{Mock, mock_with_topic, read_mock_to_end};
@@ -217,6 +217,83 @@ async fn the_table_stays_small_under_sustained_load() {
     let received = consume_all_ids(&topic, &committed, DEADLINE).await;
     relay.stop().await.expect("graceful stop");
     check_delivery("cleanup-sustained", &committed, &received);
+    outbox.drop_all().await;
+}
+
+/// PostgreSQL sends a transaction to the slot once its commit is flushed, a
+/// moment before other sessions can see it; a relay that publishes and
+/// confirms within that moment (a busy machine, a fast broker) hands the
+/// deleter rows its DELETE cannot see yet. Here without the timing: the
+/// deleter is handed the ids of one open transaction's rows and the xid of
+/// another's, runs its DELETEs (which find nothing), and only then do the
+/// transactions commit. Their rows must still go: a deleter that took
+/// "nothing deleted" as done leaves them in the table for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_not_yet_visible_when_the_deleter_runs_are_deleted_once_visible() {
+    let outbox = outbox_with_cleanup().await;
+    let settings = cleanup_settings(&outbox);
+    let (mut deleter, task) = spawn_deleter(DeleterSettings {
+        connection: settings.replication.clone(),
+        table: settings.table.clone(),
+        id_column: settings.columns.id.clone(),
+    });
+    let insert = |id: &str| {
+        format!(
+            "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload)
+             VALUES ('{id}', 'order', 'g1', 'Placed', '{{}}')",
+            outbox.table
+        )
+    };
+    // By id: five rows whose ids the deleter gets.
+    let mut by_id = outbox.writer().await;
+    let by_id = by_id.transaction().await.unwrap();
+    let ids: Vec<String> = (0..5).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    for id in &ids {
+        by_id.batch_execute(&insert(id)).await.unwrap();
+    }
+    // By xmin (a transaction too large to hold its ids): three rows, only
+    // the transaction's id handed over.
+    let mut by_xmin = outbox.writer().await;
+    let by_xmin = by_xmin.transaction().await.unwrap();
+    for _ in 0..3 {
+        let id = uuid::Uuid::new_v4().to_string();
+        by_xmin.batch_execute(&insert(&id)).await.unwrap();
+    }
+    let xid: i64 = by_xmin
+        .query_one("SELECT txid_current()", &[])
+        .await
+        .unwrap()
+        .get(0);
+    deleter.hand_over(Some(Deletable {
+        ids: ids.clone(),
+        xids: vec![xid as u32],
+    }));
+    // The deleter ran both DELETEs (the xmin one runs after the id one) and
+    // is idle: it found nothing, the rows being invisible to it.
+    let last_delete = format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE usename = 'relay' AND state = 'idle' \
+         AND query LIKE 'WITH d AS (DELETE FROM \"public\".\"{}\" WHERE xmin IN%'",
+        outbox.table
+    );
+    wait_until("the deleter's first DELETEs to run", DEADLINE, || async {
+        let n: i64 = outbox
+            .admin
+            .query_one(&last_delete, &[])
+            .await
+            .unwrap()
+            .get(0);
+        n > 0
+    })
+    .await;
+    by_id.commit().await.unwrap();
+    by_xmin.commit().await.unwrap();
+    assert_eq!(rows_in_table(&outbox).await, 8, "both transactions' rows");
+    wait_for_empty_table(&outbox, "the rows to be deleted once visible").await;
+    drop(deleter);
+    tokio::time::timeout(DEADLINE, task)
+        .await
+        .expect("the deleter ends once its session is gone")
+        .unwrap();
     outbox.drop_all().await;
 }
 
