@@ -21,10 +21,11 @@ NAMES = {
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
     "broker": "broker alone",
+    "broker_writers": "broker alone beside the writers",
     "postgres": "PostgreSQL only",
 }
 COLOURS = {"relay": "tab:red", "relay_eos": "tab:orange", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
-           "broker": "tab:green", "postgres": "tab:gray", "recv": "black"}
+           "broker": "tab:green", "broker_writers": "tab:olive", "postgres": "tab:gray", "recv": "black"}
 
 
 def latency_plot(w1: dict, out: Path) -> None:

@@ -655,7 +655,11 @@ def latency_step(env: Env, table: str, rate: int, secs: float, warmup: float, re
     return res
 
 
-def broker_step(env: Env, rate: int, secs: float, warmup: float) -> dict:
+def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: str | None = None) -> dict:
+    """The broker alone at `rate`; with `writers_into` (an outbox table no
+    slot reads) while `outbox-loadgen` writes the same load into PostgreSQL,
+    so the broker and the consumer share the machine as they do beside a
+    relay, without a relay."""
     topic = env.name("broker") + ".order"
     tag = uuid.uuid4().hex[:6]
     timing = env.work / f"timing-{tag}.bin"
@@ -666,12 +670,23 @@ def broker_step(env: Env, rate: int, secs: float, warmup: float) -> dict:
         stdout=subprocess.PIPE, text=True,
     )
     wait_file(ready, 60, rd, "latency reader")
+    writers = None
+    if writers_into:
+        writers = subprocess.Popen(
+            [str(env.loadgen_bin), "--url", env.pg_url, "--table", f"public.{writers_into}", "--open-loop",
+             "--rate", str(rate), "--duration-secs", str(int(round(secs + warmup))), "--events", "0",
+             "--connections", str(env.s.w1_connections), "--payload-bytes", str(env.s.payload),
+             "--warmup-secs", str(warmup), "--timing-file", str(env.work / f"timing-writers-{tag}.bin")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
     run([str(env.latency_bin), "produce", "--brokers", env.brokers, "--topic", topic, "--rate", str(rate),
          "--duration-secs", str(secs + warmup), "--warmup-secs", str(warmup),
          "--record-bytes", str(env.s.payload), "--timing-file", str(timing),
          # The same batching wait as the relay's producer, so the two differ
          # only by what the relay adds.
          "--linger-ms", env.s.relay_linger_ms or "5"], capture_output=True)
+    if writers is not None and writers.wait(timeout=3600) != 0:
+        raise RuntimeError(f"outbox-loadgen beside the broker failed ({writers.returncode})")
     out, _ = rd.communicate(timeout=3600)
     return json.loads(out.strip().splitlines()[-1])
 
@@ -930,7 +945,8 @@ def sustained(r: dict, rate: int, secs: float) -> bool:
 
 def w1(env: Env) -> dict:
     s = env.s
-    res: dict = {"broker": {}, "postgres": {}, "relay": {}, "relay_eos": {}, "dbz_default": {}, "dbz_tuned": {}}
+    res: dict = {"broker": {}, "broker_writers": {}, "postgres": {}, "relay": {}, "relay_eos": {}, "dbz_default": {},
+                 "dbz_tuned": {}}
     # Exactly-once delivery at one moderate rate: its latency adds up to
     # kafka.transaction_max_ms (100 ms) and a commit to at-least-once's.
     eos_rates = [r for r in s.w1_rates if r == 1000] or s.w1_rates[:1]
@@ -941,6 +957,13 @@ def w1(env: Env) -> dict:
             log(f"broker alone @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms p99 {c.get('p99_us', 0) / 1e3:.2f} ms")
             res["broker"].setdefault(rate, []).append(r)
         table, _ = env.create_outbox()
+        for rate in s.w1_rates:
+            # No slot on this table yet: the writers' load without a reader.
+            r = broker_step(env, rate, s.w1_secs, s.w1_warmup, writers_into=table)
+            c = r["commit_to_consume"] or {}
+            log(f"broker alone beside the writers @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms "
+                f"p99 {c.get('p99_us', 0) / 1e3:.2f} ms")
+            res["broker_writers"].setdefault(rate, []).append(r)
         for rate in s.w1_rates:
             r = latency_step(env, table, rate, s.w1_secs, s.w1_warmup, "postgres")
             c = r["commit_to_consume"] or {}

@@ -195,6 +195,9 @@ fn event_number(bytes: &[u8]) -> Option<u64> {
 #[derive(Default)]
 struct Arrivals {
     at: Vec<u64>,
+    /// The record's `CreateTime` (Unix ms: when the producer's `send` was
+    /// called; librdkafka stamps it), 0 when unknown.
+    produced_ms: Vec<u64>,
     received: u64,
     duplicates: u64,
     unnumbered: u64,
@@ -202,16 +205,19 @@ struct Arrivals {
 }
 
 impl Arrivals {
-    fn record(&mut self, payload: Option<&[u8]>, now: u64) {
+    fn record(&mut self, payload: Option<&[u8]>, now: u64, produced_ms: Option<u64>) {
         self.last_ns = now;
         match payload.and_then(event_number) {
             Some(n) => {
                 let n = n as usize;
                 if n >= self.at.len() {
-                    self.at.resize((n + 1).max(self.at.len() * 2), 0);
+                    let len = (n + 1).max(self.at.len() * 2);
+                    self.at.resize(len, 0);
+                    self.produced_ms.resize(len, 0);
                 }
                 if self.at[n] == 0 {
                     self.at[n] = now;
+                    self.produced_ms[n] = produced_ms.unwrap_or(0);
                     self.received += 1;
                 } else {
                     self.duplicates += 1;
@@ -354,12 +360,23 @@ fn report(timing: &Timing, arrivals: &Arrivals) -> anyhow::Result<()> {
     let mut commit_to = hist();
     let mut due_to = hist();
     let mut quarters = [hist(), hist(), hist(), hist()];
+    // Split at the record's CreateTime: commit-returned → the producer's
+    // `send` (PostgreSQL and the relay), then `send` → consumed (librdkafka,
+    // the broker, the consumer). Millisecond stamps, taken as the middle
+    // of their millisecond.
+    let mut to_produce = hist();
+    let mut produce_to = hist();
     let mut lost = 0u64;
     for (n, due, committed) in &measured {
         let Some(&at) = arrivals.at.get(*n).filter(|a| **a != 0) else {
             lost += 1;
             continue;
         };
+        if let Some(&ms) = arrivals.produced_ms.get(*n).filter(|ms| **ms != 0) {
+            let produced = ms * 1_000_000 + 500_000;
+            to_produce.saturating_record((produced.saturating_sub(*committed) / 1_000).max(1));
+            produce_to.saturating_record((at.saturating_sub(produced) / 1_000).max(1));
+        }
         let us = (at.saturating_sub(*committed) / 1_000).max(1);
         commit_to.saturating_record(us);
         due_to.saturating_record((at.saturating_sub(*due) / 1_000).max(1));
@@ -384,6 +401,8 @@ fn report(timing: &Timing, arrivals: &Arrivals) -> anyhow::Result<()> {
         "commit_rate": measured.len() as f64 / commit_secs,
         "commit_to_consume": summary(&commit_to),
         "due_to_consume": summary(&due_to),
+        "commit_to_produce": summary(&to_produce),
+        "produce_to_consume": summary(&produce_to),
         "quarters_p99_us": quarters.iter().map(|h| if h.is_empty() { None } else { Some(h.value_at_quantile(0.99)) }).collect::<Vec<_>>(),
         "quarters_max_us": quarters.iter().map(|h| if h.is_empty() { None } else { Some(h.max()) }).collect::<Vec<_>>(),
     });
@@ -456,7 +475,11 @@ fn consume(brokers: &str, topic: &str, wait: &JoinArgs) -> anyhow::Result<()> {
         if let Some(msg) = consumer.poll(Duration::from_millis(100)) {
             let msg = msg.context("consumer error")?;
             let now = unix_ns();
-            arr.record(msg.payload(), now);
+            let produced_ms = msg
+                .timestamp()
+                .to_millis()
+                .and_then(|ms| u64::try_from(ms).ok());
+            arr.record(msg.payload(), now, produced_ms);
         }
         Ok(true)
     })
@@ -495,7 +518,7 @@ fn from_stdin(wait: &JoinArgs) -> anyhow::Result<()> {
         match rx.recv_timeout(Duration::from_millis(100)) {
             Ok(Some((now, line))) => {
                 if event_number(&line).is_some() {
-                    arr.record(Some(&line), now);
+                    arr.record(Some(&line), now, None);
                 }
             }
             Ok(None) | Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => open = false,
