@@ -253,7 +253,8 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
           "`test_decoding` printed the row). The writer (`outbox-loadgen --open-loop`) schedules each "
           "transaction at a fixed time whatever the previous ones took, and every event is measured, so "
           "stalls are not hidden (no coordinated omission). HDR histograms; milliseconds. The broker alone "
-          "is an idempotent acks=all producer at the same open-loop rate (send returned → consumed); beside "
+          "is an idempotent acks=all producer at the same open-loop rate, its records of the relay's shape (payload "
+          "size, key, the binary-mode CloudEvents headers) (send returned → consumed); beside "
           "the writers, the same while `outbox-loadgen` writes the same load into an outbox no slot reads, so "
           "the broker and the consumer share the machine as they do beside a relay.\n")
         w("| rate/s | system | p50 | p99 | p99.9 | max | writer reached events/s | events measured | lost |")

@@ -35,7 +35,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::RDKafkaErrorCode;
-use rdkafka::message::Message;
+use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde_json::json;
@@ -570,8 +570,45 @@ fn produce(
             r#"{{"n":{n},"aggregate":"{key}","seq":{},"total":42.5,"pad":"{pad}"}}"#,
             n / 100 + 1
         );
+        // The headers the relay's binary-mode CloudEvents carry, of the
+        // same lengths, so that the broker alone moves records of the
+        // relay's shape.
+        let id = format!("{:08x}-0000-4000-8000-{n:012x}", n as u32);
+        let headers = OwnedHeaders::new_with_capacity(7)
+            .insert(Header {
+                key: "ce_specversion",
+                value: Some("1.0"),
+            })
+            .insert(Header {
+                key: "ce_id",
+                value: Some(&id),
+            })
+            .insert(Header {
+                key: "ce_source",
+                value: Some("/outbox-relay/postgres/outbox"),
+            })
+            .insert(Header {
+                key: "ce_type",
+                value: Some("OrderPlaced"),
+            })
+            .insert(Header {
+                key: "ce_time",
+                value: Some("2026-12-01T12:00:00.123456Z"),
+            })
+            .insert(Header {
+                key: "content-type",
+                value: Some("application/json"),
+            })
+            .insert(Header {
+                key: "id",
+                value: Some(&id),
+            });
         loop {
-            match producer.send(BaseRecord::to(topic).key(&key).payload(&payload)) {
+            let record = BaseRecord::to(topic)
+                .key(&key)
+                .payload(&payload)
+                .headers(headers.clone());
+            match producer.send(record) {
                 Ok(()) => break,
                 Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
                     producer.poll(Duration::from_millis(1));
