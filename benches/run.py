@@ -632,13 +632,7 @@ def latency_step(env: Env, table: str, rate: int, secs: float, warmup: float, re
         lt = threading.Thread(target=sample_lag, daemon=True)
         lt.start()
     t0 = time.time()
-    load = run(
-        [str(env.loadgen_bin), "--url", env.pg_url, "--table", f"public.{table}", "--open-loop",
-         "--rate", str(rate), "--duration-secs", str(int(round(secs + warmup))), "--events", "0",
-         "--connections", str(env.s.w1_connections), "--payload-bytes", str(env.s.payload),
-         "--warmup-secs", str(warmup), "--timing-file", str(timing)],
-        capture_output=True,
-    )
+    load = run(writers_cmd(env, table, rate, secs, warmup, timing), capture_output=True)
     t1 = time.time()
     out, _ = rd.communicate(timeout=3600)
     stop_lag.set()
@@ -653,6 +647,14 @@ def latency_step(env: Env, table: str, rate: int, secs: float, warmup: float, re
     res["load_window"] = [t0, t1]
     res["slot_lag"] = lag
     return res
+
+
+def writers_cmd(env: Env, table: str, rate: int, secs: float, warmup: float, timing: Path) -> list[str]:
+    """W1's open-loop writers: `outbox-loadgen` at `rate` into `table`."""
+    return [str(env.loadgen_bin), "--url", env.pg_url, "--table", f"public.{table}", "--open-loop",
+            "--rate", str(rate), "--duration-secs", str(int(round(secs + warmup))), "--events", "0",
+            "--connections", str(env.s.w1_connections), "--payload-bytes", str(env.s.payload),
+            "--warmup-secs", str(warmup), "--timing-file", str(timing)]
 
 
 def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: str | None = None) -> dict:
@@ -673,10 +675,7 @@ def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: s
     writers = None
     if writers_into:
         writers = subprocess.Popen(
-            [str(env.loadgen_bin), "--url", env.pg_url, "--table", f"public.{writers_into}", "--open-loop",
-             "--rate", str(rate), "--duration-secs", str(int(round(secs + warmup))), "--events", "0",
-             "--connections", str(env.s.w1_connections), "--payload-bytes", str(env.s.payload),
-             "--warmup-secs", str(warmup), "--timing-file", str(env.work / f"timing-writers-{tag}.bin")],
+            writers_cmd(env, writers_into, rate, secs, warmup, env.work / f"timing-writers-{tag}.bin"),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
     run([str(env.latency_bin), "produce", "--brokers", env.brokers, "--topic", topic, "--rate", str(rate),

@@ -328,8 +328,6 @@ struct Deleting {
     /// A warning about failing DELETEs was logged since the last success.
     warned: bool,
     missed: Vec<Missed>,
-    /// Ids and xids in `missed`.
-    missed_count: usize,
 }
 
 async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable>) {
@@ -338,7 +336,6 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
         connection: None,
         warned: false,
         missed: Vec::new(),
-        missed_count: 0,
     };
     let mut open = true;
     while open || !d.missed.is_empty() {
@@ -372,7 +369,6 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
             .partition(|m| !open || m.next <= now);
         d.missed = later;
         for m in due {
-            d.missed_count -= m.rows.ids.len() + m.rows.xids.len();
             d.delete(m.rows, Some((m.since, m.wait)), !open).await;
         }
         d.delete(fresh, None, !open).await;
@@ -391,36 +387,13 @@ impl Deleting {
         let mut not_found = Deletable::default();
         for batch in rows.ids.chunks(BATCH_IDS) {
             let sql = delete_ids_sql(&self.settings, batch);
-            match self.run_batch(&sql, batch.len()).await {
-                Some(found) => {
-                    let found: HashSet<&str> = found.iter().map(String::as_str).collect();
-                    not_found.ids.extend(
-                        batch
-                            .iter()
-                            .filter(|id| !found.contains(id.as_str()))
-                            .cloned(),
-                    );
-                }
-                None => {
-                    metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(batch.len() as u64);
-                }
-            }
+            let found = self.run_batch(&sql, batch.len()).await;
+            not_found.ids.extend(not_deleted(batch, found));
         }
         if !rows.xids.is_empty() {
             let sql = delete_xids_sql(&self.settings, &rows.xids);
-            match self.run_batch(&sql, rows.xids.len()).await {
-                Some(found) => {
-                    let found: HashSet<&str> = found.iter().map(String::as_str).collect();
-                    not_found.xids.extend(
-                        rows.xids
-                            .iter()
-                            .filter(|x| !found.contains(x.to_string().as_str())),
-                    );
-                }
-                None => {
-                    metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(rows.xids.len() as u64);
-                }
-            }
+            let found = self.run_batch(&sql, rows.xids.len()).await;
+            not_found.xids.extend(not_deleted(&rows.xids, found));
         }
         if not_found.is_empty() {
             return;
@@ -430,7 +403,7 @@ impl Deleting {
         let (since, wait) = before.unwrap_or((now, LOOK_AGAIN_FIRST_WAIT));
         let gives_up = last
             || now.duration_since(since) + wait > LOOK_AGAIN_FOR
-            || self.missed_count + count > MAX_HELD_IDS;
+            || self.missed_count() + count > MAX_HELD_IDS;
         if gives_up {
             metrics::counter!(m::CLEANUP_NOT_FOUND_ROWS).increment(count as u64);
             tracing::info!(
@@ -440,13 +413,20 @@ impl Deleting {
             );
             return;
         }
-        self.missed_count += count;
         self.missed.push(Missed {
             rows: not_found,
             since,
             next: now + wait,
             wait: (wait * 2).min(RETRY_MAX_WAIT),
         });
+    }
+
+    /// Ids and xids being looked for again.
+    fn missed_count(&self) -> usize {
+        self.missed
+            .iter()
+            .map(|m| m.rows.ids.len() + m.rows.xids.len())
+            .sum()
     }
 
     /// Runs one batch's DELETE, trying again through failures that pass for
@@ -505,6 +485,25 @@ impl Deleting {
             wait = (wait * 2).min(RETRY_MAX_WAIT);
         }
     }
+}
+
+/// The keys of a batch its DELETE did not find, given the keys it reported
+/// deleted (as text); none when the batch was given up (`found` is `None`:
+/// its rows are left in the table, and counted as skipped here).
+fn not_deleted<T>(batch: &[T], found: Option<Vec<String>>) -> Vec<T>
+where
+    T: Clone + Eq + std::hash::Hash + std::str::FromStr,
+{
+    let Some(found) = found else {
+        metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(batch.len() as u64);
+        return Vec::new();
+    };
+    let found: HashSet<T> = found.iter().filter_map(|key| key.parse().ok()).collect();
+    batch
+        .iter()
+        .filter(|key| !found.contains(*key))
+        .cloned()
+        .collect()
 }
 
 /// Runs one DELETE; returns each key it reports with the rows deleted for it.

@@ -603,14 +603,16 @@ fn produce(
                 key: "id",
                 value: Some(&id),
             });
+        let mut record = BaseRecord::to(topic)
+            .key(&key)
+            .payload(&payload)
+            .headers(headers);
         loop {
-            let record = BaseRecord::to(topic)
-                .key(&key)
-                .payload(&payload)
-                .headers(headers.clone());
             match producer.send(record) {
                 Ok(()) => break,
-                Err((e, _)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                // A full queue hands the record back: served, it is sent again.
+                Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                    record = back;
                     producer.poll(Duration::from_millis(1));
                 }
                 Err((e, _)) => bail!("produce: {e}"),
