@@ -395,21 +395,20 @@ fn read_blocking(
             }
             Ok(settled)
         };
-        match watermarks() {
-            Ok(true) => break,
-            Ok(false) => seen_open = true,
-            // A query cut short by the deadline while a transaction was
-            // open: the open transaction is the cause worth reporting.
-            Err(_) if seen_open && left().is_zero() => {}
-            Err(e) => return Err(incomplete(e.to_string())),
-        }
-        if left().is_zero() {
-            return Err(incomplete(
-                "a transaction stays open on the checkpoint topic (another producer's: a \
-                 relay with another transactional id writing to this topic, or one that \
-                 died; it ends at the broker's transaction timeout)"
-                    .into(),
-            ));
+        let look = watermarks();
+        seen_open |= matches!(look, Ok(false));
+        match wait_step(&look, seen_open, !left().is_zero()) {
+            Wait::Settled => break,
+            Wait::Again => {}
+            Wait::OpenTooLong => {
+                return Err(incomplete(
+                    "a transaction stays open on the checkpoint topic (another producer's: a \
+                     relay with another transactional id writing to this topic, or one that \
+                     died; it ends at the broker's transaction timeout)"
+                        .into(),
+                ));
+            }
+            Wait::Failed(why) => return Err(incomplete(why)),
         }
         std::thread::sleep(left().min(Duration::from_millis(50)));
     }
@@ -447,6 +446,42 @@ fn read_blocking(
     Ok(last)
 }
 
+/// Where the wait for open transactions on the checkpoint topic goes after
+/// one look at its watermarks.
+#[derive(Debug, PartialEq, Eq)]
+enum Wait {
+    /// No transaction is open: read the topic.
+    Settled,
+    /// Look again after a pause.
+    Again,
+    /// The time ran out with a transaction open.
+    OpenTooLong,
+    /// The query failed; the text says why.
+    Failed(String),
+}
+
+/// `look` is the last look (`Ok(true)`: settled), `seen_open` whether any
+/// look found a transaction open, `time_left` whether the deadline is still
+/// ahead.
+fn wait_step(look: &Result<bool, KafkaError>, seen_open: bool, time_left: bool) -> Wait {
+    match look {
+        Ok(true) => Wait::Settled,
+        Ok(false) if time_left => Wait::Again,
+        Ok(false) => Wait::OpenTooLong,
+        // Every query is given all the time left, so one that timed out ran
+        // to the deadline, even when the clock read a moment later is still
+        // short of it (librdkafka counts whole milliseconds and may give up
+        // up to one before). With a transaction seen open, the open
+        // transaction is the cause worth reporting, not the query.
+        Err(e) if seen_open && (!time_left || timed_out(e)) => Wait::OpenTooLong,
+        Err(e) => Wait::Failed(e.to_string()),
+    }
+}
+
+fn timed_out(e: &KafkaError) -> bool {
+    e.rdkafka_error_code() == Some(RDKafkaErrorCode::OperationTimedOut)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -458,6 +493,55 @@ mod tests {
             Some((code, "why".into())),
             "outbox-relay.s",
         )
+    }
+
+    /// Every case of one look at the watermarks. The one a loaded CI machine
+    /// hit: a query in flight at the deadline times out a fraction of a
+    /// millisecond before it, so the clock still shows time left; the read
+    /// must still blame the open transaction, not "Local: Timed out".
+    #[test]
+    fn the_wait_blames_an_open_transaction_for_a_query_that_ran_out_of_time() {
+        let timeout = || Err(KafkaError::MetadataFetch(C::OperationTimedOut));
+        let refused = || Err(KafkaError::MetadataFetch(C::TopicAuthorizationFailed));
+        let failed =
+            |r: &Result<bool, KafkaError>| Wait::Failed(r.as_ref().unwrap_err().to_string());
+        for seen_open in [false, true] {
+            for time_left in [false, true] {
+                let case = format!("seen_open {seen_open}, time_left {time_left}");
+                assert_eq!(
+                    wait_step(&Ok(true), seen_open, time_left),
+                    Wait::Settled,
+                    "{case}"
+                );
+                let open = if time_left {
+                    Wait::Again
+                } else {
+                    Wait::OpenTooLong
+                };
+                // A look that finds the transaction open has seen it open.
+                assert_eq!(wait_step(&Ok(false), true, time_left), open, "{case}");
+                let expected = if seen_open {
+                    Wait::OpenTooLong
+                } else {
+                    failed(&timeout())
+                };
+                assert_eq!(
+                    wait_step(&timeout(), seen_open, time_left),
+                    expected,
+                    "{case}"
+                );
+                let expected = if seen_open && !time_left {
+                    Wait::OpenTooLong
+                } else {
+                    failed(&refused())
+                };
+                assert_eq!(
+                    wait_step(&refused(), seen_open, time_left),
+                    expected,
+                    "{case}"
+                );
+            }
+        }
     }
 
     #[test]
