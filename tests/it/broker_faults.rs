@@ -997,3 +997,80 @@ async fn health_turns_503_after_retrying_without_progress_and_200_after_progress
     check_delivery("health-after-outage", &committed, &received);
     outbox.drop_all().await;
 }
+
+/// The librdkafka statistics of a producer, kept for the test that counts
+/// its broker threads' wake-ups.
+struct StatsContext(std::sync::Mutex<Vec<rdkafka::Statistics>>);
+
+impl rdkafka::ClientContext for StatsContext {
+    fn stats(&self, statistics: rdkafka::Statistics) {
+        self.0.lock().expect("stats lock").push(statistics);
+    }
+}
+
+impl rdkafka::producer::ProducerContext for StatsContext {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, (): ()) {}
+}
+
+/// A broker slow to answer does not make the producer spin: while its one
+/// Produce request per partition is in flight (an idempotent producer keeps
+/// one when batches hold five records or more) and the next batch is ready,
+/// the broker thread waits for the answer instead of polling its socket with
+/// no timeout. The bundled librdkafka spins there (several wake-ups per
+/// record, a whole CPU for the length of every round trip); the relay
+/// builds a patched one (vendor/README.md). Counted with librdkafka's own
+/// statistics (`brokers.*.wakeups`), the producer configured as the relay's.
+#[tokio::test]
+async fn a_slow_broker_does_not_make_the_producer_spin() {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+
+    const RECORDS: usize = 20_000;
+    let topic = random_name("sink_spin");
+    let mock = mock_with_topic(1, &topic, 1);
+    mock.broker_round_trip_time(1, Duration::from_millis(50))
+        .expect("slow the broker down");
+    let producer: ThreadedProducer<StatsContext> =
+        outbox_relay::sink::client_config(&mock.bootstrap_servers(), [])
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "5")
+            .set("statistics.interval.ms", "100")
+            .create_with_context(StatsContext(std::sync::Mutex::new(Vec::new())))
+            .expect("create the producer");
+    let payload = vec![b'x'; 500];
+    for n in 0..RECORDS {
+        let key = format!("agg-{}", n % 100);
+        producer
+            .send(BaseRecord::to(&topic).key(&key).payload(&payload))
+            .map_err(|(e, _)| e)
+            .expect("record queued");
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("every record acknowledged");
+    // A snapshot taken after the flush, which counts every wake-up of it.
+    let seen = producer.context().0.lock().expect("stats lock").len();
+    wait_until(
+        "a statistics snapshot after the flush",
+        DEADLINE,
+        || async { producer.context().0.lock().expect("stats lock").len() >= seen + 2 },
+    )
+    .await;
+    let (wakeups, requests) = {
+        let stats = producer.context().0.lock().expect("stats lock");
+        let last = stats.last().expect("a snapshot");
+        let wakeups: u64 = last.brokers.values().filter_map(|b| b.wakeups).sum();
+        let requests: u64 = last.brokers.values().map(|b| b.tx).sum();
+        (wakeups, requests)
+    };
+    println!(
+        "{RECORDS} records through a broker with a 50 ms round trip: \
+         {requests} requests, {wakeups} broker-thread wake-ups"
+    );
+    assert!(
+        wakeups < (RECORDS / 10) as u64,
+        "{wakeups} broker-thread wake-ups for {RECORDS} records ({requests} requests): \
+         the producer spins while a request is in flight"
+    );
+}
