@@ -18,13 +18,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 NAMES = {
     "relay": "outbox-relay",
     "relay_eos": "outbox-relay (exactly-once)",
+    "relay_base": "outbox-relay (baseline build)",
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
     "broker": "broker alone",
     "broker_writers": "broker alone beside the writers",
     "postgres": "PostgreSQL only",
 }
-COLOURS = {"relay": "tab:red", "relay_eos": "tab:orange", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
+COLOURS = {"relay": "tab:red", "relay_eos": "tab:orange", "relay_base": "tab:purple", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
            "broker": "tab:green", "broker_writers": "tab:olive", "postgres": "tab:gray", "recv": "black"}
 
 

@@ -265,7 +265,8 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w("|---|---|---|---|---|---|---|---|---|")
         rates = sorted({int(r) for k in w1 for r in w1[k]})
         for rate in rates:
-            for key in ("broker", "broker_writers", "postgres", "relay", "relay_eos", "dbz_default", "dbz_tuned"):
+            for key in ("broker", "broker_writers", "postgres", "relay", "relay_base", "relay_eos", "dbz_default",
+                        "dbz_tuned"):
                 runs = w1.get(key, {}).get(str(rate)) or w1.get(key, {}).get(rate)
                 if not runs:
                     continue

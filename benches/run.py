@@ -28,7 +28,8 @@ Results: benches/RESULTS.md, benches/plots/*.png, benches/flamegraph-w3.svg;
 raw JSON in benches/results/ (git-ignored). Sizes and rates are overridable
 by environment variables (see `Settings`); BENCH_RELAY_LINGER_MS sets the
 relay's kafka.linger_ms and the W1 broker-alone producer's linger.ms (both 5,
-the relay's default, otherwise). No figure is asserted: this is
+the relay's default, otherwise); BENCH_RELAY_BASELINE=<another outbox-relay
+binary> runs that build beside this one in W1, W3 and W4. No figure is asserted: this is
 a measurement, not a test.
 """
 
@@ -895,6 +896,8 @@ def live_system(env: Env, kind: str, rates: list[int], secs: float, warmup: floa
     prefix = env.name("live")
     if kind in ("relay", "relay_eos"):
         sut = Relay(env, table, pub, slot, prefix, exactly_once=(kind == "relay_eos"))
+    elif kind == "relay_base":
+        sut = Relay(env, table, pub, slot, prefix, binary=Path(env.s.relay_baseline))
     else:
         sut = Debezium(env, table, pub, slot, prefix, tuned=(kind == "dbz_tuned"))
     steps = []
@@ -944,8 +947,8 @@ def sustained(r: dict, rate: int, secs: float) -> bool:
 
 def w1(env: Env) -> dict:
     s = env.s
-    res: dict = {"broker": {}, "broker_writers": {}, "postgres": {}, "relay": {}, "relay_eos": {}, "dbz_default": {},
-                 "dbz_tuned": {}}
+    res: dict = {"broker": {}, "broker_writers": {}, "postgres": {}, "relay": {}, "relay_eos": {}, "relay_base": {},
+                 "dbz_default": {}, "dbz_tuned": {}}
     # Exactly-once delivery at one moderate rate: its latency adds up to
     # kafka.transaction_max_ms (100 ms) and a commit to at-least-once's.
     eos_rates = [r for r in s.w1_rates if r == 1000] or s.w1_rates[:1]
@@ -968,7 +971,10 @@ def w1(env: Env) -> dict:
             c = r["commit_to_consume"] or {}
             log(f"PostgreSQL only @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms p99 {c.get('p99_us', 0) / 1e3:.2f} ms")
             res["postgres"].setdefault(rate, []).append(r)
-        kinds = ["relay"] + (["dbz_default", "dbz_tuned"] if s.debezium else [])
+        # The baseline build (BENCH_RELAY_BASELINE) right after this one,
+        # on the same load, the order reversed on every other repeat.
+        relays = ["relay"] + (["relay_base"] if s.relay_baseline else [])
+        kinds = (relays if i % 2 == 0 else relays[::-1]) + (["dbz_default", "dbz_tuned"] if s.debezium else [])
         for kind in kinds:
             for r in live_system(env, kind, s.w1_rates, s.w1_secs, s.w1_warmup, False):
                 res[kind].setdefault(r["rate"], []).append(r)
