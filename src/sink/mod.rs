@@ -301,6 +301,52 @@ pub enum TopicCheck {
     Unknown(String),
 }
 
+/// The relay's producer configuration: the operator's properties, then
+/// what the relay owns ([`RELAY_OWNED_PROPERTIES`]): idempotence and
+/// `acks=all`, the gapless guarantee or, with `transactions`, the
+/// transactional settings, the Java client's partitioner, the linger,
+/// message timeout and queue bound of `settings`.
+pub fn producer_config(
+    settings: &SinkSettings,
+    transactions: Option<&TransactionSettings>,
+) -> ClientConfig {
+    let mut cfg = client_config(
+        &settings.brokers,
+        settings.properties.iter().map(|(k, v)| (k, v)),
+    );
+    cfg.set("enable.idempotence", "true").set("acks", "all");
+    match transactions {
+        // In a transaction a failed record makes the whole transaction
+        // abortable and the relay replays it all: no gap can be
+        // committed, and a gapless error would be fatal instead.
+        Some(transactions) => transactions.configure(&mut cfg),
+        // Without it librdkafka keeps writing a partition after one of
+        // its records failed for good (it bumps the epoch and goes on),
+        // and the replay from the confirmed LSN would put the failed
+        // record after its successors ("per-aggregate order" in docs/design.md). With it, such a
+        // failure is fatal: the relay rebuilds the producer and replays.
+        // (Records that hit message.timeout.ms are not covered by
+        // librdkafka's guarantee; the relay treats them as failed too.)
+        None => {
+            cfg.set("enable.gapless.guarantee", "true");
+        }
+    }
+    cfg
+        // The Java client's default partitioner: same key, same partition
+        // as every other producer of the topic.
+        .set("partitioner", "murmur2_random")
+        .set("linger.ms", settings.linger_ms.to_string())
+        .set(
+            "message.timeout.ms",
+            settings.message_timeout_ms.to_string(),
+        )
+        .set(
+            "queue.buffering.max.messages",
+            settings.queue_max_messages.to_string(),
+        );
+    cfg
+}
+
 /// The idempotent producer and its delivery-report channel.
 pub struct KafkaSink<T: Send + Sync + 'static> {
     /// Shared only with a metadata request in flight on a blocking thread.
@@ -327,52 +373,19 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     ) -> Result<(Self, mpsc::UnboundedReceiver<DeliveryReport<T>>), SinkError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (alarm_tx, alarms) = mpsc::unbounded_channel();
-        let mut cfg = client_config(
-            &settings.brokers,
-            settings.properties.iter().map(|(k, v)| (k, v)),
-        );
-        cfg.set("enable.idempotence", "true").set("acks", "all");
-        match transactions {
-            // In a transaction a failed record makes the whole transaction
-            // abortable and the relay replays it all: no gap can be
-            // committed, and a gapless error would be fatal instead.
-            Some(transactions) => transactions.configure(&mut cfg),
-            // Without it librdkafka keeps writing a partition after one of
-            // its records failed for good (it bumps the epoch and goes on),
-            // and the replay from the confirmed LSN would put the failed
-            // record after its successors ("per-aggregate order" in docs/design.md). With it, such a
-            // failure is fatal: the relay rebuilds the producer and replays.
-            // (Records that hit message.timeout.ms are not covered by
-            // librdkafka's guarantee; the relay treats them as failed too.)
-            None => {
-                cfg.set("enable.gapless.guarantee", "true");
-            }
-        }
-        cfg
-            // The Java client's default partitioner: same key, same partition
-            // as every other producer of the topic.
-            .set("partitioner", "murmur2_random")
-            .set("linger.ms", settings.linger_ms.to_string())
-            .set(
-                "message.timeout.ms",
-                settings.message_timeout_ms.to_string(),
-            )
-            .set(
-                "queue.buffering.max.messages",
-                settings.queue_max_messages.to_string(),
-            );
-        let producer: ThreadedProducer<ReportingContext<T>> = cfg
-            .create_with_context(ReportingContext {
-                reports: tx,
-                dead_letter_topic: settings.dead_letter_topic.clone(),
-                handle: AtomicPtr::new(std::ptr::null_mut()),
-                purged: AtomicBool::new(false),
-                alarms: alarm_tx,
-                alarmed: AtomicBool::new(false),
-                acknowledged: AckCounters::new(),
-                checkpoint_topic: transactions.map(|t| t.checkpoint_topic.clone()),
-            })
-            .map_err(SinkError::Create)?;
+        let producer: ThreadedProducer<ReportingContext<T>> =
+            producer_config(settings, transactions)
+                .create_with_context(ReportingContext {
+                    reports: tx,
+                    dead_letter_topic: settings.dead_letter_topic.clone(),
+                    handle: AtomicPtr::new(std::ptr::null_mut()),
+                    purged: AtomicBool::new(false),
+                    alarms: alarm_tx,
+                    alarmed: AtomicBool::new(false),
+                    acknowledged: AckCounters::new(),
+                    checkpoint_topic: transactions.map(|t| t.checkpoint_topic.clone()),
+                })
+                .map_err(SinkError::Create)?;
         let client = producer.client();
         client
             .context()

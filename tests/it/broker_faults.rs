@@ -18,7 +18,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use outbox_relay::lsn::Lsn;
-use outbox_relay::sink::{DeliveryError, SendError};
+use outbox_relay::sink::{DeliveryError, SendError, producer_config};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
 use crate::support::mock::*;
@@ -1020,7 +1020,8 @@ impl rdkafka::producer::ProducerContext for StatsContext {
 /// no timeout. The bundled librdkafka spins there (several wake-ups per
 /// record, a whole CPU for the length of every round trip); the relay
 /// builds a patched one (vendor/README.md). Counted with librdkafka's own
-/// statistics (`brokers.*.wakeups`), the producer configured as the relay's.
+/// statistics (`brokers.*.wakeups`), the producer configured by the relay's
+/// own [`producer_config`].
 #[tokio::test]
 async fn a_slow_broker_does_not_make_the_producer_spin() {
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
@@ -1030,12 +1031,9 @@ async fn a_slow_broker_does_not_make_the_producer_spin() {
     let mock = mock_with_topic(1, &topic, 1);
     mock.broker_round_trip_time(1, Duration::from_millis(50))
         .expect("slow the broker down");
+    let statistics = vec![("statistics.interval.ms".to_owned(), "100".to_owned())];
     let producer: ThreadedProducer<StatsContext> =
-        outbox_relay::sink::client_config(&mock.bootstrap_servers(), [])
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", "5")
-            .set("statistics.interval.ms", "100")
+        producer_config(&sink_settings(&mock, &topic, 60_000, statistics), None)
             .create_with_context(StatsContext(std::sync::Mutex::new(Vec::new())))
             .expect("create the producer");
     let payload = vec![b'x'; 500];

@@ -194,6 +194,24 @@ pub async fn idempotent_producer_verdict(error: RDKafkaRespErr) -> ProducerVerdi
     }
 }
 
+/// The relay's producer settings for `topic` on the mock cluster (its
+/// default linger), with extra librdkafka properties.
+pub fn sink_settings(
+    mock: &Mock,
+    topic: &str,
+    message_timeout_ms: u64,
+    properties: Vec<(String, String)>,
+) -> SinkSettings {
+    SinkSettings {
+        brokers: mock.bootstrap_servers(),
+        linger_ms: 5,
+        message_timeout_ms,
+        queue_max_messages: 100_000,
+        dead_letter_topic: format!("{topic}.dlq"),
+        properties,
+    }
+}
+
 /// The producer alone on a mock cluster: records for `topic`, each tagged
 /// with its event id (the producer does not look inside tags).
 pub struct SinkRig {
@@ -214,15 +232,9 @@ impl SinkRig {
         message_timeout_ms: u64,
         properties: Vec<(String, String)>,
     ) -> Self {
-        let (sink, reports) = KafkaSink::new(&SinkSettings {
-            brokers: mock.bootstrap_servers(),
-            linger_ms: 5,
-            message_timeout_ms,
-            queue_max_messages: 100_000,
-            dead_letter_topic: format!("{topic}.dlq"),
-            properties,
-        })
-        .expect("producer");
+        let (sink, reports) =
+            KafkaSink::new(&sink_settings(mock, topic, message_timeout_ms, properties))
+                .expect("producer");
         Self {
             sink,
             reports,
@@ -244,14 +256,7 @@ impl SinkRig {
             transaction_timeout: Duration::from_secs(60),
         };
         let (sink, reports) = KafkaSink::new_transactional(
-            &SinkSettings {
-                brokers: mock.bootstrap_servers(),
-                linger_ms: 5,
-                message_timeout_ms,
-                queue_max_messages: 100_000,
-                dead_letter_topic: format!("{topic}.dlq"),
-                properties,
-            },
+            &sink_settings(mock, topic, message_timeout_ms, properties),
             &transactions,
         )
         .expect("transactional producer");
