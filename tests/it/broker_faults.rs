@@ -1072,3 +1072,88 @@ async fn a_slow_broker_does_not_make_the_producer_spin() {
          the producer spins while a request is in flight"
     );
 }
+
+/// An idempotent producer keeps up to five Produce requests in flight per
+/// partition (the broker's de-duplication window), whatever their size, and
+/// the records still land in the order they were sent. The bundled
+/// librdkafka compares the number of *records* in flight with that window,
+/// so once a batch holds five records or more it sends one request per round
+/// trip: behind a broker slow to answer, records wait a whole round trip
+/// each time, and a backlog drains at one batch per round trip. The relay
+/// builds a patched one (vendor/README.md). Counted with librdkafka's own
+/// statistics (`brokers.*.waitresp_cnt`, requests awaiting an answer),
+/// the producer configured by the relay's own [`producer_config`], batches
+/// held to ten records so that many requests are needed.
+#[tokio::test]
+async fn a_slow_broker_gets_several_requests_in_flight_in_order() {
+    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+
+    const RECORDS: usize = 1_000;
+    let topic = random_name("sink_inflight");
+    let mock = mock_with_topic(1, &topic, 1);
+    mock.broker_round_trip_time(1, Duration::from_millis(50))
+        .expect("slow the broker down");
+    let extra = vec![
+        ("statistics.interval.ms".to_owned(), "10".to_owned()),
+        ("batch.num.messages".to_owned(), "10".to_owned()),
+    ];
+    let producer: ThreadedProducer<StatsContext> =
+        producer_config(&sink_settings(&mock, &topic, 60_000, extra), None)
+            .create_with_context(StatsContext(std::sync::Mutex::new(Vec::new())))
+            .expect("create the producer");
+    let started = std::time::Instant::now();
+    for n in 0..RECORDS {
+        let value = n.to_string();
+        producer
+            .send(BaseRecord::to(&topic).key("one-aggregate").payload(&value))
+            .map_err(|(e, _)| e)
+            .expect("record queued");
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("every record acknowledged");
+    let took = started.elapsed();
+    let (most_in_flight, requests) = {
+        let stats = producer.context().0.lock().expect("stats lock");
+        let most = stats
+            .iter()
+            .filter_map(|s| s.topics.get(&topic))
+            .filter_map(|t| t.partitions.get(&0))
+            .map(|p| p.msgs_inflight)
+            .max()
+            .expect("statistics snapshots during the flush");
+        let requests: u64 = stats
+            .last()
+            .map(|s| s.brokers.values().map(|b| b.tx).sum())
+            .unwrap_or_default();
+        (most, requests)
+    };
+    println!(
+        "{RECORDS} records in batches of ten through a broker with a 50 ms round trip: \
+         at most {most_in_flight} records in flight, {requests} requests, all acknowledged \
+         after {took:.2?}"
+    );
+    // Every batch holds ten records (all were queued before the first left),
+    // so more than ten in flight means more than one request.
+    assert!(
+        (11..=50).contains(&most_in_flight),
+        "at most {most_in_flight} records in flight at once, in batches of ten: an \
+         idempotent producer may keep five requests per partition in flight (and no more)"
+    );
+    let values: Vec<usize> = read_mock_to_end(&mock.bootstrap_servers(), &topic)
+        .await
+        .iter()
+        .map(|r| {
+            let value = r.value.as_deref().expect("a value");
+            std::str::from_utf8(value)
+                .expect("utf-8")
+                .parse()
+                .expect("a number")
+        })
+        .collect();
+    assert_eq!(
+        values,
+        (0..RECORDS).collect::<Vec<_>>(),
+        "every record once, in the order sent"
+    );
+}

@@ -4062,9 +4062,15 @@ static int rd_kafka_toppar_producer_serve(rd_kafka_broker_t *rkb,
                 }
 
                 /* Limit the number of in-flight requests (per partition)
-                 * to the broker's sequence de-duplication window. */
-                max_requests = RD_MIN(max_requests,
-                                      RD_KAFKA_IDEMP_MAX_INFLIGHT - inflight);
+                 * to the broker's sequence de-duplication window: five
+                 * batches. Counted in requests, not in messages as
+                 * `inflight` is: comparing a message count with the
+                 * request window allowed a single request in flight
+                 * once batches held five messages or more. */
+                max_requests = RD_MIN(
+                    max_requests,
+                    RD_KAFKA_IDEMP_MAX_INFLIGHT -
+                        rd_atomic32_get(&rktp->rktp_reqs_inflight));
         }
 
 

@@ -1688,6 +1688,10 @@ void rd_kafka_msgbatch_ready_produce(rd_kafka_msgbatch_t *rkmb) {
         rd_kafka_toppar_t *rktp = rkmb->rktp;
         rd_kafka_t *rk          = rktp->rktp_rkt->rkt_rk;
 
+        /* One more batch (one ProduceRequest) in flight for the partition:
+         * the idempotent producer's in-flight limit counts these. */
+        rd_atomic32_add(&rktp->rktp_reqs_inflight, 1);
+
         /* Keep track of number of requests in-flight per partition,
          * and the number of partitions with in-flight requests when
          * idempotent producer - this is used to drain partitions
