@@ -187,6 +187,9 @@ pub struct SessionMachine<'a> {
     /// the last transaction delivered, or an idle position): where an
     /// exactly-once checkpoint may point once the records are committed.
     handed_off: Lsn,
+    /// `outbox_relay_transactions_total`, held: counted once per
+    /// transaction, and a backlog of single-row transactions is many.
+    transactions: metrics::Counter,
 }
 
 impl<'a> SessionMachine<'a> {
@@ -233,6 +236,7 @@ impl<'a> SessionMachine<'a> {
             tracer: None,
             warned_messages_off: false,
             warned_trace_context: false,
+            transactions: metrics::counter!(m::TRANSACTIONS),
             handed_off: confirmed,
         }
     }
@@ -382,7 +386,7 @@ impl<'a> SessionMachine<'a> {
                 if let TxnState::Delivering(commit) =
                     std::mem::replace(&mut self.txn, TxnState::Idle)
                 {
-                    metrics::counter!(m::TRANSACTIONS).increment(1);
+                    self.transactions.increment(1);
                     self.tracker.close(commit.txn, end_lsn)?;
                     self.handed_off = self.handed_off.max(end_lsn);
                     if let Some(cleanup) = &mut self.cleanup {
