@@ -171,7 +171,11 @@ impl CloudEvent {
         commit_time: DateTime<Utc>,
         default_source: &str,
     ) -> Result<CloudEvent, EnvelopeError> {
-        validate_json(&row.payload)?;
+        if row.payload_is_jsonb {
+            validate_utf8(&row.payload)?;
+        } else {
+            validate_json(&row.payload)?;
+        }
         let source = match row.source.as_deref() {
             Some(s) if !s.is_empty() => s,
             _ => default_source,
@@ -493,13 +497,19 @@ fn validate_json(payload: &[u8]) -> Result<(), EnvelopeError> {
     parse_raw(payload).map(|_| ())
 }
 
+/// The check a `jsonb` payload still needs: PostgreSQL printed it as JSON,
+/// but a `SQL_ASCII` database stores and sends bytes unchecked.
+fn validate_utf8(payload: &[u8]) -> Result<&str, EnvelopeError> {
+    std::str::from_utf8(payload).map_err(|e| EnvelopeError::PayloadNotJson {
+        reason: format!("not UTF-8 at byte {}", e.valid_up_to()),
+    })
+}
+
 /// Validates `payload` as one JSON value without building it: serde_json
 /// skips a raw value iteratively, so deeply nested jsonb (PostgreSQL allows
 /// far more than serde_json's recursion limit of 128) is accepted.
 fn parse_raw(payload: &[u8]) -> Result<&RawValue, EnvelopeError> {
-    let text = std::str::from_utf8(payload).map_err(|e| EnvelopeError::PayloadNotJson {
-        reason: format!("not UTF-8 at byte {}", e.valid_up_to()),
-    })?;
+    let text = validate_utf8(payload)?;
     serde_json::from_str::<&RawValue>(text).map_err(|e| EnvelopeError::PayloadNotJson {
         reason: e.to_string(),
     })

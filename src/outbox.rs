@@ -21,6 +21,9 @@ use serde::Deserialize;
 use crate::assembler::Relation;
 use crate::pgoutput::{TupleData, TupleValue};
 
+/// `pg_type.oid` of `jsonb` (fixed in PostgreSQL's catalog, `pg_type.dat`).
+const JSONB_OID: u32 = 3802;
+
 pub mod message;
 
 /// Where the relay takes events from (`postgres.source`).
@@ -103,6 +106,11 @@ pub struct OutboxRow {
     pub event_type: String,
     /// Raw JSON text bytes as PostgreSQL sent them (jsonb text output).
     pub payload: Bytes,
+    /// The payload is PostgreSQL's text output of a `jsonb` column: JSON by
+    /// construction (jsonb accepts nothing else and prints what it parsed),
+    /// so the envelope checks only that it is UTF-8 instead of parsing it.
+    /// `false` for any other column type and for message payloads.
+    pub payload_is_jsonb: bool,
     /// The row's timestamp column, if the table has one and it is not NULL.
     pub timestamp: Option<DateTime<Utc>>,
     /// The tracing span context column: a W3C `traceparent`, or the Java
@@ -178,6 +186,8 @@ struct Positions {
     aggregate_id: usize,
     event_type: usize,
     payload: usize,
+    /// The payload column's type is `jsonb`.
+    payload_is_jsonb: bool,
     timestamp: Option<usize>,
     tracing_span_context: Option<usize>,
     trace_state: Option<usize>,
@@ -269,8 +279,10 @@ impl RowExtractor {
         let aggregate_id =
             required_str(positions.aggregate_id, &cols.aggregate_id, "aggregate_id")?;
         let event_type = required_str(positions.event_type, &cols.event_type, "event_type")?;
-        let payload = match &tuple.columns[positions.payload] {
-            TupleValue::Text(b) | TupleValue::Binary(b) => b.clone(),
+        let (payload, payload_is_jsonb) = match &tuple.columns[positions.payload] {
+            TupleValue::Text(b) => (b.clone(), positions.payload_is_jsonb),
+            // jsonb's binary format starts with a version byte: not JSON text.
+            TupleValue::Binary(b) => (b.clone(), false),
             TupleValue::Null => {
                 return Err(RowError::Null {
                     column: cols.payload.clone(),
@@ -305,6 +317,7 @@ impl RowExtractor {
             aggregate_id,
             event_type,
             payload,
+            payload_is_jsonb,
             timestamp,
             trace_parent,
             trace_state,
@@ -411,12 +424,14 @@ fn resolve_positions(cols: &ColumnMap, relation: &Relation) -> Result<Positions,
     // Optional columns may be absent from the table altogether.
     let optional =
         |column: &Option<String>| column.as_deref().and_then(|c| relation.column_index(c));
+    let payload = required(&cols.payload, "payload")?;
     Ok(Positions {
         id: required(&cols.id, "id")?,
         aggregate_type: required(&cols.aggregate_type, "aggregate_type")?,
         aggregate_id: required(&cols.aggregate_id, "aggregate_id")?,
         event_type: required(&cols.event_type, "event_type")?,
-        payload: required(&cols.payload, "payload")?,
+        payload,
+        payload_is_jsonb: relation.columns[payload].type_oid == JSONB_OID,
         timestamp: optional(&cols.timestamp),
         tracing_span_context: optional(&cols.tracing_span_context),
         trace_state: optional(&cols.trace_state),

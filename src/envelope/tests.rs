@@ -18,6 +18,7 @@ fn row() -> OutboxRow {
         aggregate_id: "order-42".to_owned(),
         event_type: "OrderCreated".to_owned(),
         payload: Bytes::from_static(PAYLOAD.as_bytes()),
+        payload_is_jsonb: false,
         timestamp: None,
         trace_parent: None,
         trace_state: None,
@@ -469,6 +470,7 @@ prop_compose! {
             aggregate_id,
             event_type,
             payload: Bytes::from(text),
+            payload_is_jsonb: false,
             timestamp,
             trace_parent: None,
         trace_state: None,
@@ -575,6 +577,46 @@ proptest! {
             .and_then(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).ok())
             .is_some();
         prop_assert_eq!(result.is_ok(), is_json);
+    }
+
+    /// Taking a `jsonb` payload as JSON without parsing it changes no
+    /// record: for any JSON text the record is the one a parsed payload
+    /// gives, in both content modes.
+    #[test]
+    fn a_jsonb_payload_builds_the_record_a_parsed_one_does(
+        (row, _json) in outbox_row(),
+        commit in time_strategy(),
+        mode in prop_oneof![Just(ContentMode::Binary), Just(ContentMode::Structured)],
+    ) {
+        let s = settings(mode);
+        let jsonb = OutboxRow { payload_is_jsonb: true, ..row.clone() };
+        prop_assert_eq!(build_record(&jsonb, commit, &s), build_record(&row, commit, &s));
+    }
+
+    /// What a `jsonb` payload is still checked for: UTF-8 in binary mode
+    /// (a `SQL_ASCII` database sends bytes unchecked), and JSON in
+    /// structured mode, which embeds it and so parses it anyway.
+    #[test]
+    fn a_jsonb_payload_is_still_checked_for_utf8(
+        payload in prop_oneof![
+            any::<Vec<u8>>(),
+            any::<String>().prop_map(String::into_bytes),
+            payload_text().prop_map(|(_, t)| t.into_bytes()),
+        ],
+        mode in prop_oneof![Just(ContentMode::Binary), Just(ContentMode::Structured)],
+    ) {
+        let mut r = row();
+        r.payload = Bytes::from(payload.clone());
+        r.payload_is_jsonb = true;
+        let result = build_record(&r, commit_time(), &settings(mode));
+        let text = std::str::from_utf8(&payload).ok();
+        let expected = match mode {
+            ContentMode::Binary => text.is_some(),
+            ContentMode::Structured => text
+                .and_then(|t| serde_json::from_str::<serde::de::IgnoredAny>(t).ok())
+                .is_some(),
+        };
+        prop_assert_eq!(result.is_ok(), expected);
     }
 
     #[test]

@@ -108,6 +108,7 @@ pub fn parse(content: &Bytes) -> Result<OutboxRow, Box<(RowError, Salvaged)>> {
             aggregate_id,
             event_type,
             payload,
+            payload_is_jsonb: false,
             timestamp: wire.timestamp.as_deref().and_then(parse_time),
             trace_parent: wire.traceparent.as_deref().map(str::to_owned),
             trace_state: wire.tracestate.as_deref().map(str::to_owned),

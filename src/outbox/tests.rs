@@ -276,3 +276,46 @@ proptest::proptest! {
         }
     }
 }
+
+/// Only a `jsonb` payload column in text format is marked as PostgreSQL's
+/// own JSON (the envelope then skips parsing it); `json`, `text`, a domain
+/// (its own OID) and the binary format are parsed as before.
+#[test]
+fn only_a_jsonb_payload_in_text_format_is_taken_as_json() {
+    let values = |payload: TupleValue| {
+        row(vec![
+            text("e-1"),
+            text("order"),
+            text("o-1"),
+            text("OrderPlaced"),
+            payload,
+            TupleValue::Null,
+        ])
+    };
+    let typed = |payload_type: u32| {
+        let mut rel = Relation::clone(&relation(COLS));
+        rel.columns[4].type_oid = payload_type;
+        Arc::new(rel)
+    };
+    let cases = [
+        (JSONB_OID, text(r#"{"n": 1}"#), true),
+        (
+            JSONB_OID,
+            TupleValue::Binary(Bytes::from_static(b"\x01{\"n\": 1}")),
+            false,
+        ),
+        (114, text(r#"{"n": 1}"#), false),
+        (25, text(r#"{"n": 1}"#), false),
+        (90_001, text(r#"{"n": 1}"#), false),
+    ];
+    for (payload_type, payload, expected) in cases {
+        let mut ex = RowExtractor::new(ColumnMap::default());
+        let r = ex
+            .extract(&typed(payload_type), &values(payload.clone()))
+            .unwrap();
+        assert_eq!(
+            r.payload_is_jsonb, expected,
+            "payload of type {payload_type} sent as {payload:?}"
+        );
+    }
+}

@@ -329,6 +329,7 @@ mod tests {
             aggregate_id: "p-9".into(),
             event_type: "payment.captured".into(),
             payload: payload.clone(),
+            payload_is_jsonb: false,
             timestamp: None,
             trace_parent: None,
             trace_state: None,
