@@ -1081,9 +1081,11 @@ async fn a_slow_broker_does_not_make_the_producer_spin() {
 /// trip: behind a broker slow to answer, records wait a whole round trip
 /// each time, and a backlog drains at one batch per round trip. The relay
 /// builds a patched one (vendor/README.md). Counted with librdkafka's own
-/// statistics (`brokers.*.waitresp_cnt`, requests awaiting an answer),
-/// the producer configured by the relay's own [`producer_config`], batches
-/// held to ten records so that many requests are needed.
+/// statistics (the partition's `msgs_inflight`, sampled every 10 ms: with
+/// every batch ten records, more than ten in flight means more than one
+/// request), the producer configured by the relay's own
+/// [`producer_config`], batches held to ten records so that many requests
+/// are needed.
 #[tokio::test]
 async fn a_slow_broker_gets_several_requests_in_flight_in_order() {
     use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
