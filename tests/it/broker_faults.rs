@@ -1013,29 +1013,42 @@ impl rdkafka::producer::ProducerContext for StatsContext {
     fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, (): ()) {}
 }
 
-/// A broker slow to answer does not make the producer spin: while its one
-/// Produce request per partition is in flight (an idempotent producer keeps
-/// one when batches hold five records or more) and the next batch is ready,
-/// the broker thread waits for the answer instead of polling its socket with
-/// no timeout. The bundled librdkafka spins there (several wake-ups per
+/// A one-broker mock holding a one-partition topic named after `prefix`,
+/// answering every request after 50 ms, and a producer with the relay's own
+/// [`producer_config`] plus `extra`, keeping librdkafka's statistics.
+fn slow_broker_producer(
+    prefix: &str,
+    extra: Vec<(String, String)>,
+) -> (
+    Mock,
+    String,
+    rdkafka::producer::ThreadedProducer<StatsContext>,
+) {
+    let topic = random_name(prefix);
+    let mock = mock_with_topic(1, &topic, 1);
+    mock.broker_round_trip_time(1, Duration::from_millis(50))
+        .expect("slow the broker down");
+    let producer = producer_config(&sink_settings(&mock, &topic, 60_000, extra), None)
+        .create_with_context(StatsContext(std::sync::Mutex::new(Vec::new())))
+        .expect("create the producer");
+    (mock, topic, producer)
+}
+
+/// A broker slow to answer does not make the producer spin: while as many
+/// Produce requests per partition are in flight as an idempotent producer
+/// may have and the next batch is ready, the broker thread waits for an
+/// answer instead of polling its socket with no timeout. The bundled librdkafka spins there (several wake-ups per
 /// record, a whole CPU for the length of every round trip); the relay
 /// builds a patched one (vendor/README.md). Counted with librdkafka's own
 /// statistics (`brokers.*.wakeups`), the producer configured by the relay's
 /// own [`producer_config`].
 #[tokio::test]
 async fn a_slow_broker_does_not_make_the_producer_spin() {
-    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    use rdkafka::producer::{BaseRecord, Producer};
 
     const RECORDS: usize = 20_000;
-    let topic = random_name("sink_spin");
-    let mock = mock_with_topic(1, &topic, 1);
-    mock.broker_round_trip_time(1, Duration::from_millis(50))
-        .expect("slow the broker down");
     let statistics = vec![("statistics.interval.ms".to_owned(), "100".to_owned())];
-    let producer: ThreadedProducer<StatsContext> =
-        producer_config(&sink_settings(&mock, &topic, 60_000, statistics), None)
-            .create_with_context(StatsContext(std::sync::Mutex::new(Vec::new())))
-            .expect("create the producer");
+    let (_mock, topic, producer) = slow_broker_producer("sink_spin", statistics);
     let payload = vec![b'x'; 500];
     for n in 0..RECORDS {
         let key = format!("agg-{}", n % 100);
@@ -1088,21 +1101,14 @@ async fn a_slow_broker_does_not_make_the_producer_spin() {
 /// are needed.
 #[tokio::test]
 async fn a_slow_broker_gets_several_requests_in_flight_in_order() {
-    use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
+    use rdkafka::producer::{BaseRecord, Producer};
 
     const RECORDS: usize = 1_000;
-    let topic = random_name("sink_inflight");
-    let mock = mock_with_topic(1, &topic, 1);
-    mock.broker_round_trip_time(1, Duration::from_millis(50))
-        .expect("slow the broker down");
     let extra = vec![
         ("statistics.interval.ms".to_owned(), "10".to_owned()),
         ("batch.num.messages".to_owned(), "10".to_owned()),
     ];
-    let producer: ThreadedProducer<StatsContext> =
-        producer_config(&sink_settings(&mock, &topic, 60_000, extra), None)
-            .create_with_context(StatsContext(std::sync::Mutex::new(Vec::new())))
-            .expect("create the producer");
+    let (mock, topic, producer) = slow_broker_producer("sink_inflight", extra);
     let started = std::time::Instant::now();
     for n in 0..RECORDS {
         let value = n.to_string();
