@@ -108,6 +108,55 @@ def lat(runs: list[dict], key: str, part: str = "commit_to_consume") -> dict | N
     return mmm([v / 1000 for v in vals if v is not None])
 
 
+# The columns of the W1 CPU table: process groups of run.py's PROCESS_GROUPS.
+SHARE_COLUMNS = (
+    ("postgres", "PostgreSQL backends (writers) and workers"),
+    ("loadgen", "outbox-loadgen"),
+    ("walsender", "walsender"),
+    ("measured", "the system measured"),
+    ("kafka", "Kafka broker"),
+    ("consumer", "latency consumer"),
+    ("other", "everything else"),
+)
+# Which group is "the system measured" in each kind of step.
+MEASURED_GROUP = {"broker": "producer", "broker_writers": "producer", "postgres": "pg_recvlogical",
+                  "relay": "relay", "relay_base": "relay", "relay_eos": "relay", "dbz_default": "debezium",
+                  "dbz_tuned": "debezium"}
+
+
+def write_cpu_share(w, steps: dict, rate: int) -> None:
+    """Where the machine's CPU went in each system's step at `rate`
+    (medians of the repeats): CPUs used, and in brackets the seconds per
+    second its processes were runnable but waiting for a CPU."""
+    rows = []
+    for key, runs in steps.items():
+        shares = [r["cpu_share"] for r in runs or [] if r.get("cpu_share")]
+        if not shares:
+            continue
+        cells = []
+        for group, _ in SHARE_COLUMNS:
+            g = MEASURED_GROUP[key] if group == "measured" else group
+            used = mmm([sh["groups"].get(g, {}).get("cpus", 0.0) for sh in shares])
+            waiting = mmm([sh["groups"].get(g, {}).get("waiting", 0.0) for sh in shares])
+            cells.append(f"{used['median']:.2f} ({waiting['median']:.2f})")
+        idle = mmm([sh["idle_cpus"] for sh in shares])
+        rows.append(f"| {SYSTEMS[key]} | " + " | ".join(cells) + f" | {idle['median']:.2f} |")
+    if not rows:
+        return
+    w(f"Where the machine's CPU went in the measured part of each step at {rate:,}/s (medians of the repeats; "
+      f"from `/proc`: CPUs used and, in brackets, seconds per second that the group's threads were "
+      f"runnable but waited for a CPU):\n")
+    w("| step | " + " | ".join(label for _, label in SHARE_COLUMNS) + " | idle CPUs |")
+    w("|---|" + "---|" * (len(SHARE_COLUMNS) + 1))
+    for row in rows:
+        w(row)
+    w("")
+    w("The system measured is the relay, Debezium's Kafka Connect, `pg_recvlogical`, or the broker-alone "
+      "producer. Time a walsender or a producer thread spends waiting for a CPU is time its records wait "
+      "too (benches/cpu-notes.md, tenth round: the relay's stalls before the hand-over are its walsender "
+      "waiting for a CPU).\n")
+
+
 def plots(results: dict, py: Path, raw_path: Path) -> list[str]:
     PLOTS.mkdir(exist_ok=True)
     code = BENCHES / "plots.py"
@@ -339,6 +388,9 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             rss5 = mmm([r["max_rss_mb"] for r in relay5])
             cpu5 = mmm([r["cpu_s"] / max(r["measured"], 1) * 1e6 for r in relay5])
             w(f"Relay at a steady 5k/s: peak RSS {fmt(rss5, digits=1)} MiB, CPU {fmt(cpu5, digits=2)} µs/event.\n")
+        write_cpu_share(w, {key: get(key, 5000) for key in ("broker", "broker_writers", "postgres", "relay",
+                                                             "relay_base", "relay_eos", "dbz_default",
+                                                             "dbz_tuned")}, 5000)
         linger = s.get("relay_linger_ms") or ""
         relay_linger = f"linger_ms = {linger} (BENCH_RELAY_LINGER_MS)" if linger else "its defaults (linger_ms = 5)"
         w(f"The relay runs with {relay_linger}; the broker-alone producer uses the same "

@@ -20,7 +20,9 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
   at 1000 events/s (or the first BENCH_W1_RATES rate);
 * cost: relay CPU per event, peak RSS, start-up to first event; and, in
   W3 and W4, where the machine's CPU went per event (each system, the
-  walsender decoding for it, the Kafka broker, the rest of the machine);
+  walsender decoding for it, the Kafka broker, the rest of the machine),
+  and in every W1 step the CPUs each group of processes used and the time
+  its threads waited for a CPU (writers, walsender, system, broker, consumer);
 * a flame graph of the relay during a W3 drain (perf, DWARF unwinding).
 
 Every figure is the median of BENCH_REPEAT runs (min and max beside it).
@@ -306,6 +308,85 @@ class CpuBudget:
             "secs": secs,
             "cpus": os.cpu_count() or 1,
         }
+
+
+# Who is who on the machine during a W1 step, by command line.
+PROCESS_GROUPS = (
+    ("walsender", lambda c: c.startswith("postgres:") and "walsender" in c),
+    ("postgres", lambda c: c.startswith("postgres") or "/postgresql/" in c.split(" ")[0]),
+    ("loadgen", lambda c: "outbox-loadgen" in c.split(" ")[0]),
+    ("relay", lambda c: "outbox-relay" in c.split(" ")[0]),
+    ("debezium", lambda c: c.startswith("java") and "ConnectStandalone" in c),
+    ("kafka", lambda c: c.startswith("java") and "kafka.Kafka" in c),
+    ("producer", lambda c: "outbox-latency" in c.split(" ")[0] and " produce " in c),
+    ("consumer", lambda c: "outbox-latency" in c.split(" ")[0]),
+    ("pg_recvlogical", lambda c: "pg_recvlogical" in c.split(" ")[0]),
+)
+
+
+def process_table() -> tuple[dict[int, tuple[str, float, float]], list[int]]:
+    """Every process: (group, CPU-seconds, seconds it was runnable but waited
+    for a CPU, summed over its threads from /proc/<pid>/task/*/schedstat),
+    and the machine's /proc/stat CPU line."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            cpu = proc_cpu_s(int(entry))
+            wait_ns = 0
+            for task in os.listdir(f"/proc/{entry}/task"):
+                try:
+                    wait_ns += int(Path(f"/proc/{entry}/task/{task}/schedstat").read_text().split()[1])
+                except (OSError, IndexError, ValueError):
+                    pass
+        except OSError:
+            continue
+        if cpu is None:
+            continue
+        group = next((g for g, match in PROCESS_GROUPS if match(cmd)), "other")
+        table[int(entry)] = (group, cpu, wait_ns / 1e9)
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:9]]
+    return table, ticks
+
+
+class StepShare:
+    """Where the machine's CPU went in the measured part of a W1 step: CPUs
+    used and seconds per second spent runnable but waiting for a CPU (run
+    queue), per group of processes (the writers' backends, the walsender,
+    the system measured, the broker, the consumer, ...). On two cores the
+    walsender and the relay's producer wait their turn behind the writers
+    and the broker, which is what lengthens the tail; this measures it.
+    Snapshots taken by timers from the moment the writers start, inside
+    their run (they leave /proc when they exit)."""
+
+    def __init__(self, warmup: float, secs: float):
+        margin = min(0.5, secs / 10)
+        self.snaps: list = []
+        self.timers = [threading.Timer(at, lambda: self.snaps.append((time.time(), *process_table())))
+                       for at in (warmup + margin, warmup + secs - margin)]
+        for t in self.timers:
+            t.daemon = True
+            t.start()
+
+    def finish(self) -> dict | None:
+        for t in self.timers:
+            t.join(10)
+        if len(self.snaps) != 2:
+            return None
+        (t0, a, ta), (t1, b, tb) = self.snaps
+        secs = t1 - t0
+        groups: dict[str, dict] = {}
+        for pid, (group, cpu, wait) in b.items():
+            if pid in a and a[pid][0] == group:
+                g = groups.setdefault(group, {"cpus": 0.0, "waiting": 0.0})
+                g["cpus"] += (cpu - a[pid][1]) / secs
+                g["waiting"] += (wait - a[pid][2]) / secs
+        dt = [y - x for x, y in zip(ta, tb)]
+        return {"secs": secs, "groups": groups, "idle_cpus": (dt[3] + dt[4]) / CLK_TCK / secs,
+                "busy_cpus": (sum(dt) - dt[3] - dt[4]) / CLK_TCK / secs}
 
 
 # ------------------------------------------------------------------ environment
@@ -633,6 +714,7 @@ def latency_step(env: Env, table: str, rate: int, secs: float, warmup: float, re
         lt = threading.Thread(target=sample_lag, daemon=True)
         lt.start()
     t0 = time.time()
+    share = StepShare(warmup, secs)
     load = run(writers_cmd(env, table, rate, secs, warmup, timing), capture_output=True)
     t1 = time.time()
     out, _ = rd.communicate(timeout=3600)
@@ -647,6 +729,7 @@ def latency_step(env: Env, table: str, rate: int, secs: float, warmup: float, re
     res["writer"] = load.stdout.strip()
     res["load_window"] = [t0, t1]
     res["slot_lag"] = lag
+    res["cpu_share"] = share.finish()
     return res
 
 
@@ -674,6 +757,7 @@ def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: s
     )
     wait_file(ready, 60, rd, "latency reader")
     writers = None
+    share = StepShare(warmup, secs)
     if writers_into:
         writers = subprocess.Popen(
             writers_cmd(env, writers_into, rate, secs, warmup, env.work / f"timing-writers-{tag}.bin"),
@@ -688,7 +772,9 @@ def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: s
     if writers is not None and writers.wait(timeout=3600) != 0:
         raise RuntimeError(f"outbox-loadgen beside the broker failed ({writers.returncode})")
     out, _ = rd.communicate(timeout=3600)
-    return json.loads(out.strip().splitlines()[-1])
+    res = json.loads(out.strip().splitlines()[-1])
+    res["cpu_share"] = share.finish()
+    return res
 
 
 # ------------------------------------------------------------------ workloads
