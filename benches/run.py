@@ -313,6 +313,8 @@ class CpuBudget:
 # Who is who on the machine during a W1 step, by command line.
 PROCESS_GROUPS = (
     ("walsender", lambda c: c.startswith("postgres:") and "walsender" in c),
+    # Before "postgres": Debian's wrapper runs it from /usr/lib/postgresql/.
+    ("pg_recvlogical", lambda c: "pg_recvlogical" in c.split(" ")[0]),
     ("postgres", lambda c: c.startswith("postgres") or "/postgresql/" in c.split(" ")[0]),
     ("loadgen", lambda c: "outbox-loadgen" in c.split(" ")[0]),
     ("relay", lambda c: "outbox-relay" in c.split(" ")[0]),
@@ -320,7 +322,6 @@ PROCESS_GROUPS = (
     ("kafka", lambda c: c.startswith("java") and "kafka.Kafka" in c),
     ("producer", lambda c: "outbox-latency" in c.split(" ")[0] and " produce " in c),
     ("consumer", lambda c: "outbox-latency" in c.split(" ")[0]),
-    ("pg_recvlogical", lambda c: "pg_recvlogical" in c.split(" ")[0]),
 )
 
 
