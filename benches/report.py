@@ -108,6 +108,9 @@ def lat(runs: list[dict], key: str, part: str = "commit_to_consume") -> dict | N
     return mmm([v / 1000 for v in vals if v is not None])
 
 
+# W1's kinds of step, in the order its tables list them.
+W1_STEPS = ("broker", "broker_writers", "postgres", "relay", "relay_base", "relay_eos", "dbz_default", "dbz_tuned")
+
 # The columns of the W1 CPU table: process groups of run.py's PROCESS_GROUPS.
 SHARE_COLUMNS = (
     ("postgres", "PostgreSQL backends (writers) and workers"),
@@ -314,8 +317,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w("|---|---|---|---|---|---|---|---|---|")
         rates = sorted({int(r) for k in w1 for r in w1[k]})
         for rate in rates:
-            for key in ("broker", "broker_writers", "postgres", "relay", "relay_base", "relay_eos", "dbz_default",
-                        "dbz_tuned"):
+            for key in W1_STEPS:
                 runs = w1.get(key, {}).get(str(rate)) or w1.get(key, {}).get(rate)
                 if not runs:
                     continue
@@ -388,9 +390,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             rss5 = mmm([r["max_rss_mb"] for r in relay5])
             cpu5 = mmm([r["cpu_s"] / max(r["measured"], 1) * 1e6 for r in relay5])
             w(f"Relay at a steady 5k/s: peak RSS {fmt(rss5, digits=1)} MiB, CPU {fmt(cpu5, digits=2)} µs/event.\n")
-        write_cpu_share(w, {key: get(key, 5000) for key in ("broker", "broker_writers", "postgres", "relay",
-                                                             "relay_base", "relay_eos", "dbz_default",
-                                                             "dbz_tuned")}, 5000)
+        write_cpu_share(w, {key: get(key, 5000) for key in W1_STEPS}, 5000)
         linger = s.get("relay_linger_ms") or ""
         relay_linger = f"linger_ms = {linger} (BENCH_RELAY_LINGER_MS)" if linger else "its defaults (linger_ms = 5)"
         w(f"The relay runs with {relay_linger}; the broker-alone producer uses the same "

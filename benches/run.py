@@ -247,12 +247,19 @@ def proc_cpu_s(pid: int) -> float | None:
         return None
 
 
-def machine_busy_s() -> float:
-    """CPU-seconds all CPUs have spent on anything but idling since boot (/proc/stat)."""
+def machine_cpu_s() -> tuple[float, float]:
+    """CPU-seconds all CPUs have spent since boot (/proc/stat): on anything
+    but idling, and idling (waiting for I/O included)."""
     with open("/proc/stat") as f:
         ticks = [int(x) for x in f.readline().split()[1:9]]
-    # user nice system idle iowait irq softirq steal: all but idle and iowait.
-    return (sum(ticks) - ticks[3] - ticks[4]) / CLK_TCK
+    # user nice system idle iowait irq softirq steal.
+    idle = ticks[3] + ticks[4]
+    return (sum(ticks) - idle) / CLK_TCK, idle / CLK_TCK
+
+
+def machine_busy_s() -> float:
+    """CPU-seconds all CPUs have spent on anything but idling since boot."""
+    return machine_cpu_s()[0]
 
 
 class CpuBudget:
@@ -325,10 +332,10 @@ PROCESS_GROUPS = (
 )
 
 
-def process_table() -> tuple[dict[int, tuple[str, float, float]], list[int]]:
+def process_table() -> tuple[dict[int, tuple[str, float, float]], tuple[float, float]]:
     """Every process: (group, CPU-seconds, seconds it was runnable but waited
     for a CPU, summed over its threads from /proc/<pid>/task/*/schedstat),
-    and the machine's /proc/stat CPU line."""
+    and the machine's busy and idle CPU-seconds."""
     table = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -348,9 +355,7 @@ def process_table() -> tuple[dict[int, tuple[str, float, float]], list[int]]:
             continue
         group = next((g for g, match in PROCESS_GROUPS if match(cmd)), "other")
         table[int(entry)] = (group, cpu, wait_ns / 1e9)
-    with open("/proc/stat") as f:
-        ticks = [int(x) for x in f.readline().split()[1:9]]
-    return table, ticks
+    return table, machine_cpu_s()
 
 
 class StepShare:
@@ -377,7 +382,7 @@ class StepShare:
             t.join(10)
         if len(self.snaps) != 2:
             return None
-        (t0, a, ta), (t1, b, tb) = self.snaps
+        (t0, a, (busy0, idle0)), (t1, b, (busy1, idle1)) = self.snaps
         secs = t1 - t0
         groups: dict[str, dict] = {}
         for pid, (group, cpu, wait) in b.items():
@@ -385,9 +390,8 @@ class StepShare:
                 g = groups.setdefault(group, {"cpus": 0.0, "waiting": 0.0})
                 g["cpus"] += (cpu - a[pid][1]) / secs
                 g["waiting"] += (wait - a[pid][2]) / secs
-        dt = [y - x for x, y in zip(ta, tb)]
-        return {"secs": secs, "groups": groups, "idle_cpus": (dt[3] + dt[4]) / CLK_TCK / secs,
-                "busy_cpus": (sum(dt) - dt[3] - dt[4]) / CLK_TCK / secs}
+        return {"secs": secs, "groups": groups, "idle_cpus": (idle1 - idle0) / secs,
+                "busy_cpus": (busy1 - busy0) / secs}
 
 
 # ------------------------------------------------------------------ environment
