@@ -21,6 +21,7 @@ SYSTEMS = {
     "relay": "outbox-relay",
     "relay_eos": "outbox-relay (exactly-once)",
     "relay_base": "outbox-relay (baseline build)",
+    "relay_base_eos": "outbox-relay (baseline build, exactly-once)",
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
     "broker": "broker alone",
@@ -269,7 +270,8 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             c = relay["cpu"]["median"]
             targets.append(("relay CPU ≤ 5 µs/event in W3", f"{c:.2f} µs/event", c <= 5))
             st = relay["startup"]["median"]
-            targets.append(("start-up to first event < 0.5 s (W3)", f"{st:.3f} s", st < 0.5))
+            if not results.get("startup"):
+                targets.append(("start-up to first event < 0.5 s (W3)", f"{st:.3f} s", st < 0.5))
         w("")
         b = write_budget(w, w3, "W3")
         if b and b["walsender"] and b["broker"]:
@@ -293,6 +295,27 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w("\nThe first event of a transaction can only leave once its COMMIT is decoded, so start-up here "
           "includes PostgreSQL decoding (and spilling) the whole transaction.\n")
         write_budget(w, w4, "W4")
+
+    # ---------------------------------------------------------------- start-up
+    su = results.get("startup")
+    if su:
+        w(f"## Start-up to first event ({su['runs']} starts of each)\n")
+        w(f"Each start on its own slot holding the same {su['rows']} single-row transactions (made before the load) "
+          "and with topics of its own, as in W3: the event topic created by the watcher before the start, the "
+          "dead-letter and checkpoint topics new, created by the broker on the relay's request. Process start → "
+          "first event on the topic (its high watermark, polled every 10 ms; in exactly-once mode the first "
+          "transaction's commit, after at most `kafka.transaction_max_ms`, 100 ms). The order of the builds and "
+          "modes turns round every start.\n")
+        w("| relay | start-up (s) |")
+        w("|---|---|")
+        for key in ("relay", "relay_eos", "relay_base", "relay_base_eos"):
+            if su.get(key):
+                w(f"| {SYSTEMS[key]} | {fmt(mmm(su[key]), digits=3)} |")
+        w("")
+        worst = max((statistics.median(su[k]), k) for k in ("relay", "relay_eos") if su.get(k))
+        targets.append(("start-up to first event < 0.5 s (both delivery modes)",
+                        ", ".join(f"{SYSTEMS[k]} {statistics.median(su[k]):.3f} s" for k in ("relay", "relay_eos")
+                                  if su.get(k)), worst[0] < 0.5))
 
     # ---------------------------------------------------------------- W1
     rss5 = None

@@ -18,6 +18,9 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
 * exactly-once delivery (kafka.delivery = "exactly-once") beside the default
   at-least-once: in W3, draining the same WAL from its own slot, and in W1
   at 1000 events/s (or the first BENCH_W1_RATES rate);
+* start-up: BENCH_STARTUP_RUNS starts of the relay in each delivery mode
+  (and of the baseline build, when given), each on its own slot and fresh
+  topics with a small backlog waiting, to the first event on the topic;
 * cost: relay CPU per event, peak RSS, start-up to first event; and, in
   W3 and W4, where the machine's CPU went per event (each system, the
   walsender decoding for it, the Kafka broker, the rest of the machine),
@@ -31,7 +34,7 @@ raw JSON in benches/results/ (git-ignored). Sizes and rates are overridable
 by environment variables (see `Settings`); BENCH_RELAY_LINGER_MS sets the
 relay's kafka.linger_ms and the W1 broker-alone producer's linger.ms (both 5,
 the relay's default, otherwise); BENCH_RELAY_BASELINE=<another outbox-relay
-binary> runs that build beside this one in W1, W3 and W4. No figure is asserted: this is
+binary> runs that build beside this one in W1, W3, W4 and start-up. No figure is asserted: this is
 a measurement, not a test.
 """
 
@@ -106,6 +109,8 @@ class Settings:
     relay_baseline: str
     # kafka.linger_ms for the relay ("" = the relay's default).
     relay_linger_ms: str
+    # Starts of each relay build and mode in the start-up workload.
+    startup_runs: int
 
     @staticmethod
     def from_env(quick: bool, only: str | None, no_debezium: bool) -> "Settings":
@@ -128,9 +133,10 @@ class Settings:
             broker_records=env_int("BENCH_BROKER_RECORDS", 100_000 if quick else 1_000_000),
             debezium=not no_debezium and os.environ.get("BENCH_DEBEZIUM", "1") != "0",
             flamegraph=os.environ.get("BENCH_FLAMEGRAPH", "1") != "0",
-            workloads=(only or os.environ.get("BENCH_ONLY") or "ceilings,w1,w2,w3,w4").split(","),
+            workloads=(only or os.environ.get("BENCH_ONLY") or "ceilings,w1,w2,w3,w4,startup").split(","),
             relay_baseline=os.environ.get("BENCH_RELAY_BASELINE", ""),
             relay_linger_ms=os.environ.get("BENCH_RELAY_LINGER_MS", ""),
+            startup_runs=env_int("BENCH_STARTUP_RUNS", 5 if quick else 9),
         )
 
 
@@ -963,6 +969,37 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
     return res
 
 
+STARTUP_ROWS = 100
+
+
+def startup_workload(env: Env) -> dict:
+    """Start-up to first event, alone: many starts of each relay build in
+    each delivery mode (W3 gives only one per repeat, and its spread is wide).
+    Every start is on its own slot holding the same small backlog, made
+    before the load, and with topics of its own, as in W3 (the watcher
+    creates the event topic; the dead-letter and checkpoint topics are new)."""
+    s = env.s
+    kinds = [("relay", None, False), ("relay_eos", None, True)]
+    if s.relay_baseline:
+        kinds += [("relay_base", Path(s.relay_baseline), False), ("relay_base_eos", Path(s.relay_baseline), True)]
+    table, pub = env.create_outbox()
+    slots = {key: [env.create_slot() for _ in range(s.startup_runs)] for key, _, _ in kinds}
+    load_backlog(env, table, STARTUP_ROWS, False)
+    res: dict = {"rows": STARTUP_ROWS, "runs": s.startup_runs}
+    for i in range(s.startup_runs):
+        # The order turns round every start: no mode always follows another.
+        for key, binary, eos in kinds if i % 2 == 0 else list(reversed(kinds)):
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots[key][i], p, binary=binary,
+                                                  exactly_once=eos), STARTUP_ROWS)
+            res.setdefault(key, []).append(r["startup_to_first_event_s"])
+        log(f"start-up {i + 1}: " + ", ".join(f"{key} {res[key][-1]:.3f} s" for key, _, _ in kinds))
+    for group in slots.values():
+        for slot in group:
+            env.drop_slot(slot)
+    env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders")
+    return res
+
+
 def flamegraph(perf_data: Path) -> dict:
     folded = perf_data.with_suffix(".folded")
     with open(folded, "w") as f:
@@ -1150,7 +1187,7 @@ def machine(env: "Env") -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat")
-    ap.add_argument("--only", help="comma list of ceilings,w1,w2,w3,w4")
+    ap.add_argument("--only", help="comma list of ceilings,w1,w2,w3,w4,startup")
     ap.add_argument("--no-debezium", action="store_true")
     ap.add_argument("--report-only", help="re-render RESULTS.md from a raw JSON file")
     args = ap.parse_args()
@@ -1194,6 +1231,9 @@ def main() -> None:
             save()
         if "w2" in s.workloads:
             results["w2"] = w2(env)
+            save()
+        if "startup" in s.workloads:
+            results["startup"] = startup_workload(env)
             save()
     finally:
         results["elapsed_s"] = time.time() - started
