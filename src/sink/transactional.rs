@@ -51,6 +51,32 @@ impl TransactionSettings {
             "transaction.timeout.ms",
             self.transaction_timeout.as_millis().to_string(),
         );
+        connect_at_once(cfg);
+    }
+}
+
+/// librdkafka's property for connecting to every broker as soon as the
+/// cluster's metadata names it, rather than when a request first needs it.
+pub const SPARSE_CONNECTIONS: &str = "enable.sparse.connections";
+
+/// The exactly-once clients (the transactional producer, the checkpoint
+/// reader) connect to every broker at once, unless `kafka.properties` says
+/// otherwise. With librdkafka's sparse connections (its default) a client
+/// connects through the bootstrap address, learns the brokers, drops that
+/// connection and connects to a broker again only when a request needs
+/// one. A transactional producer asking for its coordinator in that gap
+/// finds no broker up, and when the bootstrap connection is still counted
+/// as up at that instant librdkafka schedules no connection: the question
+/// waits for its 500 ms coordinator timer (half the starts, measured in
+/// benches/cpu-notes.md). The checkpoint reader's first metadata request,
+/// sent on the bootstrap connection as it closes, waits the same way for
+/// its retry. Connected at once, the producer has its id and the reader its
+/// answer a few milliseconds after the broker's first metadata answer. The
+/// cost is a connection to each broker of the cluster, which a producer
+/// writing to partitions led by every broker holds anyway.
+fn connect_at_once(cfg: &mut ClientConfig) {
+    if cfg.get(SPARSE_CONNECTIONS).is_none() {
+        cfg.set(SPARSE_CONNECTIONS, "false");
     }
 }
 
@@ -327,19 +353,25 @@ pub async fn read_checkpoint(
         })?
 }
 
-fn consumer(settings: &SinkSettings, isolation: &str) -> Result<BaseConsumer, CheckpointReadError> {
-    super::client_config(
+fn consumer_config(settings: &SinkSettings, isolation: &str) -> ClientConfig {
+    let mut cfg = super::client_config(
         &settings.brokers,
         settings.properties.iter().map(|(k, v)| (k, v)),
-    )
-    .set("group.id", "outbox-relay-checkpoint-reader")
-    .set("enable.auto.commit", "false")
-    .set("enable.auto.offset.store", "false")
-    .set("enable.partition.eof", "true")
-    .set("isolation.level", isolation)
-    .set("log_level", "3")
-    .create()
-    .map_err(CheckpointReadError::Create)
+    );
+    cfg.set("group.id", "outbox-relay-checkpoint-reader")
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("enable.partition.eof", "true")
+        .set("isolation.level", isolation)
+        .set("log_level", "3");
+    connect_at_once(&mut cfg);
+    cfg
+}
+
+fn consumer(settings: &SinkSettings, isolation: &str) -> Result<BaseConsumer, CheckpointReadError> {
+    consumer_config(settings, isolation)
+        .create()
+        .map_err(CheckpointReadError::Create)
 }
 
 fn read_blocking(
@@ -486,6 +518,50 @@ fn timed_out(e: &KafkaError) -> bool {
 mod tests {
     use super::*;
     use RDKafkaErrorCode as C;
+
+    /// The exactly-once clients connect to every broker at once (see
+    /// [`connect_at_once`]) unless `kafka.properties` sets the property
+    /// either way; the at-least-once producer keeps librdkafka's default.
+    #[test]
+    fn exactly_once_clients_connect_at_once_unless_the_properties_say_otherwise() {
+        let transactions = TransactionSettings {
+            transactional_id: "outbox-relay.s".into(),
+            checkpoint_topic: "checkpoints".into(),
+            transaction_timeout: Duration::from_secs(60),
+        };
+        let settings = |properties: Vec<(String, String)>| SinkSettings {
+            brokers: "127.0.0.1:9092".into(),
+            linger_ms: 5,
+            message_timeout_ms: 30_000,
+            queue_max_messages: 100_000,
+            dead_letter_topic: "dlq".into(),
+            properties,
+        };
+        let sparse = |cfg: ClientConfig| cfg.get(SPARSE_CONNECTIONS).map(str::to_owned);
+        let plain = settings(Vec::new());
+        assert_eq!(
+            sparse(super::super::producer_config(&plain, Some(&transactions))),
+            Some("false".into())
+        );
+        for isolation in ["read_committed", "read_uncommitted"] {
+            assert_eq!(
+                sparse(consumer_config(&plain, isolation)),
+                Some("false".into())
+            );
+        }
+        assert_eq!(sparse(super::super::producer_config(&plain, None)), None);
+        for value in ["true", "false"] {
+            let chosen = settings(vec![(SPARSE_CONNECTIONS.into(), value.into())]);
+            assert_eq!(
+                sparse(super::super::producer_config(&chosen, Some(&transactions))),
+                Some(value.into())
+            );
+            assert_eq!(
+                sparse(consumer_config(&chosen, "read_committed")),
+                Some(value.into())
+            );
+        }
+    }
 
     fn fatal(code: RDKafkaErrorCode) -> TxnFailure {
         TxnFailure::classify(
