@@ -344,13 +344,29 @@ pub async fn read_checkpoint(
     let settings = settings.clone();
     let topic = topic.to_owned();
     let key = key.to_owned();
-    tokio::task::spawn_blocking(move || read_blocking(&settings, &topic, &key, within))
-        .await
-        .map_err(|e| CheckpointReadError::Incomplete {
-            topic: String::new(),
-            within,
-            why: format!("reader task: {e}"),
-        })?
+    let (answer, read) = tokio::sync::oneshot::channel();
+    // The answer goes back before the clients are closed: closing a
+    // consumer waits on librdkafka's threads (~100 ms measured, in
+    // benches/cpu-notes.md), which the session need not wait for. They
+    // only read, so nothing is lost when they close after the session
+    // started.
+    tokio::task::spawn_blocking(move || {
+        let mut clients = Clients::default();
+        let _ = answer.send(read_blocking(&settings, &topic, &key, within, &mut clients));
+        drop(clients);
+    });
+    read.await.map_err(|e| CheckpointReadError::Incomplete {
+        topic: String::new(),
+        within,
+        why: format!("reader task: {e}"),
+    })?
+}
+
+/// The checkpoint reader's two clients, held by whoever closes them.
+#[derive(Default)]
+struct Clients {
+    committed: Option<BaseConsumer>,
+    uncommitted: Option<BaseConsumer>,
 }
 
 fn consumer_config(settings: &SinkSettings, isolation: &str) -> ClientConfig {
@@ -379,6 +395,7 @@ fn read_blocking(
     topic: &str,
     key: &str,
     within: Duration,
+    clients: &mut Clients,
 ) -> Result<CheckpointRead, CheckpointReadError> {
     let deadline = std::time::Instant::now() + within;
     let incomplete = |why: String| CheckpointReadError::Incomplete {
@@ -387,7 +404,9 @@ fn read_blocking(
         why,
     };
     let left = || deadline.saturating_duration_since(std::time::Instant::now());
-    let committed = consumer(settings, "read_committed")?;
+    let committed = clients
+        .committed
+        .insert(consumer(settings, "read_committed")?);
     let metadata = committed
         .fetch_metadata(Some(topic), left())
         .map_err(|e| incomplete(e.to_string()))?;
@@ -415,7 +434,9 @@ fn read_blocking(
     // KIP-98). The integration test
     // exactly_once::the_checkpoint_read_waits_out_a_transaction_open_on_the_topic
     // checks it against the broker.
-    let uncommitted = consumer(settings, "read_uncommitted")?;
+    let uncommitted = clients
+        .uncommitted
+        .insert(consumer(settings, "read_uncommitted")?);
     let mut seen_open = false;
     loop {
         let watermarks = || -> Result<bool, KafkaError> {
