@@ -427,7 +427,10 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         timeout: Duration,
     ) -> TopicCheck {
         let started = tokio::time::Instant::now();
-        let mut pause = Duration::from_millis(100);
+        // A broker creates a topic in tens of milliseconds: ask again soon
+        // (a relay starting on a new dead-letter topic waits for this),
+        // then less and less often.
+        let mut pause = Duration::from_millis(10);
         loop {
             let answer = self
                 .check_topic_once(topic, dead_letter_topic, timeout)
