@@ -68,7 +68,7 @@ Exit codes of `run`:
      not created (dead-letter topic, or kafka.on_unroutable = \"stop\");
      exactly-once: fenced by another relay with the same
      kafka.transactional_id, transactional id not authorized, brokers
-     without transactions
+     without transactions, the checkpoint topic missing and not created
 Transient failures on either side are retried and never end the process.
 init, check, status and dead exit 1 on failure.";
 

@@ -44,6 +44,15 @@ pub enum SessionError {
     /// Exactly-once: the checkpoint topic could not be read at start.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointReadError),
+    /// Exactly-once: the checkpoint topic does not exist and the broker
+    /// does not create it: no transaction could ever commit.
+    #[error(
+        "the checkpoint topic \"{topic}\" does not exist and the broker does not create topics \
+         automatically ({detail}): no Kafka transaction can commit without it. Create it \
+         compacted: kafka-topics.sh --bootstrap-server <broker> --create --topic {topic} \
+         --partitions 1 --config cleanup.policy=compact (outbox-relay init prints the command)"
+    )]
+    CheckpointTopicMissing { topic: String, detail: String },
     /// The relay lock was lost: the session stopped producing at once, so
     /// that the next holder never produces beside it.
     #[error("the relay lock on slot \"{slot}\" was lost; stopped producing")]
@@ -64,7 +73,8 @@ impl SessionError {
             SessionError::Decode { .. }
             | SessionError::OutOfStep { .. }
             | SessionError::Tracker(_)
-            | SessionError::Refused(_) => ErrorKind::Fatal,
+            | SessionError::Refused(_)
+            | SessionError::CheckpointTopicMissing { .. } => ErrorKind::Fatal,
         }
     }
 
@@ -119,7 +129,8 @@ impl RelayError {
                 SessionError::Delivery { .. }
                 | SessionError::Refused(_)
                 | SessionError::Transaction(_)
-                | SessionError::Checkpoint(_) => Side::Sink,
+                | SessionError::Checkpoint(_)
+                | SessionError::CheckpointTopicMissing { .. } => Side::Sink,
             },
         }
     }

@@ -37,13 +37,17 @@ use crate::lsn::Lsn;
 use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
 use crate::sink::{
-    CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings,
-    TransactionSettings, read_checkpoint,
+    CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, RefusalKind, SendError, SinkSettings,
+    TopicCheck, TransactionSettings, read_checkpoint,
 };
 
 /// How long the checkpoint read at start may take before the session is
 /// retried.
 const CHECKPOINT_READ: Duration = Duration::from_secs(30);
+
+/// How long the producer's question about a missing checkpoint topic may
+/// take (at most `kafka.message_timeout_ms`).
+const CHECKPOINT_TOPIC_CHECK: Duration = Duration::from_secs(10);
 
 /// With no event to send, a checkpoint still moves the slot past WAL the
 /// relay had nothing to do with (an idle outbox on a busy database), at
@@ -88,8 +92,10 @@ pub(super) async fn prepare(
     server: &ServerIdentity,
 ) -> Result<((KafkaSink<DeliveryTag>, Reports), Option<Position>), SessionError> {
     let id = &settings.transactions.transactional_id;
-    let (sink, reports) = KafkaSink::new_transactional(sink_settings, &settings.transactions)
-        .map_err(|e| SessionError::Transaction(crate::sink::TxnFailure::Fatal(e.to_string())))?;
+    let (mut sink, reports) = KafkaSink::new_transactional(sink_settings, &settings.transactions)
+        .map_err(|e| {
+        SessionError::Transaction(crate::sink::TxnFailure::Fatal(e.to_string()))
+    })?;
     sink.init_transactions(id, settings.transactions.transaction_timeout)
         .await?;
     let topic = &settings.transactions.checkpoint_topic;
@@ -97,13 +103,7 @@ pub(super) async fn prepare(
         CheckpointRead::Last(value) => value,
         CheckpointRead::Nothing => None,
         CheckpointRead::NoTopic => {
-            tracing::warn!(
-                topic = %topic,
-                "the checkpoint topic does not exist: the broker creates it at the first \
-                 checkpoint with its defaults, not compacted, and retention would then delete \
-                 the relay's last checkpoint. Create it compacted (outbox-relay init prints the \
-                 command)"
-            );
+            missing_checkpoint_topic(&mut sink, sink_settings, topic).await?;
             None
         }
     };
@@ -155,6 +155,39 @@ pub(super) async fn prepare(
         }
     };
     Ok(((sink, reports), carried))
+}
+
+/// The checkpoint topic is missing at start. The producer asks the
+/// cluster for it: a broker that creates topics on request starts creating
+/// it now, while the first transaction fills, rather than when its first
+/// checkpoint record waits for it (with the broker's defaults: not
+/// compacted, hence the warning). One that does not would fail every
+/// commit, a retry loop whose errors do not name the topic: the relay
+/// stops instead and says to create it.
+async fn missing_checkpoint_topic(
+    sink: &mut KafkaSink<DeliveryTag>,
+    sink_settings: &SinkSettings,
+    topic: &str,
+) -> Result<(), SessionError> {
+    let timeout =
+        CHECKPOINT_TOPIC_CHECK.min(Duration::from_millis(sink_settings.message_timeout_ms));
+    match sink.check_topic(topic, false, timeout).await {
+        TopicCheck::Refused(refused) if refused.kind == RefusalKind::TopicMissing => {
+            return Err(SessionError::CheckpointTopicMissing {
+                topic: topic.to_owned(),
+                detail: refused.detail,
+            });
+        }
+        TopicCheck::Refused(refused) => return Err(SessionError::Refused(refused)),
+        TopicCheck::Exists | TopicCheck::Unknown(_) => {}
+    }
+    tracing::warn!(
+        topic = %topic,
+        "the checkpoint topic does not exist: the broker creates it on the relay's request \
+         with its defaults, not compacted, and retention would then delete the relay's last \
+         checkpoint. Create it compacted (outbox-relay init prints the command)"
+    );
+    Ok(())
 }
 
 /// The open Kafka transaction and what was committed.

@@ -390,6 +390,47 @@ async fn a_deleted_checkpoint_topic_falls_back_to_the_slot_with_a_warning() {
     outbox.drop_all().await;
 }
 
+/// A checkpoint topic that does not exist, with a producer that may not
+/// create topics: no transaction could ever commit, so the relay stops at
+/// start (exit 4) naming the topic and how to create it, rather than
+/// retrying commits whose errors do not name it. (Before the check it
+/// streamed and failed every commit, one every message timeout, forever.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_checkpoint_topic_the_broker_will_not_create_exits_4_naming_it() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox.create_topic(&outbox.topic("order"), 1).await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let checkpoints = random_name("checkpoints");
+    let path = eos_config(&outbox, &checkpoints, "");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str("\n[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"\n");
+    std::fs::write(&path, text).unwrap();
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    outbox.commit_events(&mut writer, 5, 1, 5, &mut seqs).await;
+    let before = outbox.confirmed_flush_lsn().await;
+    let mut relay = Relay::process(&path);
+    let status = relay.wait(DEADLINE).await;
+    let log = relay.log_text();
+    assert_eq!(status.code(), Some(EXIT_SINK), "{log}");
+    assert!(
+        log.contains(&format!(
+            "the checkpoint topic \"{checkpoints}\" does not exist"
+        )) && log.contains("cleanup.policy=compact"),
+        "names the topic and how to create it:\n{log}"
+    );
+    assert!(
+        !log.contains("streaming from the slot"),
+        "stops before streaming:\n{log}"
+    );
+    assert_eq!(
+        outbox.confirmed_flush_lsn().await,
+        before,
+        "confirms nothing"
+    );
+    outbox.drop_all().await;
+}
+
 /// The WAL position the server is at now.
 async fn current_wal_lsn(client: &tokio_postgres::Client) -> outbox_relay::lsn::Lsn {
     let row = client
