@@ -69,6 +69,7 @@ Exit codes of `run`:
      exactly-once: fenced by another relay with the same
      kafka.transactional_id, transactional id not authorized, brokers
      without transactions, the checkpoint topic missing and not created
+     or not readable
 Transient failures on either side are retried and never end the process.
 init, check, status and dead exit 1 on failure.";
 

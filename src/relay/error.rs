@@ -65,6 +65,7 @@ impl SessionError {
         match self {
             SessionError::Replication(e) => e.kind(),
             SessionError::Delivery { error, .. } => error.kind(),
+            SessionError::Checkpoint(e) if e.is_refusal() => ErrorKind::Fatal,
             SessionError::Transaction(TxnFailure::Abortable(_)) | SessionError::Checkpoint(_) => {
                 ErrorKind::Transient
             }

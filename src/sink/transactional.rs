@@ -309,6 +309,26 @@ pub enum CheckpointReadError {
         within: Duration,
         why: String,
     },
+    /// The cluster refuses the relay the checkpoint topic: retrying cannot
+    /// cure it, so the relay stops.
+    #[error(
+        "the relay is not authorized to read checkpoint topic \"{topic}\" ({detail}); grant the \
+         relay's principal READ and DESCRIBE on it: kafka-acls.sh --bootstrap-server <broker> --add \
+         --allow-principal User:<relay> --operation Read --operation Describe --topic {topic}"
+    )]
+    Unauthorized { topic: String, detail: String },
+}
+
+impl CheckpointReadError {
+    /// Whether retrying the read cannot cure it.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, CheckpointReadError::Unauthorized { .. })
+    }
+}
+
+/// Whether `code` is the cluster refusing the relay the topic.
+fn unauthorized(code: Option<RDKafkaErrorCode>) -> bool {
+    code == Some(RDKafkaErrorCode::TopicAuthorizationFailed)
 }
 
 /// What the checkpoint topic holds for a key.
@@ -403,19 +423,31 @@ fn read_blocking(
         within,
         why,
     };
+    let refused = |detail: String| CheckpointReadError::Unauthorized {
+        topic: topic.to_owned(),
+        detail,
+    };
+    let failed = |e: KafkaError| {
+        if unauthorized(e.rdkafka_error_code()) {
+            refused(e.to_string())
+        } else {
+            incomplete(e.to_string())
+        }
+    };
     let left = || deadline.saturating_duration_since(std::time::Instant::now());
     let committed = clients
         .committed
         .insert(consumer(settings, "read_committed")?);
     let metadata = committed
         .fetch_metadata(Some(topic), left())
-        .map_err(|e| incomplete(e.to_string()))?;
+        .map_err(failed)?;
     let Some(described) = metadata.topics().iter().find(|t| t.name() == topic) else {
         return Ok(CheckpointRead::NoTopic);
     };
     match described.error().map(RDKafkaErrorCode::from) {
         None => {}
         Some(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(CheckpointRead::NoTopic),
+        Some(code) if unauthorized(Some(code)) => return Err(refused(format!("metadata: {code}"))),
         Some(code) => return Err(incomplete(format!("metadata: {code}"))),
     }
     let partitions: Vec<i32> = described.partitions().iter().map(|p| p.id()).collect();
@@ -449,6 +481,11 @@ fn read_blocking(
             Ok(settled)
         };
         let look = watermarks();
+        if let Err(e) = &look
+            && unauthorized(e.rdkafka_error_code())
+        {
+            return Err(refused(e.to_string()));
+        }
         seen_open |= matches!(look, Ok(false));
         match wait_step(&look, seen_open, !left().is_zero()) {
             Wait::Settled => break,
@@ -489,7 +526,7 @@ fn read_blocking(
             Some(Err(KafkaError::PartitionEOF(p))) => {
                 at_end.insert(p);
             }
-            Some(Err(e)) => return Err(incomplete(e.to_string())),
+            Some(Err(e)) => return Err(failed(e)),
             Some(Ok(msg)) if msg.key() == Some(key.as_bytes()) => {
                 last = CheckpointRead::Last(msg.payload().map(<[u8]>::to_vec));
             }

@@ -18,7 +18,8 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use outbox_relay::lsn::Lsn;
-use outbox_relay::sink::{DeliveryError, SendError, producer_config};
+use outbox_relay::relay::{RelayError, SessionError, Side};
+use outbox_relay::sink::{DeliveryError, SendError, producer_config, read_checkpoint};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
 use crate::support::mock::*;
@@ -838,6 +839,44 @@ async fn cluster_authorization_refused_for_the_producer_id_is_fatal() {
     );
     rig.mock.clear_request_errors(RDKafkaApiKey::InitProducerId);
     outbox.drop_all().await;
+}
+
+/// Exactly-once: a checkpoint topic the cluster refuses the relay (no
+/// DESCRIBE or READ on it) is a refusal retrying cannot cure. The read at
+/// start says so, naming the topic and the grant, and ends the relay (a
+/// fatal session error: exit 4) where it used to be retried for good.
+#[tokio::test]
+async fn an_unauthorized_checkpoint_topic_stops_the_relay_naming_the_grant() {
+    let topic = random_name("events");
+    let mock = mock_with_topic(1, &topic, 1);
+    let checkpoints = format!("{topic}.checkpoints");
+    mock.create_topic(&checkpoints, 1, 1)
+        .expect("create the checkpoint topic");
+    mock.topic_error(
+        &checkpoints,
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+    )
+    .expect("refuse the checkpoint topic");
+    let settings = sink_settings(&mock, &topic, 30_000, Vec::new());
+    let err = read_checkpoint(
+        &settings,
+        &checkpoints,
+        "outbox-relay.slot",
+        Duration::from_secs(20),
+    )
+    .await
+    .expect_err("the read is refused");
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(err.is_refusal(), "{msg}");
+    assert!(
+        msg.contains(&format!("checkpoint topic \"{checkpoints}\""))
+            && msg.contains("--operation Read --operation Describe"),
+        "{msg}"
+    );
+    let session = SessionError::Checkpoint(err);
+    assert!(session.is_fatal(), "{session}");
+    assert_eq!(RelayError::from(session).side(), Side::Sink);
 }
 
 /// With `kafka.on_unroutable = "dead-letter"`, an event the broker refuses
