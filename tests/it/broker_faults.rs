@@ -879,6 +879,39 @@ async fn an_unauthorized_checkpoint_topic_stops_the_relay_naming_the_grant() {
     assert_eq!(RelayError::from(session).side(), Side::Sink);
 }
 
+/// The same refusal met later in the read: the topic's metadata is
+/// answered (DESCRIBE granted) but its offsets are refused. The read must
+/// still call it a refusal, not a query to retry.
+#[tokio::test]
+async fn a_checkpoint_topic_whose_offsets_are_refused_stops_the_relay_too() {
+    let topic = random_name("events");
+    let mock = mock_with_topic(1, &topic, 1);
+    let checkpoints = format!("{topic}.checkpoints");
+    mock.create_topic(&checkpoints, 1, 1)
+        .expect("create the checkpoint topic");
+    mock.request_errors(
+        RDKafkaApiKey::ListOffsets,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 50],
+    );
+    let settings = sink_settings(&mock, &topic, 30_000, Vec::new());
+    let err = read_checkpoint(
+        &settings,
+        &checkpoints,
+        "outbox-relay.slot",
+        Duration::from_secs(20),
+    )
+    .await
+    .expect_err("the read is refused");
+    mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
+    let msg = err.to_string();
+    println!("{msg}");
+    assert!(err.is_refusal(), "{msg}");
+    assert!(
+        msg.contains(&format!("checkpoint topic \"{checkpoints}\"")),
+        "{msg}"
+    );
+}
+
 /// With `kafka.on_unroutable = "dead-letter"`, an event the broker refuses
 /// for its own sake (here a policy violation, refused again when sent alone)
 /// goes to the dead-letter topic with its payload and the reason; the
