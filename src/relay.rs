@@ -462,9 +462,6 @@ async fn run_sessions(
     }
 }
 
-/// Longest wait for the broker's answer about the dead-letter topic at start.
-const DEAD_LETTER_TOPIC_CHECK: Duration = Duration::from_secs(10);
-
 /// Asks the cluster about the dead-letter topic before the first event, so
 /// that a missing one (on a broker that does not create topics) or one the
 /// relay may not write to stops the relay now, not at the first bad row,
@@ -474,8 +471,7 @@ async fn check_dead_letter_topic(
     sink: &mut KafkaSink<DeliveryTag>,
     settings: &RelaySettings,
 ) -> Result<(), SinkError> {
-    let timeout =
-        DEAD_LETTER_TOPIC_CHECK.min(Duration::from_millis(settings.sink.message_timeout_ms));
+    let timeout = settings.sink.topic_check_timeout();
     match sink.check_topic(&settings.dlq_topic, true, timeout).await {
         TopicCheck::Exists => Ok(()),
         TopicCheck::Refused(refused) => Err(refused.into()),

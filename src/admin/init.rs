@@ -262,11 +262,9 @@ pub fn checkpoint_topic_note(config: &Config) -> String {
     format!(
         "\n-- exactly-once delivery keeps the relay's position in a compacted topic; create it \
          once (a topic the broker creates on first use is not compacted):\n\
-         -- kafka-topics.sh --bootstrap-server {} --create --topic {} --partitions 1 \
-         --config cleanup.policy=compact\n\
+         -- {}\n\
          -- and, with ACLs, allow WRITE and DESCRIBE on transactional id {:?}\n",
-        kafka.brokers,
-        kafka.checkpoint_topic,
+        crate::sink::create_checkpoint_topic_command(&kafka.brokers, &kafka.checkpoint_topic),
         kafka.transactional_id_for(&config.postgres.slot)
     )
 }

@@ -49,10 +49,14 @@ pub enum SessionError {
     #[error(
         "the checkpoint topic \"{topic}\" does not exist and the broker does not create topics \
          automatically ({detail}): no Kafka transaction can commit without it. Create it \
-         compacted: kafka-topics.sh --bootstrap-server <broker> --create --topic {topic} \
-         --partitions 1 --config cleanup.policy=compact (outbox-relay init prints the command)"
+         compacted: {create}"
     )]
-    CheckpointTopicMissing { topic: String, detail: String },
+    CheckpointTopicMissing {
+        topic: String,
+        detail: String,
+        /// The command that creates it ([`crate::sink::create_checkpoint_topic_command`]).
+        create: String,
+    },
     /// The relay lock was lost: the session stopped producing at once, so
     /// that the next holder never produces beside it.
     #[error("the relay lock on slot \"{slot}\" was lost; stopped producing")]

@@ -38,16 +38,12 @@ use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
 use crate::sink::{
     CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, RefusalKind, SendError, SinkSettings,
-    TopicCheck, TransactionSettings, read_checkpoint,
+    TopicCheck, TransactionSettings, create_checkpoint_topic_command, read_checkpoint,
 };
 
 /// How long the checkpoint read at start may take before the session is
 /// retried.
 const CHECKPOINT_READ: Duration = Duration::from_secs(30);
-
-/// How long the producer's question about a missing checkpoint topic may
-/// take (at most `kafka.message_timeout_ms`).
-const CHECKPOINT_TOPIC_CHECK: Duration = Duration::from_secs(10);
 
 /// With no event to send, a checkpoint still moves the slot past WAL the
 /// relay had nothing to do with (an idle outbox on a busy database), at
@@ -169,13 +165,13 @@ async fn missing_checkpoint_topic(
     sink_settings: &SinkSettings,
     topic: &str,
 ) -> Result<(), SessionError> {
-    let timeout =
-        CHECKPOINT_TOPIC_CHECK.min(Duration::from_millis(sink_settings.message_timeout_ms));
+    let timeout = sink_settings.topic_check_timeout();
     match sink.check_topic(topic, false, timeout).await {
         TopicCheck::Refused(refused) if refused.kind == RefusalKind::TopicMissing => {
             return Err(SessionError::CheckpointTopicMissing {
                 topic: topic.to_owned(),
                 detail: refused.detail,
+                create: create_checkpoint_topic_command(&sink_settings.brokers, topic),
             });
         }
         TopicCheck::Refused(refused) => return Err(SessionError::Refused(refused)),

@@ -47,7 +47,8 @@ pub use refusal::{
     DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
 };
 pub use transactional::{
-    CheckpointRead, CheckpointReadError, TransactionSettings, TxnFailure, read_checkpoint,
+    CheckpointRead, CheckpointReadError, TransactionSettings, TxnFailure,
+    create_checkpoint_topic_command, read_checkpoint,
 };
 
 /// A Kafka client config with the operator's `[kafka.properties]` (TLS,
@@ -288,6 +289,18 @@ fn refusal(err: &KafkaError, topic: &str, dead_letter: bool) -> Option<Refused> 
 /// How long [`KafkaSink::check_topic`] keeps asking while the broker says a
 /// topic is missing, in case it is creating it.
 pub const CREATION_GRACE: Duration = Duration::from_secs(3);
+
+/// Longest wait for one answer about a topic the relay checks at start
+/// (the dead-letter topic; a missing checkpoint topic).
+const TOPIC_CHECK: Duration = Duration::from_secs(10);
+
+impl SinkSettings {
+    /// How long one question about a topic at start may take: at most
+    /// [`TOPIC_CHECK`], and no longer than a record may wait.
+    pub fn topic_check_timeout(&self) -> Duration {
+        TOPIC_CHECK.min(Duration::from_millis(self.message_timeout_ms))
+    }
+}
 
 /// What a metadata request says about one topic.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -326,9 +326,20 @@ impl CheckpointReadError {
     }
 }
 
-/// Whether `code` is the cluster refusing the relay the topic.
-fn unauthorized(code: Option<RDKafkaErrorCode>) -> bool {
-    code == Some(RDKafkaErrorCode::TopicAuthorizationFailed)
+/// Whether the cluster refuses the relay the topic (the refusal
+/// classification the producer's records use).
+fn unauthorized(e: &KafkaError) -> bool {
+    super::classify_error(e) == Some(super::RefusalKind::TopicUnauthorized)
+}
+
+/// The command that creates the checkpoint topic as exactly-once delivery
+/// needs it: compacted, so that the last checkpoint is never deleted. Given
+/// by `init`, `check` and the relay when the topic is missing.
+pub fn create_checkpoint_topic_command(brokers: &str, topic: &str) -> String {
+    format!(
+        "kafka-topics.sh --bootstrap-server {brokers} --create --topic {topic} --partitions 1 \
+         --config cleanup.policy=compact"
+    )
 }
 
 /// What the checkpoint topic holds for a key.
@@ -428,7 +439,7 @@ fn read_blocking(
         detail,
     };
     let failed = |e: KafkaError| {
-        if unauthorized(e.rdkafka_error_code()) {
+        if unauthorized(&e) {
             refused(e.to_string())
         } else {
             incomplete(e.to_string())
@@ -447,7 +458,9 @@ fn read_blocking(
     match described.error().map(RDKafkaErrorCode::from) {
         None => {}
         Some(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(CheckpointRead::NoTopic),
-        Some(code) if unauthorized(Some(code)) => return Err(refused(format!("metadata: {code}"))),
+        Some(code) if super::classify(code) == Some(super::RefusalKind::TopicUnauthorized) => {
+            return Err(refused(format!("metadata: {code}")));
+        }
         Some(code) => return Err(incomplete(format!("metadata: {code}"))),
     }
     let partitions: Vec<i32> = described.partitions().iter().map(|p| p.id()).collect();
@@ -482,7 +495,7 @@ fn read_blocking(
         };
         let look = watermarks();
         if let Err(e) = &look
-            && unauthorized(e.rdkafka_error_code())
+            && unauthorized(e)
         {
             return Err(refused(e.to_string()));
         }

@@ -23,11 +23,7 @@ pub fn evaluate(config: &Config, cluster: &Result<KafkaFacts, String>) -> Vec<It
     let kafka = &config.kafka;
     let topic = &kafka.checkpoint_topic;
     let name = "kafka.checkpoint_topic";
-    let create = format!(
-        "kafka-topics.sh --bootstrap-server {} --create --topic {topic} --partitions 1 \
-         --config cleanup.policy=compact",
-        kafka.brokers
-    );
+    let create = crate::sink::create_checkpoint_topic_command(&kafka.brokers, topic);
     let Ok(facts) = cluster else {
         return vec![Item::skip(name, "no broker answered")];
     };
