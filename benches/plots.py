@@ -48,7 +48,13 @@ def latency_plot(w1: dict, out: Path) -> None:
         ax.set_title(f"{rate:,} events/s")
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("commit-to-consume latency (ms, log)")
-    axes[0][-1].legend(fontsize=8)
+    # One legend for all panels: a system measured at some rates only (exactly-once at the
+    # lowest) has its line in another panel than the last.
+    seen = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(label, handle)
+    axes[0][-1].legend(list(seen.values()), list(seen.keys()), fontsize=8)
     fig.suptitle("W1: latency percentiles per rate (open-loop load, median of runs)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
