@@ -19,7 +19,9 @@ use std::time::Duration;
 
 use outbox_relay::lsn::Lsn;
 use outbox_relay::relay::{RelayError, SessionError, Side};
-use outbox_relay::sink::{DeliveryError, SendError, producer_config, read_checkpoint};
+use outbox_relay::sink::{
+    CheckpointReadError, DeliveryError, SendError, producer_config, read_checkpoint,
+};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
 use crate::support::mock::*;
@@ -841,31 +843,48 @@ async fn cluster_authorization_refused_for_the_producer_id_is_fatal() {
     outbox.drop_all().await;
 }
 
+/// A mock cluster holding an event topic and its checkpoint topic, for the
+/// checkpoint read's refusals: the cluster, the event topic, the checkpoint
+/// topic.
+fn mock_with_a_checkpoint_topic() -> (Mock, String, String) {
+    let topic = random_name("events");
+    let mock = mock_with_topic(1, &topic, 1);
+    let checkpoints = format!("{topic}.checkpoints");
+    mock.create_topic(&checkpoints, 1, 1)
+        .expect("create the checkpoint topic");
+    (mock, topic, checkpoints)
+}
+
+/// The relay's checkpoint read at start against `mock`, which must fail.
+async fn failed_checkpoint_read(
+    mock: &Mock,
+    topic: &str,
+    checkpoints: &str,
+) -> CheckpointReadError {
+    let settings = sink_settings(mock, topic, 30_000, Vec::new());
+    read_checkpoint(
+        &settings,
+        checkpoints,
+        "outbox-relay.slot",
+        Duration::from_secs(20),
+    )
+    .await
+    .expect_err("the read is refused")
+}
+
 /// Exactly-once: a checkpoint topic the cluster refuses the relay (no
 /// DESCRIBE or READ on it) is a refusal retrying cannot cure. The read at
 /// start says so, naming the topic and the grant, and ends the relay (a
 /// fatal session error: exit 4) where it used to be retried for good.
 #[tokio::test]
 async fn an_unauthorized_checkpoint_topic_stops_the_relay_naming_the_grant() {
-    let topic = random_name("events");
-    let mock = mock_with_topic(1, &topic, 1);
-    let checkpoints = format!("{topic}.checkpoints");
-    mock.create_topic(&checkpoints, 1, 1)
-        .expect("create the checkpoint topic");
+    let (mock, topic, checkpoints) = mock_with_a_checkpoint_topic();
     mock.topic_error(
         &checkpoints,
         RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
     )
     .expect("refuse the checkpoint topic");
-    let settings = sink_settings(&mock, &topic, 30_000, Vec::new());
-    let err = read_checkpoint(
-        &settings,
-        &checkpoints,
-        "outbox-relay.slot",
-        Duration::from_secs(20),
-    )
-    .await
-    .expect_err("the read is refused");
+    let err = failed_checkpoint_read(&mock, &topic, &checkpoints).await;
     let msg = err.to_string();
     println!("{msg}");
     assert!(err.is_refusal(), "{msg}");
@@ -884,24 +903,12 @@ async fn an_unauthorized_checkpoint_topic_stops_the_relay_naming_the_grant() {
 /// still call it a refusal, not a query to retry.
 #[tokio::test]
 async fn a_checkpoint_topic_whose_offsets_are_refused_stops_the_relay_too() {
-    let topic = random_name("events");
-    let mock = mock_with_topic(1, &topic, 1);
-    let checkpoints = format!("{topic}.checkpoints");
-    mock.create_topic(&checkpoints, 1, 1)
-        .expect("create the checkpoint topic");
+    let (mock, topic, checkpoints) = mock_with_a_checkpoint_topic();
     mock.request_errors(
         RDKafkaApiKey::ListOffsets,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED; 50],
     );
-    let settings = sink_settings(&mock, &topic, 30_000, Vec::new());
-    let err = read_checkpoint(
-        &settings,
-        &checkpoints,
-        "outbox-relay.slot",
-        Duration::from_secs(20),
-    )
-    .await
-    .expect_err("the read is refused");
+    let err = failed_checkpoint_read(&mock, &topic, &checkpoints).await;
     mock.clear_request_errors(RDKafkaApiKey::ListOffsets);
     let msg = err.to_string();
     println!("{msg}");
