@@ -140,6 +140,9 @@ struct Txn {
     by_xmin: bool,
     /// Rows seen, for the skipped count.
     rows: u64,
+    /// Rows left in the table on purpose ([`Collector::keep`],
+    /// [`Collector::leave`]), counted as skipped when they were.
+    kept: u64,
 }
 
 /// The session's side: notes rows per transaction, releases them once
@@ -167,6 +170,7 @@ impl Collector {
             ids: Vec::new(),
             by_xmin: false,
             rows: 0,
+            kept: 0,
         });
     }
 
@@ -189,17 +193,59 @@ impl Collector {
         }
     }
 
+    /// The row `id` of a transaction not yet released must stay in the
+    /// table: its dead letter went out without its payload (too large for
+    /// the dead-letter topic), so the table holds the only copy, which
+    /// `outbox-relay dead retry` reads. Looked for in the open transaction
+    /// first (where the decision is normally made: reading pauses while a
+    /// record waits), then in the waiting ones. A transaction whose rows are
+    /// deleted by `xmin` stops being: its rows beyond the ids held stay
+    /// (counted as skipped), as the kept row might be among them.
+    pub fn keep(&mut self, id: &str) {
+        let txns = self
+            .open
+            .iter_mut()
+            .chain(self.waiting.iter_mut().rev().map(|(_, txn)| txn));
+        for txn in txns {
+            if let Some(at) = txn.ids.iter().position(|held| held == id) {
+                txn.ids.swap_remove(at);
+                self.held_ids -= 1;
+                txn.kept += 1;
+                metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(1);
+                return;
+            }
+        }
+        if let Some(open) = &mut self.open
+            && open.by_xmin
+        {
+            open.by_xmin = false;
+            open.kept += 1;
+            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(1);
+        }
+    }
+
+    /// An outbox row of the open transaction that this session does not
+    /// delete (it was written to Kafka by an earlier session, whose fate
+    /// for it is not known here): left in the table, counted as skipped.
+    pub fn leave(&mut self) {
+        if let Some(open) = &mut self.open {
+            open.rows += 1;
+            open.kept += 1;
+            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(1);
+        }
+    }
+
     /// The open transaction's Commit.
     pub fn commit(&mut self, end_lsn: Lsn) {
         let Some(txn) = self.open.take() else {
             return;
         };
-        if txn.rows == 0 {
+        if txn.ids.is_empty() && !txn.by_xmin {
             return;
         }
         if self.waiting.len() >= MAX_HELD_TXNS {
             self.held_ids -= txn.ids.len();
-            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(txn.rows);
+            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(txn.rows - txn.kept);
             return;
         }
         self.waiting.push_back((end_lsn, txn));
@@ -664,6 +710,66 @@ mod tests {
         c.row(Some("a"));
         c.begin(2);
         assert_eq!(c.held_ids(), 0);
+    }
+
+    /// A row whose dead letter lost its payload is never released, in the
+    /// open transaction or in one waiting for its confirmation; its
+    /// transaction-mates are.
+    #[test]
+    fn a_kept_row_is_never_released() {
+        let mut c = Collector::new();
+        c.begin(1);
+        c.row(Some("a"));
+        c.row(Some("big"));
+        c.row(Some("b"));
+        c.keep("big");
+        c.commit(Lsn(100));
+        c.begin(2);
+        c.row(Some("c"));
+        c.row(Some("big2"));
+        c.commit(Lsn(200));
+        c.keep("big2");
+        let released = c.release(Lsn(200)).expect("rows released");
+        let mut ids = ids(&released);
+        ids.sort_unstable();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert!(released.xids.is_empty());
+        assert_eq!(c.held_ids(), 0);
+    }
+
+    /// Keeping a row of a transaction deleted by `xmin` (its id not among
+    /// those held, or not readable) turns the `xmin` delete off: the kept
+    /// row may be one of those it would delete.
+    #[test]
+    fn keeping_a_row_not_held_by_id_turns_off_the_xmin_delete() {
+        let mut c = Collector::new();
+        c.begin(7);
+        c.row(Some("a"));
+        c.row(None);
+        c.keep("@0/0/anonymous");
+        c.commit(Lsn(100));
+        let released = c.release(Lsn(100)).expect("the held id is released");
+        assert_eq!(ids(&released), ["a"]);
+        assert!(released.xids.is_empty(), "{released:?}");
+        // Without the keep, the same transaction goes by xmin.
+        c.begin(8);
+        c.row(Some("b"));
+        c.row(None);
+        c.commit(Lsn(200));
+        assert_eq!(c.release(Lsn(200)).unwrap().xids, [8]);
+    }
+
+    /// Rows left on purpose (written by an earlier session) are not
+    /// deleted; a transaction with nothing else is not held at all.
+    #[test]
+    fn rows_left_are_not_held() {
+        let mut c = Collector::new();
+        c.begin(1);
+        c.leave();
+        c.leave();
+        c.commit(Lsn(100));
+        assert_eq!(c.waiting_txns(), 0);
+        assert_eq!(c.release(Lsn(100)), None);
     }
 
     #[test]

@@ -300,11 +300,19 @@ async fn run_sessions(
         // Exactly-once: the last committed checkpoint is where this session
         // starts (see `exactly_once`).
         let mut prepared = None;
+        let mut partial = None;
         if let Some(eos) = &settings.exactly_once {
             match exactly_once::prepare(&settings.sink, eos, &settings.replication.slot, &server)
                 .await
             {
-                Ok((sink, from_checkpoint)) => {
+                Ok(exactly_once::Prepared {
+                    sink,
+                    carried: from_checkpoint,
+                    partial: from_partial,
+                }) => {
+                    partial = from_partial
+                        .zip(from_checkpoint.as_ref())
+                        .map(|(partial, position)| (partial, position.confirmed));
                     match from_checkpoint {
                         Some(position) => carried = Some(position),
                         None if carried.is_none() => tracing::warn!(
@@ -338,6 +346,11 @@ async fn run_sessions(
         }
         let (start, resumed) =
             position::resume(carried.as_ref(), &server, stream.slot_confirmed_flush());
+        // The part of a transaction in Kafka counts only from the checkpoint
+        // it was written with.
+        let partial = partial
+            .filter(|(_, at)| *at == start)
+            .map(|(partial, _)| partial);
         position::report_resume(&resumed, &server, &stream, &settings.replication.slot);
         confirmed = start;
         stream.confirm(confirmed);
@@ -390,7 +403,7 @@ async fn run_sessions(
             health.clone(),
             (&mut progress, background),
         )
-        .with_exactly_once(eos)
+        .with_exactly_once(eos, partial)
         .fenced_by(lock.as_ref().map(lock::HeldLock::watch))
         .run(&mut shutdown)
         .await;
@@ -412,6 +425,18 @@ async fn run_sessions(
                     server: server.clone(),
                     confirmed,
                 });
+                // Fenced while the relay lock is lost: the relay that took
+                // over fenced this producer. Stand by, like any lost lock.
+                let err = match err {
+                    SessionError::Transaction(crate::sink::TxnFailure::Fenced { .. })
+                        if lock.as_ref().is_some_and(lock::HeldLock::is_lost) =>
+                    {
+                        SessionError::LockLost {
+                            slot: settings.replication.slot.clone(),
+                        }
+                    }
+                    err => err,
+                };
                 if err.is_fatal() {
                     return Err(err.into());
                 }

@@ -70,6 +70,9 @@ impl SessionMachine<'_> {
             return Ok(());
         }
         self.rows_seen += 1;
+        if self.written_before() {
+            return Ok(());
+        }
         let routed = self
             .router
             .route_message(&msg.content, msg.lsn, &commit, self.refusals);
