@@ -5,9 +5,11 @@
 //! And how far sharding speeds up draining a backlog (ignored; by hand).
 //!
 //! Beside the row filter: [`messages`] (outbox logical messages, which no
-//! row filter reaches, each published by its aggregate's shard only); the
+//! row filter reaches, each published by its aggregate's shard only) and
+//! [`cleanup`] (a delete by `xmin` that keeps to its shard's rows); the
 //! relay's own `hashtext` against the server's, here.
 
+mod cleanup;
 mod messages;
 
 use std::collections::HashMap;
