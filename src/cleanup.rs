@@ -26,7 +26,10 @@
 //!   never deletes another transaction's rows: a row's `xmin` is the
 //!   transaction that inserted it. It misses rows inserted in a savepoint
 //!   of such a transaction (their `xmin` is the subtransaction's, which
-//!   pgoutput does not send): those stay, which errs on the safe side. At
+//!   pgoutput does not send): those stay, which errs on the safe side. With
+//!   `postgres.shards`, it also keeps to this shard's rows (the
+//!   publication's row filter, in the DELETE): the transaction may hold
+//!   rows of other shards that their relays have not published yet. At
 //!   most [`MAX_HELD_TXNS`] transactions wait; beyond that their rows are
 //!   left in the table and counted (`outbox_relay_cleanup_skipped_rows_total`).
 //! * Never slows the stream: released rows go to the deleter through a
@@ -56,6 +59,7 @@ use tokio::time::Instant;
 
 use crate::lsn::Lsn;
 use crate::metrics as m;
+use crate::outbox::shard::Shard;
 use postgres_protocol::escape::{
     escape_identifier as quote_ident, escape_literal as quote_literal,
 };
@@ -291,6 +295,12 @@ pub struct DeleterSettings {
     pub table: (String, String),
     /// Its id column.
     pub id_column: String,
+    /// Its aggregate id column, which the shards split the table by.
+    pub aggregate_id_column: String,
+    /// This relay's shard: a delete by `xmin` keeps to its rows, since the
+    /// inserting transaction may also hold rows that another shard's relay
+    /// has not published yet.
+    pub shard: Shard,
 }
 
 /// The session's hand-off to the deleter.
@@ -613,12 +623,18 @@ pub fn delete_ids_sql(settings: &DeleterSettings, ids: &[String]) -> String {
     )
 }
 
-/// The statement that deletes the rows inserted by `xids` (by `xmin`),
-/// returning each xid it deleted rows of with their count.
+/// The statement that deletes the rows inserted by `xids` (by `xmin`), of
+/// this shard only when the outbox is sharded (by the publication's own
+/// row filter), returning each xid it deleted rows of with their count.
 pub fn delete_xids_sql(settings: &DeleterSettings, xids: &[u32]) -> String {
     let list: Vec<String> = xids.iter().map(|x| format!("'{x}'::xid")).collect();
+    let shard = settings
+        .shard
+        .filter_sql(&settings.aggregate_id_column)
+        .map(|filter| format!(" AND ({filter})"))
+        .unwrap_or_default();
     format!(
-        "WITH d AS (DELETE FROM {} WHERE xmin IN ({}) RETURNING xmin::text AS x) \
+        "WITH d AS (DELETE FROM {} WHERE xmin IN ({}){shard} RETURNING xmin::text AS x) \
          SELECT x, count(*) FROM d GROUP BY x",
         table_name(settings),
         list.join(", ")
@@ -782,6 +798,8 @@ mod tests {
             ),
             table: ("app".into(), "Out box".into()),
             id_column: "id".into(),
+            aggregate_id_column: "Agg Id".into(),
+            shard: Shard::default(),
         };
         let sql = delete_ids_sql(&settings, &["a'b".into(), "c".into()]);
         assert_eq!(
@@ -792,6 +810,41 @@ mod tests {
         assert!(sql.contains("DELETE FROM \"app\".\"Out box\""), "{sql}");
         assert!(sql.contains("xmin IN ('42'::xid, '7'::xid)"), "{sql}");
         assert!(sql.contains("GROUP BY"), "{sql}");
+        assert!(!sql.contains("hashtext"), "not sharded: every row: {sql}");
+    }
+
+    #[test]
+    fn a_sharded_delete_by_xmin_keeps_to_the_shards_rows() {
+        let settings = DeleterSettings {
+            connection: ReplicationSettings::new(
+                crate::replication::Conninfo::parse("host=h user=u").unwrap(),
+                "",
+                "",
+            ),
+            table: ("public".into(), "outbox".into()),
+            id_column: "id".into(),
+            aggregate_id_column: "aggregateid".into(),
+            shard: Shard {
+                shards: 2,
+                shard: 1,
+            },
+        };
+        assert_eq!(
+            delete_xids_sql(&settings, &[42]),
+            "WITH d AS (DELETE FROM \"public\".\"outbox\" WHERE xmin IN ('42'::xid) \
+             AND (coalesce(abs(hashtext(\"aggregateid\")::bigint) % 2, 0) = 1) \
+             RETURNING xmin::text AS x) SELECT x, count(*) FROM d GROUP BY x"
+        );
+        // The publication's filter, character for character.
+        assert!(
+            delete_xids_sql(&settings, &[42]).contains(&crate::admin::shards::filter_sql(
+                "aggregateid",
+                2,
+                1
+            ))
+        );
+        // By id, the rows are the shard's already: they came through its slot.
+        assert!(!delete_ids_sql(&settings, &["a".into()]).contains("hashtext"));
     }
 
     #[test]

@@ -167,6 +167,14 @@ pub mod reason {
     pub const LOCK_LOST: &str = "lock_lost";
 }
 
+/// Values of the `kind` label of [`CHANGES_IGNORED`] (besides `update`,
+/// `delete`, `truncate`, `other_table`, `unknown_relation` and `message`).
+pub mod ignored {
+    /// An outbox logical message whose aggregate id is another shard's
+    /// (`postgres.shards`): every shard's slot receives every message.
+    pub const OTHER_SHARD: &str = "other_shard";
+}
+
 /// The `outcome` label of [`KAFKA_TRANSACTIONS`] (exactly-once delivery).
 pub mod transaction_outcome {
     /// The transaction and its checkpoint committed.
@@ -197,7 +205,7 @@ pub fn describe() {
     );
     describe_counter!(
         CHANGES_IGNORED,
-        "UPDATE, DELETE and TRUNCATE on the outbox, and rows of other tables, ignored by kind."
+        "UPDATE, DELETE and TRUNCATE on the outbox, rows of other tables, and outbox messages not published (source off, another shard's), ignored by kind."
     );
     describe_counter!(
         DELIVERY_FAILURES,

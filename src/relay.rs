@@ -108,6 +108,8 @@ pub async fn run_observed(
                 connection: settings.replication.clone(),
                 table: settings.table.clone(),
                 id_column: settings.columns.id.clone(),
+                aggregate_id_column: settings.columns.aggregate_id.clone(),
+                shard: settings.source.shard,
             });
             (Some(deleter), Some(task))
         } else {
