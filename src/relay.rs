@@ -49,6 +49,7 @@ use crate::metrics::{self as m, Health};
 use crate::otel;
 use crate::replication::{ErrorKind, ReplicationError, ReplicationStream};
 use crate::sink::http::dispatch::SinkRuntime;
+use crate::sink::http::table_access;
 use crate::sink::http::worker as http_worker;
 use crate::sink::{KafkaSink, SinkError, TopicCheck};
 use monitor::SlotLag;
@@ -374,6 +375,7 @@ async fn run_sessions(
         });
         if !dead_letter_topic_checked {
             check_dead_letter_topic(&mut sink, &settings).await?;
+            table_access::check_at_start(&background.webhooks).await?;
             dead_letter_topic_checked = true;
         }
         tracing::info!(
