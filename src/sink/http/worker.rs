@@ -95,6 +95,21 @@ struct TroubleState {
     probing: bool,
 }
 
+impl TroubleState {
+    /// The decision after a failed try of a loop (`prober`: whether it is
+    /// the prober) while the healing count is `healed`: the prober, or the
+    /// first loop to fail, probes after the back-off's next delay; the
+    /// others wait for it.
+    fn after_failure(&mut self, prober: bool, healed: u64) -> Next {
+        if prober || !self.probing {
+            self.probing = true;
+            Next::Probe(self.backoff.next_delay())
+        } else {
+            Next::AwaitHealing(healed)
+        }
+    }
+}
+
 /// What a loop does after a failed try.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Next {
@@ -139,12 +154,7 @@ impl Trouble {
         let reason = m::reason::DELIVERY_TABLE;
         metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
         let mut t = self.lock();
-        let next = if prober || !t.probing {
-            t.probing = true;
-            Next::Probe(t.backoff.next_delay())
-        } else {
-            Next::AwaitHealing(*self.healed.borrow())
-        };
+        let next = t.after_failure(prober, *self.healed.borrow());
         if let Some(still) = t.incident.failed(Instant::now()) {
             tracing::warn!(
                 reason,
@@ -380,6 +390,36 @@ mod tests {
             status,
             retry_after: None,
         })
+    }
+
+    #[test]
+    fn one_loop_probes_and_the_others_wait_for_it() {
+        let mut state = TroubleState {
+            backoff: Backoff::seeded(FIRST_RETRY, LONGEST_RETRY, 3, 1),
+            incident: Incident::default(),
+            probing: false,
+        };
+        // The first loop to fail probes; the others, failing on the same
+        // cause, wait for its success instead of trying too.
+        assert!(matches!(state.after_failure(false, 0), Next::Probe(d) if d >= FIRST_RETRY));
+        assert_eq!(state.after_failure(false, 0), Next::AwaitHealing(0));
+        assert_eq!(state.after_failure(false, 0), Next::AwaitHealing(0));
+        // The prober goes on backing off, up to the cap.
+        let mut longest = Duration::ZERO;
+        for _ in 0..20 {
+            match state.after_failure(true, 0) {
+                Next::Probe(d) => longest = longest.max(d),
+                other => panic!("the prober waits for nobody: {other:?}"),
+            }
+        }
+        assert!(
+            longest > 3 * FIRST_RETRY && longest <= LONGEST_RETRY,
+            "{longest:?}"
+        );
+        // After a success (`worked`), the next failure probes again.
+        state.probing = false;
+        state.backoff.reset();
+        assert!(matches!(state.after_failure(false, 1), Next::Probe(d) if d <= 3 * FIRST_RETRY));
     }
 
     #[test]
