@@ -57,6 +57,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::backoff::{Backoff, Incident};
 use crate::lsn::Lsn;
 use crate::metrics as m;
 use crate::outbox::shard::Shard;
@@ -99,7 +100,7 @@ const BATCH_IDS: usize = 1_000;
 const QUEUE: usize = 256;
 /// First wait before trying a failed DELETE again.
 const RETRY_FIRST_WAIT: Duration = Duration::from_millis(200);
-/// Longest wait between tries (the wait doubles up to it).
+/// Longest wait between tries (the waits grow up to it, [`Backoff`]).
 const RETRY_MAX_WAIT: Duration = Duration::from_secs(5);
 /// How long one batch is tried through failures that pass (a restart or
 /// failover of the server, its connection slots full, a terminated
@@ -113,7 +114,7 @@ const RETRY_FOR: Duration = Duration::from_secs(120);
 /// a relay that publishes and confirms within that moment deletes rows its
 /// DELETE cannot see yet. So rows not found are looked for again.
 const LOOK_AGAIN_FIRST_WAIT: Duration = Duration::from_millis(50);
-/// How long rows not found are looked for (the wait doubles up to
+/// How long rows not found are looked for (the waits grow up to
 /// [`RETRY_MAX_WAIT`]) before they are taken as deleted by something else.
 const LOOK_AGAIN_FOR: Duration = Duration::from_secs(30);
 /// Longest a DELETE may run.
@@ -373,16 +374,16 @@ struct Missed {
     since: Instant,
     /// Next look.
     next: Instant,
-    /// Wait after the next look, should it not find them either.
-    wait: Duration,
+    /// The waits between looks.
+    backoff: Backoff,
 }
 
 /// The deleter's state across batches.
 struct Deleting {
     settings: DeleterSettings,
     connection: Option<SqlConnection>,
-    /// A warning about failing DELETEs was logged since the last success.
-    warned: bool,
+    /// The failing DELETEs since the last success, for the log.
+    incident: Incident,
     missed: Vec<Missed>,
 }
 
@@ -390,7 +391,7 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
     let mut d = Deleting {
         settings,
         connection: None,
-        warned: false,
+        incident: Incident::default(),
         missed: Vec::new(),
     };
     let mut open = true;
@@ -425,7 +426,7 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
             .partition(|m| !open || m.next <= now);
         d.missed = later;
         for m in due {
-            d.delete(m.rows, Some((m.since, m.wait)), !open).await;
+            d.delete(m.rows, Some((m.since, m.backoff)), !open).await;
         }
         d.delete(fresh, None, !open).await;
     }
@@ -436,10 +437,10 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
 
 impl Deleting {
     /// Deletes `rows` in batches. What a DELETE did not find is looked for
-    /// again (`before`: since when, and the wait to use next) until
+    /// again (`before`: since when, and the waits between looks) until
     /// [`LOOK_AGAIN_FOR`] has passed, or not at all when `last` (the relay
     /// is stopping).
-    async fn delete(&mut self, rows: Deletable, before: Option<(Instant, Duration)>, last: bool) {
+    async fn delete(&mut self, rows: Deletable, before: Option<(Instant, Backoff)>, last: bool) {
         let mut not_found = Deletable::default();
         for batch in rows.ids.chunks(BATCH_IDS) {
             let sql = delete_ids_sql(&self.settings, batch);
@@ -456,7 +457,9 @@ impl Deleting {
         }
         let count = not_found.ids.len() + not_found.xids.len();
         let now = Instant::now();
-        let (since, wait) = before.unwrap_or((now, LOOK_AGAIN_FIRST_WAIT));
+        let (since, mut backoff) =
+            before.unwrap_or_else(|| (now, Backoff::new(LOOK_AGAIN_FIRST_WAIT, RETRY_MAX_WAIT, 3)));
+        let wait = backoff.next_delay();
         let gives_up = last
             || now.duration_since(since) + wait > LOOK_AGAIN_FOR
             || self.missed_count() + count > MAX_HELD_IDS;
@@ -473,7 +476,7 @@ impl Deleting {
             rows: not_found,
             since,
             next: now + wait,
-            wait: (wait * 2).min(RETRY_MAX_WAIT),
+            backoff,
         });
     }
 
@@ -486,16 +489,26 @@ impl Deleting {
     }
 
     /// Runs one batch's DELETE, trying again through failures that pass for
-    /// up to [`RETRY_FOR`]; the keys it deleted (ids, or xids with a row
-    /// deleted), or `None` when the batch's rows are left in the table
-    /// (`rows` of them, for the log). Warns once per run of failures.
+    /// up to [`RETRY_FOR`], backing off; the keys it deleted (ids, or xids
+    /// with a row deleted), or `None` when the batch's rows are left in the
+    /// table (`rows` of them, for the log). Each retry is counted
+    /// (`outbox_relay_reconnects_total{reason="cleanup_delete"}`); a run of
+    /// failures is logged when it starts, every [`Incident::LOG_EVERY`]
+    /// while it lasts, when a batch is given up, and at info when it ends.
     async fn run_batch(&mut self, sql: &str, rows: usize) -> Option<Vec<String>> {
         let started = Instant::now();
-        let mut wait = RETRY_FIRST_WAIT;
+        let mut backoff = Backoff::new(RETRY_FIRST_WAIT, RETRY_MAX_WAIT, 3);
         loop {
             let e = match run(&self.settings, &mut self.connection, sql).await {
                 Ok(result) => {
-                    self.warned = false;
+                    if let Some(end) = self.incident.recovered(Instant::now()) {
+                        tracing::info!(
+                            table = %table_name(&self.settings),
+                            failures = end.failures,
+                            lasted_secs = end.lasted.as_secs(),
+                            "deleting confirmed outbox rows works again"
+                        );
+                    }
                     let deleted: u64 = result.iter().map(|(_, n)| n).sum();
                     metrics::counter!(m::CLEANUP_DELETED_ROWS).increment(deleted);
                     return Some(result.into_iter().map(|(key, _)| key).collect());
@@ -503,9 +516,14 @@ impl Deleting {
                 Err(e) => e,
             };
             self.connection = None;
+            let wait = backoff.next_delay();
             let passes = e.kind() == ErrorKind::Transient;
             let gives_up = !passes || started.elapsed() + wait > RETRY_FOR;
-            if !self.warned || gives_up {
+            let logs = self.incident.failed(Instant::now());
+            // A failure that does not pass (no privilege, the table gone)
+            // fails every batch: logged once per incident like the rest.
+            // A batch given up after retrying is always said.
+            if logs.is_some() || (gives_up && passes) {
                 let table = table_name(&self.settings);
                 let privilege = e.sqlstate() == Some(SqlState::INSUFFICIENT_PRIVILEGE.code());
                 if privilege {
@@ -526,19 +544,20 @@ impl Deleting {
                     );
                 } else {
                     tracing::warn!(
+                        reason = m::reason::CLEANUP_DELETE,
                         table = %table,
                         error = %e,
+                        failures = logs.map_or(0, |l| l.failures),
                         retry_for = ?RETRY_FOR,
-                        "cannot delete confirmed outbox rows yet; trying again"
+                        "cannot delete confirmed outbox rows yet; trying again, backing off"
                     );
                 }
-                self.warned = true;
             }
             if gives_up {
                 return None;
             }
+            metrics::counter!(m::RECONNECTS, "reason" => m::reason::CLEANUP_DELETE).increment(1);
             tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(RETRY_MAX_WAIT);
         }
     }
 }

@@ -165,6 +165,13 @@ pub mod reason {
     /// The relay lock was lost (its session failed or its lease ran out):
     /// the relay stopped producing and stands by.
     pub const LOCK_LOST: &str = "lock_lost";
+    /// The webhook sinks could not use the delivery table (PostgreSQL
+    /// away, the table dropped, a privilege revoked): the retry worker or
+    /// the dispatcher tries again, backing off.
+    pub const DELIVERY_TABLE: &str = "delivery_table";
+    /// The cleanup's DELETE of confirmed outbox rows failed and is tried
+    /// again, backing off.
+    pub const CLEANUP_DELETE: &str = "cleanup_delete";
 }
 
 /// Values of the `kind` label of [`CHANGES_IGNORED`] (besides `update`,
@@ -213,7 +220,7 @@ pub fn describe() {
     );
     describe_counter!(
         RECONNECTS,
-        "Replication reconnects after a transient error, by reason."
+        "Reconnects to PostgreSQL after a transient error, by reason: the replication stream, and the retries of the webhook delivery table and of the cleanup."
     );
     describe_counter!(
         HEARTBEATS,

@@ -42,12 +42,14 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::backoff::Backoff;
 use crate::cleanup::{self, Cleanup, DeleterSettings};
 use crate::lsn::Lsn;
 use crate::metrics::{self as m, Health};
 use crate::otel;
-use crate::replication::{self, ErrorKind, ReplicationError, ReplicationStream};
+use crate::replication::{ErrorKind, ReplicationError, ReplicationStream};
 use crate::sink::http::dispatch::SinkRuntime;
+use crate::sink::http::table_access;
 use crate::sink::http::worker as http_worker;
 use crate::sink::{KafkaSink, SinkError, TopicCheck};
 use monitor::SlotLag;
@@ -213,6 +215,7 @@ async fn run_sessions(
     // one session to the next (only to the same server: see `position`).
     let mut carried: Option<Position> = None;
     let mut attempt: u32 = 0;
+    let mut backoff = Backoff::reconnect();
     let mut refusals = Refusals::new();
     let mut dead_letter_topic_checked = false;
     health.set_unhealthy_after(settings.unhealthy_after);
@@ -251,7 +254,7 @@ async fn run_sessions(
                     health.set_standby(false);
                     metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
                     health.retrying(reason, &e);
-                    if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                    if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
                         health.set_stopping();
                         return Ok(());
                     }
@@ -265,14 +268,14 @@ async fn run_sessions(
         let mut stream = match ReplicationStream::connect(&settings.replication, Lsn::ZERO).await {
             Ok(stream) => stream,
             Err(e) => {
-                let mut delay = replication::backoff(attempt);
+                let mut delay = backoff.next_delay();
                 let reason = match e.kind() {
                     ErrorKind::Fatal => return Err(e.into()),
                     ErrorKind::SlotBusy if lock.is_some() => {
                         // The reader was told to end when the lock was
                         // taken; it is on its way out.
                         tracing::info!(error = %e, "holding the relay lock, waiting for the slot's previous reader to exit");
-                        delay = replication::backoff(0);
+                        delay = backoff.first();
                         m::reason::SLOT_BUSY
                     }
                     ErrorKind::SlotBusy => {
@@ -337,7 +340,7 @@ async fn run_sessions(
                     tracing::warn!(reason, error = %e, attempt, "cannot start the Kafka transactions; retrying");
                     health.retrying(reason, &e);
                     drop(stream);
-                    if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                    if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
                         health.set_stopping();
                         return Ok(());
                     }
@@ -387,6 +390,7 @@ async fn run_sessions(
         });
         if !dead_letter_topic_checked {
             check_dead_letter_topic(&mut sink, &settings).await?;
+            table_access::check_at_start(&background.webhooks).await?;
             dead_letter_topic_checked = true;
         }
         tracing::info!(
@@ -478,9 +482,12 @@ async fn run_sessions(
                 // backs off further each time: otherwise a persistent failure
                 // reconnects to PostgreSQL and builds a producer (a new
                 // producer id on the broker) as fast as sessions can start.
-                let delay = if progressed { 0 } else { attempt };
-                attempt = delay.saturating_add(1);
-                if wait_or_shutdown(replication::backoff(delay), &mut shutdown).await {
+                if progressed {
+                    attempt = 0;
+                    backoff.reset();
+                }
+                attempt = attempt.saturating_add(1);
+                if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
                     health.set_stopping();
                     return Ok(());
                 }
