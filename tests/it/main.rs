@@ -37,6 +37,8 @@
 //!   cleanup, shards, webhook routes, standby relays, dead letters, trace
 //!   context) under load and kill -9; docs/design.md "Where features meet"
 //!   names these tests pair by pair.
+//! * [`feature_pairs`]: one pair of features each, for pairs that did not
+//!   hold when the tests were written.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
@@ -72,6 +74,7 @@ mod dead_letters;
 mod delivery;
 mod docs;
 mod exactly_once;
+mod feature_pairs;
 mod fuzz_corpus;
 mod memory;
 mod ops;

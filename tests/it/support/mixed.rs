@@ -6,10 +6,14 @@
 //! payload is not JSON (a dead letter). What was committed comes back
 //! sorted by where it must arrive, so each sink gets its own checker.
 //!
+//! Beside it, the set-up and the verdicts those tests share: the outbox, the
+//! config lines of each feature, dead letters, cleanup, trace context on
+//! webhook requests.
+//!
 //! Rows go to the table as `text` (the bad rows need a `text` payload
 //! column: `TestOutbox::create("text")`); messages through `outbox_emit`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -18,7 +22,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_postgres::Client;
 
-use super::{Committed, Received, TestOutbox};
+use super::messages::install_outbox_emit;
+use super::webhook::Receiver;
+use super::{
+    Committed, DEADLINE, Received, TestOutbox, committed_rows, consume, consume_ids_to_end,
+    random_name, wait_until_explained,
+};
 
 /// What each transaction holds.
 #[derive(Debug, Clone)]
@@ -229,5 +238,133 @@ pub fn dead_letter_ids(records: &[Received]) -> std::collections::HashSet<String
     records
         .iter()
         .filter_map(|r| r.header("id").map(str::to_owned))
+        .collect()
+}
+
+// ------------------------------------------------ set-up and verdicts
+
+pub const STREAMING: &str = "streaming from the slot";
+pub const STANDING_BY: &str = "standby: another relay holds the relay lock";
+pub const CLEANUP: &str = "cleanup = \"delete-after-ack\"\n";
+/// The writer's pause between transactions: about 50 transactions a
+/// second on this machine, load the relays must keep up with.
+pub const PAUSE: Duration = Duration::from_millis(10);
+
+/// A `text`-payload outbox (bad rows possible) with its `order` topic (3
+/// partitions) and dead-letter topic; the relay's role may delete rows
+/// (`cleanup`), `outbox_emit` is installed (`messages`).
+pub async fn text_outbox(cleanup: bool, messages: bool) -> Arc<TestOutbox> {
+    let outbox = TestOutbox::create("text").await;
+    if cleanup {
+        outbox
+            .admin
+            .batch_execute(&format!("GRANT DELETE ON public.{} TO relay", outbox.table))
+            .await
+            .unwrap();
+    }
+    if messages {
+        install_outbox_emit(&outbox.admin).await;
+    }
+    outbox.create_topic(&outbox.topic("order"), 3).await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    Arc::new(outbox)
+}
+
+/// A compacted checkpoint topic of the test's own.
+pub async fn checkpoint_topic(outbox: &TestOutbox) -> String {
+    let checkpoints = random_name("checkpoints");
+    outbox
+        .create_topic_with_config(&checkpoints, 1, &[("cleanup.policy", "compact")])
+        .await;
+    checkpoints
+}
+
+/// `[kafka]` lines for exactly-once delivery.
+pub fn exactly_once(checkpoints: &str) -> String {
+    format!("delivery = \"exactly-once\"\ncheckpoint_topic = \"{checkpoints}\"\n")
+}
+
+/// `[postgres]` lines for rows and messages (the test's message prefix).
+pub fn source_both(outbox: &TestOutbox) -> String {
+    format!(
+        "source = \"both\"\nmessage_prefix = \"{}\"\n",
+        outbox.message_prefix()
+    )
+}
+
+/// Waits until every bad row is on the dead-letter topic; asserts nothing
+/// else is, and (read to its end) each one once when `once`.
+pub async fn check_dead_letters(outbox: &TestOutbox, written: &Written, once: bool) {
+    let want = written.bad.len();
+    let dlq = consume(&outbox.dlq_topic, DEADLINE, move |r| {
+        dead_letter_ids(r).len() >= want
+    })
+    .await;
+    let bad: HashSet<String> = written.bad.iter().cloned().collect();
+    assert_eq!(dead_letter_ids(&dlq), bad, "every bad row dead-lettered");
+    if once {
+        let all = consume_ids_to_end(&outbox.dlq_topic).await;
+        assert_eq!(all.len(), bad.len(), "each dead letter once");
+    }
+    println!("dead-letters: {} bad rows, all on the topic", bad.len());
+}
+
+/// Waits until cleanup deleted every row but those of `at_restart` (the
+/// rows in the table when the last relay started after a kill -9). Those
+/// may stay: a relay killed after confirming rows and before its DELETE
+/// leaves them behind, and the next relay starts past them (nothing
+/// re-publishes them, so nothing deletes them). Prints how many are left,
+/// which is how often that happens.
+pub async fn wait_for_cleanup(outbox: &TestOutbox, at_restart: &HashSet<String>) {
+    wait_until_explained(
+        "cleanup to delete every row committed since the restart",
+        DEADLINE,
+        || async { ids_in_table(outbox).await.is_subset(at_restart) },
+        || async {
+            let left = ids_in_table(outbox).await;
+            format!(
+                "{} rows left, {} of them committed since the restart",
+                left.len(),
+                left.difference(at_restart).count()
+            )
+        },
+    )
+    .await;
+    println!(
+        "cleanup: {} rows left from before the restart",
+        committed_rows(outbox).await
+    );
+}
+
+/// Every accepted webhook request of a traced event carries its
+/// traceparent (`ce-traceparent`); returns how many were checked.
+pub fn check_webhook_traceparents(case: &str, written: &Written, receiver: &Receiver) -> usize {
+    let mut checked = 0;
+    for a in receiver.accepted() {
+        if let Some(want) = written.traceparents.get(&a.id) {
+            assert_eq!(
+                a.headers.get("ce-traceparent"),
+                Some(want),
+                "{case}: webhook event {} lost its trace context",
+                a.id
+            );
+            checked += 1;
+        }
+    }
+    checked
+}
+
+/// The ids of the rows in the outbox table now.
+pub async fn ids_in_table(outbox: &TestOutbox) -> HashSet<String> {
+    outbox
+        .admin
+        .query(
+            &format!("SELECT id::text FROM public.{}", outbox.table),
+            &[],
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.get(0))
         .collect()
 }
