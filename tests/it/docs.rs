@@ -1,6 +1,8 @@
 //! The documentation that names tests: docs/reliability.md maps every fault
 //! to the tests that show it, by function name, so a renamed or removed test
-//! must show up there too.
+//! must show up there too. docs/design.md ("Where features meet") decides
+//! every pair of features: works, naming a test that kills a relay with -9
+//! and runs the checker, or refused, quoting the validation message.
 
 use std::path::Path;
 
@@ -76,4 +78,283 @@ fn the_name_parser_finds_names_in_the_tests_column_only() {
         named_tests(doc),
         ["slot_lost_is_fatal", "other_one", "soak_it"]
     );
+}
+
+/// The features of docs/design.md "Where features meet", as its rows name them.
+const FEATURES: [&str; 8] = [
+    "delivery",
+    "source",
+    "cleanup",
+    "shards",
+    "webhook routes",
+    "standby relays",
+    "dead letters",
+    "trace context",
+];
+
+/// One clause of a verdict cell.
+#[derive(Debug, PartialEq)]
+enum Verdict {
+    /// `works, tested by `module::test`…`: the tests' paths.
+    Works(Vec<String>),
+    /// `refused at validation…: `message``.
+    Refused(String),
+}
+
+/// The pair rows of the "Where features meet" table: (row label, verdict
+/// clauses), or the problems that make the table unreadable.
+fn feature_rows(doc: &str) -> (Vec<(String, Vec<Verdict>)>, Vec<String>) {
+    let mut rows = Vec::new();
+    let mut problems = Vec::new();
+    let Some(start) = doc.find("\n## Where features meet\n") else {
+        return (rows, vec!["no section \"## Where features meet\"".into()]);
+    };
+    let section = &doc[start + 1..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    for line in section.lines().filter(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = line
+            .trim()
+            .trim_matches('|')
+            .split('|')
+            .map(str::trim)
+            .collect();
+        if cells.first() == Some(&"features") || cells.iter().all(|c| c.starts_with("---")) {
+            continue;
+        }
+        let [label, cell] = cells[..] else {
+            problems.push(format!("not a two-column row: {line}"));
+            continue;
+        };
+        let mut clauses = Vec::new();
+        if split_clauses(cell).is_empty() {
+            problems.push(format!("{label}: empty"));
+        }
+        for clause in split_clauses(cell) {
+            let quoted: Vec<&str> = clause.split('`').skip(1).step_by(2).collect();
+            if clause.starts_with("works") {
+                let tests: Vec<String> = quoted.iter().map(|q| (*q).to_owned()).collect();
+                if tests.is_empty() {
+                    problems.push(format!("{label}: \"works\" names no test: {clause:?}"));
+                }
+                for t in &tests {
+                    if !t.contains("::") {
+                        problems.push(format!("{label}: `{t}` is not a module::test path"));
+                    }
+                }
+                clauses.push(Verdict::Works(tests));
+            } else if clause.starts_with("refused at validation") {
+                match quoted[..] {
+                    [message] if !message.is_empty() => {
+                        clauses.push(Verdict::Refused(message.to_owned()))
+                    }
+                    _ => problems.push(format!(
+                        "{label}: a refusal quotes one message in backticks: {clause:?}"
+                    )),
+                }
+            } else {
+                problems.push(format!(
+                    "{label}: undecided (neither \"works, tested by\" nor \"refused at validation\"): {clause:?}"
+                ));
+            }
+        }
+        rows.push((label.to_owned(), clauses));
+    }
+    (rows, problems)
+}
+
+/// A cell's clauses: split at `;` outside backticks.
+fn split_clauses(cell: &str) -> Vec<&str> {
+    let mut clauses = Vec::new();
+    let (mut from, mut quoted) = (0, false);
+    for (i, c) in cell.char_indices() {
+        match c {
+            '`' => quoted = !quoted,
+            ';' if !quoted => {
+                clauses.push(cell[from..i].trim());
+                from = i + 1;
+            }
+            _ => {}
+        }
+    }
+    clauses.push(cell[from..].trim());
+    clauses.into_iter().filter(|c| !c.is_empty()).collect()
+}
+
+/// Rust string literals as they read at run time: continuation lines
+/// joined, `\"` unescaped, so a message split over source lines is found
+/// whole.
+fn literal_text(source: &str) -> String {
+    let mut out = String::with_capacity(source.len());
+    let mut rest = source;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(next) = after.strip_prefix('\n') {
+            rest = next.trim_start();
+        } else if let Some(next) = after.strip_prefix('"') {
+            out.push('"');
+            rest = next;
+        } else {
+            out.push('\\');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Everything wrong with the table in `doc`: a pair of [`FEATURES`]
+/// missing, repeated or undecided; a test that `test_body` (module, name ->
+/// the function's text) does not find, or that does not both kill a relay
+/// with -9 and run the checker; a refusal whose message `validation` (the
+/// validation code) does not hold.
+fn feature_table_problems(
+    doc: &str,
+    test_body: &dyn Fn(&str, &str) -> Option<String>,
+    validation: &str,
+) -> Vec<String> {
+    let (rows, mut problems) = feature_rows(doc);
+    let validation = literal_text(validation);
+    let mut seen = std::collections::HashMap::new();
+    for (label, clauses) in &rows {
+        let pair: Vec<&str> = label.split(" × ").collect();
+        let known =
+            pair.len() == 2 && pair.iter().all(|f| FEATURES.contains(f)) && pair[0] != pair[1];
+        if !known {
+            problems.push(format!("{label}: not a pair of two of {FEATURES:?}"));
+            continue;
+        }
+        let mut key = [pair[0], pair[1]];
+        key.sort();
+        *seen.entry(key).or_insert(0) += 1;
+        for clause in clauses {
+            match clause {
+                Verdict::Works(tests) => {
+                    for path in tests {
+                        let Some((module, name)) = path.split_once("::") else {
+                            continue;
+                        };
+                        match test_body(module, name) {
+                            None => problems.push(format!("{label}: no test {path} in tests/it")),
+                            Some(body) => {
+                                if !body.contains("kill9") {
+                                    problems.push(format!(
+                                        "{label}: {path} never kills a relay with -9 (kill9)"
+                                    ));
+                                }
+                                if !body.contains("check_delivery")
+                                    && !body.contains("check_exactly_once")
+                                {
+                                    problems.push(format!("{label}: {path} runs no checker (check_delivery, check_exactly_once)"));
+                                }
+                            }
+                        }
+                    }
+                }
+                Verdict::Refused(message) => {
+                    if !validation.contains(message.as_str()) {
+                        problems.push(format!(
+                            "{label}: the relay has no validation message {message:?}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for (i, a) in FEATURES.iter().enumerate() {
+        for b in &FEATURES[i + 1..] {
+            let mut key = [*a, *b];
+            key.sort();
+            match seen.get(&key) {
+                None => problems.push(format!("{a} × {b}: no row")),
+                Some(1) => {}
+                Some(n) => problems.push(format!("{a} × {b}: {n} rows")),
+            }
+        }
+    }
+    problems
+}
+
+/// The text of test function `name` in tests/it/`module`.rs: from its `fn`
+/// to the next line that closes an item.
+fn test_body_in(root: &Path, module: &str, name: &str) -> Option<String> {
+    let source = std::fs::read_to_string(root.join(format!("tests/it/{module}.rs"))).ok()?;
+    let start = source
+        .find(&format!("async fn {name}("))
+        .or_else(|| source.find(&format!("fn {name}(")))?;
+    let body = &source[start..];
+    let end = body.find("\n}\n").map_or(body.len(), |e| e + 3);
+    Some(body[..end].to_owned())
+}
+
+#[test]
+fn the_feature_table_is_decided_and_honest() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/design.md")).unwrap();
+    let validation = sources(&root.join("src/config"));
+    let problems = feature_table_problems(&doc, &|m, n| test_body_in(root, m, n), &validation);
+    assert!(
+        problems.is_empty(),
+        "docs/design.md \"Where features meet\":\n{}",
+        problems.join("\n")
+    );
+}
+
+/// The table check fails on each way a table can be wrong: a missing pair,
+/// an undecided cell, a test that does not exist, one without kill -9 or
+/// without the checker, a refusal the relay never gives.
+#[test]
+fn the_feature_table_check_fails_on_a_bad_table() {
+    let mut rows = String::new();
+    for (i, a) in FEATURES.iter().enumerate() {
+        for b in &FEATURES[i + 1..] {
+            rows.push_str(&format!("| {a} × {b} | works, tested by `m::good` |\n"));
+        }
+    }
+    let table = |rows: &str| {
+        format!(
+            "# x\n\n## Where features meet\n\n| features | verdict |\n|---|---|\n{rows}\n## Next\n| a × b | nonsense |\n"
+        )
+    };
+    let body = |_: &str, name: &str| match name {
+        "good" => Some("relay.kill9(); check_delivery(case, &c, &r);".to_owned()),
+        "no_kill" => Some("check_exactly_once(case, &c, &r);".to_owned()),
+        "no_check" => Some("relay.kill9();".to_owned()),
+        _ => None,
+    };
+    let validation = r#"return Err(invalid("k", "\"exactly-once\" covers Kafka only and \
+             cannot be combined"));"#;
+    assert_eq!(
+        feature_table_problems(&table(&rows), &body, validation),
+        Vec::<String>::new()
+    );
+
+    let bad = rows
+        .replace("| delivery × source | works, tested by `m::good` |\n", "")
+        .replace("| cleanup × shards | works, tested by `m::good` |", "| cleanup × shards | |")
+        .replace("| source × cleanup | works, tested by `m::good` |", "| source × cleanup | maybe |")
+        .replace("| shards × dead letters | works, tested by `m::good` |", "| shards × dead letters | works, tested by `m::gone` |")
+        .replace("| delivery × cleanup | works, tested by `m::good` |", "| delivery × cleanup | works, tested by `m::no_kill` |")
+        .replace("| delivery × shards | works, tested by `m::good` |", "| delivery × shards | works, tested by `m::no_check` |")
+        .replace(
+            "| delivery × webhook routes | works, tested by `m::good` |",
+            "| delivery × webhook routes | works, tested by `m::good`; refused at validation: `\"exactly-once\" covers Kafka only and cannot be combined`; refused at validation: `never said` |",
+        );
+    let problems = feature_table_problems(&table(&bad), &body, validation);
+    let expect = [
+        "delivery × source: no row",
+        "cleanup × shards: empty",
+        "source × cleanup: undecided",
+        "shards × dead letters: no test m::gone",
+        "delivery × cleanup: m::no_kill never kills",
+        "delivery × shards: m::no_check runs no checker",
+        "delivery × webhook routes: the relay has no validation message \"never said\"",
+    ];
+    for e in expect {
+        assert!(
+            problems.iter().any(|p| p.starts_with(e)),
+            "expected a problem {e:?} in {problems:#?}"
+        );
+    }
+    assert_eq!(problems.len(), expect.len(), "{problems:#?}");
 }

@@ -33,6 +33,12 @@
 //! * [`webhooks`]: HTTP sinks end to end against a receiver that verifies
 //!   signatures and fails on purpose; kill -9 during retries; two relays
 //!   sharing the delivery table.
+//! * [`combinations`]: several features at once (delivery mode, source,
+//!   cleanup, shards, webhook routes, standby relays, dead letters, trace
+//!   context) under load and kill -9; docs/design.md "Where features meet"
+//!   names these tests pair by pair.
+//! * [`feature_pairs`]: one pair of features each, for pairs that did not
+//!   hold when the tests were written.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
@@ -44,7 +50,8 @@
 //!   `--help`, `/ready`, the metrics on `/metrics`, the log lines.
 //! * [`smoke`]: the services are what the tests expect.
 //! * [`fuzz_corpus`]: the decoder fuzz corpus replayed.
-//! * [`docs`]: every test docs/reliability.md names exists.
+//! * [`docs`]: every test docs/reliability.md names exists; the table of
+//!   feature pairs in docs/design.md is decided and honest.
 //! * [`soak`]: mixed faults for minutes (ignored; `make soak`).
 //!
 //! Helpers live in [`support`], one module per concern. Tests run side by
@@ -61,12 +68,14 @@ mod support;
 mod admin;
 mod auth_tls;
 mod broker_faults;
+mod combinations;
 mod crossings;
 mod dead_cli;
 mod dead_letters;
 mod delivery;
 mod docs;
 mod exactly_once;
+mod feature_pairs;
 mod fuzz_corpus;
 mod memory;
 mod ops;

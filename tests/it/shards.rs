@@ -20,54 +20,10 @@ use outbox_relay::admin::shards::filter_sql;
 use outbox_relay::outbox::shard::{hashtext, shard_of as shard_of_id};
 
 use crate::support::cli::{cli, shown};
-use crate::support::services;
+use crate::support::shards::{
+    create_shard, drop_shard, server_version_num, shard_config, shard_of,
+};
 use crate::support::*;
-
-/// The outbox `base`'s table and topics, with a publication and a slot of
-/// their own for one shard (not created yet).
-pub(crate) async fn shard_of(base: &TestOutbox) -> TestOutbox {
-    let mut outbox = TestOutbox::from_parts(
-        services::shared().await,
-        pg_admin().await,
-        base.table.clone(),
-        random_name("pub"),
-        random_name("slot"),
-    );
-    outbox.topic_prefix = base.topic_prefix.clone();
-    outbox.dlq_topic = base.dlq_topic.clone();
-    outbox
-}
-
-/// A relay config for one shard: its own publication and slot, and a
-/// CloudEvents source naming the shard, so each record tells which relay
-/// produced it.
-pub(crate) fn shard_config(outbox: &TestOutbox, shards: u32, shard: u32) -> PathBuf {
-    let path = outbox.write_config("");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let table_line = format!("table = \"public.{}\"\n", outbox.table);
-    assert!(text.contains(&table_line), "config layout changed");
-    let text = text
-        .replace(
-            &table_line,
-            &format!("{table_line}shards = {shards}\nshard = {shard}\n"),
-        )
-        .replace(
-            "source = \"/orders-service\"",
-            &format!("source = \"/shard-{shard}\""),
-        );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// The test cluster's `server_version_num`.
-pub(crate) async fn server_version_num() -> i32 {
-    pg_admin()
-        .await
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .unwrap()
-        .get(0)
-}
 
 /// The shard PostgreSQL puts `aggregate` in, by the relay's own filter.
 pub(crate) async fn shard_on_server(
@@ -105,7 +61,7 @@ pub(crate) async fn init_shards(
     let mut out = Vec::new();
     for k in 0..shards {
         let shard = shard_of(base).await;
-        let config = shard_config(&shard, shards, k);
+        let config = shard_config(&shard, (shards, k), "", "", "");
         let text = std::fs::read_to_string(&config).unwrap();
         let anchor = "heartbeat_interval_secs = 0\n";
         assert!(text.contains(anchor), "config layout changed");
@@ -240,7 +196,7 @@ async fn two_shards_two_relays_deliver_everything_each_aggregate_through_its_sha
     let mut relays = Vec::new();
     for k in 0..2 {
         let shard = shard_of(&base).await;
-        let config = shard_config(&shard, 2, k);
+        let config = shard_config(&shard, (2, k), "", "", "");
         let config_arg = config.display().to_string();
         let init = cli([
             "init",
@@ -326,17 +282,7 @@ async fn two_shards_two_relays_deliver_everything_each_aggregate_through_its_sha
     println!("two-shards: events per shard {per_shard:?}");
     drop(relays);
     for shard in &shards {
-        wait_until("the slot to be let go", DEADLINE, || async {
-            !shard.slot_active().await
-        })
-        .await;
-        let _ = shard
-            .admin
-            .batch_execute(&format!(
-                "SELECT pg_drop_replication_slot('{}'); DROP PUBLICATION IF EXISTS {};",
-                shard.slot, shard.publication
-            ))
-            .await;
+        drop_shard(shard).await;
     }
     base.drop_all().await;
 }
@@ -377,35 +323,13 @@ async fn drain_a_backlog_with_1_2_and_4_shards() {
         base.create_topic(&topic, 8).await;
         let mut parts = Vec::new();
         for k in 0..shards {
-            let shard = shard_of(&base).await;
-            let filter = if shards > 1 {
-                format!(" WHERE ({})", filter_sql("aggregateid", shards, k))
-            } else {
-                String::new()
-            };
-            shard
-                .admin
-                .batch_execute(&format!(
-                    "CREATE PUBLICATION {} FOR TABLE public.{}{filter} WITH (publish = 'insert')",
-                    shard.publication, base.table
-                ))
-                .await
-                .unwrap();
-            // Its own transaction: a slot is not created after writes.
-            shard
-                .admin
-                .execute(
-                    "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
-                    &[&shard.slot],
-                )
-                .await
-                .unwrap();
+            let shard = create_shard(&base, shards, k).await;
             parts.push(shard);
         }
         commit_backlog(&base, rows).await;
         let started = Instant::now();
         let relays: Vec<Relay> = (0..shards)
-            .map(|k| Relay::process(&shard_config(&parts[k as usize], shards, k)))
+            .map(|k| Relay::process(&shard_config(&parts[k as usize], (shards, k), "", "", "")))
             .collect();
         wait_until(
             "the backlog on the topic",
@@ -421,17 +345,7 @@ async fn drain_a_backlog_with_1_2_and_4_shards() {
         table.push((shards, secs));
         drop(relays);
         for shard in &parts {
-            wait_until("the slot to be let go", DEADLINE, || async {
-                !shard.slot_active().await
-            })
-            .await;
-            let _ = shard
-                .admin
-                .batch_execute(&format!(
-                    "SELECT pg_drop_replication_slot('{}'); DROP PUBLICATION {};",
-                    shard.slot, shard.publication
-                ))
-                .await;
+            drop_shard(shard).await;
         }
         base.drop_all().await;
     }

@@ -16,6 +16,11 @@
 //!   the shared services apart from every other test.
 //! * [`messages`]: `sql/outbox_emit.sql` installed, and transactions whose
 //!   events are outbox messages, rows, or both.
+//! * [`mixed`]: transactions that exercise several features at once (rows
+//!   and messages, trace contexts, webhook events, bad rows), written in the
+//!   background while a test kills relays.
+//! * [`shards`]: shards of one outbox (row-filtered publications, slots,
+//!   per-shard configs).
 //! * [`mock`] (librdkafka's mock cluster), [`proxy`] (a TCP proxy that
 //!   stalls), [`tls`] (a throwaway CA, a TLS man in the middle), [`auth`]
 //!   (roles and connection strings), [`http`] (/health and /metrics).
@@ -35,11 +40,13 @@ pub mod cluster;
 pub mod http;
 pub mod kafka;
 pub mod messages;
+pub mod mixed;
 pub mod mock;
 pub mod outbox;
 pub mod proxy;
 pub mod relay;
 pub mod services;
+pub mod shards;
 pub mod slot;
 pub mod tls;
 pub mod webhook;

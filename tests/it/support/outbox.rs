@@ -163,6 +163,27 @@ source = "/orders-service"
         path
     }
 
+    /// Writes [`TestOutbox::config_toml`] with `postgres` lines added to
+    /// its `[postgres]` section and `kafka` lines to its `[kafka]` section
+    /// (each empty, or whole lines), and `extra` appended.
+    pub fn write_config_with(&self, postgres: &str, kafka: &str, extra: &str) -> PathBuf {
+        let path = self.write_config(extra);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("heartbeat_interval_secs = 0\n") && text.contains("[kafka]\n"),
+            "config layout changed"
+        );
+        let text = text
+            .replacen(
+                "heartbeat_interval_secs = 0\n",
+                &format!("heartbeat_interval_secs = 0\n{postgres}\n"),
+                1,
+            )
+            .replacen("[kafka]\n", &format!("[kafka]\n{kafka}\n"), 1);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
     /// Writes a relay config for this outbox that connects with `conninfo`
     /// instead of `PG_RELAY_URL`.
     pub fn write_config_with_url(&self, conninfo: &str, extra: &str) -> PathBuf {

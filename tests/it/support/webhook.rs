@@ -419,11 +419,21 @@ pub async fn delivery_counts(outbox: &TestOutbox, table: &str) -> HashMap<String
 /// (The delivery table is a `[postgres]` key: set it on the settings, or
 /// with `OUTBOX_RELAY__POSTGRES__DELIVERY_TABLE` for a relay process.)
 pub fn webhook_toml(url: &str, secrets: &[String], extra_sink_keys: &str) -> String {
+    webhook_route_toml("ord*", url, secrets, extra_sink_keys)
+}
+
+/// [`webhook_toml`] for the aggregate types `pattern` matches.
+pub fn webhook_route_toml(
+    pattern: &str,
+    url: &str,
+    secrets: &[String],
+    extra_sink_keys: &str,
+) -> String {
     let secrets: Vec<String> = secrets.iter().map(|s| format!("{s:?}")).collect();
     format!(
         r#"
 [[routes]]
-aggregatetype = "ord*"
+aggregatetype = "{pattern}"
 sink = "hooks"
 
 [sinks.hooks]
