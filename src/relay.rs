@@ -202,10 +202,12 @@ async fn run_sessions(
         std::time::Instant::now(),
     );
     // The stream resolves the outbox table from the catalog at every
-    // connect, unless events come from messages only: then no table need
-    // exist (the stream still checks the publication, which pgoutput needs).
-    settings.replication.outbox_table =
-        settings.source.kind.table().then(|| settings.table.clone());
+    // connect. When events come from messages only, no table need exist
+    // (the stream still checks the publication, which pgoutput needs), but
+    // one that exists and is published is resolved all the same: rows a
+    // service still inserts into it are published, never skipped.
+    settings.replication.outbox_table = Some(settings.table.clone());
+    settings.replication.outbox_table_optional = !settings.source.kind.table();
     let mut confirmed;
     // The confirmed position and the server it belongs to, carried from
     // one session to the next (only to the same server: see `position`).
@@ -343,7 +345,7 @@ async fn run_sessions(
         stream.confirm(confirmed);
         metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
         let outbox = stream.outbox_table().cloned();
-        if settings.replication.outbox_table.is_some() && outbox.is_none() {
+        if !settings.replication.outbox_table_optional && outbox.is_none() {
             // The settings name the table (above), so the stream resolved it.
             return Err(ReplicationError::TableMissing {
                 table: format!("{}.{}", settings.table.0, settings.table.1),
