@@ -219,12 +219,16 @@ async fn run_sessions(
     let mut lock: Option<lock::HeldLock> = None;
     let mut candidate = lock::Candidate::default();
     let mut standing_by = false;
+    // Every host of `postgres.url`, for the lock; while the lock is held,
+    // the relay's connections go to its server only (`HeldLock::server`).
+    let configured = settings.replication.conninfo.clone();
     loop {
         if *shutdown.borrow() {
             health.set_stopping();
             return Ok(());
         }
         if settings.lock.enabled && lock.as_ref().is_none_or(lock::HeldLock::is_lost) {
+            settings.replication.conninfo = configured.clone();
             match lock::hold_lock(
                 &settings,
                 &mut candidate,
@@ -234,7 +238,11 @@ async fn run_sessions(
             )
             .await
             {
-                Ok(true) => {}
+                Ok(true) => {
+                    if let Some(held) = &lock {
+                        settings.replication.conninfo = configured.pinned_to(held.server());
+                    }
+                }
                 Ok(false) => {
                     let delay = settings.lock.poll();
                     if wait_or_shutdown(delay, &mut shutdown).await {

@@ -41,7 +41,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::replication::{ErrorKind, ReplicationError, ReplicationSettings, SqlConnection};
+use crate::replication::{
+    Endpoint, ErrorKind, ReplicationError, ReplicationSettings, SqlConnection,
+};
 
 /// The longest and shortest lease `relay.lock_lease_ms` accepts.
 pub const MIN_LEASE: Duration = Duration::from_millis(1_000);
@@ -142,6 +144,9 @@ impl LockError {
 pub struct HeldLock {
     lost: watch::Receiver<bool>,
     renewer: JoinHandle<()>,
+    /// The server the lock's session is on: the lock excludes other
+    /// relays there only, so the stream must read the slot there too.
+    server: Endpoint,
 }
 
 impl Drop for HeldLock {
@@ -161,6 +166,15 @@ impl HeldLock {
     /// A receiver that turns true once the lock is lost.
     pub fn watch(&self) -> watch::Receiver<bool> {
         self.lost.clone()
+    }
+
+    /// The server the lock's session is on. With several hosts in
+    /// `postgres.url`, the lock's session and the stream would each take
+    /// the first host that answers, possibly different servers, and the
+    /// lock would fence nothing on the server whose slot is read: the
+    /// relay pins its connections to this one while it holds the lock.
+    pub fn server(&self) -> &Endpoint {
+        &self.server
     }
 }
 
@@ -247,8 +261,13 @@ impl Candidate {
             }
         }
         let (tx, lost) = watch::channel(false);
+        let server = session.endpoint().clone();
         let renewer = tokio::spawn(renew(session, settings, sent, tx, slot.clone()));
-        Ok(Some(HeldLock { lost, renewer }))
+        Ok(Some(HeldLock {
+            lost,
+            renewer,
+            server,
+        }))
     }
 }
 

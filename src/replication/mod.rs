@@ -64,7 +64,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use catalog::{ServerIdentity, evaluate_slot_json};
-pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, RootCert, SslMode};
+pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, Endpoint, RootCert, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
 pub use outbox_table::{
