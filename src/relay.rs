@@ -71,18 +71,35 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// How a graceful stop ended: what the exit code tells a supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every event sent was acknowledged and confirmed (or nothing was in
+    /// flight): a restart sends nothing twice.
+    Drained,
+    /// The drain deadline (`kafka.shutdown_drain_secs`) passed with events
+    /// unacknowledged, or before the open transaction's commit arrived:
+    /// the slot was not confirmed past them, so the next start sends them
+    /// again. Nothing is lost.
+    Undrained {
+        /// Events sent and not acknowledged when the relay gave up waiting.
+        pending: u64,
+    },
+}
+
 /// How long a stopping relay waits for its background tasks (the cleanup's
 /// last deletes, the last spans) before it exits anyway.
 const BACKGROUND_DRAIN: Duration = Duration::from_secs(5);
 
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
-/// are drained and confirmed) or a fatal error occurs, with the default
+/// are drained and confirmed, up to the drain deadline; [`Stopped`] says
+/// whether they were) or a fatal error occurs, with the default
 /// [`Observability`].
 pub async fn run(
     settings: RelaySettings,
     shutdown: watch::Receiver<bool>,
     health: Health,
-) -> Result<(), RelayError> {
+) -> Result<Stopped, RelayError> {
     run_observed(settings, Observability::default(), shutdown, health).await
 }
 
@@ -94,7 +111,7 @@ pub async fn run_observed(
     observability: Observability,
     shutdown: watch::Receiver<bool>,
     health: Health,
-) -> Result<(), RelayError> {
+) -> Result<Stopped, RelayError> {
     let (tracer, exporter) = match &settings.otlp {
         Some(otlp) => {
             let (tracer, task) = otel::spawn_exporter(otlp.clone());
@@ -190,7 +207,7 @@ async fn run_sessions(
     mut shutdown: watch::Receiver<bool>,
     health: Health,
     background: &Background,
-) -> Result<(), RelayError> {
+) -> Result<Stopped, RelayError> {
     let lag = SlotLag::default();
     let _monitor = AbortOnDrop(tokio::spawn(monitor::run(
         settings.replication.clone(),
@@ -225,7 +242,7 @@ async fn run_sessions(
     loop {
         if *shutdown.borrow() {
             health.set_stopping();
-            return Ok(());
+            return Ok(Stopped::Drained);
         }
         if settings.lock.enabled && lock.as_ref().is_none_or(lock::HeldLock::is_lost) {
             settings.replication.conninfo = configured.clone();
@@ -247,7 +264,7 @@ async fn run_sessions(
                     let delay = settings.lock.poll();
                     if wait_or_shutdown(delay, &mut shutdown).await {
                         health.set_stopping();
-                        return Ok(());
+                        return Ok(Stopped::Drained);
                     }
                     continue;
                 }
@@ -261,7 +278,7 @@ async fn run_sessions(
                     health.retrying(reason, &e);
                     if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
                         health.set_stopping();
-                        return Ok(());
+                        return Ok(Stopped::Drained);
                     }
                     attempt = attempt.saturating_add(1);
                     continue;
@@ -300,7 +317,7 @@ async fn run_sessions(
                 health.retrying(reason, &e);
                 if wait_or_shutdown(delay, &mut shutdown).await {
                     health.set_stopping();
-                    return Ok(());
+                    return Ok(Stopped::Drained);
                 }
                 attempt = attempt.saturating_add(1);
                 continue;
@@ -339,7 +356,7 @@ async fn run_sessions(
                     drop(stream);
                     if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
                         health.set_stopping();
-                        return Ok(());
+                        return Ok(Stopped::Drained);
                     }
                     attempt = attempt.saturating_add(1);
                     continue;
@@ -411,9 +428,20 @@ async fn run_sessions(
         // Whatever waited in this session is replayed by the next one.
         metrics::gauge!(m::OLDEST_UNACKED_AGE).set(0.0);
         match outcome {
-            Ok(final_confirmed) => {
-                tracing::info!(confirmed = %final_confirmed, "stopped after draining in-flight events");
-                return Ok(());
+            Ok((final_confirmed, stopped)) => {
+                match stopped {
+                    Stopped::Drained => tracing::info!(
+                        confirmed = %final_confirmed,
+                        "stopped after draining in-flight events"
+                    ),
+                    Stopped::Undrained { pending } => tracing::warn!(
+                        confirmed = %final_confirmed,
+                        pending,
+                        "stopped before every event was acknowledged; the slot stays at the \
+                         confirmed position and the next start sends them again"
+                    ),
+                }
+                return Ok(stopped);
             }
             Err((err, last_confirmed)) => {
                 let progressed = last_confirmed > confirmed;
@@ -465,7 +493,7 @@ async fn run_sessions(
                 attempt = delay.saturating_add(1);
                 if wait_or_shutdown(replication::backoff(delay), &mut shutdown).await {
                     health.set_stopping();
-                    return Ok(());
+                    return Ok(Stopped::Drained);
                 }
             }
         }
