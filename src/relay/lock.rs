@@ -24,7 +24,9 @@
 //! * [`HeldLock::lost`] turns true at the latest at `sent + lease - margin`
 //!   after the last renewal sent at `sent` that succeeded, and never turns
 //!   back;
-//! * the relay streams only while it holds an unlost lock (see `relay.rs`);
+//! * the relay streams only while it holds an unlost lock (see `relay.rs`),
+//!   and only from the server the lock is held on ([`HeldLock::server`]):
+//!   an advisory lock excludes relays on its own server only;
 //! * dropping a [`HeldLock`] closes its session: the lock is released.
 //!
 //! What it does not cover: a relay process frozen (SIGSTOP, a VM paused)
