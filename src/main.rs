@@ -15,7 +15,7 @@ use figment::providers::Serialized;
 use outbox_relay::admin::{self, AdminTarget, init::InitOptions};
 use outbox_relay::config::{Config, LogFormat};
 use outbox_relay::metrics::{self, Health};
-use outbox_relay::relay::{self, Observability, RelayError, RelaySettings, Side};
+use outbox_relay::relay::{self, Observability, RelayError, RelaySettings, Side, Stopped};
 use tokio::sync::watch;
 
 // jemalloc for the whole process, librdkafka's C code included (the
@@ -38,7 +38,8 @@ pub static malloc_conf: &[u8; 47] = b"narenas:1,dirty_decay_ms:1000,muzzy_decay_
 
 // Exit codes, documented in README.md, docs/operations.md and `--help`
 // (EXIT_CODES_HELP). A clean stop (SIGTERM/SIGINT, in-flight events drained
-// and confirmed) exits 0.
+// and confirmed) exits 0; one whose drain deadline passed first exits
+// EXIT_UNDRAINED.
 
 /// `run`: a fatal error that is neither PostgreSQL's nor Kafka's (the metrics
 /// address cannot be bound, the async runtime cannot start). The operator
@@ -55,6 +56,11 @@ const EXIT_SOURCE: u8 = 3;
 /// dead-letter topic; in exactly-once mode a fence by another relay with
 /// the same transactional id, which restarting would only repeat).
 const EXIT_SINK: u8 = 4;
+/// `run`: stopped (SIGTERM/SIGINT) before every event in flight was
+/// acknowledged, at `kafka.shutdown_drain_secs`: nothing is lost (the slot
+/// was not confirmed past them), but the next start sends them again. Not
+/// 0, which promises a restart sends nothing twice.
+const EXIT_UNDRAINED: u8 = 5;
 
 /// The exit codes as `--help` shows them (tests/ops.rs checks the lines).
 const EXIT_CODES_HELP: &str = "\
@@ -70,6 +76,9 @@ Exit codes of `run`:
      kafka.transactional_id, transactional id not authorized, brokers
      without transactions, the checkpoint topic missing and not created
      or not readable
+  5  stop (SIGTERM/SIGINT) before every event was acknowledged: the drain
+     deadline (kafka.shutdown_drain_secs) passed; nothing lost, they are
+     sent again at the next start
 Transient failures on either side are retried and never end the process.
 init, check, status and dead exit 1 on failure.";
 
@@ -353,7 +362,8 @@ fn main() -> ExitCode {
                 ))),
             }
         }) {
-            Ok(()) => ExitCode::SUCCESS,
+            Ok(Stopped::Drained) => ExitCode::SUCCESS,
+            Ok(Stopped::Undrained { .. }) => ExitCode::from(EXIT_UNDRAINED),
             Err(RunError::Relay(e)) => {
                 tracing::error!("{e:#}");
                 eprintln!("outbox-relay: {e:#}");
@@ -475,7 +485,7 @@ enum RunError {
     Setup(anyhow::Error),
 }
 
-async fn run(config: Config) -> Result<(), RunError> {
+async fn run(config: Config) -> Result<Stopped, RunError> {
     let health = Health::default();
     if let Some(addr) = config.relay.metrics_addr {
         let handle =

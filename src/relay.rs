@@ -73,18 +73,35 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// How a graceful stop ended: what the exit code tells a supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// Every event sent was acknowledged and confirmed (or nothing was in
+    /// flight): a restart sends nothing twice.
+    Drained,
+    /// The drain deadline (`kafka.shutdown_drain_secs`) passed with events
+    /// unacknowledged, or before the open transaction's commit arrived:
+    /// the slot was not confirmed past them, so the next start sends them
+    /// again. Nothing is lost.
+    Undrained {
+        /// Events sent and not acknowledged when the relay gave up waiting.
+        pending: u64,
+    },
+}
+
 /// How long a stopping relay waits for its background tasks (the cleanup's
 /// last deletes, the last spans) before it exits anyway.
 const BACKGROUND_DRAIN: Duration = Duration::from_secs(5);
 
 /// Runs the relay until `shutdown` becomes true (graceful: in-flight events
-/// are drained and confirmed) or a fatal error occurs, with the default
+/// are drained and confirmed, up to the drain deadline; [`Stopped`] says
+/// whether they were) or a fatal error occurs, with the default
 /// [`Observability`].
 pub async fn run(
     settings: RelaySettings,
     shutdown: watch::Receiver<bool>,
     health: Health,
-) -> Result<(), RelayError> {
+) -> Result<Stopped, RelayError> {
     run_observed(settings, Observability::default(), shutdown, health).await
 }
 
@@ -96,7 +113,7 @@ pub async fn run_observed(
     observability: Observability,
     shutdown: watch::Receiver<bool>,
     health: Health,
-) -> Result<(), RelayError> {
+) -> Result<Stopped, RelayError> {
     let (tracer, exporter) = match &settings.otlp {
         Some(otlp) => {
             let (tracer, task) = otel::spawn_exporter(otlp.clone());
@@ -194,7 +211,7 @@ async fn run_sessions(
     mut shutdown: watch::Receiver<bool>,
     health: Health,
     background: &Background,
-) -> Result<(), RelayError> {
+) -> Result<Stopped, RelayError> {
     let lag = SlotLag::default();
     let _monitor = AbortOnDrop(tokio::spawn(monitor::run(
         settings.replication.clone(),
@@ -206,10 +223,12 @@ async fn run_sessions(
         std::time::Instant::now(),
     );
     // The stream resolves the outbox table from the catalog at every
-    // connect, unless events come from messages only: then no table need
-    // exist (the stream still checks the publication, which pgoutput needs).
-    settings.replication.outbox_table =
-        settings.source.kind.table().then(|| settings.table.clone());
+    // connect. When events come from messages only, no table need exist
+    // (the stream still checks the publication, which pgoutput needs), but
+    // one that exists and is published is resolved all the same: rows a
+    // service still inserts into it are published, never skipped.
+    settings.replication.outbox_table = Some(settings.table.clone());
+    settings.replication.outbox_table_optional = !settings.source.kind.table();
     let mut confirmed;
     // The confirmed position and the server it belongs to, carried from
     // one session to the next (only to the same server: see `position`).
@@ -222,12 +241,16 @@ async fn run_sessions(
     let mut lock: Option<lock::HeldLock> = None;
     let mut candidate = lock::Candidate::default();
     let mut standing_by = false;
+    // Every host of `postgres.url`, for the lock; while the lock is held,
+    // the relay's connections go to its server only (`HeldLock::server`).
+    let configured = settings.replication.conninfo.clone();
     loop {
         if *shutdown.borrow() {
             health.set_stopping();
-            return Ok(());
+            return Ok(Stopped::Drained);
         }
         if settings.lock.enabled && lock.as_ref().is_none_or(lock::HeldLock::is_lost) {
+            settings.replication.conninfo = configured.clone();
             match lock::hold_lock(
                 &settings,
                 &mut candidate,
@@ -237,12 +260,16 @@ async fn run_sessions(
             )
             .await
             {
-                Ok(true) => {}
+                Ok(true) => {
+                    if let Some(held) = &lock {
+                        settings.replication.conninfo = configured.pinned_to(held.server());
+                    }
+                }
                 Ok(false) => {
                     let delay = settings.lock.poll();
                     if wait_or_shutdown(delay, &mut shutdown).await {
                         health.set_stopping();
-                        return Ok(());
+                        return Ok(Stopped::Drained);
                     }
                     continue;
                 }
@@ -256,7 +283,7 @@ async fn run_sessions(
                     health.retrying(reason, &e);
                     if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
                         health.set_stopping();
-                        return Ok(());
+                        return Ok(Stopped::Drained);
                     }
                     attempt = attempt.saturating_add(1);
                     continue;
@@ -295,7 +322,7 @@ async fn run_sessions(
                 health.retrying(reason, &e);
                 if wait_or_shutdown(delay, &mut shutdown).await {
                     health.set_stopping();
-                    return Ok(());
+                    return Ok(Stopped::Drained);
                 }
                 attempt = attempt.saturating_add(1);
                 continue;
@@ -342,7 +369,7 @@ async fn run_sessions(
                     drop(stream);
                     if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
                         health.set_stopping();
-                        return Ok(());
+                        return Ok(Stopped::Drained);
                     }
                     attempt = attempt.saturating_add(1);
                     continue;
@@ -361,7 +388,7 @@ async fn run_sessions(
         stream.confirm(confirmed);
         metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
         let outbox = stream.outbox_table().cloned();
-        if settings.replication.outbox_table.is_some() && outbox.is_none() {
+        if !settings.replication.outbox_table_optional && outbox.is_none() {
             // The settings name the table (above), so the stream resolved it.
             return Err(ReplicationError::TableMissing {
                 table: format!("{}.{}", settings.table.0, settings.table.1),
@@ -420,9 +447,20 @@ async fn run_sessions(
         // Whatever waited in this session is replayed by the next one.
         metrics::gauge!(m::OLDEST_UNACKED_AGE).set(0.0);
         match outcome {
-            Ok(final_confirmed) => {
-                tracing::info!(confirmed = %final_confirmed, "stopped after draining in-flight events");
-                return Ok(());
+            Ok((final_confirmed, stopped)) => {
+                match stopped {
+                    Stopped::Drained => tracing::info!(
+                        confirmed = %final_confirmed,
+                        "stopped after draining in-flight events"
+                    ),
+                    Stopped::Undrained { pending } => tracing::warn!(
+                        confirmed = %final_confirmed,
+                        pending,
+                        "stopped before every event was acknowledged; the slot stays at the \
+                         confirmed position and the next start sends them again"
+                    ),
+                }
+                return Ok(stopped);
             }
             Err((err, last_confirmed)) => {
                 let progressed = last_confirmed > confirmed;
@@ -489,7 +527,7 @@ async fn run_sessions(
                 attempt = attempt.saturating_add(1);
                 if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
                     health.set_stopping();
-                    return Ok(());
+                    return Ok(Stopped::Drained);
                 }
             }
         }

@@ -24,7 +24,9 @@
 //! * [`HeldLock::lost`] turns true at the latest at `sent + lease - margin`
 //!   after the last renewal sent at `sent` that succeeded, and never turns
 //!   back;
-//! * the relay streams only while it holds an unlost lock (see `relay.rs`);
+//! * the relay streams only while it holds an unlost lock (see `relay.rs`),
+//!   and only from the server the lock is held on ([`HeldLock::server`]):
+//!   an advisory lock excludes relays on its own server only;
 //! * dropping a [`HeldLock`] closes its session: the lock is released.
 //!
 //! What it does not cover: a relay process frozen (SIGSTOP, a VM paused)
@@ -41,7 +43,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::replication::{ErrorKind, ReplicationError, ReplicationSettings, SqlConnection};
+use crate::replication::{
+    Endpoint, ErrorKind, ReplicationError, ReplicationSettings, SqlConnection,
+};
 
 /// The longest and shortest lease `relay.lock_lease_ms` accepts.
 pub const MIN_LEASE: Duration = Duration::from_millis(1_000);
@@ -142,6 +146,9 @@ impl LockError {
 pub struct HeldLock {
     lost: watch::Receiver<bool>,
     renewer: JoinHandle<()>,
+    /// The server the lock's session is on: the lock excludes other
+    /// relays there only, so the stream must read the slot there too.
+    server: Endpoint,
 }
 
 impl Drop for HeldLock {
@@ -161,6 +168,15 @@ impl HeldLock {
     /// A receiver that turns true once the lock is lost.
     pub fn watch(&self) -> watch::Receiver<bool> {
         self.lost.clone()
+    }
+
+    /// The server the lock's session is on. With several hosts in
+    /// `postgres.url`, the lock's session and the stream would each take
+    /// the first host that answers, possibly different servers, and the
+    /// lock would fence nothing on the server whose slot is read: the
+    /// relay pins its connections to this one while it holds the lock.
+    pub fn server(&self) -> &Endpoint {
+        &self.server
     }
 }
 
@@ -247,8 +263,13 @@ impl Candidate {
             }
         }
         let (tx, lost) = watch::channel(false);
+        let server = session.endpoint().clone();
         let renewer = tokio::spawn(renew(session, settings, sent, tx, slot.clone()));
-        Ok(Some(HeldLock { lost, renewer }))
+        Ok(Some(HeldLock {
+            lost,
+            renewer,
+            server,
+        }))
     }
 }
 

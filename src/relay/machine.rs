@@ -182,6 +182,9 @@ pub struct SessionMachine<'a> {
     tracer: Option<Tracer>,
     /// Outbox messages arrived while the source excludes them: said once.
     warned_messages_off: bool,
+    /// Outbox table rows arrived while the source is messages only: said
+    /// once (they are published, as with `both`).
+    warned_rows_in_messages_mode: bool,
     /// A malformed trace context was dropped: said once.
     warned_trace_context: bool,
     /// Everything up to here was handed to the producer (the end LSN of
@@ -249,6 +252,7 @@ impl<'a> SessionMachine<'a> {
             cleanup,
             tracer: None,
             warned_messages_off: false,
+            warned_rows_in_messages_mode: false,
             warned_trace_context: false,
             transactions: metrics::counter!(m::TRANSACTIONS),
             handed_off: confirmed,
@@ -458,7 +462,9 @@ impl<'a> SessionMachine<'a> {
                     return Ok(Step::LookUp(relation));
                 }
                 Some(_) => self.relation_classified(&relation, RelationClass::Outbox),
-                // Messages only: no table's rows are events.
+                // No outbox table (messages only, and the configured table
+                // does not exist or is not published): no table's rows are
+                // events.
                 None => self.relation_classified(&relation, RelationClass::Other),
             },
             TxEvent::Insert { relation, tuple } => self.on_insert(&relation, &tuple, producer)?,
@@ -594,6 +600,16 @@ impl<'a> SessionMachine<'a> {
         if !self.is_outbox(relation) {
             metrics::counter!(m::CHANGES_IGNORED, "kind" => "other_table").increment(1);
             return Ok(());
+        }
+        if !self.settings.source.kind.table() && !self.warned_rows_in_messages_mode {
+            self.warned_rows_in_messages_mode = true;
+            tracing::warn!(
+                table = %relation.qualified_name(),
+                "rows arrive in the outbox table while postgres.source = \"messages\": they \
+                 are published (as with \"both\"), not skipped. Set postgres.source = \"both\" \
+                 while services still insert rows, or take the table out of the publication once \
+                 none do"
+            );
         }
         self.rows_seen += 1;
         let written = self.written_before();

@@ -40,7 +40,7 @@ use super::progress::Progress;
 use super::refusals::Refusals;
 use super::routing::DeliveryTag;
 use super::sinks::Sinks;
-use super::{Background, RelaySettings};
+use super::{Background, RelaySettings, Stopped};
 use crate::cleanup::Deleter;
 use crate::lsn::Lsn;
 use crate::metrics::{self as m, Health};
@@ -205,12 +205,13 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Streams until shutdown (returns the final confirmed position) or
-    /// failure (returns the error and the position confirmed so far).
+    /// Streams until shutdown (returns the final confirmed position and
+    /// whether everything sent was drained) or failure (returns the error
+    /// and the position confirmed so far).
     pub(super) async fn run(
         mut self,
         shutdown: &mut watch::Receiver<bool>,
-    ) -> Result<Lsn, (SessionError, Lsn)> {
+    ) -> Result<(Lsn, Stopped), (SessionError, Lsn)> {
         let deadline = match self.stream_until_shutdown(shutdown).await {
             Ok(deadline) => deadline,
             Err(mut e) => {
@@ -459,8 +460,14 @@ impl<'a> Session<'a> {
 
     /// Graceful stop: read nothing more, wait for outstanding reports up to
     /// `deadline` (counted from the stop request), then send the final
-    /// status update.
-    async fn drain_and_stop(mut self, deadline: Instant) -> Result<Lsn, (SessionError, Lsn)> {
+    /// status update. Says whether it drained: [`Stopped::Undrained`] when
+    /// events were still unacknowledged at the deadline, or the open
+    /// transaction's commit never arrived (either is sent again at the next
+    /// start).
+    async fn drain_and_stop(
+        mut self,
+        deadline: Instant,
+    ) -> Result<(Lsn, Stopped), (SessionError, Lsn)> {
         while self.machine.awaiting_broker() {
             // The stream is not read while draining: keep its status updates
             // going, or a drain longer than wal_sender_timeout loses the
@@ -489,6 +496,15 @@ impl<'a> Session<'a> {
             }
             self.confirm();
         }
+        // Decided before exactly-once aborts what it holds of an open
+        // transaction: that is not drained either.
+        let stopped = if self.machine.awaiting_broker() || self.machine.delivering() {
+            Stopped::Undrained {
+                pending: self.machine.pending_events(),
+            }
+        } else {
+            Stopped::Drained
+        };
         if let Some(eos) = &mut self.eos {
             // What was handed over whole goes out with its checkpoint.
             if let Err(e) = eos.commit_if_due(&mut self.machine, &self.sink, true).await {
@@ -502,7 +518,7 @@ impl<'a> Session<'a> {
             tracing::warn!(error = %e, "final status update failed; the slot keeps its last confirmed position");
         }
         drop_sink(self.sink).await;
-        Ok(self.confirmed)
+        Ok((self.confirmed, stopped))
     }
 
     /// Takes delivery reports for at most `within`, until nothing is pending,

@@ -112,7 +112,8 @@ pub struct CatalogState {
     /// Where the server's timeline forked from its parent (its last
     /// promotion), when it is not the first timeline.
     pub timeline_fork: Option<Lsn>,
-    /// The outbox table, when the settings name one.
+    /// The outbox table, when the settings name one (and, when it is
+    /// optional, it exists and the publication publishes it).
     pub outbox: Option<OutboxTable>,
 }
 
@@ -127,16 +128,22 @@ pub async fn check(
     let timeline_fork = timeline_fork_point(socket, identity.timeline, target).await?;
     let confirmed_flush = check_slot(socket, &settings.slot, target).await?;
     let outbox = match &settings.outbox_table {
-        Some((schema, name)) => Some(
-            outbox_table::resolve(
-                socket,
-                (schema.as_str(), name.as_str()),
-                settings.outbox_oid,
-                &settings.publication,
-                target,
-            )
-            .await?,
-        ),
+        Some((schema, name)) => match outbox_table::resolve(
+            socket,
+            (schema.as_str(), name.as_str()),
+            settings.outbox_oid,
+            &settings.publication,
+            target,
+        )
+        .await
+        {
+            Ok(outbox) => Some(outbox),
+            Err(error) if outbox_table::sends_no_rows(&error, settings.outbox_table_optional) => {
+                check_publication(socket, &settings.publication, target).await?;
+                None
+            }
+            Err(error) => return Err(error),
+        },
         None => {
             check_publication(socket, &settings.publication, target).await?;
             None

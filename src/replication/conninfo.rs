@@ -313,6 +313,18 @@ impl Conninfo {
         self.password.as_deref()
     }
 
+    /// The same conninfo with `endpoint` as its only endpoint: for a
+    /// connection that must reach the server another connection reached
+    /// (the stream, the server the relay lock is held on). Everything else
+    /// (credentials, TLS, options) stays; `endpoint` normally is one of
+    /// [`Conninfo::endpoints`].
+    pub fn pinned_to(&self, endpoint: &Endpoint) -> Conninfo {
+        Conninfo {
+            endpoints: vec![endpoint.clone()],
+            ..self.clone()
+        }
+    }
+
     /// `text` with every form of this conninfo's password cut out: for
     /// messages that may echo what a server or library was given.
     pub fn scrub(&self, text: &str) -> String {

@@ -64,7 +64,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 pub use catalog::{ServerIdentity, evaluate_slot_json};
-pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, RootCert, SslMode};
+pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, Endpoint, RootCert, SslMode};
 pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
 pub use outbox_table::{
@@ -88,6 +88,11 @@ pub struct ReplicationSettings {
     /// connect, and the publication must contain it. `None` skips both
     /// (a stream read for other purposes, as in tests of the connection).
     pub outbox_table: Option<(String, String)>,
+    /// With `outbox_table`: a table that does not exist, or that the
+    /// publication does not publish, is no error but no outbox (events come
+    /// from logical messages, `postgres.source = "messages"`); one that
+    /// does is resolved, so that rows inserted into it are not skipped.
+    pub outbox_table_optional: bool,
     /// The outbox table's OID from an earlier session, preferred over the
     /// name: a table renamed while the relay runs is still found after a
     /// reconnect.
@@ -115,6 +120,7 @@ impl ReplicationSettings {
             slot: slot.into(),
             publication: publication.into(),
             outbox_table: None,
+            outbox_table_optional: false,
             outbox_oid: None,
             status_interval: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),

@@ -102,6 +102,18 @@ pub fn classify(lookup: RelationLookup) -> RelationClass {
     }
 }
 
+/// Whether `error`, from [`resolve`], only means that no row of the outbox
+/// table can arrive: the table does not exist, or the publication does not
+/// publish it. That is no error when the table is `optional` (events come
+/// from logical messages); any other error still is.
+pub fn sends_no_rows(error: &ReplicationError, optional: bool) -> bool {
+    optional
+        && matches!(
+            error,
+            ReplicationError::TableMissing { .. } | ReplicationError::PublicationLacksTable { .. }
+        )
+}
+
 /// The publication's tables as OIDs (`pg_publication_tables` lists leaf
 /// partitions, or the root with `publish_via_partition_root`).
 ///
@@ -304,5 +316,27 @@ mod tests {
         assert_eq!(classify(lookup(false, false, true)), RelationClass::Unknown);
         assert!(!RelationClass::Other.is_outbox());
         assert!(!RelationClass::Unknown.is_outbox());
+    }
+
+    #[test]
+    fn only_an_optional_table_may_be_absent_and_only_absent() {
+        let missing = ReplicationError::TableMissing {
+            table: "public.outbox".into(),
+            database: "app".into(),
+        };
+        let unpublished = ReplicationError::PublicationLacksTable {
+            publication: "outbox_pub".into(),
+            table: "public.outbox".into(),
+        };
+        let no_publication = ReplicationError::PublicationMissing {
+            publication: "outbox_pub".into(),
+            database: "app".into(),
+        };
+        assert!(sends_no_rows(&missing, true));
+        assert!(sends_no_rows(&unpublished, true));
+        // A table source needs its table, and a publication is needed always.
+        assert!(!sends_no_rows(&missing, false));
+        assert!(!sends_no_rows(&unpublished, false));
+        assert!(!sends_no_rows(&no_publication, true));
     }
 }

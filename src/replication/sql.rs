@@ -30,6 +30,7 @@ use tokio::time::timeout;
 
 use super::ReplicationSettings;
 use super::auth::{self, SessionKind};
+use super::conninfo::Endpoint;
 use super::error::{ReplicationError, ServerError};
 use super::protocol::{read_message, server_error};
 use super::socket::{self, FramedSocket};
@@ -38,6 +39,8 @@ use super::socket::{self, FramedSocket};
 pub struct SqlConnection {
     socket: FramedSocket,
     target: String,
+    /// The conninfo endpoint that answered, of those tried in order.
+    endpoint: Endpoint,
 }
 
 impl SqlConnection {
@@ -82,7 +85,13 @@ impl SqlConnection {
                 Ok::<_, ReplicationError>(socket)
             };
             match timeout(settings.connect_timeout, attempt).await {
-                Ok(Ok(socket)) => return Ok(SqlConnection { socket, target }),
+                Ok(Ok(socket)) => {
+                    return Ok(SqlConnection {
+                        socket,
+                        target,
+                        endpoint: endpoint.clone(),
+                    });
+                }
                 Ok(Err(e)) => last_error = Some(e),
                 Err(_) => {
                     last_error = Some(ReplicationError::ConnectTimeout {
@@ -119,6 +128,13 @@ impl SqlConnection {
     /// The endpoint connected to, for errors (no credentials in it).
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    /// The conninfo endpoint connected to: the server this session is on,
+    /// for a connection that must reach the same one
+    /// ([`super::Conninfo::pinned_to`]).
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
     }
 
     /// Terminate, best effort: the server closes the connection on it.

@@ -204,3 +204,51 @@ async fn kill_9_in_messages_mode_loses_nothing() {
     );
     outbox.drop_all().await;
 }
+
+/// Switched to `source = "messages"` while a service still inserts rows
+/// into the outbox table (which the publication still publishes): those
+/// rows are published like in "both", never skipped with the slot
+/// confirmed past them, and one warning per session says they arrive.
+/// (Current-thread runtime: the log capture sees the relay's tasks.)
+#[tokio::test]
+async fn rows_inserted_into_the_outbox_table_in_messages_mode_are_published() {
+    let (logs, _guard) = LogCapture::start();
+    let outbox = TestOutbox::create("jsonb").await;
+    install_outbox_emit(&outbox.admin).await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 4).await;
+    let mut settings = outbox.settings();
+    settings.source.kind = Source::Messages;
+    settings.source.message_prefix = outbox.message_prefix();
+    let relay = Relay::in_process(settings);
+
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    // Rows and messages, in transactions of either kind and mixed ones.
+    let (committed, messages) = outbox
+        .emit_events(&mut writer, (30, 2, 6), Write::Both, &mut seqs)
+        .await;
+    let rows = committed.len() - messages;
+    assert!(rows > 0 && messages > 0, "{rows} rows, {messages} messages");
+    // Once the slot is past the last commit, the relay handled every
+    // transaction: what is not on the topic then was skipped.
+    let end = outbox.current_wal_lsn().await;
+    wait_until(
+        "the slot to confirm the last transaction",
+        DEADLINE,
+        || async { outbox.confirmed_flush_lsn().await.is_some_and(|c| c >= end) },
+    )
+    .await;
+    let received = consume_to_end(&topic).await;
+    let summary = check_delivery("rows-in-messages-mode", &committed, &received);
+    assert_eq!(
+        summary.lost,
+        0,
+        "{rows} rows of the outbox table among {} events; the slot confirmed {end}",
+        committed.len()
+    );
+    relay.stop().await.expect("graceful stop");
+    let warnings = logs.lines_with("rows arrive in the outbox table while postgres.source");
+    assert_eq!(warnings.len(), 1, "one warning per session: {warnings:?}");
+    outbox.drop_all().await;
+}

@@ -126,6 +126,7 @@ impl Fixture {
             slot: self.slot.clone(),
             publication: self.publication.clone(),
             outbox_table: None,
+            outbox_table_optional: false,
             outbox_oid: None,
             status_interval: Duration::from_secs(10),
             connect_timeout: WAIT,

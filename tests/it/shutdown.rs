@@ -5,7 +5,7 @@
 //! under steady load re-sends at most about a second of it.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::support::*;
 
@@ -324,5 +324,90 @@ async fn kill_9_under_steady_load_resends_at_most_about_a_second_of_it() {
         per_kill <= RATE,
         "a kill -9 re-sent {per_kill} events on average, more than one second of load ({RATE})"
     );
+    outbox.drop_all().await;
+}
+
+/// A stop whose drain deadline passes with events unacknowledged (the
+/// broker is down) must not exit 0, the code that promises a restart sends
+/// nothing twice: it exits [`EXIT_UNDRAINED`] within the deadline, and the
+/// next start, with the broker back, delivers the events it had not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_events_unacknowledged_at_the_drain_deadline_exits_undrained() {
+    use crate::support::http::{http_get, metric_value};
+    use crate::support::mock::{mock_with_topic, read_mock_to_end};
+
+    const DRAIN: Duration = Duration::from_secs(2);
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let mock = mock_with_topic(1, &topic, 1);
+    let port = free_port();
+    // The mock's brokers instead of the shared Kafka; a message timeout far
+    // beyond the drain, so the records are still in flight at its deadline.
+    let toml = outbox
+        .config_toml(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""))
+        .replace(
+            &format!("brokers = \"{}\"", std::env::var("KAFKA_BROKERS").unwrap()),
+            &format!(
+                "brokers = \"{}\"\nshutdown_drain_secs = {}\nmessage_timeout_ms = 120000",
+                mock.bootstrap_servers(),
+                DRAIN.as_secs()
+            ),
+        );
+    assert!(
+        toml.contains(&mock.bootstrap_servers()),
+        "config layout changed"
+    );
+    let config = std::env::temp_dir()
+        .join(random_name("relay_cfg"))
+        .with_extension("toml");
+    std::fs::write(&config, toml).unwrap();
+
+    let mut relay = Relay::process(&config);
+    wait_until("the relay to be ready", DEADLINE, || async {
+        http_get(port, "/ready")
+            .await
+            .is_some_and(|(status, _)| status == 200)
+    })
+    .await;
+    mock.broker_down(1).expect("broker down");
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let committed = outbox.commit_events(&mut writer, 1, 2, 1, &mut seqs).await;
+    wait_until("both events in flight", DEADLINE, || async {
+        http_get(port, "/metrics").await.is_some_and(|(_, body)| {
+            metric_value(&body, "outbox_relay_events_in_flight", "") >= 2.0
+        })
+    })
+    .await;
+
+    let stop_at = Instant::now();
+    let status = relay.terminate().await;
+    let took = stop_at.elapsed();
+    let log = relay.log_text();
+    println!("stopped with the broker down: {status:?} after {took:?}");
+    assert_eq!(status.code(), Some(EXIT_UNDRAINED), "{log}");
+    assert!(
+        took < DRAIN + Duration::from_secs(10),
+        "the stop waited {took:?}, beyond the drain deadline; log: {log}"
+    );
+    assert!(
+        !log.contains("stopped after draining in-flight events"),
+        "a stop that did not drain says it did: {log}"
+    );
+
+    mock.broker_up(1).expect("broker up");
+    let mut relay = Relay::process(&config);
+    let brokers = mock.bootstrap_servers();
+    let (topic_read, brokers_read) = (topic.clone(), brokers.clone());
+    wait_until("the events to arrive after the restart", DEADLINE, || {
+        let (topic, brokers) = (topic_read.clone(), brokers_read.clone());
+        async move { read_mock_to_end(&brokers, &topic).await.len() >= 2 }
+    })
+    .await;
+    let status = relay.terminate().await;
+    assert_eq!(status.code(), Some(EXIT_CLEAN), "{}", relay.log_text());
+    let received = read_mock_to_end(&brokers, &topic).await;
+    let summary = check_delivery("undrained stop", &committed, &received);
+    assert_eq!(summary.lost, 0);
     outbox.drop_all().await;
 }

@@ -364,3 +364,63 @@ async fn two_relays_under_kill9_and_network_cuts_never_produce_at_once() {
     outbox.drop_all().await;
     report_wall_time("standby-faults", started);
 }
+
+/// With several hosts in `postgres.url`, the stream goes to the server the
+/// relay lock is held on, never to another host that happens to accept
+/// the replication connection: the lock fences nothing there. The first
+/// host (a throwaway cluster) accepts ordinary sessions, so the lock is
+/// taken there, but refuses replication (`max_wal_senders = 0`); the
+/// second holds the slot. The relay must keep retrying the first, saying
+/// so on /ready, and leave the second's slot alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_several_hosts_the_stream_goes_to_the_server_of_the_lock() {
+    use crate::support::cluster::Cluster;
+
+    let outbox = TestOutbox::create("jsonb").await;
+    let first = Cluster::start(&["max_wal_senders = 0"]);
+    first
+        .client()
+        .await
+        .batch_execute("CREATE ROLE relay LOGIN")
+        .await
+        .expect("the relay's role on the first host");
+    let url = format!(
+        "postgres://relay:relay-test-password@127.0.0.1:{},127.0.0.1:{}/postgres",
+        first.port,
+        env("PG_PORT")
+    );
+    let port = free_port();
+    let config = outbox.write_config_with_url(
+        &url,
+        &format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""),
+    );
+    let relay = Relay::process(&config);
+    let first_host = format!("127.0.0.1:{}", first.port);
+    wait_until_explained(
+        "/ready to say the relay retries the server of its lock",
+        Duration::from_secs(60),
+        || async {
+            http::http_get(port, "/ready")
+                .await
+                .is_some_and(|(code, body)| {
+                    code == 503 && body.contains("retrying") && body.contains(&first_host)
+                })
+        },
+        || async {
+            format!(
+                "/ready {:?}; slot {:?}; log:\n{}",
+                http::http_get(port, "/ready").await,
+                outbox.slot().await,
+                relay.log_text()
+            )
+        },
+    )
+    .await;
+    let slot = outbox.slot().await.expect("the slot");
+    assert_eq!(
+        slot.active_pid, None,
+        "the second host's slot is read without the lock there: {slot:?}"
+    );
+    drop(relay);
+    outbox.drop_all().await;
+}

@@ -267,3 +267,26 @@ fn rejects_bad_input_without_echoing_the_password() {
         }
     }
 }
+
+#[test]
+fn pinned_to_one_endpoint_keeps_everything_but_the_other_hosts() {
+    let c = Conninfo::parse(
+        "host=a,b port=1,2 user=u password=topsecret dbname=d sslmode=require options='-c x=1'",
+    )
+    .unwrap();
+    let second = c.endpoints[1].clone();
+    let pinned = c.pinned_to(&second);
+    assert_eq!(pinned.endpoints, vec![second]);
+    assert_eq!(
+        (
+            &pinned.user,
+            &pinned.dbname,
+            &pinned.options,
+            pinned.tls.mode
+        ),
+        (&c.user, &c.dbname, &c.options, c.tls.mode)
+    );
+    assert_eq!(pinned.password(), c.password());
+    // Still the one redacted form everywhere.
+    assert!(!format!("{pinned} {pinned:?}").contains("topsecret"));
+}

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use outbox_relay::metrics::Health;
-use outbox_relay::relay::{self, RelayError, RelaySettings};
+use outbox_relay::relay::{self, RelayError, RelaySettings, Stopped};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -36,6 +36,9 @@ pub const EXIT_SOURCE: i32 = 3;
 /// Kafka needs a person: credentials or ACLs refused, a topic missing and
 /// not created.
 pub const EXIT_SINK: i32 = 4;
+/// Stopped before every event in flight was acknowledged (the drain
+/// deadline passed): they are sent again at the next start.
+pub const EXIT_UNDRAINED: i32 = 5;
 
 pub struct Relay {
     run: Run,
@@ -44,7 +47,7 @@ pub struct Relay {
 enum Run {
     InProcess {
         stop: watch::Sender<bool>,
-        task: Option<JoinHandle<Result<(), RelayError>>>,
+        task: Option<JoinHandle<Result<Stopped, RelayError>>>,
     },
     Process {
         child: Child,
@@ -101,7 +104,7 @@ impl Relay {
 
     /// Graceful stop of the in-process relay (as on SIGTERM); returns its
     /// result.
-    pub async fn stop(mut self) -> Result<(), RelayError> {
+    pub async fn stop(mut self) -> Result<Stopped, RelayError> {
         let Run::InProcess { stop, task } = &mut self.run else {
             panic!("stop() is for a relay in-process; a relay process stops by terminate()")
         };
@@ -114,7 +117,7 @@ impl Relay {
     }
 
     /// Waits for the in-process relay to end by itself (a fatal error).
-    pub async fn join(mut self, within: Duration) -> Result<(), RelayError> {
+    pub async fn join(mut self, within: Duration) -> Result<Stopped, RelayError> {
         let Run::InProcess { task, .. } = &mut self.run else {
             panic!("join() is for a relay in-process; wait for a relay process with wait()")
         };
