@@ -481,17 +481,30 @@ fn read_blocking(
     // KIP-98). The integration test
     // exactly_once::the_checkpoint_read_waits_out_a_transaction_open_on_the_topic
     // checks it against the broker.
+    //
+    // The end to reach is each partition's end NOW: this relay's last
+    // checkpoint is below it (`init_transactions` settled this relay's
+    // transactions before the read), and another relay writing to the
+    // same topic (the shards of one outbox share it by default) keeps
+    // opening transactions after it: waiting for a moment with none open,
+    // or for the read to find no more records, may never end.
     let uncommitted = clients
         .uncommitted
         .insert(consumer(settings, "read_uncommitted")?);
+    let mut target = std::collections::HashMap::new();
+    for &p in &partitions {
+        let (_, high) = uncommitted
+            .fetch_watermarks(topic, p, left())
+            .map_err(failed)?;
+        target.insert(p, high);
+    }
     let mut seen_open = false;
     loop {
         let watermarks = || -> Result<bool, KafkaError> {
             let mut settled = true;
             for &p in &partitions {
                 let (_, stable) = committed.fetch_watermarks(topic, p, left())?;
-                let (_, high) = uncommitted.fetch_watermarks(topic, p, left())?;
-                settled &= stable >= high;
+                settled &= stable >= target[&p];
             }
             Ok(settled)
         };
@@ -526,7 +539,15 @@ fn read_blocking(
     committed
         .assign(&assignment)
         .map_err(|e| incomplete(e.to_string()))?;
-    let mut at_end = std::collections::HashSet::new();
+    let mut at_end: std::collections::HashSet<i32> = partitions
+        .iter()
+        .copied()
+        .filter(|p| {
+            committed
+                .fetch_watermarks(topic, *p, left())
+                .is_ok_and(|(low, _)| low >= target[p])
+        })
+        .collect();
     let mut last = CheckpointRead::Nothing;
     while at_end.len() < partitions.len() {
         if left().is_zero() {
@@ -542,10 +563,19 @@ fn read_blocking(
                 at_end.insert(p);
             }
             Some(Err(e)) => return Err(failed(e)),
-            Some(Ok(msg)) if msg.key() == Some(key.as_bytes()) => {
-                last = CheckpointRead::Last(msg.payload().map(<[u8]>::to_vec));
+            Some(Ok(msg)) => {
+                let end = target.get(&msg.partition()).copied().unwrap_or(0);
+                if msg.offset() < end && msg.key() == Some(key.as_bytes()) {
+                    last = CheckpointRead::Last(msg.payload().map(<[u8]>::to_vec));
+                }
+                // Past the end (or at its last offset): this partition is
+                // read. A commit marker at the end is never delivered, but
+                // the other writer's next record is, or the end of the
+                // partition.
+                if msg.offset() + 1 >= end {
+                    at_end.insert(msg.partition());
+                }
             }
-            Some(Ok(_)) => {}
         }
     }
     Ok(last)
