@@ -227,19 +227,6 @@ impl Health {
     /// The /health answer at `now` (time since this value was created).
     pub(super) fn status_at(&self, now: Duration) -> (StatusCode, String) {
         let limit = Duration::from_millis(self.0.unhealthy_after_ms.load(Ordering::Relaxed));
-        let kafka_down = self.0.kafka_down_since.load(Ordering::Relaxed);
-        if kafka_down != 0 {
-            let down = Duration::from_millis(millis(now).saturating_sub(kafka_down - 1));
-            if let Some(reason) = self.kafka_down().filter(|_| down >= limit) {
-                return (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!(
-                        "unhealthy: no Kafka broker answered for {} s: {reason}\n",
-                        down.as_secs()
-                    ),
-                );
-            }
-        }
         let since = self.0.failing_since.load(Ordering::Relaxed);
         if since != 0 {
             let stalled = Duration::from_millis(millis(now).saturating_sub(since - 1));
@@ -250,6 +237,20 @@ impl Health {
                         "unhealthy: no progress for {} s; last failure: {}\n",
                         stalled.as_secs(),
                         self.reason()
+                    ),
+                );
+            }
+        }
+        // After the relay's own retry loop, which names its reason.
+        let kafka_down = self.0.kafka_down_since.load(Ordering::Relaxed);
+        if kafka_down != 0 {
+            let down = Duration::from_millis(millis(now).saturating_sub(kafka_down - 1));
+            if let Some(reason) = self.kafka_down().filter(|_| down >= limit) {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "unhealthy: no Kafka broker answered for {} s: {reason}\n",
+                        down.as_secs()
                     ),
                 );
             }
