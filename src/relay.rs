@@ -415,7 +415,22 @@ async fn run_sessions(
         let eos = settings.exactly_once.clone().map(|eos| {
             exactly_once::Eos::new(eos, &settings.replication.slot, server.clone(), confirmed)
         });
-        if !dead_letter_topic_checked {
+        let brokers = settings.sink.brokers.clone();
+        let reach = health.clone();
+        sink.on_reach(Box::new(move |down| match down {
+            Some(why) => reach.kafka_unreachable(&format_args!("{brokers} ({why})")),
+            None => reach.kafka_reachable(),
+        }));
+        // Before the first event: is any broker there at all? If none
+        // answers, the probe says so once and the relay streams anyway:
+        // the broker may come up later, and events wait in the producer
+        // until it does. The dead-letter topic is checked at the first
+        // start that reaches one.
+        if !dead_letter_topic_checked
+            && sink
+                .probe_brokers(settings.sink.topic_check_timeout())
+                .await
+        {
             check_dead_letter_topic(&mut sink, &settings).await?;
             table_access::check_at_start(&background.webhooks).await?;
             dead_letter_topic_checked = true;

@@ -16,13 +16,19 @@
 //! works; otherwise 503 with what the relay does instead: `connecting`,
 //! `retrying <reason>` (between sessions), `producer retrying <reason>` (a
 //! delivery failed and the replay has not confirmed anything yet) or
-//! `stopping`. It turns 503 at once, without the grace period of /health:
+//! `stopping`; or, while streaming, `kafka unreachable: <brokers> (<reason>)`
+//! when the producer reaches no broker (events wait in the relay until one
+//! answers: `sink::broker_watch` says when). It turns 503 at once, without
+//! the grace period of /health:
 //! it says "events flow now", for a load balancer, a rollout or an alert
 //! (the `outbox_relay_ready` gauge carries the same answer).
 //!
 //! Progress is the confirmed LSN moving, or the stream showing that nothing
 //! is left to confirm; a session that starts, sends and fails again is not
-//! progress. Recording progress is two atomic loads on the hot path.
+//! progress. No Kafka broker answering counts as a retry loop of its own
+//! (librdkafka's): it turns /health 503 once it lasted
+//! `relay.unhealthy_after_secs`, progress or not (an idle relay is "caught
+//! up" while it could not deliver a single event), until a broker answers. Recording progress is two atomic loads on the hot path.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -55,6 +61,10 @@ struct HealthState {
     failing_since: AtomicU64,
     unhealthy_after_ms: AtomicU64,
     reason: Mutex<String>,
+    /// Like `failing_since`, for no Kafka broker answering; only a broker
+    /// answering clears it.
+    kafka_down_since: AtomicU64,
+    kafka_reason: Mutex<String>,
 }
 
 impl Default for Health {
@@ -68,12 +78,26 @@ impl Default for Health {
             failing_since: AtomicU64::new(0),
             unhealthy_after_ms: AtomicU64::new(millis(DEFAULT_UNHEALTHY_AFTER)),
             reason: Mutex::new(String::new()),
+            kafka_down_since: AtomicU64::new(0),
+            kafka_reason: Mutex::new(String::new()),
         }))
     }
 }
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// `text`, cut to [`MAX_REASON_LEN`] at a character boundary.
+fn cut(mut text: String) -> String {
+    if text.len() > MAX_REASON_LEN {
+        let mut end = MAX_REASON_LEN;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
 }
 
 impl Health {
@@ -93,6 +117,8 @@ impl Health {
         if standby {
             self.0.failing_since.store(0, Ordering::Relaxed);
             self.0.producer_failing.store(false, Ordering::Relaxed);
+            // A standby has no producer: what the last one met is over.
+            self.0.kafka_down_since.store(0, Ordering::Relaxed);
         }
         self.publish_readiness();
     }
@@ -130,15 +156,43 @@ impl Health {
         self.record_failure(reason, detail);
     }
 
-    fn record_failure(&self, reason: &str, detail: &dyn std::fmt::Display) {
-        let mut text = format!("{reason}: {detail}");
-        if text.len() > MAX_REASON_LEN {
-            let mut end = MAX_REASON_LEN;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            text.truncate(end);
+    /// No Kafka broker answers (`detail` says where and why): /ready
+    /// answers 503 while streaming, /health once it lasted
+    /// `relay.unhealthy_after_secs`.
+    pub fn kafka_unreachable(&self, detail: &dyn std::fmt::Display) {
+        *self
+            .0
+            .kafka_reason
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = cut(detail.to_string());
+        let now = millis(self.0.origin.elapsed()) + 1;
+        let _ =
+            self.0
+                .kafka_down_since
+                .compare_exchange(0, now, Ordering::Relaxed, Ordering::Relaxed);
+        self.publish_readiness();
+    }
+
+    /// A Kafka broker answers (again).
+    pub fn kafka_reachable(&self) {
+        if self.0.kafka_down_since.swap(0, Ordering::Relaxed) != 0 {
+            self.publish_readiness();
         }
+    }
+
+    /// Why no Kafka broker answers, while none does.
+    fn kafka_down(&self) -> Option<String> {
+        (self.0.kafka_down_since.load(Ordering::Relaxed) != 0).then(|| {
+            self.0
+                .kafka_reason
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+        })
+    }
+
+    fn record_failure(&self, reason: &str, detail: &dyn std::fmt::Display) {
+        let text = cut(format!("{reason}: {detail}"));
         *self.0.reason.lock().unwrap_or_else(|e| e.into_inner()) = text;
         let now = millis(self.0.origin.elapsed()) + 1;
         let _ = self
@@ -172,10 +226,10 @@ impl Health {
 
     /// The /health answer at `now` (time since this value was created).
     pub(super) fn status_at(&self, now: Duration) -> (StatusCode, String) {
+        let limit = Duration::from_millis(self.0.unhealthy_after_ms.load(Ordering::Relaxed));
         let since = self.0.failing_since.load(Ordering::Relaxed);
         if since != 0 {
             let stalled = Duration::from_millis(millis(now).saturating_sub(since - 1));
-            let limit = Duration::from_millis(self.0.unhealthy_after_ms.load(Ordering::Relaxed));
             if stalled >= limit {
                 return (
                     StatusCode::SERVICE_UNAVAILABLE,
@@ -183,6 +237,20 @@ impl Health {
                         "unhealthy: no progress for {} s; last failure: {}\n",
                         stalled.as_secs(),
                         self.reason()
+                    ),
+                );
+            }
+        }
+        // After the relay's own retry loop, which names its reason.
+        let kafka_down = self.0.kafka_down_since.load(Ordering::Relaxed);
+        if kafka_down != 0 {
+            let down = Duration::from_millis(millis(now).saturating_sub(kafka_down - 1));
+            if let Some(reason) = self.kafka_down().filter(|_| down >= limit) {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!(
+                        "unhealthy: no Kafka broker answered for {} s: {reason}\n",
+                        down.as_secs()
                     ),
                 );
             }
@@ -225,6 +293,9 @@ impl Health {
         if self.is_streaming() {
             if failing && self.0.producer_failing.load(Ordering::Relaxed) {
                 return unavailable(format!("producer retrying {}\n", self.reason()));
+            }
+            if let Some(reason) = self.kafka_down() {
+                return unavailable(format!("kafka unreachable: {reason}\n"));
             }
             return (StatusCode::OK, "ready: streaming\n".to_owned());
         }
@@ -365,6 +436,50 @@ mod tests {
             health.status_at(Duration::from_secs(3600)).0,
             StatusCode::OK
         );
+    }
+
+    #[test]
+    fn no_kafka_broker_is_not_ready_at_once_and_unhealthy_after_the_limit_whatever_the_progress() {
+        let health = Health::default();
+        health.set_unhealthy_after(Duration::from_secs(10));
+        health.set_streaming(true);
+        let where_why = "127.0.0.1:1 (Connect to ipv4#127.0.0.1:1 failed: Connection refused)";
+        health.kafka_unreachable(&where_why);
+        assert_eq!(
+            health.readiness(),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("kafka unreachable: {where_why}\n")
+            )
+        );
+        let first = health.0.kafka_down_since.load(Ordering::Relaxed);
+        health.kafka_unreachable(&"again");
+        assert_eq!(
+            health.0.kafka_down_since.load(Ordering::Relaxed),
+            first,
+            "the clock starts once"
+        );
+        let at = |secs: u64| Duration::from_millis(first - 1) + Duration::from_secs(secs);
+        // Caught up on an idle outbox: progress, but nothing can be
+        // delivered either.
+        health.progress();
+        assert_eq!(health.status_at(at(9)).0, StatusCode::OK);
+        let (code, body) = health.status_at(at(10));
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body,
+            "unhealthy: no Kafka broker answered for 10 s: again\n"
+        );
+
+        health.kafka_reachable();
+        assert_eq!(health.readiness().0, StatusCode::OK);
+        assert_eq!(health.status_at(at(1000)).0, StatusCode::OK);
+
+        // A relay standing by has no producer: nothing of the last one stays.
+        health.kafka_unreachable(&where_why);
+        health.set_streaming(false);
+        health.set_standby(true);
+        assert_eq!(health.status_at(at(5000)).0, StatusCode::OK);
     }
 
     #[test]

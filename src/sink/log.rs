@@ -1,5 +1,13 @@
 //! librdkafka's log lines, forwarded to `tracing` (target `librdkafka`) at
-//! their own level, with one exception: the configuration warning that
+//! their own level, with two exceptions.
+//!
+//! A broker connection failing (facility `FAIL`: connection refused, TLS
+//! handshake failed, disconnected) goes to debug: librdkafka reports the
+//! same failure, same words, through the client error callback, where the
+//! relay logs connection trouble once per incident (`broker_watch`);
+//! logged here too it would repeat with every reconnect.
+//!
+//! And the configuration warning that
 //! `enable.gapless.guarantee` is experimental. The relay sets that property
 //! on purpose (see [`super::KafkaSink::new`]), so the warning says nothing an
 //! operator can act on; printed at warn on every start it would teach people
@@ -17,6 +25,9 @@ const GAPLESS_REASON: &str = "expected: the relay sets enable.gapless.guarantee 
      that failed for good stops the producer instead of being overtaken by later records of its \
      aggregate";
 
+/// Why a `FAIL` line goes to debug, logged beside it.
+const FAIL_REASON: &str = "also reported as a client error, logged once per incident";
+
 /// The level a librdkafka line is logged at, and a note to log with it.
 pub(super) fn classify(
     level: RDKafkaLogLevel,
@@ -25,6 +36,9 @@ pub(super) fn classify(
 ) -> (Level, Option<&'static str>) {
     if fac == "CONFWARN" && message.contains(GAPLESS_EXPERIMENTAL) {
         return (Level::DEBUG, Some(GAPLESS_REASON));
+    }
+    if fac == "FAIL" {
+        return (Level::DEBUG, Some(FAIL_REASON));
     }
     let level = match level {
         RDKafkaLogLevel::Emerg
@@ -74,6 +88,18 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_connection_goes_to_debug_as_the_error_callback_reports_it() {
+        let refused = "[thrd:127.0.0.1:1/bootstrap]: 127.0.0.1:1/bootstrap: Connect to \
+             ipv4#127.0.0.1:1 failed: Connection refused (after 0ms in state CONNECT)";
+        let (level, note) = classify(RDKafkaLogLevel::Error, "FAIL", refused);
+        assert_eq!(level, Level::DEBUG);
+        assert!(
+            note.is_some_and(|n| n.contains("once per incident")),
+            "{note:?}"
+        );
+    }
+
+    #[test]
     fn other_warnings_keep_their_level() {
         // Another experimental or deprecated property someone set in
         // kafka.properties: that one they should see.
@@ -84,11 +110,11 @@ mod tests {
         );
         // The same words under another facility are not the config warning.
         assert_eq!(
-            classify(RDKafkaLogLevel::Warning, "FAIL", GAPLESS_LINE),
+            classify(RDKafkaLogLevel::Warning, "CONFWARN2", GAPLESS_LINE),
             (Level::WARN, None)
         );
         assert_eq!(
-            classify(RDKafkaLogLevel::Error, "FAIL", "connection refused"),
+            classify(RDKafkaLogLevel::Error, "ERROR", "connection refused"),
             (Level::ERROR, None)
         );
         assert_eq!(

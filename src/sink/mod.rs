@@ -20,12 +20,15 @@
 //! record travels with an opaque tag of the caller's type `T`, returned in
 //! its [`DeliveryReport`].
 
+mod broker_watch;
 mod counters;
 pub mod http;
 mod log;
+mod reach;
 mod refusal;
 mod transactional;
 
+use broker_watch::BrokerWatch;
 use counters::AckCounters;
 
 use std::sync::Arc;
@@ -43,6 +46,7 @@ use tokio::sync::mpsc;
 
 use crate::envelope::KafkaRecord;
 
+pub use broker_watch::ReachObserver;
 pub use refusal::{
     DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
 };
@@ -174,6 +178,9 @@ struct ReportingContext<T> {
     /// Exactly-once: the checkpoint topic, whose records are the sink's
     /// own and report to nobody (`transactional.rs`).
     checkpoint_topic: Option<String>,
+    /// Whether a broker answers, from the callbacks below; logs
+    /// connection trouble once per incident instead of once per error.
+    brokers: BrokerWatch,
 }
 
 impl<T> ReportingContext<T> {
@@ -222,12 +229,22 @@ impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
                 detail: reason.to_owned(),
             });
         }
-        // As rdkafka's default: librdkafka's words at error level.
-        tracing::error!("librdkafka: {error}: {reason}");
+        // Connection trouble repeats with every attempt: the watch logs
+        // it once per incident. The rest needs a person.
+        if !self.brokers.client_error(&error, reason) {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
     }
 
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
         log::forward(level, fac, message);
+    }
+
+    /// Read only while no broker is known to answer (see
+    /// [`STATISTICS_INTERVAL_MS`]), so a healthy producer pays nothing
+    /// but librdkafka's own JSON.
+    fn stats_raw(&self, statistics: &[u8]) {
+        self.brokers.statistics(statistics);
     }
 }
 
@@ -257,6 +274,7 @@ impl<T: Send + Sync + 'static> ProducerContext for ReportingContext<T> {
         let Sent { tag, bytes } = *sent;
         let result = match result {
             Ok(msg) => {
+                self.brokers.answered();
                 self.acknowledged
                     .count(msg, bytes, msg.topic() == self.dead_letter_topic);
                 Ok(())
@@ -314,6 +332,15 @@ pub enum TopicCheck {
     Unknown(String),
 }
 
+/// How often librdkafka reports its statistics, unless the operator's
+/// `statistics.interval.ms` says otherwise: they are how the relay learns
+/// that a broker answers again while no record is in flight (an idle relay
+/// after an outage). Read only while no broker is known to answer.
+pub const STATISTICS_INTERVAL_MS: u64 = 1000;
+
+/// How long the probe at start waits for any broker to answer, at most.
+const BROKER_PROBE: Duration = Duration::from_secs(5);
+
 /// The relay's producer configuration: the operator's properties, then
 /// what the relay owns ([`RELAY_OWNED_PROPERTIES`]): idempotence and
 /// `acks=all`, the gapless guarantee or, with `transactions`, the
@@ -357,6 +384,9 @@ pub fn producer_config(
             "queue.buffering.max.messages",
             settings.queue_max_messages.to_string(),
         );
+    if cfg.get("statistics.interval.ms").is_none() {
+        cfg.set("statistics.interval.ms", STATISTICS_INTERVAL_MS.to_string());
+    }
     cfg
 }
 
@@ -397,6 +427,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                     alarmed: AtomicBool::new(false),
                     acknowledged: AckCounters::new(),
                     checkpoint_topic: transactions.map(|t| t.checkpoint_topic.clone()),
+                    brokers: BrokerWatch::new(&settings.brokers),
                 })
                 .map_err(SinkError::Create)?;
         let client = producer.client();
@@ -421,6 +452,45 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
             Some(refused) => refused,
             // The sender lives in the producer, as long as `self`.
             None => std::future::pending().await,
+        }
+    }
+
+    /// Tells `observer` whether a broker answers: the state known now (if
+    /// any), then every change (see `broker_watch`).
+    pub fn on_reach(&self, observer: ReachObserver) {
+        self.producer.client().context().brokers.observe(observer);
+    }
+
+    /// Asks the cluster for metadata, waiting at most a few seconds (and
+    /// no longer than `timeout`): true if a broker answered. When none
+    /// does, the watch says so in one line naming `kafka.brokers` and tells
+    /// the observer; nothing else changes: records wait in librdkafka's
+    /// queue, which keeps trying.
+    pub async fn probe_brokers(&self, timeout: Duration) -> bool {
+        let producer = Arc::clone(&self.producer);
+        let topic = self.dead_letter_topic.clone();
+        let timeout = timeout.min(BROKER_PROBE);
+        // The dead-letter topic, which the relay asks about next anyway:
+        // metadata for one topic is cheap on any cluster, that of every
+        // topic is not.
+        let answer = tokio::task::spawn_blocking(move || {
+            producer.client().fetch_metadata(Some(&topic), timeout)
+        })
+        .await;
+        let brokers = &self.producer.client().context().brokers;
+        match answer {
+            Ok(Ok(_)) => {
+                brokers.answered();
+                true
+            }
+            Ok(Err(e)) => {
+                brokers.probe_failed(&e.to_string());
+                false
+            }
+            Err(e) => {
+                brokers.probe_failed(&format!("metadata request task: {e}"));
+                false
+            }
         }
     }
 
@@ -470,6 +540,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
             producer
                 .client()
                 .fetch_metadata(Some(&name), timeout)
+                .inspect(|_| producer.client().context().brokers.answered())
                 .map(|md| {
                     md.topics()
                         .iter()

@@ -41,6 +41,8 @@
 //!   hold when the tests were written.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
+//! * [`unreachable_broker`]: `kafka.brokers` pointing where nothing
+//!   answers: /ready, one clear log line, delivery once a broker answers.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
 //!   slot dropped or invalidated (these hold the services alone).
 //! * [`replication`]: the replication client itself.
@@ -92,4 +94,5 @@ mod soak;
 mod standby;
 mod takeover;
 mod trace_context;
+mod unreachable_broker;
 mod webhooks;

@@ -42,9 +42,14 @@ pub struct StallProxy {
 impl StallProxy {
     /// Listens on an ephemeral loopback port and forwards to `upstream`.
     pub async fn start(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind the proxy");
+        Self::start_at("127.0.0.1:0".parse().expect("address"), upstream).await
+    }
+
+    /// Listens on `listen` (a port a client was told about before anything
+    /// listened there: a broker that comes up late) and forwards to
+    /// `upstream`.
+    pub async fn start_at(listen: SocketAddr, upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind(listen).await.expect("bind the proxy");
         let addr = listener.local_addr().expect("proxy address");
         let (stalled, _) = watch::channel(false);
         let (generation, _) = watch::channel(0u64);
