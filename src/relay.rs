@@ -301,8 +301,14 @@ async fn run_sessions(
         // starts (see `exactly_once`).
         let mut prepared = None;
         if let Some(eos) = &settings.exactly_once {
-            match exactly_once::prepare(&settings.sink, eos, &settings.replication.slot, &server)
-                .await
+            match exactly_once::prepare(
+                &settings.sink,
+                eos,
+                &settings.replication.slot,
+                &server,
+                stream.server_wal_position(),
+            )
+            .await
             {
                 Ok((sink, from_checkpoint)) => {
                     match from_checkpoint {

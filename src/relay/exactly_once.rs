@@ -79,13 +79,15 @@ impl ExactlyOnceSettings {
 type Reports = tokio::sync::mpsc::UnboundedReceiver<DeliveryReport<DeliveryTag>>;
 
 /// Builds the transactional producer and reads the last committed
-/// checkpoint for `slot` on `server`. Returns the producer, and the
-/// position to carry into the session when the checkpoint is usable.
+/// checkpoint for `slot` on `server`, whose WAL is flushed up to
+/// `server_wal`. Returns the producer, and the position to carry into the
+/// session when the checkpoint is usable.
 pub(super) async fn prepare(
     sink_settings: &SinkSettings,
     settings: &ExactlyOnceSettings,
     slot: &str,
     server: &ServerIdentity,
+    server_wal: Lsn,
 ) -> Result<((KafkaSink<DeliveryTag>, Reports), Option<Position>), SessionError> {
     let id = &settings.transactions.transactional_id;
     let (mut sink, reports) = KafkaSink::new_transactional(sink_settings, &settings.transactions)
@@ -117,7 +119,7 @@ pub(super) async fn prepare(
             None
         }
     };
-    let carried = match usable(checkpoint.as_ref(), slot, server) {
+    let carried = match usable(checkpoint.as_ref(), slot, server, server_wal) {
         Found::Use(lsn) => {
             metrics::gauge!(m::CHECKPOINT_LSN).set(lsn.as_u64() as f64);
             tracing::info!(checkpoint = %lsn, topic = %topic, "resuming from the last committed checkpoint");
@@ -147,6 +149,29 @@ pub(super) async fn prepare(
                 "the checkpoint was written for another slot with the same transactional id: \
                  ignoring it. Give each relay its own kafka.transactional_id"
             );
+            None
+        }
+        Found::AheadOfServer { found, server_wal } => {
+            /// The last checkpoint reported: each is logged once, not at
+            /// every session that reads it again before the first commit.
+            static REPORTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            metrics::counter!(m::CHECKPOINTS_AHEAD).increment(1);
+            let lsn = found.as_u64();
+            if REPORTED.swap(lsn, std::sync::atomic::Ordering::Relaxed) != lsn {
+                tracing::error!(
+                    topic = %topic,
+                    key = %id,
+                    checkpoint = %found,
+                    server_wal = %server_wal,
+                    %server,
+                    "the last checkpoint is above the server's WAL position: the database was \
+                     restored from a backup or snapshot (or the checkpoint topic belongs to \
+                     another database with this system identifier). Ignoring it and starting \
+                     from the slot's position. Kafka may hold events of transactions the \
+                     database no longer has, up to the checkpoint: compare the topics with the \
+                     outbox before their consumers act on them"
+                );
+            }
             None
         }
     };
