@@ -206,7 +206,8 @@ async fn missing_checkpoint_topic(
         topic = %topic,
         "the checkpoint topic does not exist: the broker creates it on the relay's request \
          with its defaults, not compacted, and retention would then delete the relay's last \
-         checkpoint. Create it compacted (outbox-relay init prints the command)"
+         checkpoint; with more than one partition (num.partitions), the next start refuses \
+         it. Create it compacted, with one partition (outbox-relay init prints the command)"
     );
     Ok(())
 }
