@@ -342,8 +342,12 @@ async fn run_sessions(
                 }
             }
         }
-        let (start, resumed) =
-            position::resume(carried.as_ref(), &server, stream.slot_confirmed_flush());
+        let (start, resumed) = position::resume(
+            carried.as_ref(),
+            &server,
+            stream.slot_confirmed_flush(),
+            stream.server_wal_position(),
+        );
         position::report_resume(&resumed, &server, &stream, &settings.replication.slot);
         confirmed = start;
         stream.confirm(confirmed);

@@ -155,7 +155,7 @@ pub(super) async fn prepare(
             /// The last checkpoint reported: each is logged once, not at
             /// every session that reads it again before the first commit.
             static REPORTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            metrics::counter!(m::CHECKPOINTS_AHEAD).increment(1);
+            metrics::counter!(m::POSITIONS_AHEAD).increment(1);
             let lsn = found.as_u64();
             if REPORTED.swap(lsn, std::sync::atomic::Ordering::Relaxed) != lsn {
                 tracing::error!(
