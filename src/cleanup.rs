@@ -26,7 +26,10 @@
 //!   never deletes another transaction's rows: a row's `xmin` is the
 //!   transaction that inserted it. It misses rows inserted in a savepoint
 //!   of such a transaction (their `xmin` is the subtransaction's, which
-//!   pgoutput does not send): those stay, which errs on the safe side. At
+//!   pgoutput does not send): those stay, which errs on the safe side. With
+//!   `postgres.shards`, it also keeps to this shard's rows (the
+//!   publication's row filter, in the DELETE): the transaction may hold
+//!   rows of other shards that their relays have not published yet. At
 //!   most [`MAX_HELD_TXNS`] transactions wait; beyond that their rows are
 //!   left in the table and counted (`outbox_relay_cleanup_skipped_rows_total`).
 //! * Never slows the stream: released rows go to the deleter through a
@@ -54,8 +57,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::backoff::{Backoff, Incident};
 use crate::lsn::Lsn;
 use crate::metrics as m;
+use crate::outbox::shard::Shard;
 use postgres_protocol::escape::{
     escape_identifier as quote_ident, escape_literal as quote_literal,
 };
@@ -95,7 +100,7 @@ const BATCH_IDS: usize = 1_000;
 const QUEUE: usize = 256;
 /// First wait before trying a failed DELETE again.
 const RETRY_FIRST_WAIT: Duration = Duration::from_millis(200);
-/// Longest wait between tries (the wait doubles up to it).
+/// Longest wait between tries (the waits grow up to it, [`Backoff`]).
 const RETRY_MAX_WAIT: Duration = Duration::from_secs(5);
 /// How long one batch is tried through failures that pass (a restart or
 /// failover of the server, its connection slots full, a terminated
@@ -109,7 +114,7 @@ const RETRY_FOR: Duration = Duration::from_secs(120);
 /// a relay that publishes and confirms within that moment deletes rows its
 /// DELETE cannot see yet. So rows not found are looked for again.
 const LOOK_AGAIN_FIRST_WAIT: Duration = Duration::from_millis(50);
-/// How long rows not found are looked for (the wait doubles up to
+/// How long rows not found are looked for (the waits grow up to
 /// [`RETRY_MAX_WAIT`]) before they are taken as deleted by something else.
 const LOOK_AGAIN_FOR: Duration = Duration::from_secs(30);
 /// Longest a DELETE may run.
@@ -140,6 +145,9 @@ struct Txn {
     by_xmin: bool,
     /// Rows seen, for the skipped count.
     rows: u64,
+    /// Rows left in the table on purpose ([`Collector::keep`],
+    /// [`Collector::leave`]), counted as skipped when they were.
+    kept: u64,
 }
 
 /// The session's side: notes rows per transaction, releases them once
@@ -167,6 +175,7 @@ impl Collector {
             ids: Vec::new(),
             by_xmin: false,
             rows: 0,
+            kept: 0,
         });
     }
 
@@ -189,17 +198,59 @@ impl Collector {
         }
     }
 
+    /// The row `id` of a transaction not yet released must stay in the
+    /// table: its dead letter went out without its payload (too large for
+    /// the dead-letter topic), so the table holds the only copy, which
+    /// `outbox-relay dead retry` reads. Looked for in the open transaction
+    /// first (where the decision is normally made: reading pauses while a
+    /// record waits), then in the waiting ones. A transaction whose rows are
+    /// deleted by `xmin` stops being: its rows beyond the ids held stay
+    /// (counted as skipped), as the kept row might be among them.
+    pub fn keep(&mut self, id: &str) {
+        let txns = self
+            .open
+            .iter_mut()
+            .chain(self.waiting.iter_mut().rev().map(|(_, txn)| txn));
+        for txn in txns {
+            if let Some(at) = txn.ids.iter().position(|held| held == id) {
+                txn.ids.swap_remove(at);
+                self.held_ids -= 1;
+                txn.kept += 1;
+                metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(1);
+                return;
+            }
+        }
+        if let Some(open) = &mut self.open
+            && open.by_xmin
+        {
+            open.by_xmin = false;
+            open.kept += 1;
+            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(1);
+        }
+    }
+
+    /// An outbox row of the open transaction that this session does not
+    /// delete (it was written to Kafka by an earlier session, whose fate
+    /// for it is not known here): left in the table, counted as skipped.
+    pub fn leave(&mut self) {
+        if let Some(open) = &mut self.open {
+            open.rows += 1;
+            open.kept += 1;
+            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(1);
+        }
+    }
+
     /// The open transaction's Commit.
     pub fn commit(&mut self, end_lsn: Lsn) {
         let Some(txn) = self.open.take() else {
             return;
         };
-        if txn.rows == 0 {
+        if txn.ids.is_empty() && !txn.by_xmin {
             return;
         }
         if self.waiting.len() >= MAX_HELD_TXNS {
             self.held_ids -= txn.ids.len();
-            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(txn.rows);
+            metrics::counter!(m::CLEANUP_SKIPPED_ROWS).increment(txn.rows - txn.kept);
             return;
         }
         self.waiting.push_back((end_lsn, txn));
@@ -245,6 +296,12 @@ pub struct DeleterSettings {
     pub table: (String, String),
     /// Its id column.
     pub id_column: String,
+    /// Its aggregate id column, which the shards split the table by.
+    pub aggregate_id_column: String,
+    /// This relay's shard: a delete by `xmin` keeps to its rows, since the
+    /// inserting transaction may also hold rows that another shard's relay
+    /// has not published yet.
+    pub shard: Shard,
 }
 
 /// The session's hand-off to the deleter.
@@ -317,16 +374,16 @@ struct Missed {
     since: Instant,
     /// Next look.
     next: Instant,
-    /// Wait after the next look, should it not find them either.
-    wait: Duration,
+    /// The waits between looks.
+    backoff: Backoff,
 }
 
 /// The deleter's state across batches.
 struct Deleting {
     settings: DeleterSettings,
     connection: Option<SqlConnection>,
-    /// A warning about failing DELETEs was logged since the last success.
-    warned: bool,
+    /// The failing DELETEs since the last success, for the log.
+    incident: Incident,
     missed: Vec<Missed>,
 }
 
@@ -334,7 +391,7 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
     let mut d = Deleting {
         settings,
         connection: None,
-        warned: false,
+        incident: Incident::default(),
         missed: Vec::new(),
     };
     let mut open = true;
@@ -369,7 +426,7 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
             .partition(|m| !open || m.next <= now);
         d.missed = later;
         for m in due {
-            d.delete(m.rows, Some((m.since, m.wait)), !open).await;
+            d.delete(m.rows, Some((m.since, m.backoff)), !open).await;
         }
         d.delete(fresh, None, !open).await;
     }
@@ -380,10 +437,10 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
 
 impl Deleting {
     /// Deletes `rows` in batches. What a DELETE did not find is looked for
-    /// again (`before`: since when, and the wait to use next) until
+    /// again (`before`: since when, and the waits between looks) until
     /// [`LOOK_AGAIN_FOR`] has passed, or not at all when `last` (the relay
     /// is stopping).
-    async fn delete(&mut self, rows: Deletable, before: Option<(Instant, Duration)>, last: bool) {
+    async fn delete(&mut self, rows: Deletable, before: Option<(Instant, Backoff)>, last: bool) {
         let mut not_found = Deletable::default();
         for batch in rows.ids.chunks(BATCH_IDS) {
             let sql = delete_ids_sql(&self.settings, batch);
@@ -400,7 +457,9 @@ impl Deleting {
         }
         let count = not_found.ids.len() + not_found.xids.len();
         let now = Instant::now();
-        let (since, wait) = before.unwrap_or((now, LOOK_AGAIN_FIRST_WAIT));
+        let (since, mut backoff) =
+            before.unwrap_or_else(|| (now, Backoff::new(LOOK_AGAIN_FIRST_WAIT, RETRY_MAX_WAIT, 3)));
+        let wait = backoff.next_delay();
         let gives_up = last
             || now.duration_since(since) + wait > LOOK_AGAIN_FOR
             || self.missed_count() + count > MAX_HELD_IDS;
@@ -417,7 +476,7 @@ impl Deleting {
             rows: not_found,
             since,
             next: now + wait,
-            wait: (wait * 2).min(RETRY_MAX_WAIT),
+            backoff,
         });
     }
 
@@ -430,16 +489,26 @@ impl Deleting {
     }
 
     /// Runs one batch's DELETE, trying again through failures that pass for
-    /// up to [`RETRY_FOR`]; the keys it deleted (ids, or xids with a row
-    /// deleted), or `None` when the batch's rows are left in the table
-    /// (`rows` of them, for the log). Warns once per run of failures.
+    /// up to [`RETRY_FOR`], backing off; the keys it deleted (ids, or xids
+    /// with a row deleted), or `None` when the batch's rows are left in the
+    /// table (`rows` of them, for the log). Each retry is counted
+    /// (`outbox_relay_reconnects_total{reason="cleanup_delete"}`); a run of
+    /// failures is logged when it starts, every [`Incident::LOG_EVERY`]
+    /// while it lasts, when a batch is given up, and at info when it ends.
     async fn run_batch(&mut self, sql: &str, rows: usize) -> Option<Vec<String>> {
         let started = Instant::now();
-        let mut wait = RETRY_FIRST_WAIT;
+        let mut backoff = Backoff::new(RETRY_FIRST_WAIT, RETRY_MAX_WAIT, 3);
         loop {
             let e = match run(&self.settings, &mut self.connection, sql).await {
                 Ok(result) => {
-                    self.warned = false;
+                    if let Some(end) = self.incident.recovered(Instant::now()) {
+                        tracing::info!(
+                            table = %table_name(&self.settings),
+                            failures = end.failures,
+                            lasted_secs = end.lasted.as_secs(),
+                            "deleting confirmed outbox rows works again"
+                        );
+                    }
                     let deleted: u64 = result.iter().map(|(_, n)| n).sum();
                     metrics::counter!(m::CLEANUP_DELETED_ROWS).increment(deleted);
                     return Some(result.into_iter().map(|(key, _)| key).collect());
@@ -447,9 +516,14 @@ impl Deleting {
                 Err(e) => e,
             };
             self.connection = None;
+            let wait = backoff.next_delay();
             let passes = e.kind() == ErrorKind::Transient;
             let gives_up = !passes || started.elapsed() + wait > RETRY_FOR;
-            if !self.warned || gives_up {
+            let logs = self.incident.failed(Instant::now());
+            // A failure that does not pass (no privilege, the table gone)
+            // fails every batch: logged once per incident like the rest.
+            // A batch given up after retrying is always said.
+            if logs.is_some() || (gives_up && passes) {
                 let table = table_name(&self.settings);
                 let privilege = e.sqlstate() == Some(SqlState::INSUFFICIENT_PRIVILEGE.code());
                 if privilege {
@@ -470,19 +544,20 @@ impl Deleting {
                     );
                 } else {
                     tracing::warn!(
+                        reason = m::reason::CLEANUP_DELETE,
                         table = %table,
                         error = %e,
+                        failures = logs.map_or(0, |l| l.failures),
                         retry_for = ?RETRY_FOR,
-                        "cannot delete confirmed outbox rows yet; trying again"
+                        "cannot delete confirmed outbox rows yet; trying again, backing off"
                     );
                 }
-                self.warned = true;
             }
             if gives_up {
                 return None;
             }
+            metrics::counter!(m::RECONNECTS, "reason" => m::reason::CLEANUP_DELETE).increment(1);
             tokio::time::sleep(wait).await;
-            wait = (wait * 2).min(RETRY_MAX_WAIT);
         }
     }
 }
@@ -567,12 +642,18 @@ pub fn delete_ids_sql(settings: &DeleterSettings, ids: &[String]) -> String {
     )
 }
 
-/// The statement that deletes the rows inserted by `xids` (by `xmin`),
-/// returning each xid it deleted rows of with their count.
+/// The statement that deletes the rows inserted by `xids` (by `xmin`), of
+/// this shard only when the outbox is sharded (by the publication's own
+/// row filter), returning each xid it deleted rows of with their count.
 pub fn delete_xids_sql(settings: &DeleterSettings, xids: &[u32]) -> String {
     let list: Vec<String> = xids.iter().map(|x| format!("'{x}'::xid")).collect();
+    let shard = settings
+        .shard
+        .filter_sql(&settings.aggregate_id_column)
+        .map(|filter| format!(" AND ({filter})"))
+        .unwrap_or_default();
     format!(
-        "WITH d AS (DELETE FROM {} WHERE xmin IN ({}) RETURNING xmin::text AS x) \
+        "WITH d AS (DELETE FROM {} WHERE xmin IN ({}){shard} RETURNING xmin::text AS x) \
          SELECT x, count(*) FROM d GROUP BY x",
         table_name(settings),
         list.join(", ")
@@ -666,6 +747,66 @@ mod tests {
         assert_eq!(c.held_ids(), 0);
     }
 
+    /// A row whose dead letter lost its payload is never released, in the
+    /// open transaction or in one waiting for its confirmation; its
+    /// transaction-mates are.
+    #[test]
+    fn a_kept_row_is_never_released() {
+        let mut c = Collector::new();
+        c.begin(1);
+        c.row(Some("a"));
+        c.row(Some("big"));
+        c.row(Some("b"));
+        c.keep("big");
+        c.commit(Lsn(100));
+        c.begin(2);
+        c.row(Some("c"));
+        c.row(Some("big2"));
+        c.commit(Lsn(200));
+        c.keep("big2");
+        let released = c.release(Lsn(200)).expect("rows released");
+        let mut ids = ids(&released);
+        ids.sort_unstable();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert!(released.xids.is_empty());
+        assert_eq!(c.held_ids(), 0);
+    }
+
+    /// Keeping a row of a transaction deleted by `xmin` (its id not among
+    /// those held, or not readable) turns the `xmin` delete off: the kept
+    /// row may be one of those it would delete.
+    #[test]
+    fn keeping_a_row_not_held_by_id_turns_off_the_xmin_delete() {
+        let mut c = Collector::new();
+        c.begin(7);
+        c.row(Some("a"));
+        c.row(None);
+        c.keep("@0/0/anonymous");
+        c.commit(Lsn(100));
+        let released = c.release(Lsn(100)).expect("the held id is released");
+        assert_eq!(ids(&released), ["a"]);
+        assert!(released.xids.is_empty(), "{released:?}");
+        // Without the keep, the same transaction goes by xmin.
+        c.begin(8);
+        c.row(Some("b"));
+        c.row(None);
+        c.commit(Lsn(200));
+        assert_eq!(c.release(Lsn(200)).unwrap().xids, [8]);
+    }
+
+    /// Rows left on purpose (written by an earlier session) are not
+    /// deleted; a transaction with nothing else is not held at all.
+    #[test]
+    fn rows_left_are_not_held() {
+        let mut c = Collector::new();
+        c.begin(1);
+        c.leave();
+        c.leave();
+        c.commit(Lsn(100));
+        assert_eq!(c.waiting_txns(), 0);
+        assert_eq!(c.release(Lsn(100)), None);
+    }
+
     #[test]
     fn the_delete_names_ids_as_literals_and_xids_by_xmin() {
         let settings = DeleterSettings {
@@ -676,6 +817,8 @@ mod tests {
             ),
             table: ("app".into(), "Out box".into()),
             id_column: "id".into(),
+            aggregate_id_column: "Agg Id".into(),
+            shard: Shard::default(),
         };
         let sql = delete_ids_sql(&settings, &["a'b".into(), "c".into()]);
         assert_eq!(
@@ -686,6 +829,41 @@ mod tests {
         assert!(sql.contains("DELETE FROM \"app\".\"Out box\""), "{sql}");
         assert!(sql.contains("xmin IN ('42'::xid, '7'::xid)"), "{sql}");
         assert!(sql.contains("GROUP BY"), "{sql}");
+        assert!(!sql.contains("hashtext"), "not sharded: every row: {sql}");
+    }
+
+    #[test]
+    fn a_sharded_delete_by_xmin_keeps_to_the_shards_rows() {
+        let settings = DeleterSettings {
+            connection: ReplicationSettings::new(
+                crate::replication::Conninfo::parse("host=h user=u").unwrap(),
+                "",
+                "",
+            ),
+            table: ("public".into(), "outbox".into()),
+            id_column: "id".into(),
+            aggregate_id_column: "aggregateid".into(),
+            shard: Shard {
+                shards: 2,
+                shard: 1,
+            },
+        };
+        assert_eq!(
+            delete_xids_sql(&settings, &[42]),
+            "WITH d AS (DELETE FROM \"public\".\"outbox\" WHERE xmin IN ('42'::xid) \
+             AND (coalesce(abs(hashtext(\"aggregateid\")::bigint) % 2, 0) = 1) \
+             RETURNING xmin::text AS x) SELECT x, count(*) FROM d GROUP BY x"
+        );
+        // The publication's filter, character for character.
+        assert!(
+            delete_xids_sql(&settings, &[42]).contains(&crate::admin::shards::filter_sql(
+                "aggregateid",
+                2,
+                1
+            ))
+        );
+        // By id, the rows are the shard's already: they came through its slot.
+        assert!(!delete_ids_sql(&settings, &["a".into()]).contains("hashtext"));
     }
 
     #[test]

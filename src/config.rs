@@ -235,6 +235,10 @@ pub struct KafkaConfig {
     pub transaction_max_bytes: u64,
     /// ... or has been open this long.
     pub transaction_max_ms: u64,
+    /// The producer's `transaction.timeout.ms`; 0: derived
+    /// ([`KafkaConfig::transaction_timeout`]). A Kafka transaction open for
+    /// half of it commits even inside a PostgreSQL transaction.
+    pub transaction_timeout_ms: u64,
     /// Other librdkafka properties, as text. May hold secrets: see
     /// [`is_secret_property`] (serialization hides them).
     #[serde(
@@ -261,6 +265,7 @@ impl Default for KafkaConfig {
             transaction_max_events: 10_000,
             transaction_max_bytes: 16 * 1024 * 1024,
             transaction_max_ms: 100,
+            transaction_timeout_ms: 0,
             properties: BTreeMap::new(),
         }
     }
@@ -532,8 +537,16 @@ impl KafkaConfig {
     /// librdkafka's default of 60 s. Validation keeps it under the brokers'
     /// default cap (`transaction.max.timeout.ms`, 15 minutes).
     pub fn transaction_timeout(&self) -> Duration {
-        let wanted = self.message_timeout_ms + 2 * self.transaction_max_ms;
-        Duration::from_millis(wanted.max(60_000))
+        if self.transaction_timeout_ms > 0 {
+            return Duration::from_millis(self.transaction_timeout_ms);
+        }
+        Duration::from_millis(self.least_transaction_timeout_ms().max(60_000))
+    }
+
+    /// The shortest `transaction.timeout.ms` that covers a record's whole
+    /// `message_timeout_ms` and the time bound of a transaction twice.
+    pub fn least_transaction_timeout_ms(&self) -> u64 {
+        self.message_timeout_ms + 2 * self.transaction_max_ms
     }
 }
 

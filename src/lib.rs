@@ -15,10 +15,12 @@
 //! `crate::assembler::TxEvent`, `crate::lsn::Lsn`).
 //!
 //! Beside the flow: [`cleanup`] deletes confirmed rows of a table outbox,
-//! [`otel`] exports the produce spans of traced events.
+//! [`otel`] exports the produce spans of traced events, and [`backoff`] is
+//! the one back-off policy of every retry loop.
 
 pub mod ack;
 pub mod admin;
+pub mod backoff;
 pub mod cleanup;
 pub mod config;
 pub mod deadletter;

@@ -167,6 +167,21 @@ pub mod reason {
     /// The relay lock was lost (its session failed or its lease ran out):
     /// the relay stopped producing and stands by.
     pub const LOCK_LOST: &str = "lock_lost";
+    /// The webhook sinks could not use the delivery table (PostgreSQL
+    /// away, the table dropped, a privilege revoked): the retry worker or
+    /// the dispatcher tries again, backing off.
+    pub const DELIVERY_TABLE: &str = "delivery_table";
+    /// The cleanup's DELETE of confirmed outbox rows failed and is tried
+    /// again, backing off.
+    pub const CLEANUP_DELETE: &str = "cleanup_delete";
+}
+
+/// Values of the `kind` label of [`CHANGES_IGNORED`] (besides `update`,
+/// `delete`, `truncate`, `other_table`, `unknown_relation` and `message`).
+pub mod ignored {
+    /// An outbox logical message whose aggregate id is another shard's
+    /// (`postgres.shards`): every shard's slot receives every message.
+    pub const OTHER_SHARD: &str = "other_shard";
 }
 
 /// The `outcome` label of [`KAFKA_TRANSACTIONS`] (exactly-once delivery).
@@ -199,7 +214,7 @@ pub fn describe() {
     );
     describe_counter!(
         CHANGES_IGNORED,
-        "UPDATE, DELETE and TRUNCATE on the outbox, and rows of other tables, ignored by kind."
+        "UPDATE, DELETE and TRUNCATE on the outbox, rows of other tables, and outbox messages not published (source off, another shard's), ignored by kind."
     );
     describe_counter!(
         DELIVERY_FAILURES,
@@ -207,7 +222,7 @@ pub fn describe() {
     );
     describe_counter!(
         RECONNECTS,
-        "Replication reconnects after a transient error, by reason."
+        "Reconnects to PostgreSQL after a transient error, by reason: the replication stream, and the retries of the webhook delivery table and of the cleanup."
     );
     describe_counter!(
         HEARTBEATS,

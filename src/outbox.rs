@@ -25,6 +25,7 @@ use crate::pgoutput::{TupleData, TupleValue};
 const JSONB_OID: u32 = 3802;
 
 pub mod message;
+pub mod shard;
 
 /// Where the relay takes events from (`postgres.source`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]

@@ -42,12 +42,14 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::backoff::Backoff;
 use crate::cleanup::{self, Cleanup, DeleterSettings};
 use crate::lsn::Lsn;
 use crate::metrics::{self as m, Health};
 use crate::otel;
-use crate::replication::{self, ErrorKind, ReplicationError, ReplicationStream};
+use crate::replication::{ErrorKind, ReplicationError, ReplicationStream};
 use crate::sink::http::dispatch::SinkRuntime;
+use crate::sink::http::table_access;
 use crate::sink::http::worker as http_worker;
 use crate::sink::{KafkaSink, SinkError, TopicCheck};
 use monitor::SlotLag;
@@ -108,6 +110,8 @@ pub async fn run_observed(
                 connection: settings.replication.clone(),
                 table: settings.table.clone(),
                 id_column: settings.columns.id.clone(),
+                aggregate_id_column: settings.columns.aggregate_id.clone(),
+                shard: settings.source.shard,
             });
             (Some(deleter), Some(task))
         } else {
@@ -211,6 +215,7 @@ async fn run_sessions(
     // one session to the next (only to the same server: see `position`).
     let mut carried: Option<Position> = None;
     let mut attempt: u32 = 0;
+    let mut backoff = Backoff::reconnect();
     let mut refusals = Refusals::new();
     let mut dead_letter_topic_checked = false;
     health.set_unhealthy_after(settings.unhealthy_after);
@@ -249,7 +254,7 @@ async fn run_sessions(
                     health.set_standby(false);
                     metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
                     health.retrying(reason, &e);
-                    if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                    if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
                         health.set_stopping();
                         return Ok(());
                     }
@@ -263,14 +268,14 @@ async fn run_sessions(
         let mut stream = match ReplicationStream::connect(&settings.replication, Lsn::ZERO).await {
             Ok(stream) => stream,
             Err(e) => {
-                let mut delay = replication::backoff(attempt);
+                let mut delay = backoff.next_delay();
                 let reason = match e.kind() {
                     ErrorKind::Fatal => return Err(e.into()),
                     ErrorKind::SlotBusy if lock.is_some() => {
                         // The reader was told to end when the lock was
                         // taken; it is on its way out.
                         tracing::info!(error = %e, "holding the relay lock, waiting for the slot's previous reader to exit");
-                        delay = replication::backoff(0);
+                        delay = backoff.first();
                         m::reason::SLOT_BUSY
                     }
                     ErrorKind::SlotBusy => {
@@ -300,6 +305,7 @@ async fn run_sessions(
         // Exactly-once: the last committed checkpoint is where this session
         // starts (see `exactly_once`).
         let mut prepared = None;
+        let mut partial = None;
         if let Some(eos) = &settings.exactly_once {
             match exactly_once::prepare(
                 &settings.sink,
@@ -310,7 +316,14 @@ async fn run_sessions(
             )
             .await
             {
-                Ok((sink, from_checkpoint)) => {
+                Ok(exactly_once::Prepared {
+                    sink,
+                    carried: from_checkpoint,
+                    partial: from_partial,
+                }) => {
+                    partial = from_partial
+                        .zip(from_checkpoint.as_ref())
+                        .map(|(partial, position)| (partial, position.confirmed));
                     match from_checkpoint {
                         Some(position) => carried = Some(position),
                         None if carried.is_none() => tracing::warn!(
@@ -333,7 +346,7 @@ async fn run_sessions(
                     tracing::warn!(reason, error = %e, attempt, "cannot start the Kafka transactions; retrying");
                     health.retrying(reason, &e);
                     drop(stream);
-                    if wait_or_shutdown(replication::backoff(attempt), &mut shutdown).await {
+                    if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
                         health.set_stopping();
                         return Ok(());
                     }
@@ -348,6 +361,11 @@ async fn run_sessions(
             stream.slot_confirmed_flush(),
             stream.server_wal_position(),
         );
+        // The part of a transaction in Kafka counts only from the checkpoint
+        // it was written with.
+        let partial = partial
+            .filter(|(_, at)| *at == start)
+            .map(|(partial, _)| partial);
         position::report_resume(&resumed, &server, &stream, &settings.replication.slot);
         confirmed = start;
         stream.confirm(confirmed);
@@ -382,6 +400,7 @@ async fn run_sessions(
         });
         if !dead_letter_topic_checked {
             check_dead_letter_topic(&mut sink, &settings).await?;
+            table_access::check_at_start(&background.webhooks).await?;
             dead_letter_topic_checked = true;
         }
         tracing::info!(
@@ -400,7 +419,7 @@ async fn run_sessions(
             health.clone(),
             (&mut progress, background),
         )
-        .with_exactly_once(eos)
+        .with_exactly_once(eos, partial)
         .fenced_by(lock.as_ref().map(lock::HeldLock::watch))
         .run(&mut shutdown)
         .await;
@@ -422,6 +441,18 @@ async fn run_sessions(
                     server: server.clone(),
                     confirmed,
                 });
+                // Fenced while the relay lock is lost: the relay that took
+                // over fenced this producer. Stand by, like any lost lock.
+                let err = match err {
+                    SessionError::Transaction(crate::sink::TxnFailure::Fenced { .. })
+                        if lock.as_ref().is_some_and(lock::HeldLock::is_lost) =>
+                    {
+                        SessionError::LockLost {
+                            slot: settings.replication.slot.clone(),
+                        }
+                    }
+                    err => err,
+                };
                 if err.is_fatal() {
                     return Err(err.into());
                 }
@@ -461,9 +492,12 @@ async fn run_sessions(
                 // backs off further each time: otherwise a persistent failure
                 // reconnects to PostgreSQL and builds a producer (a new
                 // producer id on the broker) as fast as sessions can start.
-                let delay = if progressed { 0 } else { attempt };
-                attempt = delay.saturating_add(1);
-                if wait_or_shutdown(replication::backoff(delay), &mut shutdown).await {
+                if progressed {
+                    attempt = 0;
+                    backoff.reset();
+                }
+                attempt = attempt.saturating_add(1);
+                if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
                     health.set_stopping();
                     return Ok(());
                 }

@@ -2,7 +2,8 @@
 //! with its own publication and slot, by a row filter on the aggregate id
 //! (PostgreSQL 15+).
 //!
-//! Role: the filter's text, for `init` to create and `check` to compare
+//! Role: the filter's text ([`filter_sql`], from `crate::outbox::shard`,
+//! which the relay shares), for `init` to create and `check` to compare
 //! with what the catalog holds (the server stores it deparsed, with casts
 //! and parentheses of its own; [`filter_matches`] compares the two).
 //!
@@ -16,19 +17,10 @@
 //!   the value is widened to `bigint` first, or that one row would make
 //!   decoding fail on every shard.
 
-use postgres_protocol::escape::escape_identifier;
+pub use crate::outbox::shard::filter_sql;
 
 /// The first server with publication row filters.
 pub const MIN_ROW_FILTER_VERSION_NUM: i64 = 150_000;
-
-/// The row filter of shard `shard` of `shards` on `column`, as written in
-/// `CREATE PUBLICATION ... WHERE (<filter>)`.
-pub fn filter_sql(column: &str, shards: u32, shard: u32) -> String {
-    format!(
-        "coalesce(abs(hashtext({})::bigint) % {shards}, 0) = {shard}",
-        escape_identifier(column)
-    )
-}
 
 /// Whether `deparsed` (the catalog's `pg_publication_tables.rowfilter`) is
 /// the filter of shard `shard` of `shards` on `column`.
@@ -57,18 +49,6 @@ fn normalize(expr: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_filter_names_the_column_shards_and_shard() {
-        assert_eq!(
-            filter_sql("aggregateid", 4, 3),
-            "coalesce(abs(hashtext(\"aggregateid\")::bigint) % 4, 0) = 3"
-        );
-        assert_eq!(
-            filter_sql("Agg Id", 2, 0),
-            "coalesce(abs(hashtext(\"Agg Id\")::bigint) % 2, 0) = 0"
-        );
-    }
 
     /// What PostgreSQL 15 to 17 store for the filter above, read back with
     /// `pg_publication_tables.rowfilter`.

@@ -127,6 +127,7 @@ impl fmt::Debug for KafkaConfig {
             .field("transaction_max_events", &self.transaction_max_events)
             .field("transaction_max_bytes", &self.transaction_max_bytes)
             .field("transaction_max_ms", &self.transaction_max_ms)
+            .field("transaction_timeout_ms", &self.transaction_timeout_ms)
             .field("properties", &RedactedProperties(&self.properties))
             .finish()
     }

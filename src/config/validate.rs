@@ -59,6 +59,9 @@ const TRANSACTION_MAX_MS: std::ops::RangeInclusive<u64> = 1..=30_000;
 /// transaction timeout above `transaction.max.timeout.ms` (15 minutes by
 /// default).
 const MAX_MESSAGE_TIMEOUT_EXACTLY_ONCE_MS: u64 = 600_000;
+/// Longest `kafka.transaction_timeout_ms` accepted: the brokers' default
+/// `transaction.max.timeout.ms`.
+const MAX_TRANSACTION_TIMEOUT_MS: u64 = 900_000;
 /// Longest `kafka.transactional_id` accepted.
 const MAX_TRANSACTIONAL_ID_LEN: usize = 249;
 /// Most shards of one outbox: every walsender decodes all of the WAL, so
@@ -415,6 +418,20 @@ fn validate_exactly_once(config: &Config) -> Result<(), ConfigError> {
                 ),
             ));
         }
+    }
+    if kafka.transaction_timeout_ms != 0
+        && !(kafka.least_transaction_timeout_ms()..=MAX_TRANSACTION_TIMEOUT_MS)
+            .contains(&kafka.transaction_timeout_ms)
+    {
+        return Err(invalid(
+            "kafka.transaction_timeout_ms",
+            format!(
+                "must be 0 (derived) or between {} (kafka.message_timeout_ms plus twice \
+                 kafka.transaction_max_ms) and {MAX_TRANSACTION_TIMEOUT_MS} (the brokers' \
+                 default transaction.max.timeout.ms)",
+                kafka.least_transaction_timeout_ms()
+            ),
+        ));
     }
     if kafka.delivery == Delivery::ExactlyOnce
         && kafka.message_timeout_ms > MAX_MESSAGE_TIMEOUT_EXACTLY_ONCE_MS

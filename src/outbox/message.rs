@@ -137,6 +137,20 @@ pub fn parse(content: &Bytes) -> Result<OutboxRow, Box<(RowError, Salvaged)>> {
     })
 }
 
+/// The aggregate id of a message, read without the rest of it (nothing but
+/// the id is kept): what decides its shard before it is routed. `None` when
+/// the content is not a JSON object with a string `aggregateid` (NULL or
+/// absent included): such a message cannot become an event, and shard 0
+/// dead-letters it, as the row filter puts a NULL aggregate id there.
+pub fn aggregate_id(content: &[u8]) -> Option<Cow<'_, str>> {
+    #[derive(Deserialize)]
+    struct Key<'a> {
+        #[serde(borrow, default)]
+        aggregateid: Option<Cow<'a, str>>,
+    }
+    serde_json::from_slice::<Key<'_>>(content).ok()?.aggregateid
+}
+
 /// `json_build_object` writes a timestamptz as ISO 8601 with a `T`;
 /// a hand-written message may use PostgreSQL's text output.
 fn parse_time(text: &str) -> Option<DateTime<Utc>> {
@@ -176,6 +190,31 @@ mod tests {
         assert_eq!(row.trace_state.as_deref(), Some("congo=t61rcWkgMzE"));
         assert_eq!(row.source, None);
         assert!(row.headers.is_empty());
+    }
+
+    #[test]
+    fn the_aggregate_id_is_read_alone_and_unescaped() {
+        let id = |content: &str| aggregate_id(content.as_bytes()).map(Cow::into_owned);
+        assert_eq!(
+            id(r#"{"id":"e-1","payload":{"aggregateid":"inner"},"aggregateid":"k\\1"}"#),
+            Some("k\\1".to_owned())
+        );
+        assert_eq!(
+            id(r#"{"aggregateid":"agg-\u00e9"}"#),
+            Some("agg-é".to_owned())
+        );
+        // No string aggregate id: shard 0's, to be dead-lettered there.
+        for content in [
+            r#"{"id":"e-1","payload":{}}"#,
+            r#"{"aggregateid":null}"#,
+            r#"{"aggregateid":42}"#,
+            r#"{"aggregateid":"a","aggregateid":"b"}"#,
+            r#"{"aggregateid":"a""#,
+            "not json",
+            "",
+        ] {
+            assert_eq!(id(content), None, "{content:?}");
+        }
     }
 
     #[test]

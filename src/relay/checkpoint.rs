@@ -28,8 +28,11 @@ use crate::lsn::Lsn;
 use crate::replication::ServerIdentity;
 
 /// Version of the checkpoint record's layout; a record of another version
-/// is not guessed at.
+/// is not guessed at. Version 2 adds the part of a PostgreSQL transaction
+/// already in Kafka ([`Partial`]); a checkpoint without one is still
+/// written as version 1, which relays before version 2 read.
 const VERSION: u32 = 1;
+const VERSION_PARTIAL: u32 = 2;
 
 /// The largest checkpoint record the relay reads: a real one is a few
 /// hundred bytes; anything far larger is not one.
@@ -45,6 +48,25 @@ pub struct Checkpoint {
     pub lsn: Lsn,
     /// The server whose WAL `lsn` is a position in.
     pub server: ServerIdentity,
+    /// The first events of the PostgreSQL transaction after `lsn`, when a
+    /// Kafka transaction had to commit inside it.
+    pub partial: Option<Partial>,
+}
+
+/// The part of one PostgreSQL transaction that committed Kafka
+/// transactions hold: its first `events` outbox events (each as its event
+/// or its dead letter), in stream order. A PostgreSQL transaction that
+/// takes longer to stream than the broker lets a Kafka transaction stay
+/// open (`transaction.timeout.ms`) is split this way instead of being
+/// aborted by the coordinator at every attempt. The server sends a
+/// transaction's changes in the same order every time, so the next session
+/// skips exactly these events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Partial {
+    /// The transaction's commit LSN (its Begin's `final_lsn`).
+    pub commit_lsn: Lsn,
+    /// How many of its outbox events are in Kafka.
+    pub events: u64,
 }
 
 /// The record's value, as JSON: readable with any console consumer.
@@ -57,6 +79,12 @@ struct Wire {
     lsn: String,
     system_id: String,
     timeline: u32,
+    /// Version 2: [`Partial::commit_lsn`], `X/Y`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    partial_commit_lsn: Option<String>,
+    /// Version 2: [`Partial::events`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    partial_events: Option<u64>,
 }
 
 /// A checkpoint record the relay cannot read.
@@ -66,7 +94,10 @@ pub enum CheckpointError {
     TooLarge(usize),
     #[error("the checkpoint record is not a checkpoint: {0}")]
     Malformed(String),
-    #[error("the checkpoint record has version {0}; this relay reads version {VERSION}")]
+    #[error(
+        "the checkpoint record has version {0}; this relay reads versions {VERSION} and \
+         {VERSION_PARTIAL}"
+    )]
     Version(u32),
 }
 
@@ -74,11 +105,17 @@ impl Checkpoint {
     /// The record's value.
     pub fn encode(&self) -> Vec<u8> {
         let wire = Wire {
-            version: VERSION,
+            version: if self.partial.is_some() {
+                VERSION_PARTIAL
+            } else {
+                VERSION
+            },
             slot: self.slot.clone(),
             lsn: self.lsn.to_string(),
             system_id: self.server.system_id.clone(),
             timeline: self.server.timeline,
+            partial_commit_lsn: self.partial.map(|p| p.commit_lsn.to_string()),
+            partial_events: self.partial.map(|p| p.events),
         };
         // A struct of strings and integers always serializes.
         serde_json::to_vec(&wire).unwrap_or_default()
@@ -92,13 +129,30 @@ impl Checkpoint {
         }
         let wire: Wire =
             serde_json::from_slice(value).map_err(|e| CheckpointError::Malformed(e.to_string()))?;
-        if wire.version != VERSION {
-            return Err(CheckpointError::Version(wire.version));
-        }
+        let partial = match (wire.version, wire.partial_commit_lsn, wire.partial_events) {
+            (VERSION, None, None) => None,
+            (VERSION_PARTIAL, Some(commit_lsn), Some(events)) if events > 0 => Some(Partial {
+                commit_lsn: commit_lsn
+                    .parse::<Lsn>()
+                    .map_err(|e| CheckpointError::Malformed(e.to_string()))?,
+                events,
+            }),
+            (VERSION | VERSION_PARTIAL, _, _) => {
+                return Err(CheckpointError::Malformed(
+                    "the partial transaction's fields do not match the version".into(),
+                ));
+            }
+            (other, _, _) => return Err(CheckpointError::Version(other)),
+        };
         let lsn = wire
             .lsn
             .parse::<Lsn>()
             .map_err(|e| CheckpointError::Malformed(e.to_string()))?;
+        if partial.is_some_and(|p| p.commit_lsn < lsn) {
+            return Err(CheckpointError::Malformed(
+                "the partial transaction commits before the checkpoint's position".into(),
+            ));
+        }
         if wire.slot.is_empty() || wire.system_id.is_empty() {
             return Err(CheckpointError::Malformed(
                 "empty slot or system identifier".into(),
@@ -111,6 +165,7 @@ impl Checkpoint {
                 system_id: wire.system_id,
                 timeline: wire.timeline,
             },
+            partial,
         })
     }
 }
@@ -184,6 +239,10 @@ pub struct Bounds {
     pub max_events: u64,
     pub max_bytes: u64,
     pub max_open: Duration,
+    /// Open this long, a transaction commits inside a PostgreSQL
+    /// transaction too: half of `transaction.timeout.ms`, so a long one
+    /// is never aborted by the broker.
+    pub split_after: Duration,
 }
 
 /// The open Kafka transaction's size and age, for [`Bounds`].
@@ -212,6 +271,11 @@ impl Batch {
         self.bytes = self.bytes.saturating_add(bytes as u64);
     }
 
+    /// When the open transaction's first record went in.
+    pub fn opened_at(&self) -> Option<Instant> {
+        self.opened
+    }
+
     /// Whether a transaction is open.
     pub fn open(&self) -> bool {
         self.opened.is_some()
@@ -230,6 +294,19 @@ impl Batch {
     /// When the open transaction reaches its time bound.
     pub fn deadline(&self) -> Option<Instant> {
         self.opened.map(|opened| opened + self.bounds.max_open)
+    }
+
+    /// When the open transaction must commit even inside a PostgreSQL
+    /// transaction, with a [`Partial`] checkpoint: before the broker aborts
+    /// it for outliving `transaction.timeout.ms`.
+    pub fn split_at(&self) -> Option<Instant> {
+        self.opened.map(|opened| opened + self.bounds.split_after)
+    }
+
+    /// Whether the open transaction must commit inside a PostgreSQL
+    /// transaction now ([`Batch::split_at`] passed).
+    pub fn split_due(&self, now: Instant) -> bool {
+        self.split_at().is_some_and(|at| now >= at)
     }
 
     /// The transaction was committed or aborted: the next record opens a
@@ -258,6 +335,7 @@ mod tests {
             slot: "orders_slot".into(),
             lsn: Lsn(lsn),
             server: server("7301234567890123456", 1),
+            partial: None,
         }
     }
 
@@ -298,6 +376,51 @@ mod tests {
                 String::from_utf8_lossy(&bytes)
             );
         }
+    }
+
+    /// A checkpoint inside a transaction is version 2 and reads back; one
+    /// without is still version 1, readable by relays before version 2.
+    #[test]
+    fn a_partial_checkpoint_is_version_2_and_a_whole_one_version_1() {
+        let whole = checkpoint(0x100);
+        let text = String::from_utf8(whole.encode()).unwrap();
+        assert!(
+            text.contains("\"version\":1") && !text.contains("partial"),
+            "{text}"
+        );
+        let split = Checkpoint {
+            partial: Some(Partial {
+                commit_lsn: Lsn(0x180),
+                events: 5000,
+            }),
+            ..whole
+        };
+        let text = String::from_utf8(split.encode()).unwrap();
+        assert!(text.contains("\"version\":2"), "{text}");
+        assert!(text.contains("\"partial_commit_lsn\":\"0/180\""), "{text}");
+        assert_eq!(Checkpoint::decode(text.as_bytes()), Ok(split));
+        for bad in [
+            text.replace("\"version\":2", "\"version\":1"),
+            text.replace(",\"partial_events\":5000", ""),
+            text.replace("\"partial_events\":5000", "\"partial_events\":0"),
+            text.replace("0/180", "0/80"),
+            String::from_utf8(checkpoint(0x100).encode())
+                .unwrap()
+                .replace("\"version\":1", "\"version\":2"),
+        ] {
+            assert!(Checkpoint::decode(bad.as_bytes()).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_batch_splits_only_after_its_split_bound() {
+        let t0 = Instant::now();
+        let mut batch = Batch::new(bounds());
+        assert!(!batch.split_due(t0 + Duration::from_secs(60)));
+        batch.record(1, t0);
+        assert!(!batch.split_due(t0 + Duration::from_millis(499)));
+        assert!(batch.split_due(t0 + Duration::from_millis(500)));
+        assert_eq!(batch.split_at(), Some(t0 + Duration::from_millis(500)));
     }
 
     #[test]
@@ -394,6 +517,7 @@ mod tests {
             max_events: 3,
             max_bytes: 1000,
             max_open: Duration::from_millis(100),
+            split_after: Duration::from_millis(500),
         }
     }
 
@@ -457,11 +581,16 @@ mod tests {
             lsn in any::<u64>(),
             system_id in "[0-9]{1,20}",
             timeline in any::<u32>(),
+            partial in proptest::option::of((any::<u32>().prop_map(u64::from), 1u64..)),
         ) {
             let c = Checkpoint {
                 slot,
                 lsn: Lsn(lsn),
                 server: ServerIdentity { system_id, timeline },
+                partial: partial.map(|(ahead, events)| Partial {
+                    commit_lsn: Lsn(lsn.saturating_add(ahead)),
+                    events,
+                }),
             };
             prop_assert_eq!(Checkpoint::decode(&c.encode()), Ok(c));
         }

@@ -6,6 +6,7 @@ use crate::assembler::AssemblyError;
 use crate::error::ErrorKind;
 use crate::pgoutput::DecodeError;
 use crate::replication::ReplicationError;
+use crate::sink::http::table_access::DeliveryTableRefused;
 use crate::sink::{CheckpointReadError, DeliveryError, Refused, SinkError, TxnFailure};
 
 /// Why a streaming session ended without a graceful stop.
@@ -116,6 +117,10 @@ pub enum RelayError {
     /// The relay lock cannot be used (see `relay.standby_lock`).
     #[error(transparent)]
     Lock(#[from] super::lock::LockError),
+    /// Webhook routes, and their delivery table is missing or the relay's
+    /// role may not use it (checked at start).
+    #[error(transparent)]
+    DeliveryTable(#[from] DeliveryTableRefused),
 }
 
 impl RelayError {
@@ -124,7 +129,7 @@ impl RelayError {
         match self {
             RelayError::Replication(_) => Side::Source,
             RelayError::Sink(_) | RelayError::Webhook(_) => Side::Sink,
-            RelayError::Lock(_) => Side::Source,
+            RelayError::Lock(_) | RelayError::DeliveryTable(_) => Side::Source,
             RelayError::Session(e) => match e {
                 SessionError::Replication(_)
                 | SessionError::Decode { .. }

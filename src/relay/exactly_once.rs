@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::DeliveryTag;
-use super::checkpoint::{Batch, Bounds, Checkpoint, Found, usable};
+use super::checkpoint::{Batch, Bounds, Checkpoint, Found, Partial, usable};
 use super::error::SessionError;
 use super::machine::{Producer, SessionMachine};
 use super::position::Position;
@@ -38,7 +38,7 @@ use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
 use crate::sink::{
     CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, RefusalKind, SendError, SinkSettings,
-    TopicCheck, TransactionSettings, create_checkpoint_topic_command, read_checkpoint,
+    TopicCheck, TransactionSettings, TxnFailure, create_checkpoint_topic_command, read_checkpoint,
 };
 
 /// How long the checkpoint read at start may take before the session is
@@ -71,6 +71,7 @@ impl ExactlyOnceSettings {
                 max_events: kafka.transaction_max_events,
                 max_bytes: kafka.transaction_max_bytes,
                 max_open: kafka.transaction_max_duration(),
+                split_after: kafka.transaction_timeout() / 2,
             },
         })
     }
@@ -78,17 +79,25 @@ impl ExactlyOnceSettings {
 
 type Reports = tokio::sync::mpsc::UnboundedReceiver<DeliveryReport<DeliveryTag>>;
 
+/// What a session in exactly-once mode starts with: the transactional
+/// producer, and from a usable checkpoint the position to carry into the
+/// session and the part of the next transaction already in Kafka.
+pub(super) struct Prepared {
+    pub(super) sink: (KafkaSink<DeliveryTag>, Reports),
+    pub(super) carried: Option<Position>,
+    pub(super) partial: Option<Partial>,
+}
+
 /// Builds the transactional producer and reads the last committed
 /// checkpoint for `slot` on `server`, whose WAL is flushed up to
-/// `server_wal`. Returns the producer, and the position to carry into the
-/// session when the checkpoint is usable.
+/// `server_wal`.
 pub(super) async fn prepare(
     sink_settings: &SinkSettings,
     settings: &ExactlyOnceSettings,
     slot: &str,
     server: &ServerIdentity,
     server_wal: Lsn,
-) -> Result<((KafkaSink<DeliveryTag>, Reports), Option<Position>), SessionError> {
+) -> Result<Prepared, SessionError> {
     let id = &settings.transactions.transactional_id;
     let (mut sink, reports) = KafkaSink::new_transactional(sink_settings, &settings.transactions)
         .map_err(|e| {
@@ -119,8 +128,10 @@ pub(super) async fn prepare(
             None
         }
     };
+    let mut partial = None;
     let carried = match usable(checkpoint.as_ref(), slot, server, server_wal) {
         Found::Use(lsn) => {
+            partial = checkpoint.as_ref().and_then(|c| c.partial);
             metrics::gauge!(m::CHECKPOINT_LSN).set(lsn.as_u64() as f64);
             tracing::info!(checkpoint = %lsn, topic = %topic, "resuming from the last committed checkpoint");
             checkpoint.map(|c| Position {
@@ -175,7 +186,11 @@ pub(super) async fn prepare(
             None
         }
     };
-    Ok(((sink, reports), carried))
+    Ok(Prepared {
+        sink: (sink, reports),
+        carried,
+        partial,
+    })
 }
 
 /// The checkpoint topic is missing at start. The producer asks the
@@ -241,22 +256,33 @@ impl Eos {
         }
     }
 
-    /// The position of the last committed checkpoint.
-    pub(super) fn committed(&self) -> Lsn {
-        self.committed
-    }
-
     fn id(&self) -> &str {
         &self.settings.transactions.transactional_id
     }
 
     /// When the session must wake up to commit even if nothing arrives.
-    /// Only between two PostgreSQL transactions, where a commit can happen:
-    /// a deadline past in the middle of one would wake the loop for nothing,
-    /// over and over, until its Commit arrives.
-    pub(super) fn wake_at(&self, at_boundary: bool, handed_off: Lsn) -> Option<Instant> {
+    /// Between two PostgreSQL transactions: the time bound; inside one, the
+    /// split bound, and only where a commit can happen (every event handed
+    /// over in the transaction): a deadline past where none can would wake
+    /// the loop for nothing, over and over.
+    pub(super) fn wake_at(&self, machine: &SessionMachine<'_>) -> Option<Instant> {
+        self.wake_at_point(
+            machine.at_boundary(),
+            machine.split_point().is_some(),
+            machine.handed_off(),
+        )
+    }
+
+    /// [`Eos::wake_at`] of a machine at a boundary or not, able to split
+    /// or not, having handed over everything up to `handed_off`.
+    fn wake_at_point(
+        &self,
+        at_boundary: bool,
+        can_split: bool,
+        handed_off: Lsn,
+    ) -> Option<Instant> {
         if !at_boundary {
-            return None;
+            return can_split.then(|| self.batch.split_at()).flatten();
         }
         match self.batch.deadline() {
             Some(deadline) => Some(deadline),
@@ -271,27 +297,49 @@ impl Eos {
     ///
     /// # Errors
     /// The transaction failed: [`SessionError::Transaction`].
+    ///
+    /// Inside a PostgreSQL transaction, a Kafka transaction open for the
+    /// split bound commits too (where every event handed over is in it),
+    /// with a [`Partial`] checkpoint: the broker would abort it at
+    /// `transaction.timeout.ms`, and every attempt would meet the same
+    /// long transaction again.
     pub(super) async fn commit_if_due(
         &mut self,
-        machine: &SessionMachine<'_>,
+        machine: &mut SessionMachine<'_>,
         sink: &KafkaSink<DeliveryTag>,
         force: bool,
     ) -> Result<(), SessionError> {
-        if !machine.at_boundary() {
-            return Ok(());
-        }
         let now = Instant::now();
         let lsn = machine.handed_off().max(self.committed);
-        let due = if self.batch.open() {
-            force || self.batch.due(now)
+        let partial = if machine.at_boundary() {
+            let due = if self.batch.open() {
+                force || self.batch.due(now)
+            } else {
+                lsn > self.committed
+                    && (force
+                        || now.saturating_duration_since(self.last_commit) >= IDLE_CHECKPOINT_EVERY)
+            };
+            if !due {
+                return Ok(());
+            }
+            None
         } else {
-            lsn > self.committed
-                && (force
-                    || now.saturating_duration_since(self.last_commit) >= IDLE_CHECKPOINT_EVERY)
+            if !self.batch.split_due(now) {
+                return Ok(());
+            }
+            let Some(partial) = machine.split_point() else {
+                return Ok(());
+            };
+            if let Some(partial) = partial {
+                tracing::info!(
+                    commit_lsn = %partial.commit_lsn,
+                    events = partial.events,
+                    "a PostgreSQL transaction is taking longer to stream than half of the Kafka \
+                     transaction timeout: committing the part of it sent so far"
+                );
+            }
+            partial
         };
-        if !due {
-            return Ok(());
-        }
         let id = self.id().to_owned();
         if !self.batch.open() {
             sink.begin_transaction()
@@ -301,6 +349,7 @@ impl Eos {
             slot: self.slot.clone(),
             lsn,
             server: self.server.clone(),
+            partial,
         };
         sink.send_checkpoint(&id, id.as_bytes(), &checkpoint.encode(), unreported_tag())?;
         let started = Instant::now();
@@ -319,6 +368,7 @@ impl Eos {
         tracing::debug!(checkpoint = %lsn, "Kafka transaction committed");
         self.committed = lsn;
         self.last_commit = now;
+        machine.set_committed(lsn);
         Ok(())
     }
 
@@ -338,20 +388,55 @@ impl Eos {
     /// After a failure: aborts the open transaction, best effort, unless
     /// the producer was fenced (then says so). A new producer's
     /// `init_transactions` aborts it in any case.
+    ///
+    /// A fence is told from a transaction the coordinator aborted: both
+    /// bump the producer's epoch and look the same to librdkafka, but a
+    /// Kafka transaction open longer than `transaction.timeout.ms` (the
+    /// relay paused by SIGSTOP or a frozen VM: the monotonic clock runs on)
+    /// explains the fence without another producer, and is retried from
+    /// the last committed checkpoint. A lost relay lock says more than
+    /// either: the relay that took over fenced this producer.
     pub(super) async fn abandon(
         &mut self,
         sink: &KafkaSink<DeliveryTag>,
         error: SessionError,
     ) -> SessionError {
-        if let Some(fenced) = sink.fenced(self.id()) {
+        let outlived = self
+            .batch
+            .opened_at()
+            .map(|opened| opened.elapsed())
+            .filter(|open| *open >= self.settings.transactions.transaction_timeout);
+        let fenced = match error {
+            SessionError::LockLost { .. } => return error,
+            SessionError::Transaction(fenced @ TxnFailure::Fenced { .. }) => fenced,
+            error => match sink.fenced(self.id()) {
+                Some(fenced) => fenced,
+                None => {
+                    self.abort_after_failure(sink).await;
+                    return error;
+                }
+            },
+        };
+        let Some(open) = outlived else {
             return SessionError::Transaction(fenced);
-        }
+        };
+        self.batch.reset();
+        SessionError::Transaction(TxnFailure::Abortable(format!(
+            "the transaction coordinator aborted the Kafka transaction: it was open {:.1} s, \
+             longer than transaction.timeout.ms ({} s; was the relay paused?), and the producer \
+             was fenced ({fenced})",
+            open.as_secs_f64(),
+            self.settings.transactions.transaction_timeout.as_secs()
+        )))
+    }
+
+    /// Aborts the open transaction after a failure, best effort.
+    async fn abort_after_failure(&mut self, sink: &KafkaSink<DeliveryTag>) {
         if self.batch.open() {
             sink.abort_transaction(Duration::from_secs(2)).await;
             metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::ABORTED).increment(1);
             self.batch.reset();
         }
-        error
     }
 }
 
@@ -429,6 +514,7 @@ mod tests {
                     max_events: 100,
                     max_bytes: 1 << 20,
                     max_open: Duration::from_millis(100),
+                    split_after: Duration::from_secs(30),
                 },
             },
             "s",
@@ -440,27 +526,41 @@ mod tests {
         )
     }
 
-    /// Inside a PostgreSQL transaction no commit can happen: a wake-up
-    /// there (its deadline long past) would spin the session's loop until
-    /// the Commit arrives.
+    /// Inside a PostgreSQL transaction the session wakes only for the
+    /// split bound, and only where a commit can happen: a wake-up where
+    /// none can (its deadline long past) would spin the session's loop
+    /// until the Commit arrives.
     #[test]
-    fn the_session_wakes_for_a_commit_only_between_transactions() {
+    fn the_session_wakes_for_the_time_bound_between_transactions_and_the_split_inside() {
         let mut eos = eos();
-        assert_eq!(eos.wake_at(true, Lsn(1000)), None, "nothing to commit");
+        assert_eq!(
+            eos.wake_at_point(true, true, Lsn(1000)),
+            None,
+            "nothing to commit"
+        );
         let opened = Instant::now() - Duration::from_secs(5);
         eos.batch.record(10, opened);
-        assert_eq!(eos.wake_at(false, Lsn(2000)), None, "mid-transaction");
         assert_eq!(
-            eos.wake_at(true, Lsn(2000)),
+            eos.wake_at_point(false, true, Lsn(2000)),
+            Some(opened + Duration::from_secs(30)),
+            "mid-transaction: the split bound"
+        );
+        assert_eq!(
+            eos.wake_at_point(false, false, Lsn(2000)),
+            None,
+            "mid-transaction, a record held back"
+        );
+        assert_eq!(
+            eos.wake_at_point(true, true, Lsn(2000)),
             Some(opened + Duration::from_millis(100))
         );
         eos.batch.reset();
         // Nothing open, the position moved (an idle advance): a checkpoint
         // a while after the last commit.
         assert_eq!(
-            eos.wake_at(true, Lsn(2000)),
+            eos.wake_at_point(true, true, Lsn(2000)),
             Some(eos.last_commit + IDLE_CHECKPOINT_EVERY)
         );
-        assert_eq!(eos.wake_at(false, Lsn(2000)), None);
+        assert_eq!(eos.wake_at_point(false, true, Lsn(2000)), None);
     }
 }

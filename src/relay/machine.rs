@@ -46,6 +46,7 @@ use bytes::Bytes;
 use chrono::Utc;
 
 use super::RelaySettings;
+use super::checkpoint::Partial;
 use super::error::SessionError;
 use super::refusals::{
     DeadLetterFate, Refusals, failure_reason, fatal_refusal, forget_confirmed, note_innocent,
@@ -190,6 +191,19 @@ pub struct SessionMachine<'a> {
     /// `outbox_relay_transactions_total`, held: counted once per
     /// transaction, and a backlog of single-row transactions is many.
     transactions: metrics::Counter,
+    /// Exactly-once: the position of the last committed checkpoint, which
+    /// is what may be confirmed (acknowledged is not enough: the Kafka
+    /// transaction holding the records must have committed). `None`:
+    /// at-least-once, where the acknowledged prefix is confirmable.
+    committed: Option<Lsn>,
+    /// Exactly-once: the part of a transaction that an earlier session's
+    /// committed Kafka transactions hold, skipped when it arrives.
+    resume: Option<Partial>,
+    /// Events of the open transaction still to skip ([`Partial::events`]).
+    skip: u64,
+    /// Outbox events of the open transaction handed over (or skipped as
+    /// written before), in stream order.
+    txn_events: u64,
 }
 
 impl<'a> SessionMachine<'a> {
@@ -239,7 +253,69 @@ impl<'a> SessionMachine<'a> {
             warned_trace_context: false,
             transactions: metrics::counter!(m::TRANSACTIONS),
             handed_off: confirmed,
+            committed: None,
+            resume: None,
+            skip: 0,
+            txn_events: 0,
         }
+    }
+
+    /// Exactly-once delivery: what is confirmable is what a committed
+    /// checkpoint holds ([`SessionMachine::set_committed`]), starting at
+    /// the session's start; `resume` is the part of a transaction already
+    /// in Kafka, from the checkpoint the session starts at.
+    pub fn exactly_once(mut self, resume: Option<Partial>) -> Self {
+        self.committed = Some(self.tracker.confirmed());
+        self.resume = resume;
+        self
+    }
+
+    /// Exactly-once: a Kafka transaction committed with a checkpoint at
+    /// `lsn`: everything up to it is confirmable now, and the rows up to it
+    /// may be deleted.
+    pub fn set_committed(&mut self, lsn: Lsn) {
+        if let Some(committed) = &mut self.committed {
+            *committed = (*committed).max(lsn);
+            forget_confirmed(self.refusals, *committed);
+        }
+    }
+
+    /// What may be confirmed to PostgreSQL, and what cleanup may delete up
+    /// to: the acknowledged prefix, and in exactly-once mode no further
+    /// than the last committed checkpoint.
+    pub fn confirmable(&self) -> Lsn {
+        // A committed Kafka transaction holds its records even while their
+        // delivery reports wait in the channel.
+        self.committed.unwrap_or_else(|| self.tracker.confirmed())
+    }
+
+    /// Where a Kafka transaction may commit inside the transaction being
+    /// received: every event handed over so far is in it (nothing held
+    /// back by a full queue or an isolation). `Some(None)`: none of the
+    /// open transaction's events yet (or none open); `Some(Some(p))`: the
+    /// checkpoint must say that `p.events` of them are in.
+    pub fn split_point(&self) -> Option<Option<Partial>> {
+        if !matches!(self.outgoing, Outgoing::Clear) || !matches!(self.isolation, Isolation::None) {
+            return None;
+        }
+        Some(match self.txn {
+            TxnState::Delivering(commit) if self.txn_events > 0 => Some(Partial {
+                commit_lsn: commit.lsn,
+                events: self.txn_events,
+            }),
+            _ => None,
+        })
+    }
+
+    /// Counts an outbox event of the open transaction; true when an
+    /// earlier session's committed Kafka transaction already holds it.
+    fn written_before(&mut self) -> bool {
+        self.txn_events += 1;
+        if self.skip > 0 {
+            self.skip -= 1;
+            return true;
+        }
+        false
     }
 
     /// Starts a produce span for each traced event.
@@ -251,8 +327,8 @@ impl<'a> SessionMachine<'a> {
     /// The rows of every transaction confirmed so far that were not handed
     /// out yet (cleanup on): nothing above the confirmed position.
     pub fn take_deletable(&mut self) -> Option<Deletable> {
-        let confirmed = self.tracker.confirmed();
-        self.cleanup.as_mut()?.release(confirmed)
+        let confirmable = self.confirmable();
+        self.cleanup.as_mut()?.release(confirmable)
     }
 
     /// The acknowledged prefix: what may be confirmed to PostgreSQL.
@@ -359,6 +435,18 @@ impl<'a> SessionMachine<'a> {
                         if let Some(cleanup) = &mut self.cleanup {
                             cleanup.begin(xid);
                         }
+                        self.txn_events = 0;
+                        self.skip = match self.resume {
+                            Some(partial) if partial.commit_lsn <= final_lsn => {
+                                self.resume = None;
+                                if partial.commit_lsn == final_lsn {
+                                    partial.events
+                                } else {
+                                    0
+                                }
+                            }
+                            _ => 0,
+                        };
                         TxnState::Delivering(Commit {
                             txn: self.tracker.open_at(time),
                             lsn: final_lsn,
@@ -388,6 +476,16 @@ impl<'a> SessionMachine<'a> {
                     std::mem::replace(&mut self.txn, TxnState::Idle)
                 {
                     self.transactions.increment(1);
+                    if self.skip > 0 {
+                        tracing::error!(
+                            commit_lsn = %commit.lsn,
+                            missing = self.skip,
+                            "the checkpoint says more of this transaction's events are in Kafka \
+                             than it has now (postgres.source, the shards or the table changed \
+                             since?): none of it was sent again"
+                        );
+                        self.skip = 0;
+                    }
                     self.tracker.close(commit.txn, end_lsn)?;
                     self.handed_off = self.handed_off.max(end_lsn);
                     if let Some(cleanup) = &mut self.cleanup {
@@ -499,8 +597,18 @@ impl<'a> SessionMachine<'a> {
             return Ok(());
         }
         self.rows_seen += 1;
+        let written = self.written_before();
         if let Some(cleanup) = &mut self.cleanup {
-            cleanup.row(self.router.event_id(relation, tuple).as_deref());
+            if written {
+                // Its fate (a dead letter without its payload?) was the
+                // earlier session's: the row stays.
+                cleanup.leave();
+            } else {
+                cleanup.row(self.router.event_id(relation, tuple).as_deref());
+            }
+        }
+        if written {
+            return Ok(());
         }
         let routed = self.router.route(relation, tuple, &commit, self.refusals);
         self.deliver(routed, producer)

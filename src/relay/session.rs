@@ -134,8 +134,16 @@ impl<'a> Session<'a> {
         }
     }
 
-    /// Exactly-once delivery (`exactly_once.rs`).
-    pub(super) fn with_exactly_once(mut self, eos: Option<Eos>) -> Self {
+    /// Exactly-once delivery (`exactly_once.rs`), resuming after the part
+    /// of a transaction an earlier session committed.
+    pub(super) fn with_exactly_once(
+        mut self,
+        eos: Option<Eos>,
+        partial: Option<super::checkpoint::Partial>,
+    ) -> Self {
+        if eos.is_some() {
+            self.machine = self.machine.exactly_once(partial);
+        }
         self.eos = eos;
         self
     }
@@ -252,7 +260,7 @@ impl<'a> Session<'a> {
             let commit_at = self
                 .eos
                 .as_ref()
-                .and_then(|eos| eos.wake_at(self.machine.at_boundary(), self.machine.handed_off()))
+                .and_then(|eos| eos.wake_at(&self.machine))
                 .map(Instant::from_std);
             tokio::select! {
                 biased;
@@ -354,7 +362,8 @@ impl<'a> Session<'a> {
                 }
             }
             if let Some(eos) = &mut self.eos {
-                eos.commit_if_due(&self.machine, &self.sink, false).await?;
+                eos.commit_if_due(&mut self.machine, &self.sink, false)
+                    .await?;
             }
             self.confirm();
             self.hot
@@ -435,11 +444,8 @@ impl<'a> Session<'a> {
     /// reports it with its next status update.
     fn confirm(&mut self) {
         // Exactly-once: acknowledged is not enough, the transaction holding
-        // the records must have committed.
-        let confirmed = match &self.eos {
-            Some(eos) => eos.committed(),
-            None => self.machine.confirmed(),
-        };
+        // the records must have committed (the machine knows which).
+        let confirmed = self.machine.confirmable();
         if confirmed > self.confirmed {
             self.confirmed = confirmed;
             self.stream.confirm(confirmed);
@@ -485,7 +491,7 @@ impl<'a> Session<'a> {
         }
         if let Some(eos) = &mut self.eos {
             // What was handed over whole goes out with its checkpoint.
-            if let Err(e) = eos.commit_if_due(&self.machine, &self.sink, true).await {
+            if let Err(e) = eos.commit_if_due(&mut self.machine, &self.sink, true).await {
                 let confirmed = self.confirmed;
                 return Err((self.abandon(e).await, confirmed));
             }

@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::envelope::EnvelopeSettings;
 use crate::otel::{Endpoint, OtlpSettings};
 use crate::outbox::message::DEFAULT_PREFIX;
+use crate::outbox::shard::Shard;
 use crate::outbox::{ColumnMap, Source};
 use crate::replication::{self, ReplicationSettings};
 use crate::sink::http::Webhooks;
@@ -54,13 +55,17 @@ pub struct RelaySettings {
     pub lock: LockSettings,
 }
 
-/// Where events come from (`postgres.source`, `postgres.message_prefix`)
-/// and what becomes of table rows once confirmed (`postgres.cleanup`).
+/// Where events come from (`postgres.source`, `postgres.message_prefix`),
+/// which of them are this relay's (`postgres.shards`, `postgres.shard`) and
+/// what becomes of table rows once confirmed (`postgres.cleanup`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceSettings {
     pub kind: Source,
     pub message_prefix: String,
     pub cleanup: Cleanup,
+    /// This relay's shard: its publication's row filter picks its rows; its
+    /// outbox messages, which no row filter reaches, the relay picks itself.
+    pub shard: Shard,
 }
 
 impl Default for SourceSettings {
@@ -69,6 +74,7 @@ impl Default for SourceSettings {
             kind: Source::Table,
             message_prefix: DEFAULT_PREFIX.to_owned(),
             cleanup: Cleanup::None,
+            shard: Shard::default(),
         }
     }
 }
@@ -121,6 +127,10 @@ impl RelaySettings {
                 kind: pg.source,
                 message_prefix: pg.message_prefix.clone(),
                 cleanup: pg.cleanup,
+                shard: Shard {
+                    shards: pg.shards,
+                    shard: pg.shard,
+                },
             },
             webhooks: Webhooks::from_config(config),
             lock: LockSettings {

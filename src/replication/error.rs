@@ -2,7 +2,7 @@
 //! connection, and its classification into [`ErrorKind`].
 //!
 //! Role: the relay's reconnect loop looks only at [`ReplicationError::kind`]:
-//! transient errors reconnect with [`super::backoff`], `SlotBusy` waits for the
+//! transient errors reconnect with [`crate::backoff::Backoff`], `SlotBusy` waits for the
 //! other reader to go away, fatal errors stop the relay with the message.
 //!
 //! Invariants: every fatal message names the object (role, database, slot,

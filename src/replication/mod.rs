@@ -137,53 +137,9 @@ pub enum StreamItem {
     Keepalive { wal_end: Lsn },
 }
 
-/// First delay of [`backoff`].
-const BACKOFF_BASE: Duration = Duration::from_millis(100);
-/// Longest delay of [`backoff`]: long enough not to hammer a server that is
-/// restarting, short enough that the relay resumes soon after it is back.
-const BACKOFF_MAX: Duration = Duration::from_secs(30);
-
-/// Delay before reconnect attempt `attempt` (0-based): doubling from 100 ms,
-/// capped at 30 s, drawn uniformly from the upper half of that ceiling so
-/// that several relays restarted together do not reconnect in lockstep.
-/// Never below 100 ms, never above 30 s.
-pub fn backoff(attempt: u32) -> Duration {
-    let ceiling = BACKOFF_BASE
-        .saturating_mul(2u32.saturating_pow(attempt.min(31)))
-        .min(BACKOFF_MAX);
-    let floor = (ceiling / 2).max(BACKOFF_BASE);
-    if floor >= ceiling {
-        return ceiling;
-    }
-    let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-    Duration::from_millis(rand::random_range(millis(floor)..=millis(ceiling)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn backoff_doubles_within_bounds_and_caps() {
-        assert_eq!(backoff(0), BACKOFF_BASE);
-        for attempt in 0..200 {
-            let ceiling = BACKOFF_BASE
-                .saturating_mul(2u32.saturating_pow(attempt.min(31)))
-                .min(BACKOFF_MAX);
-            for _ in 0..20 {
-                let d = backoff(attempt);
-                assert!(d >= BACKOFF_BASE && d <= BACKOFF_MAX, "{attempt}: {d:?}");
-                assert!(d <= ceiling && d >= ceiling / 2, "{attempt}: {d:?}");
-            }
-        }
-        assert!(backoff(u32::MAX) >= BACKOFF_MAX / 2);
-    }
-
-    #[test]
-    fn backoff_is_jittered() {
-        let draws: std::collections::HashSet<Duration> = (0..50).map(|_| backoff(8)).collect();
-        assert!(draws.len() > 5, "{draws:?}");
-    }
 
     #[test]
     fn settings_debug_hides_the_password() {

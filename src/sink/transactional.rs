@@ -95,7 +95,9 @@ pub(super) fn is_checkpoint(checkpoint_topic: Option<&str>, result: &DeliveryRes
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TxnFailure {
     /// Another producer registered the same `transactional.id`: another
-    /// relay runs with this id. Retrying would fence it in turn.
+    /// relay runs with this id. Retrying would fence it in turn. (A fence
+    /// of a transaction that outlived `transaction.timeout.ms`, which the
+    /// coordinator aborted, is not this: see `Eos::abandon`.)
     #[error(
         "fenced: another producer with transactional id \"{transactional_id}\" started ({detail}). \
          Another relay runs with this kafka.transactional_id; stop one of them, or give each relay \

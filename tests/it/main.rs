@@ -61,6 +61,7 @@ mod support;
 mod admin;
 mod auth_tls;
 mod broker_faults;
+mod crossings;
 mod dead_cli;
 mod dead_letters;
 mod delivery;

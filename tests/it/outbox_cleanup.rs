@@ -236,6 +236,8 @@ async fn rows_not_yet_visible_when_the_deleter_runs_are_deleted_once_visible() {
         connection: settings.replication.clone(),
         table: settings.table.clone(),
         id_column: settings.columns.id.clone(),
+        aggregate_id_column: settings.columns.aggregate_id.clone(),
+        shard: settings.source.shard,
     });
     let insert = |id: &str| {
         format!(

@@ -3,12 +3,21 @@
 //! right, and one relay per shard delivers the union: nothing lost,
 //! per-aggregate order kept, every aggregate only through its own shard.
 //! And how far sharding speeds up draining a backlog (ignored; by hand).
+//!
+//! Beside the row filter: [`messages`] (outbox logical messages, which no
+//! row filter reaches, each published by its aggregate's shard only) and
+//! [`cleanup`] (a delete by `xmin` that keeps to its shard's rows); the
+//! relay's own `hashtext` against the server's, here.
+
+mod cleanup;
+mod messages;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use outbox_relay::admin::shards::filter_sql;
+use outbox_relay::outbox::shard::{hashtext, shard_of as shard_of_id};
 
 use crate::support::cli::{cli, shown};
 use crate::support::services;
@@ -16,7 +25,7 @@ use crate::support::*;
 
 /// The outbox `base`'s table and topics, with a publication and a slot of
 /// their own for one shard (not created yet).
-async fn shard_of(base: &TestOutbox) -> TestOutbox {
+pub(crate) async fn shard_of(base: &TestOutbox) -> TestOutbox {
     let mut outbox = TestOutbox::from_parts(
         services::shared().await,
         pg_admin().await,
@@ -32,7 +41,7 @@ async fn shard_of(base: &TestOutbox) -> TestOutbox {
 /// A relay config for one shard: its own publication and slot, and a
 /// CloudEvents source naming the shard, so each record tells which relay
 /// produced it.
-fn shard_config(outbox: &TestOutbox, shards: u32, shard: u32) -> PathBuf {
+pub(crate) fn shard_config(outbox: &TestOutbox, shards: u32, shard: u32) -> PathBuf {
     let path = outbox.write_config("");
     let text = std::fs::read_to_string(&path).unwrap();
     let table_line = format!("table = \"public.{}\"\n", outbox.table);
@@ -51,7 +60,7 @@ fn shard_config(outbox: &TestOutbox, shards: u32, shard: u32) -> PathBuf {
 }
 
 /// The test cluster's `server_version_num`.
-async fn server_version_num() -> i32 {
+pub(crate) async fn server_version_num() -> i32 {
     pg_admin()
         .await
         .query_one("SELECT current_setting('server_version_num')::int", &[])
@@ -61,7 +70,11 @@ async fn server_version_num() -> i32 {
 }
 
 /// The shard PostgreSQL puts `aggregate` in, by the relay's own filter.
-async fn shard_on_server(admin: &tokio_postgres::Client, aggregate: &str, shards: u32) -> u32 {
+pub(crate) async fn shard_on_server(
+    admin: &tokio_postgres::Client,
+    aggregate: &str,
+    shards: u32,
+) -> u32 {
     let filter = filter_sql("a", shards, 0);
     // The filter's left-hand side: the shard number of column `a`.
     let expr = filter.split(" = ").next().unwrap();
@@ -73,6 +86,145 @@ async fn shard_on_server(admin: &tokio_postgres::Client, aggregate: &str, shards
         .await
         .unwrap();
     u32::try_from(row.get::<_, i32>(0)).unwrap()
+}
+
+/// Shards `0..shards` of `base`, each with `postgres_extra` added to its
+/// config's `[postgres]` section and set up by `init` (its row-filtered
+/// publication and its slot): each shard's outbox and relay config. `None`
+/// before PostgreSQL 15, which has no row filters (the test above shows
+/// init refusing there).
+pub(crate) async fn init_shards(
+    base: &TestOutbox,
+    shards: u32,
+    postgres_extra: &str,
+) -> Option<Vec<(TestOutbox, PathBuf)>> {
+    if server_version_num().await < 150_000 {
+        println!("PostgreSQL before 15: no sharded slots");
+        return None;
+    }
+    let mut out = Vec::new();
+    for k in 0..shards {
+        let shard = shard_of(base).await;
+        let config = shard_config(&shard, shards, k);
+        let text = std::fs::read_to_string(&config).unwrap();
+        let anchor = "heartbeat_interval_secs = 0\n";
+        assert!(text.contains(anchor), "config layout changed");
+        let text = text.replace(anchor, &format!("{anchor}{postgres_extra}"));
+        std::fs::write(&config, text).unwrap();
+        let config_arg = config.display().to_string();
+        let init = cli([
+            "init",
+            "--config",
+            &config_arg,
+            "--admin-url",
+            &env("PG_URL"),
+        ]
+        .map(String::from)
+        .to_vec())
+        .await;
+        assert!(init.status.success(), "{}", shown(&init));
+        out.push((shard, config));
+    }
+    Some(out)
+}
+
+/// Drops each shard's slot (once let go) and publication.
+pub(crate) async fn drop_shards(shards: &[(TestOutbox, PathBuf)]) {
+    for (shard, _) in shards {
+        wait_until("the slot to be let go", DEADLINE, || async {
+            !shard.slot_active().await
+        })
+        .await;
+        let _ = shard
+            .admin
+            .batch_execute(&format!(
+                "SELECT pg_drop_replication_slot('{}'); DROP PUBLICATION IF EXISTS {};",
+                shard.slot, shard.publication
+            ))
+            .await;
+    }
+}
+
+/// Strings of 0 to 60 characters, ASCII and 2-, 3- and 4-byte UTF-8 mixed,
+/// from a seeded generator (splitmix64): the same ones for a seed.
+fn random_strings(count: usize, seed: u64) -> Vec<String> {
+    const CHARS: &[char] = &[
+        'a',
+        'q',
+        'Z',
+        '0',
+        '7',
+        '-',
+        ' ',
+        '_',
+        '~',
+        '\u{7f}',
+        'é',
+        'ÿ',
+        '\u{7ff}',
+        '€',
+        '\u{ffff}',
+        '😀',
+        '\u{10000}',
+        '\u{10ffff}',
+    ];
+    let mut state = seed;
+    let mut next = move || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    (0..count)
+        .map(|_| {
+            let len = (next() % 61) as usize;
+            (0..len)
+                .map(|_| CHARS[(next() % CHARS.len() as u64) as usize])
+                .collect()
+        })
+        .collect()
+}
+
+// The relay's `hashtext`, and its shard of an aggregate id, are the
+// server's: for random strings of every length up to 60 characters,
+// multi-byte UTF-8 among them (a logical message's shard is decided by the
+// relay, its rows' by the server; they must agree or an aggregate's events
+// split between two relays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_hashtext_and_shard_are_the_servers_on_random_strings() {
+    let seed: u64 = std::env::var("TEST_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(11);
+    let strings = random_strings(500, seed);
+    let admin = pg_admin().await;
+    let rows = admin
+        .query(
+            "SELECT hashtext(x), coalesce(abs(hashtext(x)::bigint) % 7, 0)::int \
+             FROM unnest($1::text[]) WITH ORDINALITY AS t(x, i) ORDER BY i",
+            &[&strings],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), strings.len());
+    for (text, row) in strings.iter().zip(&rows) {
+        assert_eq!(
+            hashtext(text.as_bytes()),
+            row.get::<_, i32>(0),
+            "hashtext({text:?}), seed {seed}"
+        );
+        assert_eq!(
+            i32::try_from(shard_of_id(Some(text), 7)).unwrap(),
+            row.get::<_, i32>(1),
+            "shard of {text:?} of 7, seed {seed}"
+        );
+    }
+    let bytes: usize = strings.iter().map(String::len).sum();
+    println!(
+        "hashtext: {} random strings ({bytes} bytes of UTF-8) agree with the server",
+        strings.len()
+    );
 }
 
 // Two shards of one outbox table: init creates each shard's filtered

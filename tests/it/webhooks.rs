@@ -5,7 +5,10 @@
 //! permanent refusal. The checker: nothing lost, per-aggregate order kept,
 //! duplicates only across a crash, and the slot never waits on a retry
 //! (its confirmed_flush_lsn moves past events that sit PENDING). Then
-//! kill -9 during retries, and two relays sharing one delivery table.
+//! kill -9 during retries, and two relays sharing one delivery table; and
+//! ([`delivery_table`]) the table missing at start or dropped while running.
+
+mod delivery_table;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

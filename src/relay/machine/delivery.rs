@@ -95,8 +95,14 @@ impl SessionMachine<'_> {
         };
         let record = match fate {
             DeadLetterFate::Send => record,
-            DeadLetterFate::Truncate => deadletter::headers_only(&record),
-            DeadLetterFate::Minimal => deadletter::minimal(&record),
+            DeadLetterFate::Truncate => {
+                self.keep_row(&tag.row_key);
+                deadletter::headers_only(&record)
+            }
+            DeadLetterFate::Minimal => {
+                self.keep_row(&tag.row_key);
+                deadletter::minimal(&record)
+            }
             DeadLetterFate::Suspect => {
                 self.isolation = Isolation::Waiting {
                     record,
@@ -141,13 +147,24 @@ impl SessionMachine<'_> {
                 }
                 // Larger than message.max.bytes: the payload cannot go.
                 match deadletter::smaller(&record) {
-                    Some(smaller) => self.send_counted(smaller, tag, producer),
+                    Some(smaller) => {
+                        self.keep_row(&tag.row_key);
+                        self.send_counted(smaller, tag, producer)
+                    }
                     None => Err(SessionError::Refused(refused)),
                 }
             }
             Err(SendError::Failed(err)) => {
                 Err(self.delivery_failed(DeliveryError::Failed(err), producer))
             }
+        }
+    }
+
+    /// A row whose dead letter goes without its payload stays in the
+    /// outbox table (cleanup on): the table then holds the only copy.
+    fn keep_row(&mut self, row_key: &str) {
+        if let Some(cleanup) = &mut self.cleanup {
+            cleanup.keep(row_key);
         }
     }
 
@@ -217,7 +234,7 @@ impl SessionMachine<'_> {
                 // Published and dead-lettered records are counted by the
                 // producer, which sees their topic, size and reason.
                 self.tracker.ack_event(report.tag.txn)?;
-                forget_confirmed(self.refusals, self.tracker.confirmed());
+                forget_confirmed(self.refusals, self.confirmable());
             }
             Err(DeliveryError::Refused(refused)) => {
                 let alone = self.is_isolated(&report.tag);

@@ -4,7 +4,9 @@
 //!
 //! Invariants: an outbox message counts in its transaction like a row (so
 //! the order of a key holds across both); a non-transactional one is never
-//! published; a malformed trace context never costs the event.
+//! published; with `postgres.shards`, only the shard of its aggregate id
+//! publishes it (by the row filter's function, `crate::outbox::shard`); a
+//! malformed trace context never costs the event.
 
 use super::{Producer, SessionMachine, SessionResult, TxnState};
 use crate::assembler::AssemblyError;
@@ -69,7 +71,16 @@ impl SessionMachine<'_> {
             }
             return Ok(());
         }
+        if !self.settings.source.shard.owns_message(&msg.content) {
+            // Every shard's slot receives every message: the one whose
+            // aggregate is this shard's publishes it, the others skip it.
+            metrics::counter!(m::CHANGES_IGNORED, "kind" => m::ignored::OTHER_SHARD).increment(1);
+            return Ok(());
+        }
         self.rows_seen += 1;
+        if self.written_before() {
+            return Ok(());
+        }
         let routed = self
             .router
             .route_message(&msg.content, msg.lsn, &commit, self.refusals);

@@ -17,8 +17,11 @@
 //!    tries in line); a 2xx → handled; a permanent refusal → a DEAD row;
 //! 3. still failing → a PENDING row, due after the schedule's first delay.
 //!
-//! A PostgreSQL failure is retried (with backoff) until it works or the
-//! session ends: an event is never reported handled before its row exists.
+//! A PostgreSQL failure is retried (with [`crate::backoff::Backoff`], 100 ms
+//! to 5 s, shared by the sink's events; counted in
+//! `outbox_relay_reconnects_total{reason="delivery_table"}`, logged once per
+//! incident) until it works or the session ends: an event is never
+//! reported handled before its row exists.
 //!
 //! Concurrency: one event in flight per (sink, aggregate); at most
 //! `max_concurrency` events of a sink handled at once (their SQL and their
@@ -33,11 +36,13 @@ use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::client::Client;
 use super::status::{Outcome, classify};
 use super::store::{self, DeliveryTable, NewRow};
 use super::{HttpSinkSettings, WebhookEvent};
+use crate::backoff::{Backoff, Incident};
 use crate::metrics::{self as m, webhook_outcome};
 use crate::relay::DeliveryTag;
 use crate::replication::{ReplicationError, ReplicationSettings, SqlConnection};
@@ -50,12 +55,18 @@ pub struct SinkRuntime {
     limit: Semaphore,
     pub table: DeliveryTable,
     pub pool: Pool,
+    /// Shared by the sink's events in flight.
+    sql_trouble: Mutex<SqlTrouble>,
 }
 
 impl SinkRuntime {
     /// The connection settings of its SQL connections.
     pub fn pool_settings(&self) -> &ReplicationSettings {
         &self.pool.settings
+    }
+
+    fn sql_trouble(&self) -> std::sync::MutexGuard<'_, SqlTrouble> {
+        self.sql_trouble.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The bound on requests in flight to this sink.
@@ -76,6 +87,7 @@ impl SinkRuntime {
             settings,
             table,
             pool: Pool::new(connection),
+            sql_trouble: Mutex::new(SqlTrouble::new()),
         }))
     }
 }
@@ -369,18 +381,20 @@ async fn park(
 }
 
 /// Runs `op` on a pooled connection until it succeeds, backing off between
-/// failures (the session ends meanwhile if PostgreSQL stays away).
+/// failures (the session ends meanwhile if PostgreSQL stays away). The
+/// sink's events share one back-off and one incident: a table that cannot
+/// be used fails them all, and is logged once.
 async fn with_sql<T, F, Fut>(sink: &SinkRuntime, what: &'static str, mut op: F) -> T
 where
     F: FnMut(SqlConnection) -> Fut,
     Fut: std::future::Future<Output = (SqlConnection, Result<T, ReplicationError>)>,
 {
-    let mut pause = Duration::from_millis(100);
     loop {
         let error = match sink.pool.get().await {
             Ok(conn) => match op(conn).await {
                 (conn, Ok(value)) => {
                     sink.pool.put(conn);
+                    sink.sql_trouble().worked(&sink.settings.name, &sink.table);
                     return value;
                 }
                 // A connection that failed a statement is not reused.
@@ -388,14 +402,67 @@ where
             },
             Err(e) => e,
         };
-        tracing::warn!(
-            route = %sink.settings.name,
-            table = %sink.table.quoted(),
-            error = %error,
-            "delivery table {what} failed; trying again"
-        );
+        let pause = sink
+            .sql_trouble()
+            .failed(&sink.settings.name, &sink.table, what, &error);
         tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// The dispatcher's failures on the delivery table, for one sink.
+struct SqlTrouble {
+    backoff: Backoff,
+    incident: Incident,
+}
+
+impl SqlTrouble {
+    fn new() -> SqlTrouble {
+        SqlTrouble {
+            backoff: Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 3),
+            incident: Incident::default(),
+        }
+    }
+
+    /// Counts the failure, logs it once per incident, and says how long to
+    /// wait before the next try.
+    fn failed(
+        &mut self,
+        route: &str,
+        table: &DeliveryTable,
+        what: &str,
+        error: &ReplicationError,
+    ) -> Duration {
+        let reason = m::reason::DELIVERY_TABLE;
+        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+        let pause = self.backoff.next_delay();
+        if let Some(still) = self.incident.failed(Instant::now()) {
+            tracing::warn!(
+                reason,
+                route,
+                table = %table.quoted(),
+                error = %error,
+                failures = still.failures,
+                since_last_line = still.since_last_line,
+                lasting_secs = still.lasting.as_secs(),
+                "delivery table {what} failed; trying again, backing off (logged again every \
+                 {}s while it lasts)",
+                Incident::LOG_EVERY.as_secs()
+            );
+        }
+        pause
+    }
+
+    fn worked(&mut self, route: &str, table: &DeliveryTable) {
+        self.backoff.reset();
+        if let Some(end) = self.incident.recovered(Instant::now()) {
+            tracing::info!(
+                route,
+                table = %table.quoted(),
+                failures = end.failures,
+                lasted_secs = end.lasted.as_secs(),
+                "the delivery table works again"
+            );
+        }
     }
 }
 

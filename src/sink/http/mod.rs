@@ -7,7 +7,8 @@
 //!   means; [`schedule`]: the retry delays with jitter (all pure);
 //! * [`client`]: one HTTP/1.1 connection pool per sink on hyper, TLS through
 //!   the system OpenSSL;
-//! * [`store`]: the SQL of the delivery table;
+//! * [`store`]: the SQL of the delivery table; [`table_access`]: the check
+//!   at start that it exists and the relay's role may use it;
 //! * [`dispatch`]: the session's side: per aggregate one event in flight, in
 //!   commit order; a few quick tries in line, then the event moves to the
 //!   delivery table, and only then does it count as handled for the ack
@@ -27,6 +28,7 @@ pub mod schedule;
 pub mod sign;
 pub mod status;
 pub mod store;
+pub mod table_access;
 pub mod worker;
 
 use std::time::Duration;

@@ -12,22 +12,33 @@
 //!
 //! A graceful stop lets every loop finish the row it holds.
 //!
+//! When the delivery table cannot be used (PostgreSQL away, the table
+//! dropped or a privilege revoked while the relay runs), one of a sink's
+//! loops tries again, backing off ([`crate::backoff::Backoff`], from 1 s to
+//! 30 s), while the others wait for it to succeed. Each failed try is
+//! counted in `outbox_relay_reconnects_total{reason="delivery_table"}`, and
+//! one WARN line is logged per incident (again every 30 s while it lasts,
+//! and at info once it ends). A table missing at start is refused before this
+//! worker runs (`table_access`).
+//!
 //! One more loop samples the stuck-delivery gauges (pending, pending for
 //! over 10 minutes, dead, oldest pending age; per route).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 
 use super::client::{Answer, TransportError};
 use super::dispatch::SinkRuntime;
 use super::schedule::Schedule;
 use super::status::{Outcome, classify};
 use super::store::{self, Finish};
+use crate::backoff::{Backoff, Incident};
 use crate::metrics::{self as m, webhook_outcome};
-use crate::replication::SqlConnection;
+use crate::replication::{ReplicationError, SqlConnection};
 
 /// Loops per sink, at most (and at most its `max_concurrency`).
 const LOOPS_PER_SINK: usize = 4;
@@ -39,8 +50,15 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 pub async fn run(sinks: Vec<Arc<SinkRuntime>>, shutdown: watch::Receiver<bool>) {
     let mut loops = JoinSet::new();
     for sink in &sinks {
+        // A sink's loops fail together (the table is shared, and so is the
+        // server): one back-off and one incident for them all.
+        let trouble = Arc::new(Trouble::new());
         for _ in 0..sink.settings.max_concurrency.min(LOOPS_PER_SINK) {
-            loops.spawn(retry_loop(Arc::clone(sink), shutdown.clone()));
+            loops.spawn(retry_loop(
+                Arc::clone(sink),
+                Arc::clone(&trouble),
+                shutdown.clone(),
+            ));
         }
     }
     if let Some(first) = sinks.first() {
@@ -59,34 +77,182 @@ async fn pause_or_stop(pause: Duration, shutdown: &mut watch::Receiver<bool>) ->
     stopped || *shutdown.borrow()
 }
 
-async fn retry_loop(sink: Arc<SinkRuntime>, mut shutdown: watch::Receiver<bool>) {
+/// The retry loops of one sink that cannot use the delivery table. They
+/// fail together (one table, one server), so one of them, the prober,
+/// tries again as the back-off says, and the others wait until it
+/// succeeds (or [`LONGEST_RETRY`] passed): a sink's failing tries are
+/// those of one loop backing off, not of all its loops.
+struct Trouble {
+    state: Mutex<TroubleState>,
+    /// Bumped whenever an incident ends: the waiting loops go on.
+    healed: watch::Sender<u64>,
+}
+
+struct TroubleState {
+    backoff: Backoff,
+    incident: Incident,
+    /// A loop is the prober.
+    probing: bool,
+}
+
+impl TroubleState {
+    /// The decision after a failed try of a loop (`prober`: whether it is
+    /// the prober) while the healing count is `healed`: the prober, or the
+    /// first loop to fail, probes after the back-off's next delay; the
+    /// others wait for it.
+    fn after_failure(&mut self, prober: bool, healed: u64) -> Next {
+        if prober || !self.probing {
+            self.probing = true;
+            Next::Probe(self.backoff.next_delay())
+        } else {
+            Next::AwaitHealing(healed)
+        }
+    }
+}
+
+/// What a loop does after a failed try.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// It is the prober: try again after this delay.
+    Probe(Duration),
+    /// Wait for the prober to succeed (the healing count moves past this).
+    AwaitHealing(u64),
+}
+
+/// The first wait after the worker failed to use the delivery table.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+/// The longest: a dropped table or a revoked privilege is tried about twice
+/// a minute, and a server that is back is used again within that.
+const LONGEST_RETRY: Duration = Duration::from_secs(30);
+
+impl Trouble {
+    fn new() -> Trouble {
+        Trouble {
+            state: Mutex::new(TroubleState {
+                backoff: Backoff::new(FIRST_RETRY, LONGEST_RETRY, 3),
+                incident: Incident::default(),
+                probing: false,
+            }),
+            healed: watch::channel(0).0,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, TroubleState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A try on the delivery table failed (`what`: what the loop was doing;
+    /// `prober`: whether this loop is the prober): counted, logged once per
+    /// incident, and what the loop does next.
+    fn failed(
+        &self,
+        sink: &SinkRuntime,
+        prober: bool,
+        what: &str,
+        error: &ReplicationError,
+    ) -> Next {
+        let reason = m::reason::DELIVERY_TABLE;
+        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+        let mut t = self.lock();
+        let next = t.after_failure(prober, *self.healed.borrow());
+        if let Some(still) = t.incident.failed(Instant::now()) {
+            tracing::warn!(
+                reason,
+                route = %sink.settings.name,
+                table = %sink.table.quoted(),
+                error = %error,
+                failures = still.failures,
+                since_last_line = still.since_last_line,
+                lasting_secs = still.lasting.as_secs(),
+                "retry worker cannot {what}; trying again, backing off (logged again every {}s \
+                 while it lasts)",
+                Incident::LOG_EVERY.as_secs()
+            );
+        }
+        next
+    }
+
+    /// A try on the delivery table worked: the back-off starts over, and an
+    /// incident that ends says so and lets the waiting loops go on.
+    fn worked(&self, sink: &SinkRuntime) {
+        let mut t = self.lock();
+        t.backoff.reset();
+        t.probing = false;
+        if let Some(end) = t.incident.recovered(Instant::now()) {
+            tracing::info!(
+                route = %sink.settings.name,
+                table = %sink.table.quoted(),
+                failures = end.failures,
+                lasted_secs = end.lasted.as_secs(),
+                "retry worker uses the delivery table again"
+            );
+            self.healed.send_modify(|n| *n = n.wrapping_add(1));
+        }
+    }
+
+    /// Carries out `next`; returns whether to stop. Sets `prober`.
+    async fn wait(
+        &self,
+        next: Next,
+        prober: &mut bool,
+        shutdown: &mut watch::Receiver<bool>,
+    ) -> bool {
+        match next {
+            Next::Probe(delay) => {
+                *prober = true;
+                pause_or_stop(delay, shutdown).await
+            }
+            Next::AwaitHealing(seen) => {
+                *prober = false;
+                let mut healed = self.healed.subscribe();
+                let stopped = tokio::select! {
+                    _ = shutdown.wait_for(|stop| *stop) => return true,
+                    _ = healed.wait_for(|n| *n != seen) => false,
+                    // Should the prober be stuck elsewhere, try anyway.
+                    () = tokio::time::sleep(LONGEST_RETRY) => false,
+                };
+                stopped || *shutdown.borrow()
+            }
+        }
+    }
+}
+
+async fn retry_loop(
+    sink: Arc<SinkRuntime>,
+    trouble: Arc<Trouble>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let name = sink.settings.name.clone();
     let mut conn: Option<SqlConnection> = None;
-    let mut backoff = Duration::from_millis(200);
+    let mut prober = false;
     while !*shutdown.borrow() {
         let c = match &mut conn {
             Some(c) => c,
             None => match SqlConnection::connect_normal(sink.pool_settings()).await {
-                Ok(c) => {
-                    backoff = Duration::from_millis(200);
-                    conn.insert(c)
-                }
+                Ok(c) => conn.insert(c),
                 Err(e) => {
-                    tracing::warn!(route = %name, error = %e, "retry worker cannot connect; trying again");
-                    if pause_or_stop(backoff, &mut shutdown).await {
+                    let next = trouble.failed(&sink, prober, "connect", &e);
+                    if trouble.wait(next, &mut prober, &mut shutdown).await {
                         return;
                     }
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
                     continue;
                 }
             },
         };
+        // Connecting is not enough to end an incident: the table may be
+        // what is missing. A claim that works is.
         let claimed = match store::claim(c, &sink.table, &name).await {
-            Ok(claimed) => claimed,
+            Ok(claimed) => {
+                if prober || trouble.lock().incident.is_open() {
+                    trouble.worked(&sink);
+                }
+                prober = false;
+                claimed
+            }
             Err(e) => {
-                tracing::warn!(route = %name, table = %sink.table.quoted(), error = %e, "retry worker cannot claim rows; reconnecting");
                 conn = None;
-                if pause_or_stop(backoff, &mut shutdown).await {
+                let next = trouble.failed(&sink, prober, "claim rows", &e);
+                if trouble.wait(next, &mut prober, &mut shutdown).await {
                     return;
                 }
                 continue;
@@ -121,8 +287,11 @@ async fn retry_loop(sink: Arc<SinkRuntime>, mut shutdown: watch::Receiver<bool>)
         }
         if let Err(e) = store::finish(c, &sink.table, row.id, &how).await {
             // The try is not recorded: the row is tried again later.
-            tracing::warn!(route = %name, error = %e, "retry worker cannot record a try; reconnecting");
             conn = None;
+            let next = trouble.failed(&sink, prober, "record a try", &e);
+            if trouble.wait(next, &mut prober, &mut shutdown).await {
+                return;
+            }
         }
     }
 }
@@ -221,6 +390,36 @@ mod tests {
             status,
             retry_after: None,
         })
+    }
+
+    #[test]
+    fn one_loop_probes_and_the_others_wait_for_it() {
+        let mut state = TroubleState {
+            backoff: Backoff::seeded(FIRST_RETRY, LONGEST_RETRY, 3, 1),
+            incident: Incident::default(),
+            probing: false,
+        };
+        // The first loop to fail probes; the others, failing on the same
+        // cause, wait for its success instead of trying too.
+        assert!(matches!(state.after_failure(false, 0), Next::Probe(d) if d >= FIRST_RETRY));
+        assert_eq!(state.after_failure(false, 0), Next::AwaitHealing(0));
+        assert_eq!(state.after_failure(false, 0), Next::AwaitHealing(0));
+        // The prober goes on backing off, up to the cap.
+        let mut longest = Duration::ZERO;
+        for _ in 0..20 {
+            match state.after_failure(true, 0) {
+                Next::Probe(d) => longest = longest.max(d),
+                other => panic!("the prober waits for nobody: {other:?}"),
+            }
+        }
+        assert!(
+            longest > 3 * FIRST_RETRY && longest <= LONGEST_RETRY,
+            "{longest:?}"
+        );
+        // After a success (`worked`), the next failure probes again.
+        state.probing = false;
+        state.backoff.reset();
+        assert!(matches!(state.after_failure(false, 1), Next::Probe(d) if d <= 3 * FIRST_RETRY));
     }
 
     #[test]

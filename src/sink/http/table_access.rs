@@ -1,0 +1,278 @@
+//! The start check of the delivery table: before the relay streams, it
+//! asks the catalog whether the table exists and whether the relay's role
+//! may use it as the dispatcher and the retry worker do (`store`: SELECT
+//! to look events up and claim rows, INSERT to park them, UPDATE to lock
+//! and record a try; USAGE on its schema). A table missing or unusable
+//! stops the relay at once with a message that names the table and the
+//! command that fixes it, instead of a relay that runs, reports ready,
+//! and retries forever.
+//!
+//! The catalog is read by name, so the check needs no privilege itself
+//! and changes nothing. The verdict ([`verdict`]) is pure; [`check`] runs
+//! the query.
+
+use std::sync::Arc;
+
+use postgres_protocol::escape::escape_literal;
+
+use super::dispatch::SinkRuntime;
+use super::store::DeliveryTable;
+use crate::replication::{ReplicationError, SqlConnection};
+
+/// What the catalog says about the delivery table, for the current role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableAccess {
+    pub exists: bool,
+    pub schema_usage: bool,
+    pub select: bool,
+    pub insert: bool,
+    pub update: bool,
+}
+
+/// Why the relay refuses to start with webhook routes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeliveryTableRefused {
+    #[error(
+        "the delivery table {table} does not exist: webhook routes cannot run without it (events \
+         an endpoint does not take at once wait there for their retries). Create it with \
+         `outbox-relay init --config <this config> --admin-url <a table owner's or superuser's \
+         postgres URL> --grant` (it creates the table from sql/outbox_delivery.sql and grants \
+         the relay's role its privileges), then start the relay again"
+    )]
+    Missing { table: String },
+    #[error(
+        "the relay's role may not use the delivery table {table}: it lacks {missing}. Grant it \
+         with `outbox-relay init --config <this config> --admin-url <a table owner's or \
+         superuser's postgres URL> --grant`, or: {grant}"
+    )]
+    NotPermitted {
+        table: String,
+        /// The privileges missing, as SQL names them.
+        missing: String,
+        /// The GRANT statements that fix it.
+        grant: String,
+    },
+}
+
+/// The catalog query for `table`: one row of five booleans, by name.
+pub fn access_sql(table: &DeliveryTable) -> String {
+    let privilege = |p: &str| format!("coalesce(has_table_privilege(c.oid, '{p}'), false)");
+    format!(
+        "SELECT c.oid IS NOT NULL, coalesce(has_schema_privilege(n.oid, 'USAGE'), false), {}, \
+                {}, {} \
+         FROM (SELECT 1) one \
+         LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = {schema} \
+         LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = {name} \
+              AND c.relkind IN ('r', 'p')",
+        privilege("SELECT"),
+        privilege("INSERT"),
+        privilege("UPDATE"),
+        schema = escape_literal(&table.schema),
+        name = escape_literal(&table.name),
+    )
+}
+
+/// The answer of [`access_sql`].
+pub fn parse(rows: &[Vec<Option<String>>]) -> TableAccess {
+    let flag = |i: usize| {
+        rows.first()
+            .and_then(|r| r.get(i))
+            .and_then(|v| v.as_deref())
+            == Some("t")
+    };
+    TableAccess {
+        exists: flag(0),
+        schema_usage: flag(1),
+        select: flag(2),
+        insert: flag(3),
+        update: flag(4),
+    }
+}
+
+/// Whether the relay may start with `table` as `access` says.
+///
+/// # Errors
+/// [`DeliveryTableRefused`]: the table is missing, or a privilege is.
+pub fn verdict(table: &DeliveryTable, access: TableAccess) -> Result<(), DeliveryTableRefused> {
+    let shown = table.quoted();
+    if !access.exists {
+        return Err(DeliveryTableRefused::Missing { table: shown });
+    }
+    let mut missing = Vec::new();
+    let mut grant = Vec::new();
+    if !access.schema_usage {
+        missing.push(format!(
+            "USAGE on schema {}",
+            postgres_protocol::escape::escape_identifier(&table.schema)
+        ));
+        grant.push(format!(
+            "GRANT USAGE ON SCHEMA {} TO <relay role>;",
+            postgres_protocol::escape::escape_identifier(&table.schema)
+        ));
+    }
+    let table_privileges: Vec<&str> = [
+        ("SELECT", access.select),
+        ("INSERT", access.insert),
+        ("UPDATE", access.update),
+    ]
+    .into_iter()
+    .filter(|(_, held)| !held)
+    .map(|(name, _)| name)
+    .collect();
+    if !table_privileges.is_empty() {
+        missing.push(table_privileges.join(", "));
+        grant.push(format!(
+            "GRANT {} ON {shown} TO <relay role>;",
+            table_privileges.join(", ")
+        ));
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(DeliveryTableRefused::NotPermitted {
+        table: shown,
+        missing: missing.join(" and "),
+        grant: grant.join(" "),
+    })
+}
+
+/// The check at start, for the webhook sinks of the relay (they share one
+/// table): `Err` when the relay must not start. When the question cannot
+/// be asked (PostgreSQL went away since the stream connected), it warns
+/// and lets the relay go on: the retry worker then backs off until the
+/// table can be used.
+///
+/// # Errors
+/// [`DeliveryTableRefused`].
+pub async fn check_at_start(sinks: &[Arc<SinkRuntime>]) -> Result<(), DeliveryTableRefused> {
+    let Some(sink) = sinks.first() else {
+        return Ok(());
+    };
+    let asked = match sink.pool.get().await {
+        Ok(mut conn) => {
+            let asked = check(&mut conn, &sink.table).await;
+            if asked.is_ok() {
+                sink.pool.put(conn);
+            }
+            asked
+        }
+        Err(e) => Err(e),
+    };
+    match asked {
+        Ok(verdict) => verdict,
+        Err(e) => {
+            tracing::warn!(
+                table = %sink.table.quoted(),
+                error = %e,
+                "could not check the delivery table at start; going on (the webhook retry worker \
+                 backs off until it can use it)"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Asks the catalog about `table` on `conn`.
+///
+/// # Errors
+/// `Ok(Err(_))`: the relay must not start; `Err(_)`: the question could not
+/// be asked (the connection's error).
+pub async fn check(
+    conn: &mut SqlConnection,
+    table: &DeliveryTable,
+) -> Result<Result<(), DeliveryTableRefused>, ReplicationError> {
+    let rows = conn
+        .query(&access_sql(table), "checking the delivery table")
+        .await?;
+    Ok(verdict(table, parse(&rows)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> DeliveryTable {
+        DeliveryTable {
+            schema: "hooks".into(),
+            name: "outbox_delivery".into(),
+        }
+    }
+
+    fn all() -> TableAccess {
+        TableAccess {
+            exists: true,
+            schema_usage: true,
+            select: true,
+            insert: true,
+            update: true,
+        }
+    }
+
+    #[test]
+    fn a_usable_table_passes() {
+        assert_eq!(verdict(&table(), all()), Ok(()));
+    }
+
+    #[test]
+    fn a_missing_table_names_itself_and_init() {
+        let e = verdict(&table(), TableAccess::default()).unwrap_err();
+        assert!(matches!(e, DeliveryTableRefused::Missing { .. }));
+        let text = e.to_string();
+        assert!(text.contains("\"hooks\".\"outbox_delivery\""), "{text}");
+        assert!(
+            text.contains("outbox-relay init --config") && text.contains("--admin-url"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn each_missing_privilege_is_named_with_its_grant() {
+        let e = verdict(
+            &table(),
+            TableAccess {
+                insert: false,
+                update: false,
+                ..all()
+            },
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("it lacks INSERT, UPDATE."), "{text}");
+        assert!(
+            text.contains("GRANT INSERT, UPDATE ON \"hooks\".\"outbox_delivery\" TO <relay role>"),
+            "{text}"
+        );
+        assert!(!text.contains("SELECT"), "{text}");
+        let e = verdict(
+            &table(),
+            TableAccess {
+                schema_usage: false,
+                ..all()
+            },
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("USAGE on schema \"hooks\""), "{text}");
+        assert!(text.contains("GRANT USAGE ON SCHEMA \"hooks\""), "{text}");
+    }
+
+    #[test]
+    fn the_answer_is_read_by_position_and_null_is_no() {
+        let row = |v: [Option<&str>; 5]| vec![v.iter().map(|x| x.map(str::to_owned)).collect()];
+        assert_eq!(parse(&row([Some("t"); 5])), all());
+        assert_eq!(
+            parse(&row([Some("t"), Some("t"), Some("t"), None, Some("f")])),
+            TableAccess {
+                insert: false,
+                update: false,
+                ..all()
+            }
+        );
+        assert_eq!(parse(&[]), TableAccess::default());
+        let sql = access_sql(&DeliveryTable {
+            schema: "a'b".into(),
+            name: "t".into(),
+        });
+        assert!(sql.contains("n.nspname = 'a''b'"), "{sql}");
+    }
+}

@@ -1,0 +1,353 @@
+//! Where two features meet, against the real PostgreSQL and Kafka: cleanup
+//! with a dead letter that lost its payload, cleanup in exactly-once mode,
+//! and exactly-once with a PostgreSQL transaction that outlives the Kafka
+//! transaction timeout (paused, killed, and streaming longer than it).
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use crate::support::*;
+
+async fn rows_in_table(outbox: &TestOutbox) -> i64 {
+    outbox
+        .admin
+        .query_one(
+            &format!("SELECT count(*) FROM public.{}", outbox.table),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0)
+}
+
+async fn ids_in_table(outbox: &TestOutbox) -> HashSet<String> {
+    outbox
+        .admin
+        .query(
+            &format!("SELECT id::text FROM public.{}", outbox.table),
+            &[],
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+async fn grant_delete(outbox: &TestOutbox) {
+    outbox
+        .admin
+        .batch_execute(&format!("GRANT DELETE ON public.{} TO relay", outbox.table))
+        .await
+        .unwrap();
+}
+
+/// The relay config of `outbox` with keys added to `[postgres]` and
+/// `[kafka]`.
+fn config_with(outbox: &TestOutbox, postgres: &str, kafka: &str) -> std::path::PathBuf {
+    let path = outbox.write_config("");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("heartbeat_interval_secs = 0\n"),
+        "config layout changed"
+    );
+    let text = text
+        .replacen(
+            "heartbeat_interval_secs = 0\n",
+            &format!("heartbeat_interval_secs = 0\n{postgres}"),
+            1,
+        )
+        .replacen("[kafka]\n", &format!("[kafka]\n{kafka}"), 1);
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Inserts one row with a payload of `bytes` bytes; returns its id.
+async fn insert_large_row(outbox: &TestOutbox, bytes: usize) -> String {
+    let id = uuid::Uuid::new_v4().to_string();
+    let payload = format!(r#"{{"seq":1,"blob":"{}"}}"#, "x".repeat(bytes));
+    outbox
+        .admin
+        .execute(
+            &format!(
+                "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload, seq)
+                 VALUES ($1::text::uuid, 'order', 'big-1', 'OrderPlaced', $2::text::jsonb, 1)",
+                outbox.table
+            ),
+            &[&id, &payload],
+        )
+        .await
+        .unwrap();
+    id
+}
+
+/// Cleanup on, an event too large for its topic and for the dead-letter
+/// topic: the dead letter goes without its payload (`dlq_truncated`), so
+/// the outbox row is the only copy left and must stay; the other rows,
+/// before and after it, are deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_keeps_the_row_of_a_dead_letter_that_lost_its_payload() {
+    let outbox = TestOutbox::create("jsonb").await;
+    grant_delete(&outbox).await;
+    let topic = outbox.topic("order");
+    outbox
+        .create_topic_with_config(&topic, 1, &[("max.message.bytes", "2000")])
+        .await;
+    outbox
+        .create_topic_with_config(&outbox.dlq_topic, 1, &[("max.message.bytes", "2000")])
+        .await;
+    let config = config_with(&outbox, "cleanup = \"delete-after-ack\"\n", "");
+    let relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", DEADLINE)
+        .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    let before = outbox.commit_events(&mut writer, 3, 2, 4, &mut seqs).await;
+    let big = insert_large_row(&outbox, 5 * 1024).await;
+    let after = outbox.commit_events(&mut writer, 3, 2, 4, &mut seqs).await;
+    let committed: Vec<Committed> = before.iter().chain(&after).cloned().collect();
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    // The dead letter arrives without its payload.
+    let wanted = big.clone();
+    let dead = consume(&outbox.dlq_topic, DEADLINE, move |r| {
+        r.iter().any(|x| x.header("id") == Some(wanted.as_str()))
+    })
+    .await;
+    let letter = dead
+        .iter()
+        .find(|x| x.header("id") == Some(big.as_str()))
+        .expect("the dead letter of the large row");
+    assert_eq!(letter.header("dlq_truncated"), Some("true"), "{letter:?}");
+    // Every other row goes; the large one stays.
+    wait_until_explained(
+        "every row but the large one to be deleted",
+        DEADLINE,
+        || async { rows_in_table(&outbox).await == 1 },
+        || async { format!("rows left: {:?}", ids_in_table(&outbox).await) },
+    )
+    .await;
+    assert_eq!(ids_in_table(&outbox).await, HashSet::from([big.clone()]));
+    // It stays once the slot is past it, after a restart too.
+    relay.kill9();
+    let relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", DEADLINE)
+        .await;
+    let more = outbox.commit_events(&mut writer, 2, 2, 4, &mut seqs).await;
+    consume_all_ids(&topic, &more, DEADLINE).await;
+    wait_until("the new rows to be deleted", DEADLINE, || async {
+        rows_in_table(&outbox).await == 1
+    })
+    .await;
+    assert!(ids_in_table(&outbox).await.contains(&big));
+    let received = consume_ids_to_end(&topic).await;
+    let all: Vec<Committed> = committed.into_iter().chain(more).collect();
+    check_delivery("cleanup-x-truncated-dead-letter", &all, &received);
+}
+
+/// An outbox in exactly-once mode: its event topic (3 partitions) and a
+/// compacted checkpoint topic of its own.
+async fn eos_topics(outbox: &TestOutbox) -> (String, String) {
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 3).await;
+    let checkpoints = random_name("checkpoints");
+    outbox
+        .create_topic_with_config(&checkpoints, 1, &[("cleanup.policy", "compact")])
+        .await;
+    (topic, checkpoints)
+}
+
+/// The offsets on `topic` a consumer with `isolation` can read up to, all
+/// partitions summed: with `read_uncommitted` every record the broker
+/// holds, with `read_committed` those below the last stable offset (no
+/// record of a transaction still open, but the commit markers).
+async fn topic_len_as(topic: &str, isolation: &'static str) -> usize {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", env("KAFKA_BROKERS"))
+            .set("group.id", random_name("uncommitted"))
+            .set("isolation.level", isolation)
+            .create()
+            .expect("consumer");
+        let Ok(md) = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10)) else {
+            return 0;
+        };
+        let partitions = md.topics().first().map_or(0, |t| t.partitions().len()) as i32;
+        (0..partitions)
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                    .map_or(0, |(low, high)| (high - low) as usize)
+            })
+            .sum()
+    })
+    .await
+    .unwrap()
+}
+
+/// Exactly-once with cleanup: the broker acknowledges the records long
+/// before the Kafka transaction holding them commits (here after 4 s), and
+/// the rows must stay until it does: a crash before the commit replays them
+/// from the slot, and the table is where `outbox-relay status` counts them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_cleanup_waits_for_the_kafka_commit() {
+    let outbox = TestOutbox::create("jsonb").await;
+    grant_delete(&outbox).await;
+    let (topic, checkpoints) = eos_topics(&outbox).await;
+    let config = config_with(
+        &outbox,
+        "cleanup = \"delete-after-ack\"\n",
+        &format!(
+            "delivery = \"exactly-once\"\ncheckpoint_topic = \"{checkpoints}\"\n\
+             transaction_max_ms = 4000\n"
+        ),
+    );
+    let relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", DEADLINE)
+        .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    let committed = outbox.commit_events(&mut writer, 5, 1, 5, &mut seqs).await;
+    // The broker holds all five, uncommitted.
+    wait_until("the broker to hold the five records", DEADLINE, || async {
+        topic_len_as(&topic, "read_uncommitted").await >= 5
+    })
+    .await;
+    // Until a read_committed consumer sees them, every row stays.
+    let mut looked = 0;
+    while topic_len_as(&topic, "read_committed").await < 5 {
+        let rows = rows_in_table(&outbox).await;
+        assert_eq!(
+            rows, 5,
+            "a row was deleted before its Kafka transaction committed (look {looked})"
+        );
+        looked += 1;
+        assert!(looked < 2000, "the Kafka transaction never committed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(looked > 5, "the transaction committed too soon to tell");
+    wait_until("the committed rows to be deleted", DEADLINE, || async {
+        rows_in_table(&outbox).await == 0
+    })
+    .await;
+    relay.kill9();
+    let received = consume_ids_to_end(&topic).await;
+    check_exactly_once("exactly-once-x-cleanup", &committed, &received);
+}
+
+/// Inserts `rows` outbox rows over `aggregates` aggregates in ONE
+/// transaction, server-side; the payload's `seq` rises per aggregate.
+async fn insert_one_large_transaction(outbox: &TestOutbox, rows: i64, aggregates: i64) {
+    outbox
+        .admin
+        .execute(
+            &format!(
+                "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload, seq)
+                 SELECT gen_random_uuid(), 'order', 'big-' || (i % $2::bigint), 'OrderPlaced',
+                        jsonb_build_object('seq', i / $2::bigint + 1000000), i / $2::bigint + 1000000
+                 FROM generate_series(0, $1::bigint - 1) AS i",
+                outbox.table
+            ),
+            &[&rows, &aggregates],
+        )
+        .await
+        .unwrap();
+}
+
+/// The checkpoint records of `topic` that hold part of a transaction
+/// (version 2, `partial_commit_lsn`), read_committed.
+async fn partial_checkpoints(topic: &str) -> usize {
+    consume_to_end(topic)
+        .await
+        .iter()
+        .filter(|r| {
+            r.value
+                .as_deref()
+                .is_some_and(|v| String::from_utf8_lossy(v).contains("partial_commit_lsn"))
+        })
+        .count()
+}
+
+fn signal(relay: &Relay, signal: libc::c_int) {
+    let pid = libc::pid_t::try_from(relay.pid()).unwrap();
+    // SAFETY: kill(2) with a pid of our own child and a valid signal.
+    assert_eq!(
+        unsafe { libc::kill(pid, signal) },
+        0,
+        "kill({pid}, {signal})"
+    );
+}
+
+/// Exactly-once with a PostgreSQL transaction that takes longer to stream
+/// than the Kafka transaction timeout: the relay commits the part it has
+/// sent (a checkpoint inside the transaction) instead of being aborted by
+/// the coordinator at every attempt. Paused (SIGSTOP) longer than the
+/// timeout, its open Kafka transaction is aborted by the coordinator: the
+/// relay is fenced, rebuilds its producer and goes on from the checkpoint
+/// (it used to exit, fenced, as if another relay ran). Then kill -9 in
+/// the middle of the transaction: the next start skips exactly the part
+/// in Kafka. A read_committed consumer sees every event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exactly_once_streams_a_transaction_longer_than_the_kafka_timeout_through_a_pause() {
+    let started = Instant::now();
+    let outbox = TestOutbox::create("jsonb").await;
+    let (topic, checkpoints) = eos_topics(&outbox).await;
+    let config = config_with(
+        &outbox,
+        "",
+        &format!(
+            "delivery = \"exactly-once\"\ncheckpoint_topic = \"{checkpoints}\"\n\
+             message_timeout_ms = 3000\ntransaction_timeout_ms = 4000\n"
+        ),
+    );
+    let relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", DEADLINE)
+        .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    outbox.commit_events(&mut writer, 5, 2, 5, &mut seqs).await;
+    insert_one_large_transaction(&outbox, 300_000, 50).await;
+    outbox.commit_events(&mut writer, 5, 2, 5, &mut seqs).await;
+    let committed = outbox.committed_from_table().await;
+    wait_until(
+        "a checkpoint inside the large transaction",
+        Duration::from_secs(120),
+        || async { partial_checkpoints(&checkpoints).await >= 1 },
+    )
+    .await;
+    // Paused for twice the transaction timeout: the coordinator aborts the
+    // open Kafka transaction and fences the producer.
+    signal(&relay, libc::SIGSTOP);
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    signal(&relay, libc::SIGCONT);
+    let mut relay = relay;
+    let seen = partial_checkpoints(&checkpoints).await;
+    wait_until_explained(
+        "the resumed relay to commit more of the transaction",
+        Duration::from_secs(120),
+        || async {
+            partial_checkpoints(&checkpoints).await > seen
+                || topic_len_as(&topic, "read_committed").await >= committed.len()
+        },
+        || async { format!("relay log:\n{}", relay.log_text()) },
+    )
+    .await;
+    assert!(
+        relay.running(),
+        "the relay exited after the pause:\n{}",
+        relay.log_text()
+    );
+    relay.kill9();
+    let relay = Relay::process(&config);
+    let received = consume_all_ids(&topic, &committed, Duration::from_secs(180)).await;
+    drop(relay);
+    let received_all = consume_ids_to_end(&topic).await;
+    assert!(received.len() <= received_all.len());
+    check_exactly_once("exactly-once-x-long-transaction", &committed, &received_all);
+    println!("took {:?}", started.elapsed());
+}
