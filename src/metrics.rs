@@ -61,6 +61,7 @@ pub const WEBHOOK_DEAD: &str = "outbox_relay_webhook_dead";
 pub const WEBHOOK_OLDEST_PENDING_AGE: &str = "outbox_relay_webhook_oldest_pending_age_seconds";
 pub const KAFKA_TRANSACTIONS: &str = "outbox_relay_kafka_transactions_total";
 pub const CHECKPOINT_LSN: &str = "outbox_relay_checkpoint_lsn";
+pub const POSITIONS_AHEAD: &str = "outbox_relay_positions_ahead_of_server_total";
 pub const KAFKA_COMMIT_DURATION: &str = "outbox_relay_kafka_commit_seconds";
 
 /// Every metric name above: the dashboard and the alert rules in `deploy/`
@@ -101,6 +102,7 @@ pub const ALL: &[&str] = &[
     WEBHOOK_OLDEST_PENDING_AGE,
     KAFKA_TRANSACTIONS,
     CHECKPOINT_LSN,
+    POSITIONS_AHEAD,
     KAFKA_COMMIT_DURATION,
 ];
 
@@ -333,6 +335,10 @@ pub fn describe() {
     describe_gauge!(
         CHECKPOINT_LSN,
         "LSN (as a number) of the last checkpoint committed to the checkpoint topic, or read from it at start (exactly-once delivery)."
+    );
+    describe_counter!(
+        POSITIONS_AHEAD,
+        "Sessions that found the position to resume from (the last exactly-once checkpoint, or what this relay confirmed) above the server's WAL position (a database restored from a backup or snapshot) and started from the slot instead: Kafka may hold events the database no longer has."
     );
     describe_histogram!(
         KAFKA_COMMIT_DURATION,

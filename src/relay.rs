@@ -334,8 +334,14 @@ async fn run_sessions(
         let mut prepared = None;
         let mut partial = None;
         if let Some(eos) = &settings.exactly_once {
-            match exactly_once::prepare(&settings.sink, eos, &settings.replication.slot, &server)
-                .await
+            match exactly_once::prepare(
+                &settings.sink,
+                eos,
+                &settings.replication.slot,
+                &server,
+                stream.server_wal_position(),
+            )
+            .await
             {
                 Ok(exactly_once::Prepared {
                     sink,
@@ -376,8 +382,12 @@ async fn run_sessions(
                 }
             }
         }
-        let (start, resumed) =
-            position::resume(carried.as_ref(), &server, stream.slot_confirmed_flush());
+        let (start, resumed) = position::resume(
+            carried.as_ref(),
+            &server,
+            stream.slot_confirmed_flush(),
+            stream.server_wal_position(),
+        );
         // The part of a transaction in Kafka counts only from the checkpoint
         // it was written with.
         let partial = partial

@@ -17,7 +17,8 @@
 //!   only there);
 //! * a PostgreSQL transaction is skipped exactly when its end LSN is at or
 //!   below the checkpoint ([`already_committed`]);
-//! * a checkpoint of another server is never used ([`usable`]).
+//! * a checkpoint of another server is never used, nor one above the
+//!   server's WAL position ([`usable`]).
 
 use std::time::{Duration, Instant};
 
@@ -196,12 +197,23 @@ pub enum Found {
     /// It names another slot (two relays configured with one
     /// transactional id).
     OtherSlot { found: String },
+    /// Its LSN is above the server's WAL position: the server does not have
+    /// the WAL the checkpoint says was delivered (its data directory was
+    /// restored from a backup or snapshot, keeping system identifier and
+    /// timeline). Used, it would skip every new transaction up to it.
+    AheadOfServer { found: Lsn, server_wal: Lsn },
 }
 
-/// Judges the checkpoint read for `slot` on `server`. Another timeline of
-/// the same system is *used*: the position module then reports the
-/// server change and takes the slot's own position.
-pub fn usable(checkpoint: Option<&Checkpoint>, slot: &str, server: &ServerIdentity) -> Found {
+/// Judges the checkpoint read for `slot` on `server`, whose WAL is at
+/// `server_wal` (flushed, at connect). Another timeline of the same system
+/// is *used*: the position module then reports the server change and takes
+/// the slot's own position.
+pub fn usable(
+    checkpoint: Option<&Checkpoint>,
+    slot: &str,
+    server: &ServerIdentity,
+    server_wal: Lsn,
+) -> Found {
     match checkpoint {
         None => Found::Nothing,
         Some(c) if c.server.system_id != server.system_id => Found::OtherSystem {
@@ -209,6 +221,13 @@ pub fn usable(checkpoint: Option<&Checkpoint>, slot: &str, server: &ServerIdenti
         },
         Some(c) if c.slot != slot => Found::OtherSlot {
             found: c.slot.clone(),
+        },
+        // Every checkpoint is a position the server streamed, and a
+        // walsender streams only flushed WAL: on the server that wrote it,
+        // it is at or below the flush position forever after.
+        Some(c) if c.lsn > server_wal => Found::AheadOfServer {
+            found: c.lsn,
+            server_wal,
         },
         Some(c) => Found::Use(c.lsn),
     }
@@ -407,27 +426,90 @@ mod tests {
     #[test]
     fn only_a_checkpoint_of_this_system_and_slot_is_used() {
         let here = server("7301234567890123456", 1);
+        let wal = Lsn(5000);
         let c = checkpoint(900);
-        assert_eq!(usable(None, "orders_slot", &here), Found::Nothing);
-        assert_eq!(usable(Some(&c), "orders_slot", &here), Found::Use(Lsn(900)));
+        assert_eq!(usable(None, "orders_slot", &here, wal), Found::Nothing);
+        assert_eq!(
+            usable(Some(&c), "orders_slot", &here, wal),
+            Found::Use(Lsn(900))
+        );
         // Another timeline of the same system: used, and the position
         // module reports the server change.
         assert_eq!(
-            usable(Some(&c), "orders_slot", &server("7301234567890123456", 2)),
+            usable(
+                Some(&c),
+                "orders_slot",
+                &server("7301234567890123456", 2),
+                wal
+            ),
             Found::Use(Lsn(900))
         );
         assert_eq!(
-            usable(Some(&c), "orders_slot", &server("7309999999999999999", 1)),
+            usable(
+                Some(&c),
+                "orders_slot",
+                &server("7309999999999999999", 1),
+                wal
+            ),
             Found::OtherSystem {
                 found: c.server.clone()
             }
         );
         assert_eq!(
-            usable(Some(&c), "billing_slot", &here),
+            usable(Some(&c), "billing_slot", &here, wal),
             Found::OtherSlot {
                 found: "orders_slot".into()
             }
         );
+    }
+
+    /// A data directory restored from a snapshot keeps its system
+    /// identifier and timeline, and its WAL ends below checkpoints written
+    /// before the restore: such a checkpoint would skip every new
+    /// transaction up to it. One at the server's position (an idle
+    /// checkpoint taken at the end of WAL) is still used.
+    #[test]
+    fn a_checkpoint_above_the_servers_wal_is_never_used() {
+        let here = server("7301234567890123456", 1);
+        let c = checkpoint(900);
+        assert_eq!(
+            usable(Some(&c), "orders_slot", &here, Lsn(900)),
+            Found::Use(Lsn(900))
+        );
+        assert_eq!(
+            usable(Some(&c), "orders_slot", &here, Lsn(899)),
+            Found::AheadOfServer {
+                found: Lsn(900),
+                server_wal: Lsn(899)
+            }
+        );
+        assert_eq!(
+            usable(
+                Some(&c),
+                "orders_slot",
+                &server("7301234567890123456", 2),
+                Lsn(0)
+            ),
+            Found::AheadOfServer {
+                found: Lsn(900),
+                server_wal: Lsn(0)
+            }
+        );
+        // Another system's or slot's checkpoint says so first: its LSN
+        // means nothing here.
+        assert!(matches!(
+            usable(
+                Some(&c),
+                "orders_slot",
+                &server("7309999999999999999", 1),
+                Lsn(0)
+            ),
+            Found::OtherSystem { .. }
+        ));
+        assert!(matches!(
+            usable(Some(&c), "billing_slot", &here, Lsn(0)),
+            Found::OtherSlot { .. }
+        ));
     }
 
     fn bounds() -> Bounds {

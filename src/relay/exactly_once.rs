@@ -89,12 +89,14 @@ pub(super) struct Prepared {
 }
 
 /// Builds the transactional producer and reads the last committed
-/// checkpoint for `slot` on `server`.
+/// checkpoint for `slot` on `server`, whose WAL is flushed up to
+/// `server_wal`.
 pub(super) async fn prepare(
     sink_settings: &SinkSettings,
     settings: &ExactlyOnceSettings,
     slot: &str,
     server: &ServerIdentity,
+    server_wal: Lsn,
 ) -> Result<Prepared, SessionError> {
     let id = &settings.transactions.transactional_id;
     let (mut sink, reports) = KafkaSink::new_transactional(sink_settings, &settings.transactions)
@@ -127,7 +129,7 @@ pub(super) async fn prepare(
         }
     };
     let mut partial = None;
-    let carried = match usable(checkpoint.as_ref(), slot, server) {
+    let carried = match usable(checkpoint.as_ref(), slot, server, server_wal) {
         Found::Use(lsn) => {
             partial = checkpoint.as_ref().and_then(|c| c.partial);
             metrics::gauge!(m::CHECKPOINT_LSN).set(lsn.as_u64() as f64);
@@ -158,6 +160,29 @@ pub(super) async fn prepare(
                 "the checkpoint was written for another slot with the same transactional id: \
                  ignoring it. Give each relay its own kafka.transactional_id"
             );
+            None
+        }
+        Found::AheadOfServer { found, server_wal } => {
+            /// The last checkpoint reported: each is logged once, not at
+            /// every session that reads it again before the first commit.
+            static REPORTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            metrics::counter!(m::POSITIONS_AHEAD).increment(1);
+            let lsn = found.as_u64();
+            if REPORTED.swap(lsn, std::sync::atomic::Ordering::Relaxed) != lsn {
+                tracing::error!(
+                    topic = %topic,
+                    key = %id,
+                    checkpoint = %found,
+                    server_wal = %server_wal,
+                    %server,
+                    "the last checkpoint is above the server's WAL position: the database was \
+                     restored from a backup or snapshot (or the checkpoint topic belongs to \
+                     another database with this system identifier). Ignoring it and starting \
+                     from the slot's position. Kafka may hold events of transactions the \
+                     database no longer has, up to the checkpoint: compare the topics with the \
+                     outbox before their consumers act on them"
+                );
+            }
             None
         }
     };
@@ -196,7 +221,8 @@ async fn missing_checkpoint_topic(
         topic = %topic,
         "the checkpoint topic does not exist: the broker creates it on the relay's request \
          with its defaults, not compacted, and retention would then delete the relay's last \
-         checkpoint. Create it compacted (outbox-relay init prints the command)"
+         checkpoint; with more than one partition (num.partitions), the next start refuses \
+         it. Create it compacted, with one partition (outbox-relay init prints the command)"
     );
     Ok(())
 }

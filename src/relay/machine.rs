@@ -242,7 +242,8 @@ impl<'a> SessionMachine<'a> {
                 settings.dlq_topic.clone(),
                 source_table,
             )
-            .with_message_prefix(&settings.source.message_prefix),
+            .with_message_prefix(&settings.source.message_prefix)
+            .with_checkpoint_topic(&settings.checkpoint_topic),
             refusals,
             outgoing: Outgoing::Clear,
             isolation: Isolation::None,

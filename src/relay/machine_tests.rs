@@ -67,6 +67,7 @@ fn settings(max_in_flight: usize) -> RelaySettings {
         columns: ColumnMap::default(),
         table: ("public".into(), "outbox".into()),
         dlq_topic: "dlq".into(),
+        checkpoint_topic: "outbox-relay.checkpoints".into(),
         max_in_flight,
         heartbeat_interval: None,
         shutdown_drain: Duration::from_secs(1),

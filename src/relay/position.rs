@@ -42,18 +42,37 @@ pub enum Resume {
     SlotAhead { confirmed: Lsn, slot: Lsn },
     /// Another server answers (failover, or another cluster behind the URL).
     ServerChanged { previous: Position },
+    /// Same server, but what this relay confirmed is above its WAL
+    /// position: the database was restored from a backup or snapshot while
+    /// the relay ran. Carried, the position would skip every new
+    /// transaction below it.
+    AheadOfServer { confirmed: Lsn, server_wal: Lsn },
 }
 
-/// Decides where a session on `server`, whose slot is at `slot`, starts:
-/// returns the position to start from (the tracker's confirmed LSN) and
-/// what happened.
-pub fn resume(carried: Option<&Position>, server: &ServerIdentity, slot: Lsn) -> (Lsn, Resume) {
+/// Decides where a session on `server`, whose slot is at `slot` and whose
+/// WAL is flushed up to `server_wal`, starts: returns the position to start
+/// from (the tracker's confirmed LSN) and what happened.
+pub fn resume(
+    carried: Option<&Position>,
+    server: &ServerIdentity,
+    slot: Lsn,
+    server_wal: Lsn,
+) -> (Lsn, Resume) {
     match carried {
         None => (slot, Resume::First),
         Some(previous) if previous.server != *server => (
             slot,
             Resume::ServerChanged {
                 previous: previous.clone(),
+            },
+        ),
+        // Only flushed WAL is streamed, so a position confirmed on this
+        // server stays at or below its flush position for good.
+        Some(previous) if previous.confirmed > server_wal => (
+            slot,
+            Resume::AheadOfServer {
+                confirmed: previous.confirmed,
+                server_wal,
             },
         ),
         Some(previous) if slot > previous.confirmed => (
@@ -91,6 +110,23 @@ pub(super) fn report_resume(
                  or recreated it, and transactions committed in between are not read"
             );
         }
+        Resume::AheadOfServer {
+            confirmed,
+            server_wal,
+        } => {
+            metrics::counter!(m::POSITIONS_AHEAD).increment(1);
+            tracing::error!(
+                slot,
+                confirmed_by_relay = %confirmed,
+                server_wal = %server_wal,
+                %server,
+                slot_position = %slot_position,
+                "the position this relay confirmed is above the server's WAL position: the \
+                 database was restored from a backup or snapshot. Starting from the slot's \
+                 position. Kafka may hold events of transactions the database no longer has: \
+                 compare the topics with the outbox before their consumers act on them"
+            );
+        }
         Resume::ServerChanged { previous } => {
             metrics::counter!(m::SERVER_CHANGES).increment(1);
             let fork = stream
@@ -125,6 +161,9 @@ mod tests {
         }
     }
 
+    /// The server's WAL position in the tests that are not about it.
+    const WAL: Lsn = Lsn(1_000_000);
+
     fn carried(confirmed: u64) -> Position {
         Position {
             server: server("7001", 1),
@@ -135,7 +174,7 @@ mod tests {
     #[test]
     fn the_first_session_starts_at_the_slot() {
         assert_eq!(
-            resume(None, &server("7001", 1), Lsn(500)),
+            resume(None, &server("7001", 1), Lsn(500), WAL),
             (Lsn(500), Resume::First)
         );
     }
@@ -144,11 +183,11 @@ mod tests {
     fn the_same_server_carries_the_position_over_a_slot_left_behind() {
         let previous = carried(900);
         assert_eq!(
-            resume(Some(&previous), &server("7001", 1), Lsn(500)),
+            resume(Some(&previous), &server("7001", 1), Lsn(500), WAL),
             (Lsn(900), Resume::Carried)
         );
         assert_eq!(
-            resume(Some(&previous), &server("7001", 1), Lsn(900)),
+            resume(Some(&previous), &server("7001", 1), Lsn(900), WAL),
             (Lsn(900), Resume::Carried)
         );
     }
@@ -157,7 +196,7 @@ mod tests {
     fn a_slot_ahead_is_reported_with_the_gap() {
         let previous = carried(900);
         assert_eq!(
-            resume(Some(&previous), &server("7001", 1), Lsn(1500)),
+            resume(Some(&previous), &server("7001", 1), Lsn(1500), WAL),
             (
                 Lsn(1500),
                 Resume::SlotAhead {
@@ -174,7 +213,7 @@ mod tests {
         for other in [server("7001", 2), server("8002", 1)] {
             // Whether the new slot is behind (the usual failover) or ahead.
             for slot in [Lsn(100), Lsn(2000)] {
-                let (start, what) = resume(Some(&previous), &other, slot);
+                let (start, what) = resume(Some(&previous), &other, slot, WAL);
                 assert_eq!(start, slot);
                 assert_eq!(
                     what,
@@ -184,5 +223,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A database restored from a snapshot while the relay ran: same
+    /// system and timeline, WAL ending below what the relay confirmed. The
+    /// carried position would skip every new transaction below it.
+    #[test]
+    fn a_position_above_the_servers_wal_is_never_carried() {
+        let previous = carried(900);
+        assert_eq!(
+            resume(Some(&previous), &server("7001", 1), Lsn(400), Lsn(899)),
+            (
+                Lsn(400),
+                Resume::AheadOfServer {
+                    confirmed: Lsn(900),
+                    server_wal: Lsn(899)
+                }
+            )
+        );
+        // At the server's position (an idle confirmation at the end of
+        // WAL): carried.
+        assert_eq!(
+            resume(Some(&previous), &server("7001", 1), Lsn(400), Lsn(900)),
+            (Lsn(900), Resume::Carried)
+        );
     }
 }

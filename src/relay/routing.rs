@@ -30,6 +30,10 @@ use crate::otel::ProduceSpan;
 use crate::outbox::{ColumnMap, OutboxRow, RowExtractor, message};
 use crate::pgoutput::TupleData;
 
+/// The dead-letter reason code of an event whose topic is the checkpoint
+/// topic.
+pub const CHECKPOINT_TOPIC: &str = "checkpoint_topic";
+
 /// What the relay needs to know about a record when its delivery report
 /// comes back.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +115,9 @@ pub struct Router {
     source_table: String,
     /// The dead-letter `source_table` of a message: `message:<prefix>`.
     message_source: String,
+    /// `kafka.checkpoint_topic`: no event goes there (see
+    /// [`Router::with_checkpoint_topic`]).
+    checkpoint_topic: Option<String>,
 }
 
 impl Router {
@@ -127,7 +134,19 @@ impl Router {
             dead_letter_topic,
             source_table,
             message_source: format!("message:{}", message::DEFAULT_PREFIX),
+            checkpoint_topic: None,
         }
+    }
+
+    /// An event whose topic renders to `topic` is dead-lettered: the
+    /// checkpoint topic holds the relay's exactly-once positions, and the
+    /// transactional producer takes whatever lands there for a checkpoint
+    /// (its delivery report would reach no one, and the event's transaction
+    /// would never be confirmed). In either delivery mode: the topic is
+    /// reserved from the first start on.
+    pub fn with_checkpoint_topic(mut self, topic: &str) -> Self {
+        self.checkpoint_topic = Some(topic.to_owned());
+        self
     }
 
     /// Messages with this prefix are the outbox's (their dead letters say so).
@@ -275,6 +294,16 @@ impl Router {
             return Routed::DeadLetter { record, tag };
         }
         match build_record_cached(&row, commit.time, &self.envelope, &mut self.topics) {
+            Ok(record) if self.checkpoint_topic.as_deref() == Some(record.topic.as_str()) => {
+                let reason = format!(
+                    "topic {:?} is kafka.checkpoint_topic, the relay's own topic of exactly-once \
+                     checkpoints: no event goes there (change kafka.topic or \
+                     kafka.checkpoint_topic, or the row's aggregate type or event type)",
+                    record.topic
+                );
+                let (record, tag) = self.dead_letter(&row, origin, reason, CHECKPOINT_TOPIC, tag);
+                Routed::DeadLetter { record, tag }
+            }
             Ok(record) => Routed::Event {
                 record,
                 tag,

@@ -285,3 +285,65 @@ fn a_dead_letter_names_the_topic_its_event_was_meant_for() {
         Some(&b"invalid_topic"[..])
     );
 }
+
+/// The checkpoint topic is the relay's own: an event whose topic renders
+/// to it (here `outbox.event.{aggregatetype}` with aggregate type
+/// `checkpoints`) becomes a dead letter saying so, from a table row or a
+/// logical message; its neighbours are events as before.
+#[test]
+fn an_event_bound_for_the_checkpoint_topic_is_dead_lettered() {
+    let mut router = router().with_checkpoint_topic("outbox.event.checkpoints");
+    let row = |id: &str, aggregate_type: &str| {
+        tuple([
+            Some(id),
+            Some(aggregate_type),
+            Some("7"),
+            Some("Placed"),
+            Some("{}"),
+        ])
+    };
+    let routed = router.route(
+        &relation(),
+        &row("e1", "checkpoints"),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::DeadLetter { record, tag } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(record.topic, "dlq");
+    assert!(tag.dead_letter);
+    assert_eq!(
+        header(&record, "dlq_reason_code"),
+        Some(CHECKPOINT_TOPIC.as_bytes())
+    );
+    let reason = String::from_utf8_lossy(header(&record, "dlq_reason").unwrap()).into_owned();
+    assert!(reason.contains("kafka.checkpoint_topic"), "{reason}");
+    assert_eq!(
+        header(&record, "dlq_original_topic"),
+        Some(&b"outbox.event.checkpoints"[..])
+    );
+    // Asked again (the topic now cached), the same.
+    let again = router.route(
+        &relation(),
+        &row("e2", "checkpoints"),
+        &commit(),
+        &Refusals::new(),
+    );
+    assert!(matches!(again, Routed::DeadLetter { .. }), "{again:?}");
+    let message = Bytes::from_static(
+        br#"{"id":"m1","aggregatetype":"checkpoints","aggregateid":"7","type":"Placed","payload":{}}"#,
+    );
+    let routed = router.route_message(&message, Lsn(0x180), &commit(), &Refusals::new());
+    assert!(matches!(routed, Routed::DeadLetter { .. }), "{routed:?}");
+    let routed = router.route(
+        &relation(),
+        &row("e3", "order"),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::Event { record, .. } = routed else {
+        panic!("expected an event, got {routed:?}");
+    };
+    assert_eq!(record.topic, "outbox.event.order");
+}

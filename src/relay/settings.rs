@@ -29,6 +29,9 @@ pub struct RelaySettings {
     /// The outbox table: `(schema, name)`.
     pub table: (String, String),
     pub dlq_topic: String,
+    /// `kafka.checkpoint_topic`, reserved for exactly-once checkpoints in
+    /// either delivery mode: no event goes there.
+    pub checkpoint_topic: String,
     /// Events handed to the producer and not yet acknowledged, at most.
     /// Reaching it stops reading the slot (backpressure: "bounded memory" in docs/design.md).
     pub max_in_flight: usize,
@@ -114,6 +117,7 @@ impl RelaySettings {
             },
             table: pg.table_parts(),
             dlq_topic: kafka.dlq_topic.clone(),
+            checkpoint_topic: kafka.checkpoint_topic.clone(),
             max_in_flight: config.relay.channel_capacity,
             heartbeat_interval: pg.heartbeat_interval(),
             shutdown_drain: kafka.shutdown_drain(),

@@ -109,6 +109,10 @@ pub struct CatalogState {
     /// `wal_sender_timeout`; `None` when disabled (0).
     pub wal_sender_timeout: Option<Duration>,
     pub identity: ServerIdentity,
+    /// The server's WAL flush position at connect (`IDENTIFY_SYSTEM`'s
+    /// `xlogpos`): no position the relay confirmed on this server can be
+    /// above it.
+    pub server_wal: Lsn,
     /// Where the server's timeline forked from its parent (its last
     /// promotion), when it is not the first timeline.
     pub timeline_fork: Option<Lsn>,
@@ -124,7 +128,7 @@ pub async fn check(
     settings: &ReplicationSettings,
     target: &str,
 ) -> Result<CatalogState, ReplicationError> {
-    let identity = identify_system(socket, target).await?;
+    let (identity, server_wal) = identify_system(socket, target).await?;
     let timeline_fork = timeline_fork_point(socket, identity.timeline, target).await?;
     let confirmed_flush = check_slot(socket, &settings.slot, target).await?;
     let outbox = match &settings.outbox_table {
@@ -154,6 +158,7 @@ pub async fn check(
         confirmed_flush,
         wal_sender_timeout,
         identity,
+        server_wal,
         timeline_fork,
         outbox,
     })
@@ -205,15 +210,16 @@ fn parse_fork_point(content: &str) -> Option<Lsn> {
     last.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// `IDENTIFY_SYSTEM`: the system identifier and timeline.
+/// `IDENTIFY_SYSTEM`: the system identifier and timeline, and the WAL
+/// flush position (`xlogpos`).
 async fn identify_system(
     socket: &mut FramedSocket,
     target: &str,
-) -> Result<ServerIdentity, ReplicationError> {
+) -> Result<(ServerIdentity, Lsn), ReplicationError> {
     let action = "identifying the server";
     let rows = simple_query(socket, "IDENTIFY_SYSTEM", target, action).await?;
     let row = match rows.as_slice() {
-        [row] if row.len() >= 2 => row,
+        [row] if row.len() >= 3 => row,
         _ => return Err(unexpected_shape(target, action)),
     };
     let system_id = row[0]
@@ -223,10 +229,17 @@ async fn identify_system(
         .as_deref()
         .and_then(|t| t.parse().ok())
         .ok_or_else(|| unexpected_shape(target, action))?;
-    Ok(ServerIdentity {
-        system_id,
-        timeline,
-    })
+    let wal = row[2]
+        .as_deref()
+        .and_then(|lsn| lsn.parse().ok())
+        .ok_or_else(|| unexpected_shape(target, action))?;
+    Ok((
+        ServerIdentity {
+            system_id,
+            timeline,
+        },
+        wal,
+    ))
 }
 
 async fn check_slot(

@@ -55,6 +55,7 @@ pub struct ReplicationStream {
     backend_pid: i32,
     slot_confirmed_flush: Lsn,
     identity: ServerIdentity,
+    server_wal: Lsn,
     timeline_fork: Option<Lsn>,
     outbox: Option<OutboxTable>,
     confirmed: Lsn,
@@ -224,6 +225,13 @@ impl ReplicationStream {
     /// The server this connection reached (`IDENTIFY_SYSTEM`).
     pub fn identity(&self) -> &ServerIdentity {
         &self.identity
+    }
+
+    /// The server's WAL flush position when this connection started
+    /// (`IDENTIFY_SYSTEM`): every position the relay confirmed on this
+    /// server is at or below it.
+    pub fn server_wal_position(&self) -> Lsn {
+        self.server_wal
     }
 
     /// Where the server's current timeline forked from its parent, when it

@@ -319,12 +319,31 @@ pub enum CheckpointReadError {
          --allow-principal User:<relay> --operation Read --operation Describe --topic {topic}"
     )]
     Unauthorized { topic: String, detail: String },
+    /// The checkpoint topic has more than one partition: records of two
+    /// partitions have no order, so the last checkpoint cannot be told.
+    #[error(
+        "checkpoint topic \"{topic}\" has {partitions} partitions; exactly-once delivery needs \
+         exactly one (its last checkpoint is the last record under the relay's key, and records \
+         of different partitions have no order: once the partition count changed, an older \
+         checkpoint could be taken and transactions written twice). Stop the relay gracefully, \
+         create a compacted topic of one partition and point kafka.checkpoint_topic at it: \
+         {create} (after a graceful stop the slot holds the last committed position, so nothing \
+         is written twice)"
+    )]
+    Partitioned {
+        topic: String,
+        partitions: usize,
+        create: String,
+    },
 }
 
 impl CheckpointReadError {
     /// Whether retrying the read cannot cure it.
     pub fn is_refusal(&self) -> bool {
-        matches!(self, CheckpointReadError::Unauthorized { .. })
+        matches!(
+            self,
+            CheckpointReadError::Unauthorized { .. } | CheckpointReadError::Partitioned { .. }
+        )
     }
 }
 
@@ -367,7 +386,9 @@ pub enum CheckpointRead {
 /// is the last stable offset). This relay's own transactions are settled
 /// already ([`KafkaSink::init_transactions`] ran before). When the wait
 /// runs out the error says a transaction stays open, not that a query
-/// timed out.
+/// timed out. A topic of more than one partition is refused
+/// ([`CheckpointReadError::Partitioned`]): across partitions there is no
+/// last record.
 pub async fn read_checkpoint(
     settings: &SinkSettings,
     topic: &str,
@@ -468,6 +489,19 @@ fn read_blocking(
     let partitions: Vec<i32> = described.partitions().iter().map(|p| p.id()).collect();
     if partitions.is_empty() {
         return Ok(CheckpointRead::NoTopic);
+    }
+    // The read below takes the last record under the key in the order the
+    // consumer returns them, which across partitions is arbitrary. The key
+    // keeps every checkpoint in one partition only while the partition
+    // count stays the same; after a change the old partition still holds
+    // older checkpoints. One partition is the only layout whose last record
+    // is the last checkpoint.
+    if partitions.len() > 1 {
+        return Err(CheckpointReadError::Partitioned {
+            topic: topic.to_owned(),
+            partitions: partitions.len(),
+            create: create_checkpoint_topic_command(&settings.brokers, "<new-topic>"),
+        });
     }
     // Wait until no transaction is open on the topic: then the
     // read_committed end is the end. The read_committed watermark is the

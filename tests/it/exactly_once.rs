@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 use crate::support::services::{self, ServiceDown};
 use crate::support::*;
 
+/// Hazards of the checkpoint topic (issue 30).
+mod checkpoint_hazards;
+
 /// The relay config for `outbox` in exactly-once mode, with its own
 /// checkpoint topic and `kafka_extra` lines in `[kafka]`.
 fn eos_config(outbox: &TestOutbox, checkpoint_topic: &str, kafka_extra: &str) -> PathBuf {

@@ -41,6 +41,25 @@ pub fn evaluate(config: &Config, cluster: &Result<KafkaFacts, String>) -> Vec<It
             .fix(create),
         ];
     };
+    if *partitions > 1 {
+        // The relay refuses it at start: records of two partitions have no
+        // order, so the last checkpoint cannot be told (docs/exactly-once.md).
+        return vec![
+            Item::fail(
+                name,
+                format!(
+                    "checkpoint topic {topic:?} has {partitions} partitions; exactly-once \
+                     delivery needs exactly one, and the relay refuses to start with more: \
+                     stop the relay gracefully, create a compacted topic of one partition and \
+                     point kafka.checkpoint_topic at it"
+                ),
+            )
+            .fix(crate::sink::create_checkpoint_topic_command(
+                &kafka.brokers,
+                "<new-topic>",
+            )),
+        ];
+    }
     match facts.cleanup_policy.get(topic) {
         Some(policy) if policy.split(',').any(|p| p.trim() == "compact") => {
             let deletes = policy.split(',').any(|p| p.trim() == "delete");
@@ -223,6 +242,22 @@ mod tests {
         assert_eq!(
             status(&evaluate(&config, &Err("down".into()))),
             Status::Skip
+        );
+    }
+
+    /// The relay refuses a checkpoint topic of more than one partition at
+    /// start; `check` says so before.
+    #[test]
+    fn the_checkpoint_topic_must_have_one_partition() {
+        let config = config();
+        let mut facts = cluster(Some("compact"), true).unwrap();
+        facts.topics.insert("cp".into(), 3);
+        let items = evaluate(&config, &Ok(facts));
+        assert_eq!(status(&items), Status::Fail);
+        let text = format!("{items:?}");
+        assert!(
+            text.contains("3 partitions") && text.contains("--partitions 1"),
+            "{text}"
         );
     }
 }

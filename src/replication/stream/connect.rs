@@ -93,6 +93,7 @@ impl ReplicationStream {
             backend_pid: session.backend_pid,
             slot_confirmed_flush: checked.confirmed_flush,
             identity: checked.identity,
+            server_wal: checked.server_wal,
             timeline_fork: checked.timeline_fork,
             outbox: checked.outbox,
             confirmed: start_confirmed,

@@ -36,6 +36,7 @@ impl ReplicationStream {
                 system_id: "7000000000000000001".into(),
                 timeline: 1,
             },
+            server_wal: confirmed,
             timeline_fork: None,
             outbox: None,
             confirmed,
