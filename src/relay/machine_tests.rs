@@ -734,3 +734,141 @@ fn routed_events_go_to_their_webhook_sink_and_hold_their_transaction() {
         }
     }
 }
+
+/// A machine on the model's outbox, its relations described, fed `txns`,
+/// with a producer that never refuses a hand-over.
+fn fed_machine<'a>(
+    settings: &'a RelaySettings,
+    refusals: &'a mut Refusals,
+    resume: Option<Option<crate::relay::checkpoint::Partial>>,
+    txns: &[Txn],
+) -> (SessionMachine<'a>, FakeProducer) {
+    let mut machine = SessionMachine::new(settings, Some(outbox_table()), Lsn(0x10), refusals);
+    if let Some(partial) = resume {
+        machine = machine.exactly_once(partial);
+    }
+    let mut producer = FakeProducer {
+        queues: BTreeMap::new(),
+        queue_full_percent: 0,
+        rng: Rng(7),
+    };
+    let mut feed = |data: Bytes| {
+        if let Step::LookUp(relation) = machine.on_wal(data, &mut producer).unwrap() {
+            let class = if relation.oid == OUTBOX_OID {
+                RelationClass::Outbox
+            } else {
+                RelationClass::Other
+            };
+            machine.relation_classified(&relation, class);
+        }
+    };
+    feed(relation_message(
+        OUTBOX_OID,
+        &["id", "aggregatetype", "aggregateid", "type", "payload"],
+    ));
+    feed(relation_message(OTHER_OID, &["id"]));
+    for (xid, txn) in txns.iter().enumerate() {
+        for data in messages(txn, xid as u32 + 1, false) {
+            feed(data);
+        }
+    }
+    (machine, producer)
+}
+
+fn table_rows(ids: &[&str], final_lsn: u64) -> Txn {
+    Txn {
+        rows: ids
+            .iter()
+            .map(|id| Row {
+                id: (*id).into(),
+                key: format!("k-{id}"),
+                too_large: false,
+                message: false,
+            })
+            .collect(),
+        final_lsn: Lsn(final_lsn),
+        end_lsn: Lsn(final_lsn + 8),
+    }
+}
+
+/// Exactly-once: every record acknowledged is not yet confirmable, nor are
+/// its rows deletable, nor its refusal notes forgotten: the Kafka
+/// transaction holding them has not committed. At the commit, all three.
+/// (At-least-once, the acknowledgement is enough: the same feed shows it.)
+#[test]
+fn exactly_once_confirms_deletes_and_forgets_only_at_the_committed_checkpoint() {
+    let mut settings = settings(10);
+    settings.source.cleanup = Cleanup::DeleteAfterAck;
+    let txn = table_rows(&["a", "b"], 0x100);
+    for exactly_once in [false, true] {
+        let mut refusals = Refusals::new();
+        refusals.insert(
+            "a".into(),
+            crate::relay::refusals::RowFate {
+                commit: Lsn(0x100),
+                ..Default::default()
+            },
+        );
+        let resume = exactly_once.then_some(None);
+        let (mut machine, mut producer) =
+            fed_machine(&settings, &mut refusals, resume, std::slice::from_ref(&txn));
+        let mut log = BrokerLog::default();
+        while let Some(reports) = answer(&mut producer, &mut log, false) {
+            for report in reports {
+                machine.on_report(report, &mut producer).unwrap();
+            }
+        }
+        assert_eq!(machine.confirmed(), txn.end_lsn, "acknowledged");
+        if exactly_once {
+            assert_eq!(machine.confirmable(), Lsn(0x10));
+            assert_eq!(machine.take_deletable(), None);
+            machine.set_committed(txn.end_lsn);
+        }
+        assert_eq!(machine.confirmable(), txn.end_lsn);
+        let mut ids = machine
+            .take_deletable()
+            .expect("the rows, once confirmable")
+            .ids;
+        ids.sort_unstable();
+        assert_eq!(ids, ["a", "b"]);
+        drop(machine);
+        assert!(refusals.is_empty(), "the note goes once confirmable");
+    }
+}
+
+/// Exactly-once, resuming at a checkpoint inside a transaction: the events
+/// it says are in Kafka are skipped, the rest handed over, and a commit
+/// inside the transaction then counts them all.
+#[test]
+fn a_resumed_transaction_skips_exactly_the_events_already_in_kafka() {
+    let settings = settings(10);
+    let txn = table_rows(&["first", "second", "third"], 0x100);
+    let mut refusals = Refusals::new();
+    let partial = crate::relay::checkpoint::Partial {
+        commit_lsn: txn.final_lsn,
+        events: 2,
+    };
+    let (mut machine, mut producer) =
+        fed_machine(&settings, &mut refusals, Some(Some(partial)), &[]);
+    let mut stream = messages(&txn, 1, false);
+    let commit = stream.pop().expect("the Commit");
+    for data in stream {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    let sent: Vec<String> = producer
+        .queues
+        .values()
+        .flatten()
+        .map(|(_, tag)| tag.row_key.clone())
+        .collect();
+    assert_eq!(sent, ["third"], "the first two are in Kafka already");
+    assert_eq!(
+        machine.split_point(),
+        Some(Some(crate::relay::checkpoint::Partial {
+            commit_lsn: txn.final_lsn,
+            events: 3
+        }))
+    );
+    machine.on_wal(commit, &mut producer).unwrap();
+    assert_eq!(machine.split_point(), Some(None), "between transactions");
+}

@@ -351,3 +351,73 @@ async fn exactly_once_streams_a_transaction_longer_than_the_kafka_timeout_throug
     check_exactly_once("exactly-once-x-long-transaction", &committed, &received_all);
     println!("took {:?}", started.elapsed());
 }
+
+/// Exactly-once with a standby relay: the active relay frozen (SIGSTOP)
+/// with a Kafka transaction open, the standby takes the lock and fences
+/// its producer; thawed, the first relay finds its lock lost and stands
+/// by (it used to exit 4, "fenced", as if a misconfigured relay shared its
+/// transactional id). Then the new active relay is killed with -9, the
+/// first takes over again, and a read_committed consumer sees every event
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_exactly_once_relay_that_was_taken_over_stands_by() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let (topic, checkpoints) = eos_topics(&outbox).await;
+    let config = config_with(
+        &outbox,
+        "",
+        &format!(
+            "delivery = \"exactly-once\"\ncheckpoint_topic = \"{checkpoints}\"\n\
+             transaction_max_ms = 3000\n"
+        ),
+    );
+    let mut a = Relay::process(&config);
+    a.wait_for_log("streaming from the slot", DEADLINE).await;
+    let b = Relay::process(&config);
+    b.wait_for_log("another relay holds the relay lock", DEADLINE)
+        .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    let mut committed = outbox.commit_events(&mut writer, 10, 1, 5, &mut seqs).await;
+    // A's Kafka transaction holds them, open for 3 s.
+    wait_until(
+        "the broker to hold A's records, uncommitted",
+        DEADLINE,
+        || async { topic_len_as(&topic, "read_uncommitted").await >= 10 },
+    )
+    .await;
+    signal(&a, libc::SIGSTOP);
+    wait_until_explained(
+        "the standby to take over",
+        DEADLINE,
+        || async { b.log_text().contains("streaming from the slot") },
+        || async { b.log_text() },
+    )
+    .await;
+    committed.extend(outbox.commit_events(&mut writer, 10, 1, 5, &mut seqs).await);
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    let standing_by_before = a
+        .log_text()
+        .matches("another relay holds the relay lock")
+        .count();
+    signal(&a, libc::SIGCONT);
+    wait_until_explained(
+        "the thawed relay to stand by",
+        DEADLINE,
+        || {
+            let log = a.log_text();
+            async move { log.matches("another relay holds the relay lock").count() > standing_by_before }
+        },
+        || async { a.log_text() },
+    )
+    .await;
+    assert!(a.running(), "the thawed relay exited:\n{}", a.log_text());
+    // The active relay dies; the thawed one takes over from the checkpoint.
+    b.kill9();
+    committed.extend(outbox.commit_events(&mut writer, 10, 1, 5, &mut seqs).await);
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    assert!(a.running(), "{}", a.log_text());
+    a.kill9();
+    let received = consume_ids_to_end(&topic).await;
+    check_exactly_once("exactly-once-x-standby-frozen", &committed, &received);
+}
