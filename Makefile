@@ -46,9 +46,10 @@ bench-quick:
 	$(CARGO) bench --bench decode -- --warm-up-time 1 --measurement-time 2
 	python3 benches/run.py --quick
 
-## make soak: mixed faults under steady load (SOAK_SECS, default 300; SOAK_SEED), then the checker.
+## make soak: every soak (tests/it/soak.rs), one after the other: mixed faults under steady
+## load for SOAK_SECS each (default 300; SOAK_SEED), then the checker. SOAK_CASE=<test name> runs one.
 soak:
 	$(CARGO) build --all-targets
 	@env_lines="$$($(SERVICES) up)"; eval "$$env_lines"; \
-	  status=0; $(CARGO) test --test it -- soak:: --ignored --nocapture || status=$$?; \
+	  status=0; $(CARGO) test --test it -- $(if $(SOAK_CASE),$(SOAK_CASE),soak::) --ignored --nocapture --test-threads=1 || status=$$?; \
 	  exit $$status

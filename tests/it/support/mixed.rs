@@ -254,7 +254,16 @@ pub const PAUSE: Duration = Duration::from_millis(10);
 /// partitions) and dead-letter topic; the relay's role may delete rows
 /// (`cleanup`), `outbox_emit` is installed (`messages`).
 pub async fn text_outbox(cleanup: bool, messages: bool) -> Arc<TestOutbox> {
-    let outbox = TestOutbox::create("text").await;
+    text_outbox_from(TestOutbox::create("text").await, cleanup, messages).await
+}
+
+/// [`text_outbox`] from an outbox already created as `text` (by a test
+/// that holds the services lock exclusively: `TestOutbox::create_exclusive`).
+pub async fn text_outbox_from(
+    outbox: TestOutbox,
+    cleanup: bool,
+    messages: bool,
+) -> Arc<TestOutbox> {
     if cleanup {
         outbox
             .admin

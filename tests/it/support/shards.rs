@@ -12,10 +12,13 @@ use super::services;
 use super::{DEADLINE, TestOutbox, pg_admin, random_name, wait_until};
 
 /// The outbox `base`'s table and topics, with a publication and a slot of
-/// their own for one shard (not created yet).
+/// their own for one shard (not created yet). It shares `base`'s hold on
+/// the services lock (so it must not outlive `base`): taking a share again
+/// would wait forever behind a waiting exclusive test, and could not be
+/// had at all by a test that holds the lock exclusively (the soaks).
 pub async fn shard_of(base: &TestOutbox) -> TestOutbox {
     let mut outbox = TestOutbox::from_parts(
-        services::shared().await,
+        services::Shared::held_by_caller(),
         pg_admin().await,
         base.table.clone(),
         random_name("pub"),
