@@ -266,6 +266,12 @@ async fn run_sessions(
                     }
                 }
                 Ok(false) => {
+                    // Another relay holds the lock and moves the slot on:
+                    // the position this one confirmed is no longer the
+                    // last word, and the slot found ahead of it when it
+                    // takes over is no gap. It starts from the slot then
+                    // (an exactly-once relay from its checkpoint).
+                    carried = None;
                     let delay = settings.lock.poll();
                     if wait_or_shutdown(delay, &mut shutdown).await {
                         health.set_stopping();

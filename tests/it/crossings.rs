@@ -421,3 +421,80 @@ async fn a_frozen_exactly_once_relay_that_was_taken_over_stands_by() {
     let received = consume_ids_to_end(&topic).await;
     check_exactly_once("exactly-once-x-standby-frozen", &committed, &received);
 }
+
+/// At-least-once with a standby: the active relay frozen past its lease,
+/// the standby takes over and confirms more, the thawed relay stands by;
+/// the new active relay is killed with -9 and the first takes over again.
+/// The slot moved while it stood by, by the relay that held the lock: that
+/// is no gap to warn about (it used to say "the slot is ahead of the
+/// position this relay confirmed … transactions committed in between are
+/// not read" at every such takeover, while nothing was missing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relay_taking_over_again_after_standing_by_reports_no_gap() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 3).await;
+    let config = outbox.write_config("");
+    let a = Relay::process(&config);
+    a.wait_for_log("streaming from the slot", DEADLINE).await;
+    let b = Relay::process(&config);
+    b.wait_for_log("another relay holds the relay lock", DEADLINE)
+        .await;
+    let mut writer = outbox.writer().await;
+    let mut seqs = std::collections::HashMap::new();
+    let mut committed = outbox.commit_events(&mut writer, 10, 1, 5, &mut seqs).await;
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    signal(&a, libc::SIGSTOP);
+    wait_until_explained(
+        "the standby to take over",
+        DEADLINE,
+        || async { b.log_text().contains("streaming from the slot") },
+        || async { b.log_text() },
+    )
+    .await;
+    let before = outbox.confirmed_flush_lsn().await;
+    committed.extend(outbox.commit_events(&mut writer, 10, 1, 5, &mut seqs).await);
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    wait_until("the standby to confirm what it sent", DEADLINE, || async {
+        outbox.confirmed_flush_lsn().await > before
+    })
+    .await;
+    let standing_by_before = a
+        .log_text()
+        .matches("another relay holds the relay lock")
+        .count();
+    signal(&a, libc::SIGCONT);
+    wait_until_explained(
+        "the thawed relay to stand by",
+        DEADLINE,
+        || {
+            let log = a.log_text();
+            async move { log.matches("another relay holds the relay lock").count() > standing_by_before }
+        },
+        || async { a.log_text() },
+    )
+    .await;
+    b.kill9();
+    let streams_before = a.log_text().matches("streaming from the slot").count();
+    wait_until_explained(
+        "the first relay to take over again",
+        DEADLINE,
+        || {
+            let log = a.log_text();
+            async move { log.matches("streaming from the slot").count() > streams_before }
+        },
+        || async { a.log_text() },
+    )
+    .await;
+    committed.extend(outbox.commit_events(&mut writer, 10, 1, 5, &mut seqs).await);
+    consume_all_ids(&topic, &committed, DEADLINE).await;
+    assert!(
+        !a.log_text()
+            .contains("the slot is ahead of the position this relay confirmed"),
+        "a takeover is not someone else moving the slot:\n{}",
+        a.log_text()
+    );
+    a.kill9();
+    let received = consume_ids_to_end(&topic).await;
+    check_delivery("standby-takes-over-again", &committed, &received);
+}
