@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
+use crate::support::mixed::ids_in_table;
 use crate::support::*;
 
 async fn rows_in_table(outbox: &TestOutbox) -> i64 {
@@ -18,20 +19,6 @@ async fn rows_in_table(outbox: &TestOutbox) -> i64 {
         .await
         .unwrap()
         .get(0)
-}
-
-async fn ids_in_table(outbox: &TestOutbox) -> HashSet<String> {
-    outbox
-        .admin
-        .query(
-            &format!("SELECT id::text FROM public.{}", outbox.table),
-            &[],
-        )
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.get(0))
-        .collect()
 }
 
 async fn grant_delete(outbox: &TestOutbox) {

@@ -9,24 +9,10 @@ use std::time::Duration;
 use outbox_relay::cleanup::{Cleanup, Deletable, DeleterSettings, spawn_deleter};
 use outbox_relay::relay::RelaySettings;
 
+use crate::support::mixed::ids_in_table;
 use crate::support::mock::{Mock, mock_with_topic, read_mock_to_end};
 use crate::support::services;
 use crate::support::*;
-
-/// The ids of the rows in the outbox table now.
-async fn ids_in_table(outbox: &TestOutbox) -> HashSet<String> {
-    outbox
-        .admin
-        .query(
-            &format!("SELECT id::text FROM public.{}", outbox.table),
-            &[],
-        )
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|r| r.get(0))
-        .collect()
-}
 
 async fn rows_in_table(outbox: &TestOutbox) -> i64 {
     outbox
