@@ -26,9 +26,12 @@ services-up:
 services-down:
 	@$(SERVICES) down
 
+## make lint: formatting, clippy, and the structure guard (tests/layers.rs: every import runs
+## down the layer order docs/design.md draws, no import circle).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
+	$(CARGO) test --test layers
 
 fmt:
 	$(CARGO) fmt --all

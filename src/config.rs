@@ -23,7 +23,7 @@
 //!   text. Serializing a config (the start-up line, the documentation test)
 //!   yields the redacted values, so it can never round-trip a secret.
 
-mod redact;
+mod build;
 mod show;
 mod sinks;
 mod sources;
@@ -44,8 +44,7 @@ use crate::outbox::Source;
 use crate::outbox::message::DEFAULT_PREFIX;
 use crate::sink::OnUnroutable;
 
-pub use redact::{is_secret_property, redact_conninfo};
-pub(crate) use redact::{is_shown_parameter, key_values, split_url_scheme};
+pub use crate::redact::{is_secret_property, redact_conninfo};
 pub use sinks::{RouteConfig, SinkConfig, SinkKind, warnings};
 pub use sources::ENV_PREFIX;
 
@@ -419,7 +418,10 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Invalid`].
     pub fn validate(&self) -> Result<(), ConfigError> {
-        validate::validate(self)
+        validate::validate(self)?;
+        // What parses (the conninfo, the URLs) is parsed where the
+        // settings are built: building them once finds what does not.
+        self.relay_settings().map(drop)
     }
 
     /// The envelope's settings.

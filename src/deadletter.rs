@@ -40,12 +40,10 @@ pub const MAX_REASON: usize = 1024;
 /// Most bytes all mapped column headers (names and values) take together.
 pub const MAX_COLUMN_HEADERS: usize = 8 * 1024;
 
-/// Header names of the row's role columns.
-pub const ID_HEADER: &str = "id";
-pub const AGGREGATE_TYPE_HEADER: &str = "aggregatetype";
-pub const AGGREGATE_ID_HEADER: &str = "aggregateid";
-pub const TYPE_HEADER: &str = "type";
-pub const TIMESTAMP_HEADER: &str = "timestamp";
+/// Header names of the row's role columns (named where the row is read).
+pub use crate::outbox::role_headers::{
+    AGGREGATE_ID_HEADER, AGGREGATE_TYPE_HEADER, ID_HEADER, TIMESTAMP_HEADER, TYPE_HEADER,
+};
 
 /// The topic the event was meant for.
 pub const ORIGINAL_TOPIC_HEADER: &str = "dlq_original_topic";

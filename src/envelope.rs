@@ -29,7 +29,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -487,11 +487,7 @@ pub fn topic_name_problem(name: &str) -> Option<&'static str> {
     }
 }
 
-/// RFC 3339 with microseconds and `Z`: PostgreSQL timestamps have
-/// microsecond resolution, so nothing is lost and nothing is invented.
-pub fn format_time(time: DateTime<Utc>) -> String {
-    time.to_rfc3339_opts(SecondsFormat::Micros, true)
-}
+pub use crate::outbox::format_time;
 
 fn validate_json(payload: &[u8]) -> Result<(), EnvelopeError> {
     parse_raw(payload).map(|_| ())

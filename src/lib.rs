@@ -29,6 +29,7 @@ pub mod error;
 pub mod metrics;
 pub mod otel;
 pub mod outbox;
+pub mod redact;
 pub mod relay;
 pub mod replication;
 pub mod routes;

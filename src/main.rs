@@ -15,7 +15,7 @@ use figment::providers::Serialized;
 use outbox_relay::admin::{self, AdminTarget, init::InitOptions};
 use outbox_relay::config::{Config, LogFormat};
 use outbox_relay::metrics::{self, Health};
-use outbox_relay::relay::{self, Observability, RelayError, RelaySettings, Side, Stopped};
+use outbox_relay::relay::{self, RelayError, Side, Stopped};
 use tokio::sync::watch;
 
 // jemalloc for the whole process, librdkafka's C code included (the
@@ -503,7 +503,9 @@ async fn run(config: Config) -> Result<Stopped, RunError> {
         tracing::info!("stop requested: draining in-flight events");
         let _ = stop_tx.send(true);
     });
-    let settings = RelaySettings::from_config(&config);
+    let settings = config
+        .relay_settings()
+        .map_err(|e| RunError::Setup(e.into()))?;
     // Every key as the relay will use it (file, environment and flags
     // merged, defaults filled in), secrets as ***: the first thing to read
     // when the relay does not do what its config file seems to say.
@@ -512,14 +514,9 @@ async fn run(config: Config) -> Result<Stopped, RunError> {
         config = %config.effective(),
         "outbox-relay starting"
     );
-    relay::run_observed(
-        settings,
-        Observability::from_config(&config),
-        stop_rx,
-        health,
-    )
-    .await
-    .map_err(RunError::Relay)
+    relay::run_observed(settings, config.observability(), stop_rx, health)
+        .await
+        .map_err(RunError::Relay)
 }
 
 async fn wait_for_signal() {

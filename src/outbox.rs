@@ -345,11 +345,11 @@ impl RowExtractor {
 
     /// What can be read of a row that cannot become an event, for its dead
     /// letter: the payload column's bytes, and the other mapped columns as
-    /// `(header name, value)` pairs (see [`crate::deadletter`]). A column
+    /// `(header name, value)` pairs (see `crate::deadletter`). A column
     /// that is missing, NULL or an unchanged TOAST value is left out; the
     /// timestamp only when it parses, in RFC 3339 like an extracted row's.
     pub fn salvage(&self, relation: &Relation, tuple: &TupleData) -> Salvaged {
-        use crate::deadletter as dl;
+        use role_headers as dl;
         let cols = &self.columns;
         let mut columns = Vec::new();
         for (header, column) in [
@@ -370,7 +370,7 @@ impl RowExtractor {
         {
             columns.push((
                 dl::TIMESTAMP_HEADER.to_owned(),
-                Bytes::from(crate::envelope::format_time(time)),
+                Bytes::from(format_time(time)),
             ));
         }
         for (column, header) in &cols.headers {
@@ -445,6 +445,22 @@ fn resolve_positions(cols: &ColumnMap, relation: &Relation) -> Result<Positions,
             })
             .collect(),
     })
+}
+
+/// The names a row's role columns go by where they are salvaged for a dead
+/// letter (its headers, see `crate::deadletter`) and in an outbox message.
+pub mod role_headers {
+    pub const ID_HEADER: &str = "id";
+    pub const AGGREGATE_TYPE_HEADER: &str = "aggregatetype";
+    pub const AGGREGATE_ID_HEADER: &str = "aggregateid";
+    pub const TYPE_HEADER: &str = "type";
+    pub const TIMESTAMP_HEADER: &str = "timestamp";
+}
+
+/// RFC 3339 with microseconds and `Z`: PostgreSQL timestamps have
+/// microsecond resolution, so nothing is lost and nothing is invented.
+pub fn format_time(time: DateTime<Utc>) -> String {
+    time.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
 /// Parses PostgreSQL's text output of `timestamptz` (`2026-11-29 12:00:00.123456+00`)

@@ -26,17 +26,18 @@
 
 pub mod checkpoint;
 mod error;
-mod exactly_once;
-mod lock;
+pub mod exactly_once;
+mod fates;
+pub mod lock;
 mod machine;
 mod monitor;
 mod position;
 mod progress;
-mod refusals;
-mod routing;
+mod records;
 mod session;
 mod settings;
 mod sinks;
+mod tag;
 
 use std::time::Duration;
 
@@ -58,11 +59,11 @@ use progress::Progress;
 use std::sync::Arc;
 
 pub use error::{RelayError, SessionError, Side};
+pub use fates::Refusals;
 pub use lock::{DEFAULT_LEASE, LockError, LockSettings, MAX_LEASE, MIN_LEASE, lock_key};
 pub use machine::{Producer, SessionMachine, Step};
-pub use refusals::Refusals;
-pub use routing::DeliveryTag;
 pub use settings::{Observability, RelaySettings, SourceSettings};
+pub use tag::DeliveryTag;
 
 /// Aborts the background task it holds when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -222,13 +223,6 @@ async fn run_sessions(
         lag,
         std::time::Instant::now(),
     );
-    // The stream resolves the outbox table from the catalog at every
-    // connect. When events come from messages only, no table need exist
-    // (the stream still checks the publication, which pgoutput needs), but
-    // one that exists and is published is resolved all the same: rows a
-    // service still inserts into it are published, never skipped.
-    settings.replication.outbox_table = Some(settings.table.clone());
-    settings.replication.outbox_table_optional = !settings.source.kind.table();
     let mut confirmed;
     // The confirmed position and the server it belongs to, carried from
     // one session to the next (only to the same server: see `position`).

@@ -2,14 +2,12 @@
 //! `aggregatetype` and `type` globs; the first route that matches wins, and
 //! an event no route matches goes to Kafka.
 //!
-//! Pure: the routes are compiled once from the validated config, matching
+//! Pure: the routes are compiled once (by the config), matching
 //! allocates nothing.
 //!
 //! Globs: `*` matches any run of characters (also none), `?` exactly one,
 //! everything else itself, case-sensitively. There is no escape: outbox
 //! aggregate types and event types are names, not patterns.
-
-use crate::config::Config;
 
 /// Where an event goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,23 +34,6 @@ pub struct Routes {
 }
 
 impl Routes {
-    /// The routes of a validated config (every route names a sink).
-    pub fn from_config(config: &Config) -> Self {
-        let sinks: Vec<String> = config.sinks.keys().cloned().collect();
-        let routes = config
-            .routes
-            .iter()
-            .filter_map(|r| {
-                Some(Route {
-                    aggregate_type: r.aggregatetype.clone(),
-                    event_type: r.event_type.clone(),
-                    sink: sinks.iter().position(|s| *s == r.sink)?,
-                })
-            })
-            .collect();
-        Routes { routes, sinks }
-    }
-
     /// Routes from `(aggregatetype glob, type glob, sink index)` triples
     /// over the sink names `sinks`.
     pub fn from_parts(
@@ -171,13 +152,13 @@ mod tests {
         }
     }
 
-    fn config(toml: &str) -> Config {
+    fn config(toml: &str) -> crate::config::Config {
         crate::config::load_for_test(toml, &[]).expect("valid config")
     }
 
     #[test]
     fn first_match_wins_and_no_match_goes_to_kafka() {
-        let routes = Routes::from_config(&config(
+        let routes = (config(
             r#"
             [[routes]]
             aggregatetype = "payment*"
@@ -194,7 +175,8 @@ mod tests {
             [sinks.refunds]
             url = "http://127.0.0.1:2/hooks"
             "#,
-        ));
+        ))
+        .routes();
         let name = |t: Target| match t {
             Target::Kafka => "kafka".to_owned(),
             Target::Http(i) => routes.sinks()[i].clone(),

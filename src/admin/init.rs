@@ -41,8 +41,10 @@ use super::facts;
 
 mod delivery;
 mod planning;
+mod steps;
 
-pub use planning::{FAILOVER_SLOT_VERSION_NUM, InitOptions, Plan, Step, create_table_sql, plan};
+pub use planning::{FAILOVER_SLOT_VERSION_NUM, create_table_sql, plan};
+pub use steps::{InitOptions, Plan, Step};
 
 /// The oldest server the relay supports.
 pub const MIN_SERVER_VERSION_NUM: i64 = 140_000;

@@ -208,9 +208,6 @@ fn validate_sink(name: &str, sink: &SinkConfig) -> Result<(), ConfigError> {
              e.g. \"https://billing.example/hooks/outbox\"",
         ));
     }
-    if let Err(why) = crate::sink::http::Endpoint::parse(url) {
-        return Err(invalid(field("url"), why));
-    }
     if let Some(ca_file) = &sink.ca_file {
         if ca_file.trim().is_empty() {
             return Err(invalid(
@@ -294,16 +291,14 @@ fn is_plain_identifier(s: &str) -> bool {
 /// is not this machine.
 pub fn warnings(config: &Config) -> Vec<String> {
     let mut out = Vec::new();
-    for (name, sink) in &config.sinks {
-        let Ok(endpoint) = crate::sink::http::Endpoint::parse(sink.url.trim()) else {
-            continue;
-        };
-        let signs = !sink.active_secrets().is_empty() || sink.bearer_token.is_some();
+    for sink in config.http_sinks().unwrap_or_default() {
+        let endpoint = &sink.endpoint;
+        let signs = !sink.secrets.is_empty() || sink.bearer_token.is_some();
         if !endpoint.tls && signs && !endpoint.is_loopback() {
             out.push(format!(
-                "sinks.{name}.url: http:// to {} sends signed events and any bearer token in \
+                "sinks.{}.url: http:// to {} sends signed events and any bearer token in \
                  clear text; use https:// for anything but a loopback address",
-                endpoint.host
+                sink.name, endpoint.host
             ));
         }
     }
@@ -436,7 +431,7 @@ mod tests {
             format!("{config}"),
             flattened,
             serde_json::to_string(&config).unwrap(),
-            format!("{:?}", crate::sink::http::sinks_of(&config)),
+            format!("{:?}", config.http_sinks().unwrap()),
         ] {
             assert!(!shown.contains("Wh00k"), "{shown}");
         }

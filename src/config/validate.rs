@@ -3,8 +3,7 @@
 
 use crate::cleanup::Cleanup;
 use crate::envelope::{render_topic, topic_name_problem};
-use crate::otel::Endpoint;
-use crate::replication::{Conninfo, HEARTBEAT_PREFIX};
+use crate::replication::HEARTBEAT_PREFIX;
 
 use super::{Config, ConfigError, Delivery};
 
@@ -79,7 +78,6 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     validate_postgres(config)?;
     validate_kafka(config)?;
     validate_properties(config)?;
-    validate_tracing(config)?;
     super::sinks::validate(config)?;
     if config.cloudevents.source.trim().is_empty() {
         return Err(invalid(
@@ -154,13 +152,6 @@ fn validate_postgres(config: &Config) -> Result<(), ConfigError> {
             "must be a postgres:// URL or a key=value connection string \
              (e.g. \"host=/run/postgresql dbname=app user=relay\")",
         ));
-    }
-    // The replication connection's own parser, on the value as given (the
-    // relay parses the same string again into its settings): what it could
-    // not connect with is refused here, before anything runs. Its reason
-    // names the fix and never the password; the string is not shown at all.
-    if let Err(error) = Conninfo::parse(&pg.url) {
-        return Err(invalid("postgres.url", error.reason()));
     }
     if !is_slot_name(&pg.slot) {
         return Err(invalid(
@@ -260,13 +251,6 @@ fn validate_postgres(config: &Config) -> Result<(), ConfigError> {
             "\"delete-after-ack\" deletes outbox table rows, and postgres.source = \
              \"messages\" has none: leave cleanup at \"none\" (messages leave nothing to clean up)",
         ));
-    }
-    Ok(())
-}
-
-fn validate_tracing(config: &Config) -> Result<(), ConfigError> {
-    if let Some(url) = &config.tracing.otlp_endpoint {
-        Endpoint::parse(url.trim()).map_err(|why| invalid("tracing.otlp_endpoint", why))?;
     }
     Ok(())
 }

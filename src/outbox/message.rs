@@ -30,8 +30,8 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::role_headers as dl;
 use super::{OutboxRow, RowError, Salvaged, parse_pg_timestamp};
-use crate::deadletter as dl;
 
 /// The prefix `outbox_emit` writes unless told otherwise
 /// (`postgres.message_prefix`).

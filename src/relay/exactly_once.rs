@@ -31,7 +31,6 @@ use super::checkpoint::{Batch, Bounds, Checkpoint, Found, Partial, usable};
 use super::error::SessionError;
 use super::machine::{Producer, SessionMachine};
 use super::position::Position;
-use crate::config::{Config, Delivery};
 use crate::envelope::KafkaRecord;
 use crate::lsn::Lsn;
 use crate::metrics::{self as m, transaction_outcome as outcome};
@@ -55,26 +54,6 @@ const IDLE_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 pub struct ExactlyOnceSettings {
     pub transactions: TransactionSettings,
     pub bounds: Bounds,
-}
-
-impl ExactlyOnceSettings {
-    /// `None` in at-least-once mode.
-    pub fn from_config(config: &Config) -> Option<Self> {
-        let kafka = &config.kafka;
-        (kafka.delivery == Delivery::ExactlyOnce).then(|| ExactlyOnceSettings {
-            transactions: TransactionSettings {
-                transactional_id: kafka.transactional_id_for(&config.postgres.slot),
-                checkpoint_topic: kafka.checkpoint_topic.clone(),
-                transaction_timeout: kafka.transaction_timeout(),
-            },
-            bounds: Bounds {
-                max_events: kafka.transaction_max_events,
-                max_bytes: kafka.transaction_max_bytes,
-                max_open: kafka.transaction_max_duration(),
-                split_after: kafka.transaction_timeout() / 2,
-            },
-        })
-    }
 }
 
 type Reports = tokio::sync::mpsc::UnboundedReceiver<DeliveryReport<DeliveryTag>>;

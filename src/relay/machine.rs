@@ -22,11 +22,11 @@
 //!   "bounded memory");
 //! * the isolation of a suspect: [`Isolation`] (a record a broker refused in
 //!   a batch is sent alone, nothing else in flight, reading paused; its
-//!   report says whether it was the culprit; see `refusals.rs`).
+//!   report says whether it was the culprit; see `fates.rs`).
 //!
 //! Events come from the outbox table's inserts and from transactional
 //! logical messages with the outbox prefix (`postgres.source`); both go
-//! through `routing.rs` and count in their transaction alike, so the order
+//! through `records.rs` and count in their transaction alike, so the order
 //! of a key holds across them. A non-transactional outbox message is
 //! refused (logged at error, counted, never published): it is not atomic
 //! with any business write. Beside the decisions, the machine notes the
@@ -48,11 +48,12 @@ use chrono::Utc;
 use super::RelaySettings;
 use super::checkpoint::Partial;
 use super::error::SessionError;
-use super::refusals::{
+use super::fates::{
     DeadLetterFate, Refusals, failure_reason, fatal_refusal, forget_confirmed, note_innocent,
     note_refusal,
 };
-use super::routing::{Commit, DeliveryTag, Routed, Router};
+use super::records::{Commit, Routed, Router};
+use super::tag::DeliveryTag;
 use crate::ack::AckTracker;
 use crate::assembler::{AssemblyError, Relation, TransactionAssembler, TxEvent};
 use crate::cleanup::{Cleanup, Collector, Deletable};

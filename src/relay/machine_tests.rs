@@ -804,7 +804,7 @@ fn exactly_once_confirms_deletes_and_forgets_only_at_the_committed_checkpoint() 
         let mut refusals = Refusals::new();
         refusals.insert(
             "a".into(),
-            crate::relay::refusals::RowFate {
+            crate::relay::fates::RowFate {
                 commit: Lsn(0x100),
                 ..Default::default()
             },

@@ -35,11 +35,11 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::error::SessionError;
 use super::exactly_once::{Eos, Transactional};
+use super::fates::Refusals;
 use super::machine::{SessionMachine, Step};
 use super::progress::Progress;
-use super::refusals::Refusals;
-use super::routing::DeliveryTag;
 use super::sinks::Sinks;
+use super::tag::DeliveryTag;
 use super::{Background, RelaySettings, Stopped};
 use crate::cleanup::Deleter;
 use crate::lsn::Lsn;
@@ -83,7 +83,7 @@ pub(super) struct Session<'a> {
     sink: KafkaSink<DeliveryTag>,
     reports: Reports,
     /// The webhook sinks' side of this session.
-    http: Dispatch,
+    http: Dispatch<DeliveryTag>,
     health: Health,
     /// The position last handed to the stream.
     confirmed: Lsn,

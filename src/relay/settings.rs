@@ -6,13 +6,12 @@
 use std::time::Duration;
 
 use crate::cleanup::Cleanup;
-use crate::config::Config;
 use crate::envelope::EnvelopeSettings;
-use crate::otel::{Endpoint, OtlpSettings};
+use crate::otel::OtlpSettings;
 use crate::outbox::message::DEFAULT_PREFIX;
 use crate::outbox::shard::Shard;
 use crate::outbox::{ColumnMap, Source};
-use crate::replication::{self, ReplicationSettings};
+use crate::replication::ReplicationSettings;
 use crate::sink::http::Webhooks;
 use crate::sink::{OnUnroutable, SinkSettings};
 
@@ -79,80 +78,6 @@ impl Default for SourceSettings {
     }
 }
 
-impl RelaySettings {
-    /// The relay's share of the validated config.
-    ///
-    /// # Panics
-    /// When `postgres.url` does not parse, which [`Config::validate`] rules out.
-    pub fn from_config(config: &Config) -> Self {
-        let pg = &config.postgres;
-        let kafka = &config.kafka;
-        let conninfo = replication::Conninfo::parse(&pg.url).expect("validated postgres.url");
-        let mut replication = ReplicationSettings::new(conninfo, &pg.slot, &pg.publication);
-        replication.outbox_table = Some(pg.table_parts());
-        replication.status_interval = pg.status_interval();
-        replication.connect_timeout = pg.connect_timeout();
-        RelaySettings {
-            replication,
-            sink: SinkSettings {
-                brokers: kafka.brokers.clone(),
-                linger_ms: kafka.linger_ms,
-                message_timeout_ms: kafka.message_timeout_ms,
-                queue_max_messages: kafka.queue_max_messages,
-                dead_letter_topic: kafka.dlq_topic.clone(),
-                properties: kafka.property_pairs(),
-            },
-            envelope: config.envelope_settings(),
-            columns: ColumnMap {
-                id: pg.columns.id.clone(),
-                aggregate_type: pg.columns.aggregate_type.clone(),
-                aggregate_id: pg.columns.aggregate_id.clone(),
-                event_type: pg.columns.event_type.clone(),
-                payload: pg.columns.payload.clone(),
-                timestamp: pg.columns.timestamp_column().map(str::to_owned),
-                tracing_span_context: pg.columns.tracing_span_context_column().map(str::to_owned),
-                trace_state: pg.columns.tracestate_column().map(str::to_owned),
-                source: pg.columns.source_column().map(str::to_owned),
-                headers: pg.header_column_pairs(),
-            },
-            table: pg.table_parts(),
-            dlq_topic: kafka.dlq_topic.clone(),
-            checkpoint_topic: kafka.checkpoint_topic.clone(),
-            max_in_flight: config.relay.channel_capacity,
-            heartbeat_interval: pg.heartbeat_interval(),
-            shutdown_drain: kafka.shutdown_drain(),
-            on_unroutable: kafka.on_unroutable,
-            unhealthy_after: config.relay.unhealthy_after(),
-            source: SourceSettings {
-                kind: pg.source,
-                message_prefix: pg.message_prefix.clone(),
-                cleanup: pg.cleanup,
-                shard: Shard {
-                    shards: pg.shards,
-                    shard: pg.shard,
-                },
-            },
-            webhooks: Webhooks::from_config(config),
-            lock: LockSettings {
-                enabled: config.relay.standby_lock,
-                lease: config.relay.lock_lease(),
-            },
-            // Validated with the config.
-            otlp: config.tracing.otlp_endpoint.as_deref().and_then(|url| {
-                Some(OtlpSettings {
-                    endpoint: Endpoint::parse(url.trim()).ok()?,
-                    service_name: if config.tracing.service_name.trim().is_empty() {
-                        "outbox-relay".to_owned()
-                    } else {
-                        config.tracing.service_name.clone()
-                    },
-                })
-            }),
-            exactly_once: exactly_once::ExactlyOnceSettings::from_config(config),
-        }
-    }
-}
-
 /// What the relay reports about itself besides /metrics, from the config's
 /// `[relay]` section.
 #[derive(Debug, Clone)]
@@ -165,14 +90,6 @@ impl Default for Observability {
     fn default() -> Self {
         Observability {
             progress_interval: Some(progress::DEFAULT_INTERVAL),
-        }
-    }
-}
-
-impl Observability {
-    pub fn from_config(config: &Config) -> Self {
-        Observability {
-            progress_interval: config.relay.progress_interval(),
         }
     }
 }

@@ -4,7 +4,7 @@
 //! tracker, the confirmation rule and per-key order are the same for both.
 
 use super::machine::Producer;
-use super::routing::DeliveryTag;
+use super::tag::DeliveryTag;
 use crate::envelope::KafkaRecord;
 use crate::sink::http::WebhookEvent;
 use crate::sink::http::dispatch::Dispatch;
@@ -13,7 +13,7 @@ use crate::sink::{DeliveryError, KafkaSink, SendError};
 /// Borrowed for one call into the machine.
 pub(super) struct Sinks<'a> {
     pub(super) kafka: &'a mut KafkaSink<DeliveryTag>,
-    pub(super) http: &'a mut Dispatch,
+    pub(super) http: &'a mut Dispatch<DeliveryTag>,
 }
 
 impl Producer for Sinks<'_> {

@@ -35,7 +35,7 @@ use std::time::Duration;
 use tokio_postgres::config::SslNegotiation;
 
 use super::error::ReplicationError;
-use crate::config::redact_conninfo;
+use crate::redact::redact_conninfo;
 
 mod params;
 mod secrets;

@@ -120,7 +120,7 @@ pub enum SinkError {
 
 /// Plain settings for the producer, taken from the validated config.
 /// `Debug` shows `***` for every property whose name marks a secret
-/// ([`crate::config::is_secret_property`]).
+/// ([`crate::redact::is_secret_property`]).
 #[derive(Clone)]
 pub struct SinkSettings {
     pub brokers: String,
@@ -140,7 +140,7 @@ impl std::fmt::Debug for SinkSettings {
             .properties
             .iter()
             .map(|(name, value)| {
-                let shown = if crate::config::is_secret_property(name) {
+                let shown = if crate::redact::is_secret_property(name) {
                     "***"
                 } else {
                     value.as_str()

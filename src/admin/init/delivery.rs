@@ -7,7 +7,7 @@
 
 use postgres_protocol::escape::escape_identifier;
 
-use super::planning::{InitOptions, Plan, Step};
+use super::steps::{InitOptions, Plan, Step};
 use crate::config::Config;
 use crate::sink::http::store::DeliveryTable;
 

@@ -13,43 +13,13 @@ use postgres_protocol::escape::escape_identifier;
 use crate::config::Config;
 use crate::replication::{ErrorKind, evaluate_slot_json};
 
+use super::steps::{InitOptions, Plan, Step};
 use super::{InitError, MIN_SERVER_VERSION_NUM};
 use crate::admin::facts::PgFacts;
 use crate::admin::shards;
 
 /// The first server with failover slots.
 pub const FAILOVER_SLOT_VERSION_NUM: i64 = 170_000;
-
-/// What `init` was asked to do besides the publication and the slot.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct InitOptions {
-    /// Create the outbox table when it does not exist.
-    pub create_table: bool,
-    /// Grant this role what the relay needs.
-    pub grant: Option<String>,
-    /// Create the slot even though the publication exists already.
-    pub allow_new_slot: bool,
-}
-
-/// One statement init runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Step {
-    /// What it does, for people (`create publication "outbox_pub"`).
-    pub summary: String,
-    pub sql: String,
-}
-
-/// What init will do.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Plan {
-    /// Statements to run, in order.
-    pub steps: Vec<Step>,
-    /// Statements init never runs itself (role attributes): printed for a
-    /// superuser to run.
-    pub manual: Vec<Step>,
-    /// What is already in place.
-    pub in_place: Vec<String>,
-}
 
 /// The statements still missing for `config`'s setup, given what the
 /// catalog says, or why init refuses.

@@ -9,9 +9,9 @@
 //! broker holds" in docs/design.md); a suspect is sent alone, with nothing
 //! else in flight, so nothing of its key overtakes it ("Per-aggregate
 //! order"); a refused row's fate only moves forward until its transaction
-//! is confirmed (`refusals.rs`).
+//! is confirmed (`fates.rs`).
 //!
-//! [`RowFate`]: super::super::refusals::RowFate
+//! [`RowFate`]: super::super::fates::RowFate
 
 use super::*;
 
@@ -214,7 +214,7 @@ impl SessionMachine<'_> {
     ///
     /// # Errors
     /// A refusal or failure ends the session (a replay, or fatal); see
-    /// `refusals.rs`.
+    /// `fates.rs`.
     pub fn on_report(
         &mut self,
         mut report: DeliveryReport<DeliveryTag>,

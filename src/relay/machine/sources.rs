@@ -13,7 +13,7 @@ use crate::assembler::AssemblyError;
 use crate::metrics as m;
 use crate::pgoutput::LogicalMessage;
 use crate::relay::error::SessionError;
-use crate::relay::routing::DeliveryTag;
+use crate::relay::tag::DeliveryTag;
 
 impl SessionMachine<'_> {
     /// A logical decoding message: an outbox event when it carries the

@@ -32,7 +32,7 @@ impl SessionMachine<'_> {
         &mut self,
         sink: usize,
         row: &crate::outbox::OutboxRow,
-        origin: super::super::routing::Origin,
+        origin: super::super::tag::Origin,
         tag: DeliveryTag,
         producer: &mut impl Producer,
     ) -> SessionResult<()> {

@@ -14,7 +14,7 @@ use percent_encoding::percent_decode_str;
 use tokio_postgres::config::Host;
 
 use super::{DEFAULT_PORT, Endpoint};
-use crate::config::{key_values, split_url_scheme};
+use crate::redact::{key_values, split_url_scheme};
 
 /// Refuses the forms the parsers below would read differently from the
 /// person who wrote them. The reasons never quote the string.
@@ -120,7 +120,7 @@ fn check_key(key: &str) -> Result<(), String> {
     if OWN_PARAMS.contains(&key) || TOKIO_POSTGRES_PARAMS.contains(&key) {
         return Ok(());
     }
-    if crate::config::is_shown_parameter(key) {
+    if crate::redact::is_shown_parameter(key) {
         return Err(format!(
             "libpq parameter {key} is not supported by the relay"
         ));

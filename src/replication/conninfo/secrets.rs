@@ -11,7 +11,7 @@
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 
-use crate::config::{key_values, split_url_scheme};
+use crate::redact::{key_values, split_url_scheme};
 
 /// Every form in which a conninfo may carry a password, collected before
 /// anything parses it, so that even a parser's error about a malformed

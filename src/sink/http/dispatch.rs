@@ -44,7 +44,6 @@ use super::store::{self, DeliveryTable, NewRow};
 use super::{HttpSinkSettings, WebhookEvent};
 use crate::backoff::{Backoff, Incident};
 use crate::metrics::{self as m, webhook_outcome};
-use crate::relay::DeliveryTag;
 use crate::replication::{ReplicationError, ReplicationSettings, SqlConnection};
 use crate::sink::DeliveryReport;
 
@@ -133,21 +132,22 @@ const MAX_INLINE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// One aggregate's queue: `(sink index, aggregate key)`.
 type Lane = (usize, String);
-type Done = (Lane, DeliveryReport<DeliveryTag>);
+type Done<T> = (Lane, DeliveryReport<T>);
 
-/// The webhook sinks of one session.
-pub struct Dispatch {
+/// The webhook sinks of one session. `T` is the tag each event travels
+/// with and comes back with in its report (the relay's delivery tag).
+pub struct Dispatch<T> {
     sinks: Vec<Arc<SinkRuntime>>,
     /// Lanes with an event in flight, and what waits behind it.
-    lanes: HashMap<Lane, VecDeque<(WebhookEvent, DeliveryTag)>>,
-    done_tx: mpsc::UnboundedSender<Done>,
-    done_rx: mpsc::UnboundedReceiver<Done>,
+    lanes: HashMap<Lane, VecDeque<(WebhookEvent, T)>>,
+    done_tx: mpsc::UnboundedSender<Done<T>>,
+    done_rx: mpsc::UnboundedReceiver<Done<T>>,
     tasks: JoinSet<()>,
 }
 
-impl Dispatch {
+impl<T: Send + 'static> Dispatch<T> {
     /// `sinks` indexed as [`crate::routes::Target::Http`] counts them.
-    pub fn new(sinks: Vec<Arc<SinkRuntime>>) -> Dispatch {
+    pub fn new(sinks: Vec<Arc<SinkRuntime>>) -> Dispatch<T> {
         let (done_tx, done_rx) = mpsc::unbounded_channel();
         Dispatch {
             sinks,
@@ -167,8 +167,8 @@ impl Dispatch {
         &mut self,
         sink: usize,
         event: WebhookEvent,
-        tag: DeliveryTag,
-    ) -> Result<(), Box<(WebhookEvent, DeliveryTag)>> {
+        tag: T,
+    ) -> Result<(), Box<(WebhookEvent, T)>> {
         if sink >= self.sinks.len() {
             return Err(Box::new((event, tag)));
         }
@@ -183,7 +183,7 @@ impl Dispatch {
         Ok(())
     }
 
-    fn start(&mut self, lane: Lane, event: WebhookEvent, tag: DeliveryTag) {
+    fn start(&mut self, lane: Lane, event: WebhookEvent, tag: T) {
         // `send` checked the index.
         let sink = Arc::clone(&self.sinks[lane.0]);
         let done = self.done_tx.clone();
@@ -201,7 +201,7 @@ impl Dispatch {
 
     /// The next event handled. Cancel-safe: nothing awaits after the
     /// channel gave its item. Pending forever while nothing is in flight.
-    pub async fn recv(&mut self) -> DeliveryReport<DeliveryTag> {
+    pub async fn recv(&mut self) -> DeliveryReport<T> {
         // `done_tx` lives in `self`: the channel never closes.
         let Some((lane, report)) = self.done_rx.recv().await else {
             return std::future::pending().await;
@@ -224,7 +224,7 @@ impl Dispatch {
     }
 }
 
-impl Drop for Dispatch {
+impl<T> Drop for Dispatch<T> {
     fn drop(&mut self) {
         self.tasks.abort_all();
     }

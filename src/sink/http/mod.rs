@@ -35,7 +35,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::config::Config;
 use crate::envelope::{CloudEvent, EnvelopeError};
 use crate::outbox::OutboxRow;
 use schedule::Schedule;
@@ -174,44 +173,6 @@ pub struct Webhooks {
     /// Indexed by [`crate::routes::Target::Http`].
     pub sinks: Vec<HttpSinkSettings>,
     pub table: store::DeliveryTable,
-}
-
-impl Webhooks {
-    pub fn from_config(config: &Config) -> Webhooks {
-        let (schema, name) = config.postgres.delivery_table_parts();
-        Webhooks {
-            routes: crate::routes::Routes::from_config(config),
-            sinks: sinks_of(config),
-            table: store::DeliveryTable { schema, name },
-        }
-    }
-}
-
-/// Every HTTP sink of a validated config, in name order (the order
-/// [`crate::routes::Routes`] indexes them by).
-pub fn sinks_of(config: &Config) -> Vec<HttpSinkSettings> {
-    config
-        .sinks
-        .iter()
-        .map(|(name, sink)| HttpSinkSettings {
-            name: name.clone(),
-            endpoint: Endpoint::parse(sink.url.trim()).expect("validated sink url"),
-            secrets: sink.active_secrets(),
-            bearer_token: sink.bearer_token.clone().filter(|t| !t.is_empty()),
-            ca_file: sink.ca_file.as_ref().map(|f| f.trim().into()),
-            timeout: Duration::from_millis(sink.timeout_ms),
-            schedule: Schedule {
-                inline: sink.inline_attempts,
-                delays: sink
-                    .retry_schedule_secs
-                    .iter()
-                    .map(|&s| Duration::from_secs(s))
-                    .collect(),
-            },
-            max_concurrency: sink.max_concurrency,
-            retry_poll: Duration::from_millis(sink.retry_poll_ms),
-        })
-        .collect()
 }
 
 /// One event as it is POSTed: its headers (lower-case names) and body.

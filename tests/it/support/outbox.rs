@@ -1,7 +1,7 @@
 //! One test's outbox: a Debezium-style table, its publication, a pgoutput
 //! slot and topic names, all randomly named; the relay config for it (the
 //! same TOML for the relay binary and, through `Config::from_figment` and
-//! `RelaySettings::from_config`, for the in-process relay); rows committed
+//! `Config::relay_settings`, for the in-process relay); rows committed
 //! like a service commits them; `outbox-loadgen` writing load.
 //!
 //! A [`TestOutbox`] holds a share of the services lock for its lifetime (see
@@ -337,13 +337,15 @@ source = "/orders-service"
 }
 
 /// The relay's settings from relay.toml text, through the same
-/// `Config::from_figment` and `RelaySettings::from_config` as the binary
+/// `Config::from_figment` and `Config::relay_settings` as the binary
 /// (no environment variables). Panics with the config error.
 pub fn settings_from_toml(toml: &str) -> RelaySettings {
     let figment = Config::figment_from_str(toml, std::iter::empty());
     let config = Config::from_figment(&figment)
         .unwrap_or_else(|e| panic!("the test's relay config is refused: {e}"));
-    RelaySettings::from_config(&config)
+    config
+        .relay_settings()
+        .unwrap_or_else(|e| panic!("the test's relay config is refused: {e}"))
 }
 
 /// A TOML basic string holding `s`.

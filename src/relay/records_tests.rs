@@ -2,7 +2,7 @@ use super::*;
 use crate::ack::AckTracker;
 use crate::envelope::ContentMode;
 use crate::pgoutput::{Column, TupleValue};
-use crate::relay::refusals::RowFate;
+use crate::relay::fates::RowFate;
 
 fn relation() -> Arc<Relation> {
     let columns = ["id", "aggregatetype", "aggregateid", "type", "payload"]

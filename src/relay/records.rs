@@ -1,4 +1,4 @@
-//! Routing: what one outbox event, an inserted outbox row or an outbox
+//! Records: what one outbox event, an inserted outbox row or an outbox
 //! logical message, becomes, in one place.
 //!
 //! A row or message becomes its CloudEvent record, or, when it cannot (a
@@ -10,15 +10,16 @@
 //! stream", docs/design.md). Both sources take the same path from the
 //! extracted [`OutboxRow`] on. Pure: no I/O, no clock.
 //!
-//! Every record travels with a [`DeliveryTag`]: which transaction it counts
-//! in, which row it stands for, and whether it is a dead letter.
+//! Every record travels with a [`DeliveryTag`] (`tag.rs`): which transaction
+//! it counts in, which row it stands for, and whether it is a dead letter.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
-use super::refusals::{EventFate, Refusals, anonymous_row_key};
+use super::fates::{EventFate, Refusals, anonymous_row_key};
+pub use super::tag::{DeliveryTag, Origin};
 use crate::ack::TxnId;
 use crate::assembler::Relation;
 use crate::deadletter::{self as dl, DeadLetter, dead_letter_record, row_columns};
@@ -26,43 +27,12 @@ use crate::envelope::{
     EnvelopeSettings, KafkaRecord, TopicCache, build_record_cached, render_topic,
 };
 use crate::lsn::Lsn;
-use crate::otel::ProduceSpan;
 use crate::outbox::{ColumnMap, OutboxRow, RowExtractor, message};
 use crate::pgoutput::TupleData;
 
 /// The dead-letter reason code of an event whose topic is the checkpoint
 /// topic.
 pub const CHECKPOINT_TOPIC: &str = "checkpoint_topic";
-
-/// What the relay needs to know about a record when its delivery report
-/// comes back.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeliveryTag {
-    /// The transaction it counts in.
-    pub txn: TxnId,
-    /// The row it stands for: the outbox id, or, for a row whose id cannot
-    /// be read, a key made from the commit, key and payload
-    /// ([`anonymous_row_key`]). [`Refusals`] are keyed by it.
-    pub row_key: String,
-    /// Commit LSN of the row's transaction.
-    pub lsn: Lsn,
-    /// The record's Kafka key (the aggregate id).
-    pub key: Bytes,
-    /// A dead letter, not the event itself.
-    pub dead_letter: bool,
-    /// The record's produce span, when tracing is on and the row carries a
-    /// trace context; ended with the record's delivery report.
-    pub span: Option<Box<ProduceSpan>>,
-}
-
-/// Where an event came from, for its dead letter's `source_table`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// A row inserted into the outbox table.
-    Table,
-    /// An outbox logical message.
-    Message,
-}
 
 /// What could be read of a row or message that cannot become an event.
 struct Unreadable {
@@ -356,5 +326,5 @@ impl Router {
 }
 
 #[cfg(test)]
-#[path = "routing_tests.rs"]
+#[path = "records_tests.rs"]
 mod tests;

@@ -14,7 +14,7 @@ use crate::metrics as m;
 use crate::sink::{DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused};
 
 use super::error::SessionError;
-use super::routing::DeliveryTag;
+use super::tag::DeliveryTag;
 
 /// Rows whose records a broker refused, by row key (the outbox id, or
 /// [`anonymous_row_key`] for a row whose id cannot be read), remembered

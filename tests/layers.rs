@@ -1,0 +1,394 @@
+//! The structure guard: the relay's modules import one another only down
+//! the layer order that `docs/design.md` ("Layers") draws, and no group of
+//! files imports itself round in a circle.
+//!
+//! Run by `make lint` (and with the rest of the suite). It reads the source,
+//! not the compiled crate: every `crate::…`, `super::…` and `self::…` path in
+//! code that is not a comment or a test is an import of the module it names.
+//! Test code (files named `tests.rs`, `*_tests.rs`, `proptests.rs`, and
+//! everything from a `#[cfg(test)]` module to the end of its file) may reach
+//! anywhere: tests build inputs from any layer.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+const DESIGN: &str = "docs/design.md";
+
+/// The crate's modules, top to bottom, from the fenced `layers` block of
+/// docs/design.md: one module per line, its name first.
+fn layer_order(design: &str) -> Vec<String> {
+    let mut inside = false;
+    let mut order = Vec::new();
+    for line in design.lines() {
+        if line.trim_start().starts_with("```") {
+            if inside {
+                break;
+            }
+            inside = line.trim() == "```layers";
+            continue;
+        }
+        if inside && let Some(name) = line.split_whitespace().next() {
+            order.push(name.to_owned());
+        }
+    }
+    order
+}
+
+/// One source file of the library: its module path (`relay::session`) and
+/// its code lines, comments and test code left out.
+struct Source {
+    module: Vec<String>,
+    path: PathBuf,
+    code: Vec<(usize, String)>,
+}
+
+fn is_test_file(path: &Path) -> bool {
+    let name = path.file_stem().and_then(|s| s.to_str()).unwrap_or("");
+    name == "tests" || name == "proptests" || name.ends_with("_tests")
+}
+
+fn module_of(src: &Path, path: &Path) -> Vec<String> {
+    let relative = path.strip_prefix(src).expect("under src");
+    let mut parts: Vec<String> = relative
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Code lines: no comment lines, no trailing comments, nothing from a
+/// `#[cfg(test)]` module on.
+fn code_lines(text: &str) -> Vec<(usize, String)> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut code = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim_start();
+        if trimmed.starts_with("#[cfg(test)]")
+            && lines[i + 1..]
+                .iter()
+                .map(|l| l.trim_start())
+                .find(|l| !l.starts_with("#["))
+                .is_some_and(|next| next.starts_with("mod ") || next.starts_with("pub mod "))
+        {
+            break;
+        }
+        if trimmed.starts_with("//") {
+            continue;
+        }
+        // A trailing comment; `://` (a URL in a string) is not one.
+        let cut = line
+            .match_indices("//")
+            .find(|(at, _)| !line[..*at].ends_with(':'))
+            .map_or(line.len(), |(at, _)| at);
+        code.push((i + 1, line[..cut].to_owned()));
+    }
+    code
+}
+
+fn sources(src: &Path) -> Vec<Source> {
+    let mut files = Vec::new();
+    let mut dirs = vec![src.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("read src") {
+            let path = entry.expect("dir entry").path();
+            if path.is_dir() {
+                // The binaries sit on top of the library; they are not in it.
+                if path != src.join("bin") {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "rs")
+                && path != src.join("main.rs")
+                && !is_test_file(&path)
+            {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+        .into_iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(&path).expect("read source");
+            Source {
+                module: module_of(src, &path),
+                code: code_lines(&text),
+                path,
+            }
+        })
+        .collect()
+}
+
+/// The modules a line's paths name, resolved against the file's own module:
+/// `crate::a::b` from the crate root, `super::` one level up per `super`,
+/// `self::` from the module itself. Each name is cut to the longest prefix
+/// that is a module of the crate.
+fn imports(line: &str, from: &[String], modules: &BTreeSet<Vec<String>>) -> Vec<Vec<String>> {
+    let mut found = Vec::new();
+    let bytes = line.as_bytes();
+    let mut at = 0;
+    while at < line.len() {
+        let rest = &line[at..];
+        let start_ok = at == 0 || !(bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_');
+        let base: Option<(Vec<String>, usize)> = if !start_ok {
+            None
+        } else if rest.starts_with("crate::") {
+            Some((Vec::new(), "crate::".len()))
+        } else if rest.starts_with("self::") {
+            Some((from.to_vec(), "self::".len()))
+        } else if rest.starts_with("super::") {
+            let mut base = from.to_vec();
+            let mut len = 0;
+            while rest[len..].starts_with("super::") {
+                base.pop();
+                len += "super::".len();
+            }
+            Some((base, len))
+        } else {
+            None
+        };
+        let Some((mut path, len)) = base else {
+            at += rest.chars().next().map_or(1, char::len_utf8);
+            continue;
+        };
+        let tail = &rest[len..];
+        let segments: Vec<&str> = tail
+            .split("::")
+            .map(|s| {
+                let end = s
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(s.len());
+                &s[..end]
+            })
+            .take_while(|s| !s.is_empty())
+            .collect();
+        let mut best = path.clone();
+        for segment in &segments {
+            path.push((*segment).to_owned());
+            if modules.contains(&path) {
+                best = path.clone();
+            } else {
+                break;
+            }
+        }
+        // `use crate::a::{b, c}`: each of the group's names may be a module.
+        if let Some(group) = tail.find('{').filter(|&g| {
+            let prefix = tail[..g].trim_end_matches("::");
+            let named = if prefix.is_empty() {
+                0
+            } else {
+                prefix.split("::").count()
+            };
+            named == segments.len()
+        }) {
+            for name in tail[group + 1..].split([',', '}']) {
+                let name = name.trim().split("::").next().unwrap_or("").trim();
+                let mut candidate = best.clone();
+                candidate.push(name.to_owned());
+                if modules.contains(&candidate) {
+                    found.push(candidate);
+                }
+            }
+        }
+        found.push(best);
+        at += len;
+    }
+    found
+}
+
+struct Edge {
+    from: Vec<String>,
+    to: Vec<String>,
+    at: String,
+}
+
+fn edges(sources: &[Source]) -> Vec<Edge> {
+    let modules: BTreeSet<Vec<String>> = sources.iter().map(|s| s.module.clone()).collect();
+    let mut edges = Vec::new();
+    for source in sources {
+        for (number, line) in &source.code {
+            for to in imports(line, &source.module, &modules) {
+                // A module and its own ancestors or descendants: a parent
+                // declares its children, a child uses its parent's items.
+                let related = to.starts_with(&source.module) || source.module.starts_with(&to);
+                if !related && !to.is_empty() {
+                    edges.push(Edge {
+                        from: source.module.clone(),
+                        to,
+                        at: format!("{}:{number}", source.path.display()),
+                    });
+                }
+            }
+        }
+    }
+    edges
+}
+
+/// Strongly connected groups of more than one module (Tarjan).
+fn circles(edges: &[Edge]) -> Vec<Vec<Vec<String>>> {
+    let mut graph: BTreeMap<&Vec<String>, BTreeSet<&Vec<String>>> = BTreeMap::new();
+    for edge in edges {
+        graph.entry(&edge.from).or_default().insert(&edge.to);
+        graph.entry(&edge.to).or_default();
+    }
+    struct State<'a> {
+        index: BTreeMap<&'a Vec<String>, usize>,
+        low: BTreeMap<&'a Vec<String>, usize>,
+        stack: Vec<&'a Vec<String>>,
+        on_stack: BTreeSet<&'a Vec<String>>,
+        found: Vec<Vec<Vec<String>>>,
+    }
+    fn visit<'a>(
+        node: &'a Vec<String>,
+        graph: &BTreeMap<&'a Vec<String>, BTreeSet<&'a Vec<String>>>,
+        s: &mut State<'a>,
+    ) {
+        let i = s.index.len();
+        s.index.insert(node, i);
+        s.low.insert(node, i);
+        s.stack.push(node);
+        s.on_stack.insert(node);
+        for &next in &graph[node] {
+            if !s.index.contains_key(next) {
+                visit(next, graph, s);
+                let low = s.low[node].min(s.low[next]);
+                s.low.insert(node, low);
+            } else if s.on_stack.contains(next) {
+                let low = s.low[node].min(s.index[next]);
+                s.low.insert(node, low);
+            }
+        }
+        if s.low[node] == s.index[node] {
+            let mut group = Vec::new();
+            while let Some(member) = s.stack.pop() {
+                s.on_stack.remove(member);
+                group.push(member.clone());
+                if member == node {
+                    break;
+                }
+            }
+            if group.len() > 1 {
+                group.sort();
+                s.found.push(group);
+            }
+        }
+    }
+    let mut state = State {
+        index: BTreeMap::new(),
+        low: BTreeMap::new(),
+        stack: Vec::new(),
+        on_stack: BTreeSet::new(),
+        found: Vec::new(),
+    };
+    for &node in graph.keys() {
+        if !state.index.contains_key(node) {
+            visit(node, &graph, &mut state);
+        }
+    }
+    state.found
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+#[test]
+fn every_import_runs_down_the_documented_layers() {
+    let design = std::fs::read_to_string(root().join(DESIGN)).expect("read docs/design.md");
+    let order = layer_order(&design);
+    assert!(
+        order.len() > 5,
+        "{DESIGN} has no ```layers block listing the modules top to bottom"
+    );
+    let sources = sources(&root().join("src"));
+    let tops: BTreeSet<&String> = sources.iter().filter_map(|s| s.module.first()).collect();
+    let unplaced: Vec<&&String> = tops.iter().filter(|t| !order.contains(t)).collect();
+    assert!(
+        unplaced.is_empty(),
+        "modules missing from the ```layers block of {DESIGN}: {unplaced:?}"
+    );
+    let rank = |module: &String| order.iter().position(|m| m == module);
+    let mut against = Vec::new();
+    for edge in edges(&sources) {
+        let (from, to) = (&edge.from[0], &edge.to[0]);
+        if from != to && rank(from) >= rank(to) {
+            against.push(format!(
+                "{}: {} imports {} (above it in {DESIGN})",
+                edge.at,
+                edge.from.join("::"),
+                edge.to.join("::")
+            ));
+        }
+    }
+    assert!(
+        against.is_empty(),
+        "imports against the layer order:\n{}",
+        against.join("\n")
+    );
+}
+
+#[test]
+fn no_files_import_one_another_in_a_circle() {
+    let sources = sources(&root().join("src"));
+    let edges = edges(&sources);
+    let found = circles(&edges);
+    let described: Vec<String> = found
+        .iter()
+        .map(|group| {
+            let names: Vec<String> = group.iter().map(|m| m.join("::")).collect();
+            let within: Vec<String> = edges
+                .iter()
+                .filter(|e| group.contains(&e.from) && group.contains(&e.to))
+                .map(|e| format!("  {} -> {} ({})", e.from.join("::"), e.to.join("::"), e.at))
+                .collect();
+            format!(
+                "circle of {}: {}\n{}",
+                group.len(),
+                names.join(", "),
+                within.join("\n")
+            )
+        })
+        .collect();
+    assert!(found.is_empty(), "{}", described.join("\n"));
+}
+
+#[test]
+fn the_guard_sees_the_imports_it_must() {
+    // What would make the two tests above pass while the tree is wrong: a
+    // reader that finds no imports. These lines must each be found.
+    let modules: BTreeSet<Vec<String>> = [
+        vec!["relay"],
+        vec!["relay", "session"],
+        vec!["relay", "machine"],
+        vec!["sink"],
+        vec!["sink", "http"],
+    ]
+    .into_iter()
+    .map(|m| m.into_iter().map(str::to_owned).collect())
+    .collect();
+    let from: Vec<String> = vec!["relay".into(), "session".into()];
+    let names = |line: &str| -> Vec<String> {
+        imports(line, &from, &modules)
+            .into_iter()
+            .map(|m| m.join("::"))
+            .collect()
+    };
+    assert_eq!(names("use crate::sink::http::Dispatch;"), ["sink::http"]);
+    assert_eq!(names("use super::machine::{Step};"), ["relay::machine"]);
+    assert_eq!(names("use crate::{sink, relay};"), ["sink", "relay", ""]);
+    assert_eq!(names("let x = crate::sink::KafkaSink::new();"), ["sink"]);
+    assert_eq!(names("use super::super::sink::x;"), ["sink"]);
+    assert!(names("let url = \"crate::sink\"; // crate::relay").contains(&"sink".to_owned()));
+    assert!(
+        code_lines("a\n// crate::sink\nb // crate::relay\n")
+            .iter()
+            .all(|(_, l)| !l.contains("crate::"))
+    );
+    assert_eq!(
+        code_lines("use crate::a;\n#[cfg(test)]\nmod tests {\nuse crate::b;\n}\n").len(),
+        1
+    );
+}
