@@ -263,10 +263,11 @@ async fn cleanup_policy(
     Err("the broker did not describe it".to_owned())
 }
 
-/// Destroys a client off the async workers: it blocks while librdkafka
-/// stops its threads.
+/// Destroys a client off the async workers (it blocks while librdkafka
+/// stops its threads), without waiting for it: the answer is in, and the
+/// relay's start need not wait for the client to close.
 async fn close(admin: Arc<AdminClient<DefaultClientContext>>) {
-    let _ = tokio::task::spawn_blocking(move || drop(admin)).await;
+    drop(tokio::task::spawn_blocking(move || drop(admin)));
 }
 
 /// What [`create`] did.
