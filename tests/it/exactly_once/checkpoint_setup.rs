@@ -2,7 +2,8 @@
 //! start without it: `init` creates it (one partition, compacted) and
 //! leaves it alone the second time, refuses one the relay would refuse;
 //! `run` refuses a missing topic (without having the broker create it) or
-//! an uncompacted one, with exit code 4 and one ERROR line naming the fix.
+//! an uncompacted one, with exit code 4 and one ERROR line naming the fix,
+//! and stops the same way when the topic is deleted while it runs.
 
 use std::collections::HashMap;
 
