@@ -74,6 +74,12 @@ source = "/bench"
 """
     )
     log = work / f"{prefix}.log"
+    if mode == "exactly-once":
+        # The relay refuses to start without its checkpoint topic; init
+        # creates it (the publication and the slot exist already).
+        subprocess.run(
+            [str(relay), "init", "--config", str(conf)], check=True, stdout=subprocess.DEVNULL
+        )
     proc = subprocess.Popen(
         [str(relay), "run", "--config", str(conf)],
         stdout=open(log, "w"),

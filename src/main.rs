@@ -53,8 +53,8 @@ const EXIT_CONFIG: u8 = 2;
 const EXIT_SOURCE: u8 = 3;
 /// `run`: Kafka refuses in a way retrying cannot cure (credentials or ACLs
 /// refused, a topic that does not exist and is not created, a missing
-/// dead-letter topic; in exactly-once mode a fence by another relay with
-/// the same transactional id, which restarting would only repeat).
+/// dead-letter topic; in exactly-once mode a fence by another relay with the same
+/// transactional id, which restarting would only repeat, or a bad checkpoint topic).
 const EXIT_SINK: u8 = 4;
 /// `run`: stopped (SIGTERM/SIGINT) before every event in flight was
 /// acknowledged, at `kafka.shutdown_drain_secs`: nothing is lost (the slot
@@ -74,8 +74,8 @@ Exit codes of `run`:
      not created (dead-letter topic, or kafka.on_unroutable = \"stop\");
      exactly-once: fenced by another relay with the same
      kafka.transactional_id, transactional id not authorized, brokers
-     without transactions, the checkpoint topic missing and not created
-     or not readable
+     without transactions, the checkpoint topic missing, not compacted,
+     of more than one partition or not readable
   5  stop (SIGTERM/SIGINT) before every event was acknowledged: the drain
      deadline (kafka.shutdown_drain_secs) passed; nothing lost, they are
      sent again at the next start
@@ -109,8 +109,8 @@ enum Command {
     Run(RunArgs),
     /// Load and validate the config, print it with secrets redacted, and exit.
     CheckConfig(RunArgs),
-    /// Create the publication and the replication slot (and, with
-    /// --create-table, the outbox table) if missing. Safe to run again.
+    /// Create the publication and the replication slot (with --create-table the outbox table,
+    /// with exactly-once delivery the checkpoint topic) if missing. Safe to run again.
     Init(InitArgs),
     /// Check everything `run` needs, PostgreSQL and Kafka, each item ok / warn
     /// / fail with its fix. Exit status 0 only when nothing fails.

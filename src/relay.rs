@@ -357,9 +357,9 @@ async fn run_sessions(
                             topic = %eos.transactions.checkpoint_topic,
                             key = %eos.transactions.transactional_id,
                             "no checkpoint of this relay found: starting from the slot's position. \
-                             Expected on the first start; otherwise (checkpoint topic deleted) \
-                             transactions already committed to Kafka above the slot's position are \
-                             written again, once"
+                             Expected on the first start on a checkpoint topic; otherwise (the \
+                             relay's checkpoints deleted from the topic) transactions already \
+                             committed to Kafka above the slot's position are written again, once"
                         ),
                         // Keep what this process committed.
                         None => {}

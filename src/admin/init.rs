@@ -1,10 +1,12 @@
 //! `outbox-relay init`: creates what the relay needs in the database,
 //! idempotently: the outbox table (with `--create-table`), the publication,
-//! the slot, and (with `--grant`) the relay role's privileges.
+//! the slot, and (with `--grant`) the relay role's privileges; in
+//! exactly-once mode also the checkpoint topic on Kafka ([`checkpoint`]).
 //!
 //! Role: [`plan`] turns the catalog's [`PgFacts`] and the options into the
 //! statements still missing, or a refusal; [`run`] gathers the facts,
-//! prints the plan (`--dry-run`) or executes it step by step.
+//! prints the plan (`--dry-run`) or executes it step by step (the
+//! checkpoint topic first, then the database).
 //!
 //! Invariants:
 //! * Nothing that exists is dropped, replaced or narrowed: an existing
@@ -38,7 +40,9 @@ use postgres_protocol::escape::escape_identifier;
 
 use super::AdminTarget;
 use super::facts;
+use checkpoint::TopicPlan;
 
+pub mod checkpoint;
 mod delivery;
 mod planning;
 mod steps;
@@ -132,6 +136,35 @@ pub enum InitError {
     )]
     CannotCreateSlot { role: String },
     #[error(
+        "cannot ask the Kafka cluster about checkpoint topic {topic:?} ({why}); init changed \
+         nothing. Check kafka.brokers and [kafka.properties], then run init again (or create the \
+         topic yourself: {create})"
+    )]
+    CheckpointTopicUnknown {
+        topic: String,
+        why: String,
+        create: String,
+    },
+    #[error(
+        "checkpoint topic {topic:?} exists but {problem}, and the relay refuses to start on it. \
+         init does not change an existing topic, and changed nothing. {fix}, then run init again"
+    )]
+    CheckpointTopicUnusable {
+        topic: String,
+        problem: String,
+        fix: String,
+    },
+    #[error(
+        "init could not create checkpoint topic {topic:?} ({why}) and changed nothing in the \
+         database. Create it yourself (or as a principal allowed to create topics): {create}; \
+         then run init again"
+    )]
+    CheckpointTopicCreate {
+        topic: String,
+        why: String,
+        create: String,
+    },
+    #[error(
         "init stopped at step {failed_step:?}{}: {source}{}",
         if done.is_empty() { String::new() } else { format!(" after {}", done.join(", ")) },
         if *publication_created { "; the publication was created by this run and no slot \
@@ -211,14 +244,41 @@ pub async fn run(
             return Err(e);
         }
     };
+    // Every refusal, the checkpoint topic's too, before anything runs.
+    let topic_plan = match checkpoint::look(config)
+        .await
+        .and_then(|looked| checkpoint::plan(config, looked.as_ref()))
+    {
+        Ok(topic_plan) => topic_plan,
+        Err(e) => {
+            connection.close().await;
+            return Err(e);
+        }
+    };
     if dry_run {
         connection.close().await;
         let _ = write!(out, "{}", render_dry_run(&plan));
-        let _ = write!(out, "{}", checkpoint_topic_note(config));
+        let _ = write!(out, "{}", topic_plan.render_dry_run(config));
+        let _ = write!(out, "{}", checkpoint::acl_note(config));
         return Ok(());
     }
     for line in &plan.in_place {
         let _ = writeln!(out, "in place: {line}");
+    }
+    match &topic_plan {
+        TopicPlan::NotUsed => {}
+        TopicPlan::InPlace(line) => {
+            let _ = writeln!(out, "in place: {line}");
+        }
+        TopicPlan::Create => match checkpoint::create(config).await {
+            Ok(done) => {
+                let _ = writeln!(out, "done: {done}");
+            }
+            Err(e) => {
+                connection.close().await;
+                return Err(e);
+            }
+        },
     }
     let mut done: Vec<String> = Vec::new();
     for step in &plan.steps {
@@ -249,26 +309,8 @@ pub async fn run(
     let mut manual = String::new();
     render_manual(&plan, &mut manual);
     let _ = write!(out, "{manual}");
-    let _ = write!(out, "{}", checkpoint_topic_note(config));
+    let _ = write!(out, "{}", checkpoint::acl_note(config));
     Ok(())
-}
-
-/// In exactly-once mode, the Kafka side init leaves to the operator: the
-/// compacted checkpoint topic (init touches only the database; `check`
-/// checks the topic). Empty otherwise.
-pub fn checkpoint_topic_note(config: &Config) -> String {
-    let kafka = &config.kafka;
-    if kafka.delivery != crate::config::Delivery::ExactlyOnce {
-        return String::new();
-    }
-    format!(
-        "\n-- exactly-once delivery keeps the relay's position in a compacted topic; create it \
-         once (a topic the broker creates on first use is not compacted):\n\
-         -- {}\n\
-         -- and, with ACLs, allow WRITE and DESCRIBE on transactional id {:?}\n",
-        crate::sink::create_checkpoint_topic_command(&kafka.brokers, &kafka.checkpoint_topic),
-        kafka.transactional_id_for(&config.postgres.slot)
-    )
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use crate::assembler::AssemblyError;
 use crate::error::ErrorKind;
 use crate::pgoutput::DecodeError;
 use crate::replication::ReplicationError;
+use crate::sink::checkpoint_topic::CheckpointTopicRefused;
 use crate::sink::http::table_access::DeliveryTableRefused;
 use crate::sink::{CheckpointReadError, DeliveryError, Refused, SinkError, TxnFailure};
 
@@ -45,19 +46,10 @@ pub enum SessionError {
     /// Exactly-once: the checkpoint topic could not be read at start.
     #[error(transparent)]
     Checkpoint(#[from] CheckpointReadError),
-    /// Exactly-once: the checkpoint topic does not exist and the broker
-    /// does not create it: no transaction could ever commit.
-    #[error(
-        "the checkpoint topic \"{topic}\" does not exist and the broker does not create topics \
-         automatically ({detail}): no Kafka transaction can commit without it. Create it \
-         compacted: {create}"
-    )]
-    CheckpointTopicMissing {
-        topic: String,
-        detail: String,
-        /// The command that creates it ([`crate::sink::create_checkpoint_topic_command`]).
-        create: String,
-    },
+    /// Exactly-once: the checkpoint topic is missing or not compacted
+    /// (checked at every session's start, before the producer names it).
+    #[error(transparent)]
+    CheckpointTopic(#[from] CheckpointTopicRefused),
     /// The relay lock was lost: the session stopped producing at once, so
     /// that the next holder never produces beside it.
     #[error("the relay lock on slot \"{slot}\" was lost; stopped producing")]
@@ -80,7 +72,7 @@ impl SessionError {
             | SessionError::OutOfStep { .. }
             | SessionError::Tracker(_)
             | SessionError::Refused(_)
-            | SessionError::CheckpointTopicMissing { .. } => ErrorKind::Fatal,
+            | SessionError::CheckpointTopic(_) => ErrorKind::Fatal,
         }
     }
 
@@ -140,7 +132,7 @@ impl RelayError {
                 | SessionError::Refused(_)
                 | SessionError::Transaction(_)
                 | SessionError::Checkpoint(_)
-                | SessionError::CheckpointTopicMissing { .. } => Side::Sink,
+                | SessionError::CheckpointTopic(_) => Side::Sink,
             },
         }
     }

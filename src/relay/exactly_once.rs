@@ -5,8 +5,10 @@
 //! Flow of one session (docs/exactly-once.md):
 //! 1. [`prepare`]: build the transactional producer, `init_transactions`
 //!    (fences an older producer with the id and settles its open
-//!    transaction), then read the checkpoint topic (read_committed) to its
-//!    end. A usable checkpoint becomes the carried position: the session
+//!    transaction) while another client checks the checkpoint topic
+//!    without ever having it created (missing or not compacted: the relay
+//!    stops, exit code 4), then read the checkpoint topic (read_committed)
+//!    to its end. A usable checkpoint becomes the carried position: the session
 //!    starts there, skips every PostgreSQL transaction whose end LSN is at
 //!    or below it, and confirms the slot up to it.
 //! 2. [`Transactional`] hands records to the producer, opening a Kafka
@@ -35,9 +37,10 @@ use crate::envelope::KafkaRecord;
 use crate::lsn::Lsn;
 use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
+use crate::sink::checkpoint_topic::{self, CheckpointTopicRefused, Looked, Verdict};
 use crate::sink::{
-    CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, RefusalKind, SendError, SinkSettings,
-    TopicCheck, TransactionSettings, TxnFailure, create_checkpoint_topic_command, read_checkpoint,
+    CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings,
+    TransactionSettings, TxnFailure, read_checkpoint,
 };
 
 /// How long the checkpoint read at start may take before the session is
@@ -78,20 +81,33 @@ pub(super) async fn prepare(
     server_wal: Lsn,
 ) -> Result<Prepared, SessionError> {
     let id = &settings.transactions.transactional_id;
-    let (mut sink, reports) = KafkaSink::new_transactional(sink_settings, &settings.transactions)
-        .map_err(|e| {
-        SessionError::Transaction(crate::sink::TxnFailure::Fatal(e.to_string()))
-    })?;
-    sink.init_transactions(id, settings.transactions.transaction_timeout)
-        .await?;
     let topic = &settings.transactions.checkpoint_topic;
+    let (sink, reports) = KafkaSink::new_transactional(sink_settings, &settings.transactions)
+        .map_err(|e| SessionError::Transaction(crate::sink::TxnFailure::Fatal(e.to_string())))?;
+    // The topic is looked at beside the producer's start, by a client that
+    // never has it created; the producer names it only with its first
+    // checkpoint, after this.
+    let (looked, registered) = tokio::join!(
+        checkpoint_topic::look(
+            &sink_settings.brokers,
+            &sink_settings.properties,
+            topic,
+            sink_settings.topic_check_timeout(),
+        ),
+        sink.init_transactions(id, settings.transactions.transaction_timeout),
+    );
+    registered?;
+    judge_checkpoint_topic(looked, topic, &sink_settings.brokers)?;
+    let missing = || {
+        SessionError::CheckpointTopic(CheckpointTopicRefused::Missing {
+            topic: topic.clone(),
+            brokers: sink_settings.brokers.clone(),
+        })
+    };
     let value = match read_checkpoint(sink_settings, topic, id, CHECKPOINT_READ).await? {
         CheckpointRead::Last(value) => value,
         CheckpointRead::Nothing => None,
-        CheckpointRead::NoTopic => {
-            missing_checkpoint_topic(&mut sink, sink_settings, topic).await?;
-            None
-        }
+        CheckpointRead::NoTopic => return Err(missing()),
     };
     let checkpoint = match value.as_deref().map(Checkpoint::decode) {
         None => None,
@@ -172,37 +188,40 @@ pub(super) async fn prepare(
     })
 }
 
-/// The checkpoint topic is missing at start. The producer asks the
-/// cluster for it: a broker that creates topics on request starts creating
-/// it now, while the first transaction fills, rather than when its first
-/// checkpoint record waits for it (with the broker's defaults: not
-/// compacted, hence the warning). One that does not would fail every
-/// commit, a retry loop whose errors do not name the topic: the relay
-/// stops instead and says to create it.
-async fn missing_checkpoint_topic(
-    sink: &mut KafkaSink<DeliveryTag>,
-    sink_settings: &SinkSettings,
+/// Refuses a checkpoint topic that is missing or not compacted; warns,
+/// once per process, when the relay cannot tell whether it is compacted or
+/// it is also deleted by retention. A topic of more than one partition is
+/// refused by the checkpoint read.
+fn judge_checkpoint_topic(
+    looked: Result<Looked, String>,
     topic: &str,
+    brokers: &str,
 ) -> Result<(), SessionError> {
-    let timeout = sink_settings.topic_check_timeout();
-    match sink.check_topic(topic, false, timeout).await {
-        TopicCheck::Refused(refused) if refused.kind == RefusalKind::TopicMissing => {
-            return Err(SessionError::CheckpointTopicMissing {
-                topic: topic.to_owned(),
-                detail: refused.detail,
-                create: create_checkpoint_topic_command(&sink_settings.brokers, topic),
-            });
-        }
-        TopicCheck::Refused(refused) => return Err(SessionError::Refused(refused)),
-        TopicCheck::Exists | TopicCheck::Unknown(_) => {}
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let verdict = match looked {
+        Ok(looked) => checkpoint_topic::judge(&looked),
+        Err(why) => Verdict::PolicyUnknown { why },
+    };
+    if let Some(refused) = CheckpointTopicRefused::of(&verdict, topic, brokers) {
+        return Err(SessionError::CheckpointTopic(refused));
     }
-    tracing::warn!(
-        topic = %topic,
-        "the checkpoint topic does not exist: the broker creates it on the relay's request \
-         with its defaults, not compacted, and retention would then delete the relay's last \
-         checkpoint; with more than one partition (num.partitions), the next start refuses \
-         it. Create it compacted, with one partition (outbox-relay init prints the command)"
-    );
+    let warning = match verdict {
+        Verdict::PolicyUnknown { why } => format!(
+            "could not check that the checkpoint topic is compacted ({why}); the relay starts \
+             all the same. With ACLs, grant the relay's principal DESCRIBE_CONFIGS on the topic \
+             (outbox-relay init prints the grants)"
+        ),
+        Verdict::AlsoDeletes { policy } => format!(
+            "the checkpoint topic is compacted but also deleted by retention \
+             (cleanup.policy={policy}): a relay idle for longer than the retention loses its \
+             checkpoint and writes the gap again once. Fix: {}",
+            checkpoint_topic::compact_command(brokers, topic)
+        ),
+        _ => return Ok(()),
+    };
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(topic = %topic, "{warning}");
+    }
     Ok(())
 }
 

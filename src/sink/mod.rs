@@ -21,6 +21,7 @@
 //! its [`DeliveryReport`].
 
 mod broker_watch;
+pub mod checkpoint_topic;
 mod counters;
 pub mod http;
 mod log;
@@ -51,8 +52,7 @@ pub use refusal::{
     DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
 };
 pub use transactional::{
-    CheckpointRead, CheckpointReadError, TransactionSettings, TxnFailure,
-    create_checkpoint_topic_command, read_checkpoint,
+    CheckpointRead, CheckpointReadError, TransactionSettings, TxnFailure, read_checkpoint,
 };
 
 /// A Kafka client config with the operator's `[kafka.properties]` (TLS,

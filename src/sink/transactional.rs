@@ -326,9 +326,9 @@ pub enum CheckpointReadError {
          exactly one (its last checkpoint is the last record under the relay's key, and records \
          of different partitions have no order: once the partition count changed, an older \
          checkpoint could be taken and transactions written twice). Stop the relay gracefully, \
-         create a compacted topic of one partition and point kafka.checkpoint_topic at it: \
-         {create} (after a graceful stop the slot holds the last committed position, so nothing \
-         is written twice)"
+         point kafka.checkpoint_topic at a new topic and create it compacted with one partition \
+         (`outbox-relay init --config <this config>` does, or: {create}); after a graceful stop \
+         the slot holds the last committed position, so nothing is written twice"
     )]
     Partitioned {
         topic: String,
@@ -353,21 +353,11 @@ fn unauthorized(e: &KafkaError) -> bool {
     super::classify_error(e) == Some(super::RefusalKind::TopicUnauthorized)
 }
 
-/// The command that creates the checkpoint topic as exactly-once delivery
-/// needs it: compacted, so that the last checkpoint is never deleted. Given
-/// by `init`, `check` and the relay when the topic is missing.
-pub fn create_checkpoint_topic_command(brokers: &str, topic: &str) -> String {
-    format!(
-        "kafka-topics.sh --bootstrap-server {brokers} --create --topic {topic} --partitions 1 \
-         --config cleanup.policy=compact"
-    )
-}
-
 /// What the checkpoint topic holds for a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CheckpointRead {
-    /// The topic does not exist (the broker creates it on the first
-    /// checkpoint, with its defaults: not compacted).
+    /// The topic does not exist (the read never creates it; the relay
+    /// refuses to start without it).
     NoTopic,
     /// The topic holds no record under the key.
     Nothing,
@@ -433,6 +423,10 @@ fn consumer_config(settings: &SinkSettings, isolation: &str) -> ClientConfig {
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", isolation)
+        // The read names the topic: it must never make a broker create it
+        // (whatever kafka.properties says), or a missing topic would come
+        // back with the broker's defaults, not compacted.
+        .set("allow.auto.create.topics", "false")
         .set("log_level", "3");
     connect_at_once(&mut cfg);
     cfg
@@ -500,7 +494,7 @@ fn read_blocking(
         return Err(CheckpointReadError::Partitioned {
             topic: topic.to_owned(),
             partitions: partitions.len(),
-            create: create_checkpoint_topic_command(&settings.brokers, "<new-topic>"),
+            create: super::checkpoint_topic::create_command(&settings.brokers, "<new-topic>"),
         });
     }
     // Wait until no transaction is open on the topic: then the
@@ -696,6 +690,26 @@ mod tests {
             assert_eq!(
                 sparse(consumer_config(&chosen, "read_committed")),
                 Some(value.into())
+            );
+        }
+    }
+
+    /// The checkpoint read names its topic: it never lets a broker create
+    /// it, even when kafka.properties allows the producer to.
+    #[test]
+    fn the_checkpoint_reader_never_has_the_topic_created() {
+        let settings = SinkSettings {
+            brokers: "127.0.0.1:9092".into(),
+            linger_ms: 5,
+            message_timeout_ms: 30_000,
+            queue_max_messages: 100_000,
+            dead_letter_topic: "dlq".into(),
+            properties: vec![("allow.auto.create.topics".into(), "true".into())],
+        };
+        for isolation in ["read_committed", "read_uncommitted"] {
+            assert_eq!(
+                consumer_config(&settings, isolation).get("allow.auto.create.topics"),
+                Some("false")
             );
         }
     }

@@ -15,7 +15,8 @@ use crate::support::auth::{self, TestRole};
 use crate::support::cli::{cli, shown as text};
 use crate::support::cluster::Cluster;
 use crate::support::{
-    Relay, TestOutbox, consume, env, pg_admin, random_name, services, slot_state, wait_until,
+    Relay, TestOutbox, consume, env, pg_admin, random_name, services, slot_state, topic_exists,
+    wait_until,
 };
 use outbox_relay::admin::AdminTarget;
 use outbox_relay::admin::status::{self, StatusReport};
@@ -702,25 +703,6 @@ async fn status_shows_the_lag_falling_while_a_backlog_drains() {
     o.drop_all().await;
 }
 
-/// Whether the cluster has `topic` now (metadata for all topics: asking for
-/// one by name could create it).
-async fn topic_exists(topic: &str) -> bool {
-    let topic = topic.to_owned();
-    tokio::task::spawn_blocking(move || {
-        use rdkafka::consumer::{BaseConsumer, Consumer};
-        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-            .set("bootstrap.servers", env("KAFKA_BROKERS"))
-            .create()
-            .unwrap();
-        let metadata = consumer
-            .fetch_metadata(None, Duration::from_secs(10))
-            .unwrap();
-        metadata.topics().iter().any(|t| t.name() == topic)
-    })
-    .await
-    .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn check_reads_topics_and_their_configs_from_the_broker_and_creates_none() {
     let o = TestOutbox::create("jsonb").await;
@@ -858,20 +840,29 @@ async fn check_in_exactly_once_mode_checks_the_checkpoint_topic_and_the_transact
     assert_eq!(code, Some(1), "{}", text(&output));
     let cp = item(&items, "kafka.checkpoint_topic");
     assert_eq!(cp["status"], "fail", "{cp}");
+    let fix = cp["fix"].as_str().unwrap();
     assert!(
-        cp["fix"]
-            .as_str()
-            .unwrap()
-            .contains("cleanup.policy=compact"),
+        fix.starts_with("outbox-relay init --config") && fix.contains("cleanup.policy=compact"),
         "{cp}"
     );
     assert!(!topic_exists(&missing).await, "check created {missing}");
 
-    let (_, items, _) = check(&config_for(&plain)).await;
+    // Not compacted: a failure naming the command that compacts it.
+    let (code, items, output) = check(&config_for(&plain)).await;
+    assert_eq!(code, Some(1), "{}", text(&output));
     let cp = item(&items, "kafka.checkpoint_topic");
     assert_eq!(cp["status"], "fail", "{cp}");
     assert!(
         cp["detail"].as_str().unwrap().contains("not compacted"),
+        "{cp}"
+    );
+    assert_eq!(
+        cp["fix"].as_str().unwrap(),
+        format!(
+            "kafka-configs.sh --bootstrap-server {} --alter --entity-type topics --entity-name \
+             {plain} --add-config cleanup.policy=compact",
+            env("KAFKA_BROKERS")
+        ),
         "{cp}"
     );
 

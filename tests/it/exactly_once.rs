@@ -14,6 +14,8 @@ use crate::support::*;
 
 /// Hazards of the checkpoint topic (issue 30).
 mod checkpoint_hazards;
+/// The checkpoint topic set up by `init`, refused by `run` when it is not.
+mod checkpoint_setup;
 
 /// The relay config for `outbox` in exactly-once mode, with its own
 /// checkpoint topic and `kafka_extra` lines in `[kafka]`.
@@ -332,12 +334,25 @@ async fn dead_letters_are_written_once_inside_the_transactions() {
     outbox.drop_all().await;
 }
 
-/// The checkpoint topic deleted: the relay says the topic is missing and
-/// that it found no checkpoint, and starts from the slot (at-least-once for what the slot had not confirmed;
-/// after a graceful stop that is nothing), loses nothing, and writes new
-/// checkpoints from then on.
+/// `outbox-relay init --config <config>` (and `extra` arguments).
+async fn init(config: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "init".to_owned(),
+        "--config".to_owned(),
+        config.display().to_string(),
+    ];
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
+    crate::support::cli::cli(args).await
+}
+
+/// The checkpoint topic deleted while the relay was stopped: the next start
+/// refuses (exit code 4) and leaves the broker without the topic, where
+/// before it warned and had the broker re-create it, not compacted. `init`
+/// creates it again; the relay then starts from the slot's position (after
+/// a graceful stop the slot holds everything, so nothing is written twice)
+/// and writes new checkpoints.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_deleted_checkpoint_topic_falls_back_to_the_slot_with_a_warning() {
+async fn a_deleted_checkpoint_topic_is_refused_at_start_until_init_creates_it() {
     let (outbox, topic, checkpoints) = eos_outbox(TestOutbox::create("jsonb").await).await;
     let config = eos_config(&outbox, &checkpoints, "");
     let mut writer = outbox.writer().await;
@@ -346,13 +361,6 @@ async fn a_deleted_checkpoint_topic_falls_back_to_the_slot_with_a_warning() {
     relay
         .wait_for_log("streaming from the slot", DEADLINE)
         .await;
-    assert!(
-        relay
-            .log_text()
-            .contains("no checkpoint of this relay found"),
-        "a first start says so:\n{}",
-        relay.log_text()
-    );
     let mut committed = outbox
         .commit_events(&mut writer, 50, 2, 10, &mut seqs)
         .await;
@@ -360,6 +368,32 @@ async fn a_deleted_checkpoint_topic_falls_back_to_the_slot_with_a_warning() {
     assert!(relay.terminate().await.success());
 
     outbox.delete_topic(&checkpoints).await;
+    let mut refused = Relay::process(&config);
+    let status = refused.wait(DEADLINE).await;
+    let log = refused.log_text();
+    assert_eq!(status.code(), Some(EXIT_SINK), "{log}");
+    assert!(
+        log.contains(&format!(
+            "checkpoint topic \"{checkpoints}\" does not exist"
+        )) && log.contains("outbox-relay init --config")
+            && !log.contains("streaming from the slot"),
+        "{log}"
+    );
+    assert!(
+        !topic_exists(&checkpoints).await,
+        "the relay had the broker re-create {checkpoints}:\n{log}"
+    );
+
+    let set_up = init(&config, &[]).await;
+    assert!(
+        set_up.status.success(),
+        "{}",
+        crate::support::cli::shown(&set_up)
+    );
+    assert_eq!(
+        describe_topic(&checkpoints).await,
+        Some((1, "compact".to_owned()))
+    );
     let mut relay = Relay::process(&config);
     relay
         .wait_for_log("streaming from the slot", DEADLINE)
@@ -367,7 +401,6 @@ async fn a_deleted_checkpoint_topic_falls_back_to_the_slot_with_a_warning() {
     let log = relay.log_text();
     assert!(
         log.contains("no checkpoint of this relay found")
-            && log.contains("the checkpoint topic does not exist")
             && !log.contains("resuming from the last committed checkpoint"),
         "{log}"
     );
@@ -390,47 +423,6 @@ async fn a_deleted_checkpoint_topic_falls_back_to_the_slot_with_a_warning() {
         .wait_for_log("resuming from the last committed checkpoint", DEADLINE)
         .await;
     relay.kill9();
-    outbox.drop_all().await;
-}
-
-/// A checkpoint topic that does not exist, with a producer that may not
-/// create topics: no transaction could ever commit, so the relay stops at
-/// start (exit 4) naming the topic and how to create it, rather than
-/// retrying commits whose errors do not name it. (Before the check it
-/// streamed and failed every commit, one every message timeout, forever.)
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_missing_checkpoint_topic_the_broker_will_not_create_exits_4_naming_it() {
-    let outbox = TestOutbox::create("jsonb").await;
-    outbox.create_topic(&outbox.topic("order"), 1).await;
-    outbox.create_topic(&outbox.dlq_topic, 1).await;
-    let checkpoints = random_name("checkpoints");
-    let path = eos_config(&outbox, &checkpoints, "");
-    let mut text = std::fs::read_to_string(&path).unwrap();
-    text.push_str("\n[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"\n");
-    std::fs::write(&path, text).unwrap();
-    let mut writer = outbox.writer().await;
-    let mut seqs = HashMap::new();
-    outbox.commit_events(&mut writer, 5, 1, 5, &mut seqs).await;
-    let before = outbox.confirmed_flush_lsn().await;
-    let mut relay = Relay::process(&path);
-    let status = relay.wait(DEADLINE).await;
-    let log = relay.log_text();
-    assert_eq!(status.code(), Some(EXIT_SINK), "{log}");
-    assert!(
-        log.contains(&format!(
-            "the checkpoint topic \"{checkpoints}\" does not exist"
-        )) && log.contains("cleanup.policy=compact"),
-        "names the topic and how to create it:\n{log}"
-    );
-    assert!(
-        !log.contains("streaming from the slot"),
-        "stops before streaming:\n{log}"
-    );
-    assert_eq!(
-        outbox.confirmed_flush_lsn().await,
-        before,
-        "confirms nothing"
-    );
     outbox.drop_all().await;
 }
 

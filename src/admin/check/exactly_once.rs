@@ -14,104 +14,95 @@ use std::time::Duration;
 
 use crate::admin::kafka::KafkaFacts;
 use crate::config::Config;
+use crate::sink::checkpoint_topic::{self, Looked, Verdict};
 use crate::sink::{KafkaSink, SinkSettings, TransactionSettings, TxnFailure};
 
 use super::Item;
 
-/// The checkpoint topic's items.
+/// The checkpoint topic's items: the relay's own verdict
+/// ([`checkpoint_topic::judge`]), each failure with its fix.
 pub fn evaluate(config: &Config, cluster: &Result<KafkaFacts, String>) -> Vec<Item> {
     let kafka = &config.kafka;
     let topic = &kafka.checkpoint_topic;
+    let brokers = &kafka.brokers;
     let name = "kafka.checkpoint_topic";
-    let create = crate::sink::create_checkpoint_topic_command(&kafka.brokers, topic);
     let Ok(facts) = cluster else {
         return vec![Item::skip(name, "no broker answered")];
     };
-    let Some(partitions) = facts.topics.get(topic) else {
-        return vec![
-            Item::fail(
-                name,
-                format!(
-                    "checkpoint topic {topic:?} does not exist: exactly-once delivery keeps the \
-                     relay's position there, compacted (a topic the broker creates on first use \
-                     is not compacted, and its old checkpoints would only go with retention, \
-                     taking the last one with them)"
-                ),
-            )
-            .fix(create),
-        ];
-    };
-    if *partitions > 1 {
-        // The relay refuses it at start: records of two partitions have no
-        // order, so the last checkpoint cannot be told (docs/exactly-once.md).
-        return vec![
-            Item::fail(
-                name,
-                format!(
-                    "checkpoint topic {topic:?} has {partitions} partitions; exactly-once \
-                     delivery needs exactly one, and the relay refuses to start with more: \
-                     stop the relay gracefully, create a compacted topic of one partition and \
-                     point kafka.checkpoint_topic at it"
-                ),
-            )
-            .fix(crate::sink::create_checkpoint_topic_command(
-                &kafka.brokers,
-                "<new-topic>",
-            )),
-        ];
-    }
-    match facts.cleanup_policy.get(topic) {
-        Some(policy) if policy.split(',').any(|p| p.trim() == "compact") => {
-            let deletes = policy.split(',').any(|p| p.trim() == "delete");
-            let item = if deletes {
-                Item::warn(
-                    name,
-                    format!(
-                        "checkpoint topic {topic:?} ({partitions} partitions) is compacted but \
-                         also deletes by retention (cleanup.policy={policy}): a relay idle for \
-                         longer than the retention loses its checkpoint and writes the gap \
-                         again once"
-                    ),
-                )
-                .fix(format!(
-                    "kafka-configs.sh --bootstrap-server {} --alter --entity-type topics \
-                     --entity-name {topic} --add-config cleanup.policy=compact",
-                    kafka.brokers
-                ))
-            } else {
-                Item::ok(
-                    name,
-                    format!("checkpoint topic {topic:?}: {partitions} partitions, compacted"),
-                )
-            };
-            vec![item]
-        }
-        Some(policy) => vec![
-            Item::fail(
-                name,
-                format!(
-                    "checkpoint topic {topic:?} is not compacted (cleanup.policy={policy}): \
-                     retention would delete the relay's last checkpoint"
-                ),
-            )
-            .fix(format!(
-                "kafka-configs.sh --bootstrap-server {} --alter --entity-type topics \
-                 --entity-name {topic} --add-config cleanup.policy=compact",
-                kafka.brokers
-            )),
-        ],
-        None => vec![Item::warn(
-            name,
-            format!(
-                "checkpoint topic {topic:?} exists; its cleanup.policy could not be read{}",
+    let looked = match facts.topics.get(topic) {
+        None => Looked::Missing,
+        Some(partitions) => Looked::Exists {
+            partitions: *partitions,
+            cleanup_policy: facts.cleanup_policy.get(topic).cloned().ok_or_else(|| {
                 facts
                     .config_problem
-                    .as_deref()
-                    .map(|p| format!(" ({p})"))
-                    .unwrap_or_default()
+                    .clone()
+                    .unwrap_or_else(|| "not described".to_owned())
+            }),
+        },
+    };
+    let partitions = match &looked {
+        Looked::Exists { partitions, .. } => *partitions,
+        Looked::Missing => 0,
+    };
+    let item = match checkpoint_topic::judge(&looked) {
+        Verdict::Ready => Item::ok(
+            name,
+            format!("checkpoint topic {topic:?}: {partitions} partition, compacted"),
+        ),
+        Verdict::Missing => Item::fail(
+            name,
+            format!(
+                "checkpoint topic {topic:?} does not exist: exactly-once delivery keeps the \
+                 relay's position there, compacted, and the relay refuses to start without it"
             ),
-        )],
-    }
+        )
+        .fix(format!(
+            "{} (creates it compacted, with one partition), or: {}",
+            checkpoint_topic::INIT_COMMAND,
+            checkpoint_topic::create_command(brokers, topic)
+        )),
+        // The relay refuses it at start: records of two partitions have no
+        // order, so the last checkpoint cannot be told (docs/exactly-once.md).
+        Verdict::Partitioned { partitions } => Item::fail(
+            name,
+            format!(
+                "checkpoint topic {topic:?} has {partitions} partitions; exactly-once \
+                 delivery needs exactly one, and the relay refuses to start with more: \
+                 stop the relay gracefully and point kafka.checkpoint_topic at a new topic"
+            ),
+        )
+        .fix(format!(
+            "{} creates the new topic, or: {}",
+            checkpoint_topic::INIT_COMMAND,
+            checkpoint_topic::create_command(brokers, "<new-topic>")
+        )),
+        Verdict::NotCompacted { policy } => Item::fail(
+            name,
+            format!(
+                "checkpoint topic {topic:?} is not compacted (cleanup.policy={policy}): \
+                 retention would delete the relay's last checkpoint, and the relay refuses to \
+                 start on it"
+            ),
+        )
+        .fix(checkpoint_topic::compact_command(brokers, topic)),
+        Verdict::AlsoDeletes { policy } => Item::warn(
+            name,
+            format!(
+                "checkpoint topic {topic:?} ({partitions} partition) is compacted but also \
+                 deletes by retention (cleanup.policy={policy}): a relay idle for longer than \
+                 the retention loses its checkpoint and writes the gap again once"
+            ),
+        )
+        .fix(checkpoint_topic::compact_command(brokers, topic)),
+        Verdict::PolicyUnknown { why } => Item::warn(
+            name,
+            format!(
+                "checkpoint topic {topic:?} exists; its cleanup.policy could not be read ({why})"
+            ),
+        ),
+    };
+    vec![item]
 }
 
 /// Registers the relay's transactional id with the coordinator, when no
@@ -231,8 +222,10 @@ mod tests {
         );
         let items = evaluate(&config, &cluster(None, false));
         assert_eq!(status(&items), Status::Fail);
+        let fix = items[0].fix.as_deref().unwrap_or_default();
         assert!(
-            format!("{items:?}").contains("--create --topic cp"),
+            fix.starts_with("outbox-relay init --config <this config>")
+                && fix.contains("--create --topic cp"),
             "{items:?}"
         );
         assert_eq!(
@@ -256,7 +249,9 @@ mod tests {
         assert_eq!(status(&items), Status::Fail);
         let text = format!("{items:?}");
         assert!(
-            text.contains("3 partitions") && text.contains("--partitions 1"),
+            text.contains("3 partitions")
+                && text.contains("outbox-relay init --config")
+                && text.contains("--partitions 1"),
             "{text}"
         );
     }

@@ -450,18 +450,83 @@ fn a_publication_without_a_table_had_no_rows_to_skip() {
     );
 }
 
-#[test]
-fn exactly_once_names_the_checkpoint_topic_to_create_compacted() {
+fn exactly_once() -> Config {
     let mut config = Config::default();
     config.kafka.brokers = "k1:9092".into();
     config.postgres.slot = "orders_slot".into();
-    assert_eq!(crate::admin::init::checkpoint_topic_note(&config), "");
     config.kafka.delivery = crate::config::Delivery::ExactlyOnce;
-    let note = crate::admin::init::checkpoint_topic_note(&config);
+    config
+}
+
+/// init creates a missing checkpoint topic, leaves a good one alone, and
+/// refuses (before anything runs) one the relay would refuse, naming the
+/// fix.
+#[test]
+fn exactly_once_plans_the_checkpoint_topic_and_refuses_one_the_relay_would() {
+    use crate::admin::init::checkpoint::{TopicPlan, plan};
+    use crate::sink::checkpoint_topic::Looked;
+    let config = exactly_once();
+    let exists = |partitions, policy: &str| Looked::Exists {
+        partitions,
+        cleanup_policy: Ok(policy.to_owned()),
+    };
+    assert_eq!(plan(&Config::default(), None).unwrap(), TopicPlan::NotUsed);
+    let create = plan(&config, Some(&Looked::Missing)).unwrap();
+    assert_eq!(create, TopicPlan::Create);
+    let dry = create.render_dry_run(&config);
     assert!(
-        note.contains("--create --topic outbox-relay.checkpoints")
-            && note.contains("cleanup.policy=compact")
-            && note.contains("\"outbox-relay.orders_slot\""),
+        dry.contains("--create --topic outbox-relay.checkpoints --partitions 1")
+            && dry.contains("cleanup.policy=compact"),
+        "{dry}"
+    );
+    assert!(matches!(
+        plan(&config, Some(&exists(1, "compact"))).unwrap(),
+        TopicPlan::InPlace(line) if line.contains("1 partition, compacted")
+    ));
+    let uncompacted = plan(&config, Some(&exists(1, "delete")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        uncompacted.contains("\"outbox-relay.checkpoints\" exists but is not compacted")
+            && uncompacted.contains(
+                "kafka-configs.sh --bootstrap-server k1:9092 --alter --entity-type topics \
+                 --entity-name outbox-relay.checkpoints --add-config cleanup.policy=compact"
+            )
+            && uncompacted.contains("changed nothing"),
+        "{uncompacted}"
+    );
+    let partitioned = plan(&config, Some(&exists(3, "compact")))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        partitioned.contains("has 3 partitions") && partitioned.contains("kafka.checkpoint_topic"),
+        "{partitioned}"
+    );
+}
+
+/// With ACLs the relay reads and writes its checkpoint topic, describes its
+/// configs (the compaction check at start), and uses its transactional id.
+#[test]
+fn exactly_once_names_every_grant_the_relay_needs() {
+    use crate::admin::init::checkpoint::acl_note;
+    assert_eq!(acl_note(&Config::default()), "");
+    let mut config = exactly_once();
+    config.kafka.topic = "outbox.event.{aggregatetype}".into();
+    let note = acl_note(&config);
+    for grant in [
+        "--operation Write --operation Read --operation Describe --operation DescribeConfigs \
+         --topic outbox-relay.checkpoints",
+        "--operation Write --operation Describe --transactional-id outbox-relay.orders_slot",
+        "--operation Write --operation Describe --resource-pattern-type prefixed --topic \
+         outbox.event.",
+        "--operation IdempotentWrite --cluster",
+    ] {
+        assert!(note.contains(grant), "{grant}:\n{note}");
+    }
+    assert!(
+        note.lines()
+            .filter(|l| !l.is_empty())
+            .all(|l| l.starts_with("-- ")),
         "{note}"
     );
 }

@@ -66,7 +66,71 @@ impl TestOutbox {
         for r in res {
             r.expect("topic deleted");
         }
+        // The broker answers before every metadata answer forgets it.
+        super::wait_until(
+            "the deleted topic to be gone",
+            super::DEADLINE,
+            || async move { !topic_exists(topic).await },
+        )
+        .await;
     }
+}
+
+/// Whether `topic` exists: the metadata of every topic, a request that
+/// never has a topic created.
+pub async fn topic_exists(topic: &str) -> bool {
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", env("KAFKA_BROKERS"))
+            .create()
+            .expect("consumer");
+        let metadata = consumer
+            .fetch_metadata(None, Duration::from_secs(10))
+            .expect("metadata");
+        metadata.topics().iter().any(|t| t.name() == topic)
+    })
+    .await
+    .unwrap()
+}
+
+/// `topic`'s partition count and `cleanup.policy` as an admin client
+/// describes them, or `None` when it does not exist (asking never creates
+/// it).
+pub async fn describe_topic(topic: &str) -> Option<(usize, String)> {
+    if !topic_exists(topic).await {
+        return None;
+    }
+    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", env("KAFKA_BROKERS"))
+        .set("allow.auto.create.topics", "false")
+        .create()
+        .expect("admin client");
+    let name = topic.to_owned();
+    let metadata = tokio::task::block_in_place(|| {
+        admin
+            .inner()
+            .fetch_metadata(Some(&name), Duration::from_secs(10))
+            .expect("metadata")
+    });
+    let partitions = metadata.topics()[0].partitions().len();
+    let described = admin
+        .describe_configs(
+            &[rdkafka::admin::ResourceSpecifier::Topic(topic)],
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(10))),
+        )
+        .await
+        .expect("describe configs");
+    let config = described
+        .into_iter()
+        .next()
+        .expect("one resource")
+        .expect("its configs");
+    let policy = config
+        .get("cleanup.policy")
+        .and_then(|e| e.value.clone())
+        .expect("cleanup.policy");
+    Some((partitions, policy))
 }
 
 /// A record read back from Kafka.
