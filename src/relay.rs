@@ -359,13 +359,13 @@ async fn run_sessions(
                         .map(|(partial, position)| (partial, position.confirmed));
                     match from_checkpoint {
                         Some(position) => carried = Some(position),
-                        None if carried.is_none() => tracing::warn!(
+                        None if carried.is_none() => tracing::info!(
                             topic = %eos.transactions.checkpoint_topic,
                             key = %eos.transactions.transactional_id,
-                            "no checkpoint of this relay found: starting from the slot's position. \
-                             Expected on the first start; otherwise (checkpoint topic deleted) \
-                             transactions already committed to Kafka above the slot's position are \
-                             written again, once"
+                            "no checkpoint of this relay found: starting from the slot's position \
+                             (a first start; after the checkpoint topic was lost, transactions \
+                             committed to Kafka above the slot's position, if any, are written \
+                             again, once)"
                         ),
                         // Keep what this process committed.
                         None => {}
