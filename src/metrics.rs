@@ -256,9 +256,11 @@ pub const IGNORED_KINDS: &[&str] = &[
 /// The counters whose every series is known before the relay runs, with
 /// their label and its values (none: one series without labels).
 /// [`register_known_series`] makes each series at 0 at start-up. The
-/// other two counters are labelled by what the relay meets as it runs:
-/// [`PUBLISHED_BYTES`] by topic, [`WEBHOOK_DELIVERIES`] by route (the
-/// webhook retry worker makes its routes' series at 0 when it starts).
+/// other two counters are labelled by what the configuration names: the
+/// producer makes [`PUBLISHED_BYTES`] of the dead-letter topic at 0 (an
+/// event topic's series appears with its first record, as the template
+/// names it), the webhook retry worker [`WEBHOOK_DELIVERIES`] of each
+/// route and outcome.
 pub const KNOWN_SERIES: &[(&str, &str, &[&str])] = &[
     (EVENTS_PUBLISHED, "", &[]),
     (EVENTS_DEAD_LETTERED, "reason", DEAD_LETTER_REASONS),

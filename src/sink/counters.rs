@@ -33,13 +33,24 @@ pub(super) struct AckCounters {
 }
 
 impl AckCounters {
-    pub(super) fn new() -> Self {
-        AckCounters {
+    /// The counters of a producer whose dead letters go to
+    /// `dead_letter_topic`: that topic's bytes are at 0 from the start
+    /// (the event topics' series appear with their first record, as the
+    /// topic template names them).
+    pub(super) fn new(dead_letter_topic: &str) -> Self {
+        let counters = AckCounters {
             events: metrics::counter!(m::EVENTS_PUBLISHED),
             bytes_by_topic: Mutex::default(),
             dead_letters_by_reason: Mutex::default(),
             dead_letter_lines: Mutex::default(),
-        }
+        };
+        counter_for(
+            &counters.bytes_by_topic,
+            dead_letter_topic,
+            |topic| metrics::counter!(m::PUBLISHED_BYTES, "topic" => topic),
+        )
+        .increment(0);
+        counters
     }
 
     /// Counts one acknowledged record of `bytes` (its size as sent: key,
