@@ -84,6 +84,7 @@ mod ops;
 mod outbox_cleanup;
 mod outbox_messages;
 mod payloads;
+mod quiet_run;
 mod replication;
 mod schema_change;
 mod service_faults;
