@@ -548,7 +548,7 @@ impl Deleting {
                         table = %table,
                         error = %e,
                         failures = logs.map_or(0, |l| l.failures),
-                        retry_for = ?RETRY_FOR,
+                        retry_for_secs = RETRY_FOR.as_secs(),
                         "cannot delete confirmed outbox rows yet; trying again, backing off"
                     );
                 }

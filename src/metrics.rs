@@ -119,6 +119,8 @@ pub mod webhook_outcome {
     pub const QUEUED: &str = "queued";
     /// DEAD: refused for good, or out of attempts.
     pub const DEAD: &str = "dead";
+    /// Every value above.
+    pub const ALL: &[&str] = &[DELIVERED, FAILED, PARKED, QUEUED, DEAD];
 }
 
 /// The histograms among [`ALL`]: Prometheus shows each as `<name>_bucket`,
@@ -196,6 +198,110 @@ pub mod transaction_outcome {
     /// in doubt): the next producer's `init_transactions` settles it, and
     /// the relay replays from the last committed checkpoint.
     pub const COMMIT_FAILED: &str = "commit_failed";
+    /// Every value above.
+    pub const ALL: &[&str] = &[COMMITTED, ABORTED, COMMIT_FAILED];
+}
+
+/// The `reason` values of [`DELIVERY_FAILURES`].
+pub const DELIVERY_FAILURE_REASONS: &[&str] = &[
+    reason::MESSAGE_TIMEOUT,
+    reason::PRODUCER_FATAL,
+    reason::TOO_LARGE,
+    reason::UNROUTABLE,
+    reason::BROKER_ERROR,
+];
+
+/// The `reason` values of [`RECONNECTS`].
+pub const RECONNECT_REASONS: &[&str] = &[
+    reason::STREAM_BROKE,
+    reason::CONNECT_FAILED,
+    reason::SLOT_BUSY,
+    reason::LOCK_LOST,
+    reason::DELIVERY_TABLE,
+    reason::CLEANUP_DELETE,
+];
+
+/// The `reason` values of [`EVENTS_DEAD_LETTERED`]: every reason code a
+/// dead letter carries in its `dlq_reason_code` header (a test in
+/// `relay::routing` checks that none is missing).
+pub const DEAD_LETTER_REASONS: &[&str] = &[
+    "missing_column",
+    "null_key",
+    "null_column",
+    "not_utf8",
+    "unchanged_toast",
+    "shape_mismatch",
+    "message_invalid",
+    "payload_not_json",
+    "missing_attribute",
+    "invalid_topic",
+    "too_large",
+    "topic_missing",
+    "policy_violation",
+    "invalid_record",
+    "checkpoint_topic",
+];
+
+/// The `kind` values of [`CHANGES_IGNORED`].
+pub const IGNORED_KINDS: &[&str] = &[
+    "update",
+    "delete",
+    "truncate",
+    "other_table",
+    "unknown_relation",
+    "message",
+    ignored::OTHER_SHARD,
+];
+
+/// The counters whose every series is known before the relay runs, with
+/// their label and its values (none: one series without labels).
+/// [`register_known_series`] makes each series at 0 at start-up. The
+/// other two counters are labelled by what the configuration names: the
+/// producer makes [`PUBLISHED_BYTES`] of the dead-letter topic at 0 (an
+/// event topic's series appears with its first record, as the template
+/// names it), the webhook retry worker [`WEBHOOK_DELIVERIES`] of each
+/// route and outcome.
+pub const KNOWN_SERIES: &[(&str, &str, &[&str])] = &[
+    (EVENTS_PUBLISHED, "", &[]),
+    (EVENTS_DEAD_LETTERED, "reason", DEAD_LETTER_REASONS),
+    (TRANSACTIONS, "", &[]),
+    (CHANGES_IGNORED, "kind", IGNORED_KINDS),
+    (DELIVERY_FAILURES, "reason", DELIVERY_FAILURE_REASONS),
+    (RECONNECTS, "reason", RECONNECT_REASONS),
+    (HEARTBEATS, "", &[]),
+    (BYTES_RECEIVED, "", &[]),
+    (SLOT_SAMPLE_FAILURES, "", &[]),
+    (SERVER_CHANGES, "", &[]),
+    (SLOT_JUMPS, "", &[]),
+    (MESSAGES_REFUSED, "", &[]),
+    (CLEANUP_DELETED_ROWS, "", &[]),
+    (CLEANUP_SKIPPED_ROWS, "", &[]),
+    (CLEANUP_NOT_FOUND_ROWS, "", &[]),
+    (TRACE_SPANS_EXPORTED, "", &[]),
+    (TRACE_SPANS_DROPPED, "", &[]),
+    (
+        TRACE_CONTEXT_DROPPED,
+        "part",
+        &["traceparent", "tracestate"],
+    ),
+    (KAFKA_TRANSACTIONS, "outcome", transaction_outcome::ALL),
+    (POSITIONS_AHEAD, "", &[]),
+];
+
+/// Makes every series of [`KNOWN_SERIES`] at 0. A counter series that
+/// first appears at 1 hides that increment from `increase()` and
+/// `rate()`: an alert on the first dead letter or the first reconnect would
+/// never fire. (Gauges appear with their first value, at start-up: the
+/// slot's lag at its first sample, /ready's state, the role.)
+pub fn register_known_series() {
+    for &(name, label, values) in KNOWN_SERIES {
+        if values.is_empty() {
+            metrics::counter!(name).increment(0);
+        }
+        for &value in values {
+            metrics::counter!(name, label => value).increment(0);
+        }
+    }
 }
 
 /// Registers the description of every metric above.
@@ -359,7 +465,8 @@ pub fn describe() {
 /// 503, unless `relay.unhealthy_after_secs` says otherwise.
 pub const DEFAULT_UNHEALTHY_AFTER: Duration = Duration::from_secs(120);
 
-/// Installs the Prometheus recorder and returns its handle for rendering.
+/// Installs the Prometheus recorder and returns its handle for rendering;
+/// describes every metric and makes the known counter series at 0.
 pub fn install_recorder() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(
@@ -375,6 +482,7 @@ pub fn install_recorder() -> Result<PrometheusHandle, String> {
         .and_then(PrometheusBuilder::install_recorder)
         .map_err(|e| format!("could not install the metrics recorder: {e}"))?;
     describe();
+    register_known_series();
     Ok(handle)
 }
 
@@ -503,6 +611,65 @@ mod tests {
                 .find(|rule| rule.starts_with(&format!("{alert}\n")))
                 .unwrap_or_else(|| panic!("no alert {alert}"));
             assert!(rule.contains(metric), "{alert} uses {metric}: {rule}");
+        }
+    }
+
+    /// Every counter series known before the relay runs is on /metrics at
+    /// 0 once the recorder is installed: no alert waits for a series to
+    /// appear, and every counter but those labelled by what the relay meets
+    /// (topics, routes) is among them.
+    #[test]
+    fn known_counter_series_are_exported_at_zero_from_the_start() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, register_known_series);
+        let text = handle.render();
+        let mut series = 0;
+        for &(name, label, values) in KNOWN_SERIES {
+            let lines: Vec<String> = if values.is_empty() {
+                vec![format!("{name} 0")]
+            } else {
+                values
+                    .iter()
+                    .map(|v| format!("{name}{{{label}=\"{v}\"}} 0"))
+                    .collect()
+            };
+            for line in lines {
+                assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+                series += 1;
+            }
+        }
+        assert!(series > 40, "{series}");
+        let labelled_at_run_time = [PUBLISHED_BYTES, WEBHOOK_DELIVERIES];
+        for name in ALL.iter().filter(|n| n.ends_with("_total")) {
+            assert!(
+                KNOWN_SERIES.iter().any(|(known, _, _)| known == name)
+                    || labelled_at_run_time.contains(name),
+                "{name} is a counter without series at start-up"
+            );
+        }
+    }
+
+    /// Each `reason` constant is a value of the counter it labels.
+    #[test]
+    fn every_retry_reason_is_a_known_series() {
+        let source = include_str!("metrics.rs");
+        let module = source
+            .split("pub mod reason {")
+            .nth(1)
+            .and_then(|rest| rest.split("\n}").next())
+            .expect("the reason module");
+        let values: Vec<&str> = module
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("pub const "))
+            .filter_map(|l| l.split_once("= \"")?.1.strip_suffix("\";"))
+            .collect();
+        assert!(values.len() >= 10, "{values:?}");
+        for value in values {
+            assert!(
+                DELIVERY_FAILURE_REASONS.contains(&value) || RECONNECT_REASONS.contains(&value),
+                "reason {value} is registered with neither counter"
+            );
         }
     }
 

@@ -353,7 +353,7 @@ async fn run_sessions(
                         .map(|(partial, position)| (partial, position.confirmed));
                     match from_checkpoint {
                         Some(position) => carried = Some(position),
-                        None if carried.is_none() => tracing::warn!(
+                        None if carried.is_none() => tracing::info!(
                             topic = %eos.transactions.checkpoint_topic,
                             key = %eos.transactions.transactional_id,
                             "no checkpoint of this relay found: starting from the slot's position. \

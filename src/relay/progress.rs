@@ -42,17 +42,15 @@ impl Summary {
         }
     }
 
-    /// Logs the line at info.
+    /// Logs the line at info. Numbers are recorded as numbers (a JSON log
+    /// shows them unquoted); the lag is left out until it was sampled.
     pub fn log(&self) {
-        let lag = self
-            .lag_bytes
-            .map_or_else(|| "unknown".to_owned(), |b| b.to_string());
         tracing::info!(
             events = self.events,
-            events_per_sec = %format_args!("{:.1}", self.events_per_second()),
+            events_per_sec = (self.events_per_second() * 10.0).round() / 10.0,
             dead_lettered = self.dead_letters,
             in_flight = self.in_flight,
-            slot_lag_bytes = %lag,
+            slot_lag_bytes = self.lag_bytes,
             confirmed = %self.confirmed,
             "progress over the last {} s",
             self.elapsed.as_secs()
@@ -149,6 +147,66 @@ mod tests {
         let stuck = progress.due(start + 90 * SEC, 3, Lsn(0x100)).unwrap();
         assert_eq!((stuck.events, stuck.in_flight), (0, 3));
         assert_eq!(stuck.events_per_second(), 0.0);
+    }
+
+    /// A buffer the JSON formatter writes to.
+    #[derive(Clone, Default)]
+    struct Buffer(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// The line's fields as `log_format = "json"` writes them.
+    fn json_fields(summary: &Summary) -> serde_json::Value {
+        let buffer = Buffer::default();
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .json()
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || summary.log());
+        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+        let line: serde_json::Value = serde_json::from_str(text.trim()).expect("one JSON line");
+        line["fields"].clone()
+    }
+
+    #[test]
+    fn a_json_log_shows_the_numbers_as_numbers() {
+        let mut summary = Summary {
+            elapsed: 30 * SEC,
+            events: 620,
+            dead_letters: 1,
+            in_flight: 5,
+            lag_bytes: Some(20_600),
+            confirmed: Lsn(0x100),
+        };
+        let fields = json_fields(&summary);
+        assert_eq!(fields["events"], serde_json::json!(620), "{fields}");
+        assert_eq!(
+            fields["events_per_sec"],
+            serde_json::json!(20.7),
+            "{fields}"
+        );
+        assert_eq!(fields["dead_lettered"], serde_json::json!(1), "{fields}");
+        assert_eq!(fields["in_flight"], serde_json::json!(5), "{fields}");
+        assert_eq!(
+            fields["slot_lag_bytes"],
+            serde_json::json!(20_600),
+            "{fields}"
+        );
+        // An LSN is text in its own notation.
+        assert_eq!(fields["confirmed"], serde_json::json!("0/100"), "{fields}");
+        // Not sampled yet: no lag, rather than a word where a number goes.
+        summary.lag_bytes = None;
+        let fields = json_fields(&summary);
+        assert!(fields.get("slot_lag_bytes").is_none(), "{fields}");
     }
 
     #[test]

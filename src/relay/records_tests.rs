@@ -347,3 +347,106 @@ fn an_event_bound_for_the_checkpoint_topic_is_dead_lettered() {
     };
     assert_eq!(record.topic, "outbox.event.order");
 }
+
+/// Every reason code a dead letter can carry is a series of the
+/// dead-letter counter made at 0 at start-up
+/// (`metrics::DEAD_LETTER_REASONS`): an alert on a reason that first
+/// appears at 1 would miss it. A new reason (a new variant below) does not
+/// compile here until it is listed.
+#[test]
+fn every_dead_letter_reason_code_is_a_known_series() {
+    use crate::envelope::EnvelopeError;
+    use crate::outbox::RowError;
+    use crate::sink::{RefusalClass, RefusalKind};
+    let (c, role) = ("c".to_owned(), "payload");
+    let rows = [
+        RowError::MissingColumn {
+            table: "t".into(),
+            column: c.clone(),
+            role,
+        },
+        RowError::Null {
+            column: c.clone(),
+            role: "aggregate_id",
+        },
+        RowError::Null {
+            column: c.clone(),
+            role,
+        },
+        RowError::NotUtf8 {
+            column: c.clone(),
+            role,
+        },
+        RowError::UnchangedToast { column: c, role },
+        RowError::MessageInvalid { reason: "r".into() },
+        RowError::ShapeMismatch {
+            table: "t".into(),
+            got: 1,
+            expected: 2,
+        },
+    ];
+    for row in &rows {
+        match row {
+            RowError::MissingColumn { .. }
+            | RowError::Null { .. }
+            | RowError::NotUtf8 { .. }
+            | RowError::UnchangedToast { .. }
+            | RowError::MessageInvalid { .. }
+            | RowError::ShapeMismatch { .. } => {}
+        }
+    }
+    let envelopes = [
+        EnvelopeError::PayloadNotJson { reason: "r".into() },
+        EnvelopeError::MissingAttribute { attribute: "type" },
+        EnvelopeError::InvalidTopic {
+            topic: "t".into(),
+            reason: "r",
+        },
+    ];
+    for envelope in &envelopes {
+        match envelope {
+            EnvelopeError::PayloadNotJson { .. }
+            | EnvelopeError::MissingAttribute { .. }
+            | EnvelopeError::InvalidTopic { .. } => {}
+        }
+    }
+    let refusals = [
+        RefusalKind::TooLarge,
+        RefusalKind::TopicMissing,
+        RefusalKind::PolicyViolation,
+        RefusalKind::InvalidRecord,
+        RefusalKind::TopicUnauthorized,
+        RefusalKind::ClusterUnauthorized,
+        RefusalKind::AuthenticationFailed,
+    ];
+    for refusal in refusals {
+        match refusal {
+            RefusalKind::TooLarge
+            | RefusalKind::TopicMissing
+            | RefusalKind::PolicyViolation
+            | RefusalKind::InvalidRecord
+            | RefusalKind::TopicUnauthorized
+            | RefusalKind::ClusterUnauthorized
+            | RefusalKind::AuthenticationFailed => {}
+        }
+    }
+    let codes = rows
+        .iter()
+        .map(RowError::reason_code)
+        .chain(envelopes.iter().map(EnvelopeError::reason_code))
+        // Credentials and permissions stop the relay; nothing is
+        // dead-lettered for them.
+        .chain(
+            refusals
+                .iter()
+                .filter(|k| k.class() != RefusalClass::Unauthorized)
+                .map(|k| k.reason_code()),
+        )
+        .chain([CHECKPOINT_TOPIC]);
+    for code in codes {
+        assert!(
+            crate::metrics::DEAD_LETTER_REASONS.contains(&code),
+            "dead-letter reason {code} is not made at 0 at start-up"
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! librdkafka's log lines, forwarded to `tracing` (target `librdkafka`) at
-//! their own level, with two exceptions.
+//! their own level, with three exceptions; and the client errors of the
+//! checkpoint reader's consumers ([`ReaderContext`]).
 //!
 //! A broker connection failing (facility `FAIL`: connection refused, TLS
 //! handshake failed, disconnected) goes to debug: librdkafka reports the
@@ -7,14 +8,26 @@
 //! relay logs connection trouble once per incident (`broker_watch`);
 //! logged here too it would repeat with every reconnect.
 //!
-//! And the configuration warning that
+//! The configuration warning that
 //! `enable.gapless.guarantee` is experimental. The relay sets that property
 //! on purpose (see [`super::KafkaSink::new`]), so the warning says nothing an
 //! operator can act on; printed at warn on every start it would teach people
 //! to skip warnings. It goes to debug, with the reason beside it.
+//!
+//! And a producer id request the transaction coordinator answers "not yet"
+//! (facility `GETPID`: coordinator loading, not available, moved, or busy
+//! ending the previous producer's transaction), which librdkafka retries by
+//! itself: on every first start after a broker came up it is the
+//! coordinator loading its state. Should it last, `init_transactions` times
+//! out and the relay logs that at warn and retries; the line itself goes to
+//! debug.
 
+use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tracing::Level;
+
+use super::refusal::{RefusalClass, classify_error};
 
 /// The start of librdkafka's text for that warning (after its thread tag).
 const GAPLESS_EXPERIMENTAL: &str =
@@ -28,6 +41,19 @@ const GAPLESS_REASON: &str = "expected: the relay sets enable.gapless.guarantee 
 /// Why a `FAIL` line goes to debug, logged beside it.
 const FAIL_REASON: &str = "also reported as a client error, logged once per incident";
 
+/// librdkafka's words (`rd_kafka_err2str`) for the coordinator's answers
+/// that a producer id request retries.
+const COORDINATOR_NOT_YET: &[&str] = &[
+    "Broker: Coordinator load in progress",
+    "Broker: Coordinator not available",
+    "Broker: Not coordinator",
+    "Broker: Producer attempted to update a transaction while another concurrent operation",
+];
+
+/// Why a `GETPID` retry goes to debug, logged beside it.
+const GETPID_REASON: &str = "transient: librdkafka retries the producer id request; if it \
+     lasts, init_transactions times out and the relay warns and retries";
+
 /// The level a librdkafka line is logged at, and a note to log with it.
 pub(super) fn classify(
     level: RDKafkaLogLevel,
@@ -39,6 +65,14 @@ pub(super) fn classify(
     }
     if fac == "FAIL" {
         return (Level::DEBUG, Some(FAIL_REASON));
+    }
+    if fac == "GETPID"
+        && message.ends_with(": retrying")
+        && COORDINATOR_NOT_YET
+            .iter()
+            .any(|words| message.contains(words))
+    {
+        return (Level::DEBUG, Some(GETPID_REASON));
     }
     let level = match level {
         RDKafkaLogLevel::Emerg
@@ -64,6 +98,45 @@ pub(super) fn forward(level: RDKafkaLogLevel, fac: &str, message: &str) {
         (Level::WARN, None) => tracing::warn!(target: "librdkafka", "librdkafka: {fac} {message}"),
         (Level::INFO, None) => tracing::info!(target: "librdkafka", "librdkafka: {fac} {message}"),
         (_, None) => tracing::debug!(target: "librdkafka", "librdkafka: {fac} {message}"),
+    }
+}
+
+/// The client context of the checkpoint reader's consumers: librdkafka's
+/// lines as [`forward`] logs them, client errors as [`reader_error`] says.
+/// (rdkafka's default context logs every client error at error, the end of
+/// a partition included, which the reader asks for and reads as a result.)
+pub(super) struct ReaderContext;
+
+impl rdkafka::consumer::ConsumerContext for ReaderContext {}
+
+/// A consumer of the checkpoint reader.
+pub(super) type Reader = rdkafka::consumer::BaseConsumer<ReaderContext>;
+
+impl ClientContext for ReaderContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        forward(level, fac, message);
+    }
+
+    fn error(&self, error: KafkaError, reason: &str) {
+        if reader_error(&error) == Level::ERROR {
+            tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}");
+        } else {
+            tracing::debug!(target: "librdkafka", "librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+/// The level of a client error of the checkpoint reader: error for what a
+/// person must fix (credentials or ACLs refused, a fatal error), debug for
+/// the rest. The end of a partition is no error at all; a broker that does
+/// not answer makes the read fail, and the relay logs that failure at warn
+/// as it retries.
+pub(super) fn reader_error(error: &KafkaError) -> Level {
+    let refused = classify_error(error).is_some_and(|k| k.class() == RefusalClass::Unauthorized);
+    if refused || error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+        Level::ERROR
+    } else {
+        Level::DEBUG
     }
 }
 
@@ -97,6 +170,52 @@ mod tests {
             note.is_some_and(|n| n.contains("once per incident")),
             "{note:?}"
         );
+    }
+
+    #[test]
+    fn a_producer_id_request_the_coordinator_defers_goes_to_debug() {
+        // librdkafka's words (rd_kafka_idemp_request_pid_failed) on a first
+        // start right after the broker came up.
+        let loading = "[thrd:main]: Failed to acquire transactional PID from broker \
+             TxnCoordinator/1: Broker: Coordinator load in progress: retrying";
+        let (level, note) = classify(RDKafkaLogLevel::Warning, "GETPID", loading);
+        assert_eq!(level, Level::DEBUG);
+        assert!(note.is_some_and(|n| n.contains("if it lasts")), "{note:?}");
+        let busy = "[thrd:main]: Failed to acquire transactional PID from broker \
+             TxnCoordinator/1: Broker: Producer attempted to update a transaction while another \
+             concurrent operation on the same transaction was ongoing: retrying";
+        assert_eq!(
+            classify(RDKafkaLogLevel::Warning, "GETPID", busy).0,
+            Level::DEBUG
+        );
+        // Another reason to fail a producer id request keeps its level.
+        let other = "[thrd:main]: Failed to acquire idempotence PID from broker 1: Broker: \
+             Unknown broker error: retrying";
+        assert_eq!(
+            classify(RDKafkaLogLevel::Warning, "GETPID", other),
+            (Level::WARN, None)
+        );
+    }
+
+    #[test]
+    fn the_checkpoint_reader_logs_at_error_only_what_a_person_must_fix() {
+        // The end of a partition (enable.partition.eof), reported to the
+        // client context as a "Global error" by rdkafka.
+        let eof = KafkaError::Global(RDKafkaErrorCode::PartitionEOF);
+        assert_eq!(reader_error(&eof), Level::DEBUG);
+        let down = KafkaError::Global(RDKafkaErrorCode::AllBrokersDown);
+        assert_eq!(reader_error(&down), Level::DEBUG);
+        for refused in [
+            RDKafkaErrorCode::TopicAuthorizationFailed,
+            RDKafkaErrorCode::SaslAuthenticationFailed,
+            RDKafkaErrorCode::Fatal,
+        ] {
+            assert_eq!(
+                reader_error(&KafkaError::Global(refused)),
+                Level::ERROR,
+                "{refused:?}"
+            );
+        }
     }
 
     #[test]

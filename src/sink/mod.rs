@@ -425,7 +425,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                     purged: AtomicBool::new(false),
                     alarms: alarm_tx,
                     alarmed: AtomicBool::new(false),
-                    acknowledged: AckCounters::new(),
+                    acknowledged: AckCounters::new(&settings.dead_letter_topic),
                     checkpoint_topic: transactions.map(|t| t.checkpoint_topic.clone()),
                     brokers: BrokerWatch::new(&settings.brokers),
                 })

@@ -28,13 +28,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::{KafkaSink, Sent, SinkError, SinkSettings};
+use super::{KafkaSink, Sent, SinkError, SinkSettings, log::Reader, log::ReaderContext};
 
 /// The transactional producer's settings, from the validated config.
 #[derive(Debug, Clone)]
@@ -409,8 +409,8 @@ pub async fn read_checkpoint(
 /// The checkpoint reader's two clients, held by whoever closes them.
 #[derive(Default)]
 struct Clients {
-    committed: Option<BaseConsumer>,
-    uncommitted: Option<BaseConsumer>,
+    committed: Option<Reader>,
+    uncommitted: Option<Reader>,
 }
 
 fn consumer_config(settings: &SinkSettings, isolation: &str) -> ClientConfig {
@@ -432,9 +432,9 @@ fn consumer_config(settings: &SinkSettings, isolation: &str) -> ClientConfig {
     cfg
 }
 
-fn consumer(settings: &SinkSettings, isolation: &str) -> Result<BaseConsumer, CheckpointReadError> {
+fn consumer(settings: &SinkSettings, isolation: &str) -> Result<Reader, CheckpointReadError> {
     consumer_config(settings, isolation)
-        .create()
+        .create_with_context(ReaderContext)
         .map_err(CheckpointReadError::Create)
 }
 

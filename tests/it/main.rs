@@ -50,6 +50,10 @@
 //!   user runs them.
 //! * [`ops`]: what on-call relies on, through the binary: exit codes and
 //!   `--help`, `/ready`, the metrics on `/metrics`, the log lines.
+//! * [`quiet_run`]: a healthy run logs no WARN or ERROR (at-least-once,
+//!   exactly-once, a webhook route); a dead letter is one WARN without its
+//!   payload; every metric deploy/ names is there before the first event;
+//!   a JSON log's numbers are numbers.
 //! * [`smoke`]: the services are what the tests expect.
 //! * [`fuzz_corpus`]: the decoder fuzz corpus replayed.
 //! * [`docs`]: every test docs/reliability.md names exists; the table of
@@ -84,6 +88,7 @@ mod ops;
 mod outbox_cleanup;
 mod outbox_messages;
 mod payloads;
+mod quiet_run;
 mod replication;
 mod schema_change;
 mod service_faults;

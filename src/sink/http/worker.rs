@@ -22,7 +22,9 @@
 //! worker runs (`table_access`).
 //!
 //! One more loop samples the stuck-delivery gauges (pending, pending for
-//! over 10 minutes, dead, oldest pending age; per route).
+//! over 10 minutes, dead, oldest pending age; per route), the first time
+//! at start-up; the deliveries counter's series of every route and outcome
+//! are made at 0 then too.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,6 +52,13 @@ const SAMPLE_EVERY: Duration = Duration::from_secs(5);
 pub async fn run(sinks: Vec<Arc<SinkRuntime>>, shutdown: watch::Receiver<bool>) {
     let mut loops = JoinSet::new();
     for sink in &sinks {
+        // Every outcome of the route at 0 from the start, so that an alert
+        // on the first DEAD sees it.
+        for &outcome in webhook_outcome::ALL {
+            let route = sink.settings.name.clone();
+            metrics::counter!(m::WEBHOOK_DELIVERIES, "route" => route, "outcome" => outcome)
+                .increment(0);
+        }
         // A sink's loops fail together (the table is shared, and so is the
         // server): one back-off and one incident for them all.
         let trouble = Arc::new(Trouble::new());
