@@ -632,12 +632,12 @@ fn spawn_heartbeat(settings: ReplicationSettings) -> JoinHandle<()> {
     })
 }
 
+/// How long a discarded producer's records in flight get to be answered
+/// before they are purged (see [`KafkaSink::abandon`]).
+const ABANDON_GRACE: Duration = Duration::from_secs(1);
+
 /// Destroying a producer blocks while librdkafka tears down its threads: do
 /// it off the async workers.
 async fn drop_sink(sink: KafkaSink<DeliveryTag>) {
-    let _ = tokio::task::spawn_blocking(move || {
-        sink.purge();
-        drop(sink);
-    })
-    .await;
+    let _ = tokio::task::spawn_blocking(move || sink.abandon(ABANDON_GRACE)).await;
 }

@@ -167,6 +167,10 @@ struct ReportingContext<T> {
     /// [`ReportingContext::purge_behind_failure`]).
     handle: AtomicPtr<RDKafka>,
     purged: AtomicBool,
+    /// Set by [`KafkaSink::abandon`]: the relay is discarding this producer
+    /// and replays its records from the confirmed position, so the errors
+    /// its teardown raises are expected (see `error` below).
+    abandoned: AtomicBool,
     /// Client-level refusals (SASL): they fail no record (records wait for
     /// a broker until they time out), so they come through here. Only the
     /// first is sent.
@@ -228,6 +232,18 @@ impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
                 dead_letter_topic: false,
                 detail: reason.to_owned(),
             });
+        }
+        // A producer being discarded: what its teardown raises (the
+        // gap-less guarantee broken by purging records in flight, after a
+        // grace that did not see them answered) concerns records the next
+        // producer sends again. Nobody needs to act.
+        if self.abandoned.load(Ordering::Acquire) {
+            tracing::debug!(
+                target: "librdkafka",
+                "librdkafka: {error}: {reason} (expected: the relay discarded this producer; \
+                 the next one sends its records again from the confirmed position)"
+            );
+            return;
         }
         // Connection trouble repeats with every attempt: the watch logs
         // it once per incident. The rest needs a person.
@@ -423,6 +439,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                     dead_letter_topic: settings.dead_letter_topic.clone(),
                     handle: AtomicPtr::new(std::ptr::null_mut()),
                     purged: AtomicBool::new(false),
+                    abandoned: AtomicBool::new(false),
                     alarms: alarm_tx,
                     alarmed: AtomicBool::new(false),
                     acknowledged: AckCounters::new(&settings.dead_letter_topic),
@@ -636,12 +653,31 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         self.producer.in_flight_count()
     }
 
-    /// Discards everything queued or in flight (their reports arrive as
-    /// purged errors). Used when a failed session abandons the producer:
-    /// the slot replays those records into the next one.
-    pub fn purge(&self) {
+    /// Discards the producer after a failed session; the slot replays its
+    /// unconfirmed records into the next one. Blocks (up to `grace` and
+    /// librdkafka's teardown): call it off the async workers.
+    ///
+    /// Records still queued are purged (their reports arrive as purged
+    /// errors). Records already in flight get `grace` to be answered
+    /// first: purging a request in flight breaks the idempotent producer's
+    /// gap-less guarantee, which librdkafka raises as a fatal error. After
+    /// a PostgreSQL restart the broker is healthy and answers within
+    /// milliseconds, so the producer goes quietly; when the broker is the
+    /// trouble, what is left after `grace` is purged by the drop, and the
+    /// error that raises is logged at debug only. Returns how many records
+    /// were still unanswered when the grace ended.
+    pub fn abandon(self, grace: Duration) -> i32 {
         self.producer
-            .purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+            .context()
+            .abandoned
+            .store(true, Ordering::Release);
+        self.producer
+            .purge(rdkafka::producer::PurgeConfig::default().queue());
+        // A timeout only means records are left: the drop purges them.
+        let _ = self.producer.flush(grace);
+        let left = self.producer.in_flight_count();
+        drop(self);
+        left
     }
 
     /// Waits (blocking, up to `timeout`) for everything in flight; call it

@@ -586,6 +586,57 @@ async fn dropping_a_producer_stuck_on_a_dead_broker_does_not_hang() {
     mock.broker_up(-1).expect("brokers up");
 }
 
+/// A session that ends while the broker is healthy (PostgreSQL restarted,
+/// the relay lock lost) discards its producer with records in flight. Those
+/// get a grace to be answered instead of being purged: purging a request in
+/// flight breaks the idempotent producer's gap-less guarantee, which
+/// librdkafka raises as a fatal error (an ERROR line on a restart nobody
+/// needs to act on). Here the broker answers after 4 s; the records it
+/// wrote are acknowledged, none is reported purged in flight.
+#[tokio::test]
+async fn a_discarded_producer_lets_its_records_in_flight_be_answered() {
+    let topic = random_name("sink_abandon");
+    let mock = mock_with_topic(1, &topic, 3);
+    let mut rig = SinkRig::start(&mock, &topic, 60_000);
+    rig.send(0).expect("first record queued");
+    assert!(
+        rig.next_report().await.is_ok(),
+        "the first record is delivered"
+    );
+
+    mock.broker_round_trip_time(1, Duration::from_millis(4000))
+        .expect("slow broker");
+    for n in 1..=30 {
+        rig.send(n).expect("record queued");
+    }
+    // A flush sends at once, without the linger; it gives up after 1 s,
+    // long before the broker answers: the records are in flight. (Were
+    // they still queued, the abandon would purge them and the test fail.)
+    assert!(
+        rig.sink.flush(Duration::from_secs(1)).is_err(),
+        "the broker answered within 1 s despite its round-trip time"
+    );
+    assert!(rig.sink.in_flight() > 0, "records are unanswered");
+    let (took, last) = rig.abandon_with(Duration::from_secs(10)).await;
+    println!(
+        "discarded the producer in {took:?}; {} reports after it, {} acknowledged",
+        last.len(),
+        last.iter().filter(|r| r.is_ok()).count()
+    );
+    let purged_in_flight: Vec<_> = last
+        .iter()
+        .filter(|r| matches!(r, Err(e) if e.to_string().contains("PurgeInflight")))
+        .collect();
+    assert!(
+        purged_in_flight.is_empty(),
+        "records in flight were purged: {purged_in_flight:?}"
+    );
+    assert!(
+        last.iter().any(Result::is_ok),
+        "the records in flight are answered: {last:?}"
+    );
+}
+
 /// Order after a failure: once a record failed for good, the
 /// producer must write no later record of its partition, or the replay from
 /// the confirmed LSN puts the failed record after its successors (first

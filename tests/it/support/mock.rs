@@ -294,21 +294,32 @@ impl SinkRig {
             .result
     }
 
-    /// Purges and drops the producer as a failed session does (off the
-    /// async workers); returns how long it took.
+    /// Discards the producer as a failed session does (off the async
+    /// workers, one second's grace for records in flight); returns how
+    /// long it took.
     pub async fn abandon(self) -> Duration {
+        self.abandon_with(Duration::from_secs(1)).await.0
+    }
+
+    /// [`SinkRig::abandon`] with `grace`; also returns the reports of the
+    /// records that were still unanswered, in arrival order.
+    pub async fn abandon_with(self, grace: Duration) -> (Duration, Vec<Result<(), DeliveryError>>) {
         let started = std::time::Instant::now();
-        let sink = self.sink;
+        let SinkRig {
+            sink, mut reports, ..
+        } = self;
         tokio::time::timeout(
             Duration::from_secs(30),
-            tokio::task::spawn_blocking(move || {
-                sink.purge();
-                drop(sink);
-            }),
+            tokio::task::spawn_blocking(move || sink.abandon(grace)),
         )
         .await
         .expect("dropping the producer does not hang")
         .expect("drop thread");
-        started.elapsed()
+        let took = started.elapsed();
+        let mut last = Vec::new();
+        while let Ok(report) = reports.try_recv() {
+            last.push(report.result);
+        }
+        (took, last)
     }
 }
