@@ -5,8 +5,6 @@
 
 use std::collections::HashMap;
 
-use outbox_relay::outbox::Source;
-
 use crate::support::messages::{Write, install_outbox_emit};
 use crate::support::*;
 
@@ -64,9 +62,9 @@ async fn messages_without_any_outbox_table_arrive_exactly_once_in_order() {
         .unwrap();
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 4).await;
-    let mut settings = outbox.settings();
-    settings.source.kind = Source::Messages;
-    settings.source.message_prefix = outbox.message_prefix();
+    let prefix = outbox.message_prefix();
+    let settings =
+        outbox.settings_with_postgres(&[("source", "messages"), ("message_prefix", &prefix)]);
     let relay = Relay::in_process(settings);
 
     write_strays(&outbox).await;
@@ -121,9 +119,9 @@ async fn both_sources_keep_each_keys_order_across_rows_and_messages() {
     install_outbox_emit(&outbox.admin).await;
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 6).await;
-    let mut settings = outbox.settings();
-    settings.source.kind = Source::Both;
-    settings.source.message_prefix = outbox.message_prefix();
+    let prefix = outbox.message_prefix();
+    let settings =
+        outbox.settings_with_postgres(&[("source", "both"), ("message_prefix", &prefix)]);
     let relay = Relay::in_process(settings);
 
     let mut writer = outbox.writer().await;
@@ -217,9 +215,9 @@ async fn rows_inserted_into_the_outbox_table_in_messages_mode_are_published() {
     install_outbox_emit(&outbox.admin).await;
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 4).await;
-    let mut settings = outbox.settings();
-    settings.source.kind = Source::Messages;
-    settings.source.message_prefix = outbox.message_prefix();
+    let prefix = outbox.message_prefix();
+    let settings =
+        outbox.settings_with_postgres(&[("source", "messages"), ("message_prefix", &prefix)]);
     let relay = Relay::in_process(settings);
 
     let mut writer = outbox.writer().await;

@@ -408,8 +408,8 @@ async fn a_publication_without_the_outbox_table_is_refused_with_the_fix() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_outbox_table_is_refused_naming_it() {
     let outbox = TestOutbox::create("jsonb").await;
-    let mut settings = outbox.settings();
-    settings.table.1 = format!("{}_gone", outbox.table);
+    let gone = format!("{}_gone", outbox.table);
+    let settings = outbox.settings_with_postgres(&[("table", &gone)]);
     let text = fatal_start_error(settings).await;
     assert!(
         text.contains(&format!("public.{}_gone", outbox.table)) && text.contains("postgres.table"),

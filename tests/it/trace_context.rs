@@ -9,7 +9,6 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use outbox_relay::otel::{Endpoint, OtlpSettings};
-use outbox_relay::outbox::Source;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
@@ -85,9 +84,9 @@ async fn a_trace_started_by_the_writer_arrives_at_the_consumer_as_the_same_trace
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 3).await;
     let (collector, mut spans) = fake_collector().await;
-    let mut settings = outbox.settings();
-    settings.source.kind = Source::Both;
-    settings.source.message_prefix = outbox.message_prefix();
+    let prefix = outbox.message_prefix();
+    let mut settings =
+        outbox.settings_with_postgres(&[("source", "both"), ("message_prefix", &prefix)]);
     settings.otlp = Some(OtlpSettings {
         endpoint: Endpoint::parse(&collector).unwrap(),
         service_name: "relay-under-test".into(),

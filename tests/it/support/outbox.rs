@@ -208,6 +208,25 @@ source = "/orders-service"
         settings_from_toml(&self.config_toml(extra))
     }
 
+    /// [`TestOutbox::settings`] with keys of `[postgres]` set as the
+    /// environment sets them (`("source", "messages")` is
+    /// `OUTBOX_RELAY__POSTGRES__SOURCE=messages`): the settings are built
+    /// from the config, as the binary builds them, never patched after.
+    pub fn settings_with_postgres(&self, keys: &[(&str, &str)]) -> RelaySettings {
+        let env = keys.iter().map(|(key, value)| {
+            (
+                format!("OUTBOX_RELAY__POSTGRES__{}", key.to_uppercase()),
+                (*value).to_owned(),
+            )
+        });
+        let figment = Config::figment_from_str(&self.config_toml(""), env);
+        let config = Config::from_figment(&figment)
+            .unwrap_or_else(|e| panic!("the test's relay config is refused: {e}"));
+        config
+            .relay_settings()
+            .unwrap_or_else(|e| panic!("the test's relay config is refused: {e}"))
+    }
+
     /// Commits `rows_per_txn`-row transactions, each inserting a business row
     /// and the outbox rows in one transaction. Aggregates are chosen round
     /// robin from `aggregates`; each aggregate's rows carry a rising `seq`.
