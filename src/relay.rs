@@ -422,9 +422,10 @@ async fn run_sessions(
             Some(prepared) => prepared,
             None => KafkaSink::<DeliveryTag>::new(&settings.sink)?,
         };
-        let eos = settings.exactly_once.clone().map(|eos| {
-            exactly_once::Eos::new(eos, &settings.replication.slot, server.clone(), confirmed)
-        });
+        let eos = settings
+            .exactly_once
+            .clone()
+            .map(|eos| exactly_once::Eos::new(eos, &settings.replication.slot, server.clone()));
         let brokers = settings.sink.brokers.clone();
         let reach = health.clone();
         sink.on_reach(Box::new(move |down| match down {

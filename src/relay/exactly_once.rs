@@ -29,9 +29,9 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::DeliveryTag;
-use super::checkpoint::{Batch, Bounds, Checkpoint, Found, Partial, usable};
+use super::checkpoint::{Bounds, Checkpoint, Found, Partial, usable};
 use super::error::SessionError;
-use super::machine::{Producer, SessionMachine};
+use super::machine::{CommitPlan, Producer, SessionMachine};
 use super::position::Position;
 use crate::envelope::KafkaRecord;
 use crate::lsn::Lsn;
@@ -46,11 +46,6 @@ use crate::sink::{
 /// How long the checkpoint read at start may take before the session is
 /// retried.
 const CHECKPOINT_READ: Duration = Duration::from_secs(30);
-
-/// With no event to send, a checkpoint still moves the slot past WAL the
-/// relay had nothing to do with (an idle outbox on a busy database), at
-/// most this often.
-const IDLE_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
 /// `kafka.delivery = "exactly-once"`, from the validated config.
 #[derive(Debug, Clone)]
@@ -225,82 +220,39 @@ fn judge_checkpoint_topic(
     Ok(())
 }
 
-/// The open Kafka transaction and what was committed.
+/// The exactly-once side of a session that does I/O: commits and aborts
+/// of the Kafka transactions whose timing the machine decides
+/// (`machine/commit.rs`).
 pub(super) struct Eos {
     settings: ExactlyOnceSettings,
     slot: String,
     server: ServerIdentity,
-    batch: Batch,
-    /// The LSN of the last committed checkpoint (at start: where the
-    /// session started). What the slot may be confirmed to.
-    committed: Lsn,
-    last_commit: Instant,
 }
 
 impl Eos {
-    pub(super) fn new(
-        settings: ExactlyOnceSettings,
-        slot: &str,
-        server: ServerIdentity,
-        start: Lsn,
-    ) -> Self {
+    pub(super) fn new(settings: ExactlyOnceSettings, slot: &str, server: ServerIdentity) -> Self {
         Eos {
-            batch: Batch::new(settings.bounds),
             settings,
             slot: slot.to_owned(),
             server,
-            committed: start,
-            last_commit: Instant::now(),
         }
+    }
+
+    /// The bounds of a Kafka transaction, for the machine.
+    pub(super) fn bounds(&self) -> Bounds {
+        self.settings.bounds
     }
 
     fn id(&self) -> &str {
         &self.settings.transactions.transactional_id
     }
 
-    /// When the session must wake up to commit even if nothing arrives.
-    /// Between two PostgreSQL transactions: the time bound; inside one, the
-    /// split bound, and only where a commit can happen (every event handed
-    /// over in the transaction): a deadline past where none can would wake
-    /// the loop for nothing, over and over.
-    pub(super) fn wake_at(&self, machine: &SessionMachine<'_>) -> Option<Instant> {
-        self.wake_at_point(
-            machine.at_boundary(),
-            machine.split_point().is_some(),
-            machine.handed_off(),
-        )
-    }
-
-    /// [`Eos::wake_at`] of a machine at a boundary or not, able to split
-    /// or not, having handed over everything up to `handed_off`.
-    fn wake_at_point(
-        &self,
-        at_boundary: bool,
-        can_split: bool,
-        handed_off: Lsn,
-    ) -> Option<Instant> {
-        if !at_boundary {
-            return can_split.then(|| self.batch.split_at()).flatten();
-        }
-        match self.batch.deadline() {
-            Some(deadline) => Some(deadline),
-            None if handed_off > self.committed => Some(self.last_commit + IDLE_CHECKPOINT_EVERY),
-            None => None,
-        }
-    }
-
     /// Commits the open transaction with its checkpoint when the machine
-    /// is between two PostgreSQL transactions and a bound is reached (or,
-    /// with nothing open, when the position moved and a while passed).
+    /// says a commit is due ([`SessionMachine::commit_due`]; `force`: a
+    /// graceful stop).
     ///
     /// # Errors
     /// The transaction failed: [`SessionError::Transaction`].
-    ///
-    /// Inside a PostgreSQL transaction, a Kafka transaction open for the
-    /// split bound commits too (where every event handed over is in it),
-    /// with a [`Partial`] checkpoint: the broker would abort it at
-    /// `transaction.timeout.ms`, and every attempt would meet the same
-    /// long transaction again.
     pub(super) async fn commit_if_due(
         &mut self,
         machine: &mut SessionMachine<'_>,
@@ -308,38 +260,19 @@ impl Eos {
         force: bool,
     ) -> Result<(), SessionError> {
         let now = Instant::now();
-        let lsn = machine.handed_off().max(self.committed);
-        let partial = if machine.at_boundary() {
-            let due = if self.batch.open() {
-                force || self.batch.due(now)
-            } else {
-                lsn > self.committed
-                    && (force
-                        || now.saturating_duration_since(self.last_commit) >= IDLE_CHECKPOINT_EVERY)
-            };
-            if !due {
-                return Ok(());
-            }
-            None
-        } else {
-            if !self.batch.split_due(now) {
-                return Ok(());
-            }
-            let Some(partial) = machine.split_point() else {
-                return Ok(());
-            };
-            if let Some(partial) = partial {
-                tracing::info!(
-                    commit_lsn = %partial.commit_lsn,
-                    events = partial.events,
-                    "a PostgreSQL transaction is taking longer to stream than half of the Kafka \
-                     transaction timeout: committing the part of it sent so far"
-                );
-            }
-            partial
+        let Some(CommitPlan { lsn, partial }) = machine.commit_due(now, force) else {
+            return Ok(());
         };
+        if let Some(partial) = &partial {
+            tracing::info!(
+                commit_lsn = %partial.commit_lsn,
+                events = partial.events,
+                "a PostgreSQL transaction is taking longer to stream than half of the Kafka \
+                 transaction timeout: committing the part of it sent so far"
+            );
+        }
         let id = self.id().to_owned();
-        if !self.batch.open() {
+        if !machine.transaction_open() {
             sink.begin_transaction()
                 .map_err(|e| fenced_or(sink, &id, e))?;
         }
@@ -355,8 +288,8 @@ impl Eos {
             .commit_transaction(&id, self.settings.transactions.transaction_timeout)
             .await;
         metrics::histogram!(m::KAFKA_COMMIT_DURATION).record(started.elapsed().as_secs_f64());
-        self.batch.reset();
         if let Err(e) = committed {
+            machine.transaction_ended();
             metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::COMMIT_FAILED)
                 .increment(1);
             return Err(e.into());
@@ -364,9 +297,7 @@ impl Eos {
         metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::COMMITTED).increment(1);
         metrics::gauge!(m::CHECKPOINT_LSN).set(lsn.as_u64() as f64);
         tracing::debug!(checkpoint = %lsn, "Kafka transaction committed");
-        self.committed = lsn;
-        self.last_commit = now;
-        machine.set_committed(lsn);
+        machine.commit_done(lsn, now);
         Ok(())
     }
 
@@ -375,11 +306,15 @@ impl Eos {
     /// transaction holds part of one, so it is aborted now rather than left
     /// open until the broker's transaction timeout (read_committed
     /// consumers of its partitions would wait that long).
-    pub(super) async fn abort_open(&mut self, sink: &KafkaSink<DeliveryTag>) {
-        if self.batch.open() {
+    pub(super) async fn abort_open(
+        &mut self,
+        machine: &mut SessionMachine<'_>,
+        sink: &KafkaSink<DeliveryTag>,
+    ) {
+        if machine.transaction_open() {
             sink.abort_transaction(Duration::from_secs(5)).await;
             metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::ABORTED).increment(1);
-            self.batch.reset();
+            machine.transaction_ended();
         }
     }
 
@@ -396,12 +331,12 @@ impl Eos {
     /// either: the relay that took over fenced this producer.
     pub(super) async fn abandon(
         &mut self,
+        machine: &mut SessionMachine<'_>,
         sink: &KafkaSink<DeliveryTag>,
         error: SessionError,
     ) -> SessionError {
-        let outlived = self
-            .batch
-            .opened_at()
+        let outlived = machine
+            .transaction_opened_at()
             .map(|opened| opened.elapsed())
             .filter(|open| *open >= self.settings.transactions.transaction_timeout);
         let fenced = match error {
@@ -410,7 +345,7 @@ impl Eos {
             error => match sink.fenced(self.id()) {
                 Some(fenced) => fenced,
                 None => {
-                    self.abort_after_failure(sink).await;
+                    self.abort_after_failure(machine, sink).await;
                     return error;
                 }
             },
@@ -418,7 +353,7 @@ impl Eos {
         let Some(open) = outlived else {
             return SessionError::Transaction(fenced);
         };
-        self.batch.reset();
+        machine.transaction_ended();
         SessionError::Transaction(TxnFailure::Abortable(format!(
             "the transaction coordinator aborted the Kafka transaction: it was open {:.1} s, \
              longer than transaction.timeout.ms ({} s; was the relay paused?), and the producer \
@@ -429,11 +364,15 @@ impl Eos {
     }
 
     /// Aborts the open transaction after a failure, best effort.
-    async fn abort_after_failure(&mut self, sink: &KafkaSink<DeliveryTag>) {
-        if self.batch.open() {
+    async fn abort_after_failure(
+        &mut self,
+        machine: &mut SessionMachine<'_>,
+        sink: &KafkaSink<DeliveryTag>,
+    ) {
+        if machine.transaction_open() {
             sink.abort_transaction(Duration::from_secs(2)).await;
             metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::ABORTED).increment(1);
-            self.batch.reset();
+            machine.transaction_ended();
         }
     }
 }
@@ -463,12 +402,10 @@ fn unreported_tag() -> DeliveryTag {
     }
 }
 
-/// The producer as the machine sees it in exactly-once mode: a record
-/// opens a Kafka transaction when none is open, and counts toward its
-/// bounds.
+/// The producer as the machine sees it in exactly-once mode: a record the
+/// machine says opens a Kafka transaction is preceded by its begin.
 pub(super) struct Transactional<'s> {
     pub(super) sink: &'s mut KafkaSink<DeliveryTag>,
-    pub(super) eos: &'s mut Eos,
 }
 
 impl Producer for Transactional<'_> {
@@ -477,88 +414,14 @@ impl Producer for Transactional<'_> {
         record: KafkaRecord,
         tag: DeliveryTag,
     ) -> Result<(), SendError<DeliveryTag>> {
-        if !self.eos.batch.open() {
-            self.sink.begin_transaction().map_err(SendError::Failed)?;
-        }
-        let size = record.key.len()
-            + record.value.len()
-            + record
-                .headers
-                .iter()
-                .map(|(k, v)| k.len() + v.len())
-                .sum::<usize>();
-        self.eos.batch.record(size, Instant::now());
         self.sink.send(record, tag)
     }
 
     fn explain(&self, err: DeliveryError) -> DeliveryError {
         self.sink.explain(err)
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn eos() -> Eos {
-        Eos::new(
-            ExactlyOnceSettings {
-                transactions: TransactionSettings {
-                    transactional_id: "outbox-relay.s".into(),
-                    checkpoint_topic: "cp".into(),
-                    transaction_timeout: Duration::from_secs(60),
-                },
-                bounds: Bounds {
-                    max_events: 100,
-                    max_bytes: 1 << 20,
-                    max_open: Duration::from_millis(100),
-                    split_after: Duration::from_secs(30),
-                },
-            },
-            "s",
-            ServerIdentity {
-                system_id: "7".into(),
-                timeline: 1,
-            },
-            Lsn(1000),
-        )
-    }
-
-    /// Inside a PostgreSQL transaction the session wakes only for the
-    /// split bound, and only where a commit can happen: a wake-up where
-    /// none can (its deadline long past) would spin the session's loop
-    /// until the Commit arrives.
-    #[test]
-    fn the_session_wakes_for_the_time_bound_between_transactions_and_the_split_inside() {
-        let mut eos = eos();
-        assert_eq!(
-            eos.wake_at_point(true, true, Lsn(1000)),
-            None,
-            "nothing to commit"
-        );
-        let opened = Instant::now() - Duration::from_secs(5);
-        eos.batch.record(10, opened);
-        assert_eq!(
-            eos.wake_at_point(false, true, Lsn(2000)),
-            Some(opened + Duration::from_secs(30)),
-            "mid-transaction: the split bound"
-        );
-        assert_eq!(
-            eos.wake_at_point(false, false, Lsn(2000)),
-            None,
-            "mid-transaction, a record held back"
-        );
-        assert_eq!(
-            eos.wake_at_point(true, true, Lsn(2000)),
-            Some(opened + Duration::from_millis(100))
-        );
-        eos.batch.reset();
-        // Nothing open, the position moved (an idle advance): a checkpoint
-        // a while after the last commit.
-        assert_eq!(
-            eos.wake_at_point(true, true, Lsn(2000)),
-            Some(eos.last_commit + IDLE_CHECKPOINT_EVERY)
-        );
-        assert_eq!(eos.wake_at_point(false, true, Lsn(2000)), None);
+    fn begin_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
+        self.sink.begin_transaction()
     }
 }

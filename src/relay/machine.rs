@@ -46,7 +46,7 @@ use bytes::Bytes;
 use chrono::Utc;
 
 use super::RelaySettings;
-use super::checkpoint::Partial;
+use super::checkpoint::{Bounds, Partial};
 use super::error::SessionError;
 use super::fates::{
     DeadLetterFate, Refusals, failure_reason, fatal_refusal, forget_confirmed, note_innocent,
@@ -68,11 +68,17 @@ use crate::sink::{
     DeliveryError, DeliveryReport, KafkaSink, OnUnroutable, RefusalClass, Refused, SendError,
 };
 
+mod commit;
 mod delivery;
+mod pace;
 mod sources;
 mod webhook;
 
 type SessionResult<T> = Result<T, SessionError>;
+
+pub use commit::CommitPlan;
+use commit::Commits;
+use pace::Pace;
 
 /// Where records go: a non-blocking hand-off whose answers come back later
 /// as [`DeliveryReport`]s.
@@ -83,6 +89,11 @@ pub trait Producer {
     /// `err`, or the producer's own fatal error when it has one (its text
     /// names the cause the bare error code of a record does not).
     fn explain(&self, err: DeliveryError) -> DeliveryError;
+    /// Exactly-once: opens a Kafka transaction, before the record that the
+    /// machine says opens one. Nothing to do for a producer without them.
+    fn begin_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
+        Ok(())
+    }
     /// Hands an event routed to webhook sink `sink` (its index in
     /// `RelaySettings::webhooks`) over; its report comes back like a
     /// broker's. A producer without webhook sinks hands it back.
@@ -195,11 +206,14 @@ pub struct SessionMachine<'a> {
     /// `outbox_relay_transactions_total`, held: counted once per
     /// transaction, and a backlog of single-row transactions is many.
     transactions: metrics::Counter,
-    /// Exactly-once: the position of the last committed checkpoint, which
-    /// is what may be confirmed (acknowledged is not enough: the Kafka
-    /// transaction holding the records must have committed). `None`:
-    /// at-least-once, where the acknowledged prefix is confirmable.
-    committed: Option<Lsn>,
+    /// Exactly-once: the open Kafka transaction's bounds and the last
+    /// committed checkpoint, which is what may be confirmed (acknowledged
+    /// is not enough: the Kafka transaction holding the records must have
+    /// committed). `None`: at-least-once, where the acknowledged prefix is
+    /// confirmable. See `commit.rs`.
+    commits: Option<Commits>,
+    /// Graceful stop, batching and heartbeat idleness (`pace.rs`).
+    pace: Pace,
     /// Exactly-once: the part of a transaction that an earlier session's
     /// committed Kafka transactions hold, skipped when it arrives.
     resume: Option<Partial>,
@@ -258,31 +272,23 @@ impl<'a> SessionMachine<'a> {
             warned_trace_context: false,
             transactions: metrics::counter!(m::TRANSACTIONS),
             handed_off: confirmed,
-            committed: None,
+            commits: None,
+            pace: Pace::new(std::time::Instant::now()),
             resume: None,
             skip: 0,
             txn_events: 0,
         }
     }
 
-    /// Exactly-once delivery: what is confirmable is what a committed
-    /// checkpoint holds ([`SessionMachine::set_committed`]), starting at
-    /// the session's start; `resume` is the part of a transaction already
-    /// in Kafka, from the checkpoint the session starts at.
-    pub fn exactly_once(mut self, resume: Option<Partial>) -> Self {
-        self.committed = Some(self.tracker.confirmed());
+    /// Exactly-once delivery within `bounds`: what is confirmable is what
+    /// a committed checkpoint holds ([`SessionMachine::commit_done`]),
+    /// starting at the session's start; `resume` is the part of a
+    /// transaction already in Kafka, from the checkpoint the session
+    /// starts at.
+    pub fn exactly_once(mut self, resume: Option<Partial>, bounds: Bounds) -> Self {
+        self.commits = Some(Commits::new(bounds, self.tracker.confirmed(), self.now()));
         self.resume = resume;
         self
-    }
-
-    /// Exactly-once: a Kafka transaction committed with a checkpoint at
-    /// `lsn`: everything up to it is confirmable now, and the rows up to it
-    /// may be deleted.
-    pub fn set_committed(&mut self, lsn: Lsn) {
-        if let Some(committed) = &mut self.committed {
-            *committed = (*committed).max(lsn);
-            forget_confirmed(self.refusals, *committed);
-        }
     }
 
     /// What may be confirmed to PostgreSQL, and what cleanup may delete up
@@ -291,7 +297,9 @@ impl<'a> SessionMachine<'a> {
     pub fn confirmable(&self) -> Lsn {
         // A committed Kafka transaction holds its records even while their
         // delivery reports wait in the channel.
-        self.committed.unwrap_or_else(|| self.tracker.confirmed())
+        self.commits
+            .as_ref()
+            .map_or_else(|| self.tracker.confirmed(), Commits::committed)
     }
 
     /// Where a Kafka transaction may commit inside the transaction being

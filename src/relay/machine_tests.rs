@@ -26,6 +26,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use proptest::prelude::*;
 
+use super::pace::BUFFERED_ITEMS_PER_WAKE;
 use super::*;
 use crate::envelope::{ContentMode, EnvelopeSettings};
 use crate::outbox::ColumnMap;
@@ -252,6 +253,8 @@ struct FakeProducer {
     queues: BTreeMap<(String, u64), VecDeque<(KafkaRecord, DeliveryTag)>>,
     queue_full_percent: u64,
     rng: Rng,
+    /// Exactly-once: a Kafka transaction was begun and not yet ended.
+    transaction_open: bool,
 }
 
 fn partition(record: &KafkaRecord) -> (String, u64) {
@@ -283,6 +286,12 @@ impl Producer for FakeProducer {
     fn explain(&self, err: DeliveryError) -> DeliveryError {
         err
     }
+
+    fn begin_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
+        assert!(!self.transaction_open, "a Kafka transaction begun twice");
+        self.transaction_open = true;
+        Ok(())
+    }
 }
 
 impl FakeProducer {
@@ -300,6 +309,44 @@ struct BrokerLog {
     events: HashMap<String, Vec<String>>,
     /// Every acknowledged record's row key, events and dead letters.
     delivered: Vec<String>,
+    /// Exactly-once: records acknowledged in the open Kafka transaction,
+    /// visible (above) only once it commits; `None` at-least-once.
+    staged: Option<Vec<DeliveryTag>>,
+}
+
+impl BrokerLog {
+    /// A record the broker acknowledged: visible at once, or in exactly-
+    /// once mode at its transaction's commit.
+    fn ack(&mut self, tag: &DeliveryTag) {
+        if let Some(staged) = &mut self.staged {
+            staged.push(tag.clone());
+            return;
+        }
+        self.acked.insert(tag.row_key.clone());
+        self.delivered.push(tag.row_key.clone());
+        if !tag.dead_letter {
+            let key = String::from_utf8(tag.key.to_vec()).unwrap();
+            self.events
+                .entry(key)
+                .or_default()
+                .push(tag.row_key.clone());
+        }
+    }
+
+    /// Exactly-once: the open transaction committed (`true`) or aborted.
+    fn end_transaction(&mut self, commit: bool) {
+        let Some(staged) = self.staged.take() else {
+            return;
+        };
+        self.staged = Some(Vec::new());
+        if commit {
+            self.staged = None;
+            for tag in &staged {
+                self.ack(tag);
+            }
+            self.staged = Some(Vec::new());
+        }
+    }
 }
 
 fn too_large(tag: &DeliveryTag, record: &KafkaRecord) -> DeliveryReport<DeliveryTag> {
@@ -358,12 +405,7 @@ fn answer(
     if faults && producer.rng.chance(3) {
         return Some(vec![transient(&tag)]);
     }
-    log.acked.insert(tag.row_key.clone());
-    log.delivered.push(tag.row_key.clone());
-    if !tag.dead_letter {
-        let key = String::from_utf8(tag.key.to_vec()).unwrap();
-        log.events.entry(key).or_default().push(tag.row_key.clone());
-    }
+    log.ack(&tag);
     Some(vec![DeliveryReport {
         tag,
         result: Ok(()),
@@ -444,24 +486,132 @@ fn txns_strategy() -> impl Strategy<Value = Vec<Txn>> {
     })
 }
 
+/// What a model run combines: the delivery mode, cleanup, graceful stops.
+#[derive(Debug, Clone, Copy, Default)]
+struct Mode {
+    /// `kafka.delivery = "exactly-once"`: records are visible only once
+    /// the Kafka transaction holding them commits, when the machine says a
+    /// commit is due; a failed session aborts it.
+    exactly_once: bool,
+    /// `postgres.cleanup = "delete-after-ack"`: what the machine hands out
+    /// for deletion is checked against what the broker holds.
+    cleanup: bool,
+    /// Sessions end by graceful stops (asked at random steps), besides
+    /// failures.
+    stops: bool,
+}
+
+/// Bounds small enough for the model's few events to reach them.
+fn model_bounds() -> crate::relay::checkpoint::Bounds {
+    crate::relay::checkpoint::Bounds {
+        max_events: 3,
+        max_bytes: 1 << 20,
+        // A step is a millisecond of the model's clock: a Kafka transaction
+        // often outlives a PostgreSQL one, and splits inside it.
+        max_open: Duration::from_millis(4),
+        split_after: Duration::from_millis(6),
+    }
+}
+
+/// Exactly-once: the commit the machine asks for at `now`, carried out as
+/// `commit_transaction` does: every record in flight is answered first
+/// (their reports reach the machine only after the commit, as they wait in
+/// the channel), and a transaction that met a failure aborts instead.
+/// The checkpoints it commits are the model's checkpoint topic
+/// (`committed`, the last one where the next session starts).
+/// Returns the error that ends the session, if the commit failed.
+fn commit_if_due(
+    machine: &mut SessionMachine<'_>,
+    producer: &mut FakeProducer,
+    log: &mut BrokerLog,
+    (now, force): (std::time::Instant, bool),
+    committed: &mut Vec<CommitPlan>,
+) -> Result<(), SessionError> {
+    let Some(plan) = machine.commit_due(now, force) else {
+        return Ok(());
+    };
+    // The commit flushes: every record in flight is answered, in
+    // partition order; any failure makes the transaction abortable.
+    let mut late = Vec::new();
+    let mut failed = false;
+    while let Some(reports) = answer(producer, log, false) {
+        failed |= reports.iter().any(|r| r.result.is_err());
+        late.extend(reports);
+    }
+    producer.transaction_open = false;
+    if failed {
+        // The session ends; its reports are leftovers, whose refusals the
+        // machine notes for the replay (as the relay's abandon does).
+        for report in late {
+            assert!(machine.on_leftover(report).is_none(), "no fatal refusal");
+        }
+        log.end_transaction(false);
+        machine.transaction_ended();
+        return Err(SessionError::Transaction(
+            crate::sink::TxnFailure::Abortable("a record of the transaction failed".into()),
+        ));
+    }
+    log.end_transaction(true);
+    machine.commit_done(plan.lsn, now);
+    committed.push(plan);
+    for report in late {
+        machine.on_report(report, producer)?;
+    }
+    Ok(())
+}
+
 /// Streams `txns` through sessions of the machine until every row is
-/// acknowledged, injecting faults during the first `fault_steps` steps.
+/// acknowledged, injecting faults during the first steps, in `mode`.
 fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCaseError> {
-    let settings = settings(max_in_flight);
+    run_model_in(Mode::default(), txns, seed, max_in_flight)
+}
+
+fn run_model_in(
+    mode: Mode,
+    txns: &[Txn],
+    seed: u64,
+    max_in_flight: usize,
+) -> Result<(), TestCaseError> {
+    let mut settings = settings(max_in_flight);
+    if mode.cleanup {
+        settings.source.cleanup = Cleanup::DeleteAfterAck;
+    }
     let mut refusals = Refusals::new();
-    let mut log = BrokerLog::default();
+    let mut log = BrokerLog {
+        staged: mode.exactly_once.then(Vec::new),
+        ..BrokerLog::default()
+    };
     let mut confirmed = Lsn(0x1000);
     let mut rng = Rng(seed | 1);
     let fault_steps = 400;
     let mut steps = 0usize;
+    // The model's clock: a millisecond per step.
+    let start = std::time::Instant::now();
+    let mut deleted: HashSet<String> = HashSet::new();
+    // Exactly-once: the last committed checkpoint, where a session starts
+    // (skipping the part of a transaction it says is in Kafka already).
+    let mut checkpoints: Vec<CommitPlan> = Vec::new();
     for _session in 0..200 {
         let mut producer = FakeProducer {
             queues: BTreeMap::new(),
             queue_full_percent: if steps < fault_steps { 5 } else { 0 },
             rng: Rng(rng.next() | 1),
+            transaction_open: false,
+        };
+        let resume = match checkpoints.last() {
+            Some(at) if mode.exactly_once => {
+                prop_assert!(at.lsn >= confirmed, "the checkpoint is behind the slot");
+                confirmed = at.lsn;
+                at.partial
+            }
+            _ => None,
         };
         let mut machine =
             SessionMachine::new(&settings, Some(outbox_table()), confirmed, &mut refusals);
+        machine.set_time(start + Duration::from_millis(steps as u64));
+        if mode.exactly_once {
+            machine = machine.exactly_once(resume, model_bounds());
+        }
         // The slot re-sends every transaction after the confirmed position,
         // relations described first.
         let mut wal: VecDeque<Bytes> = VecDeque::from(vec![
@@ -479,8 +629,15 @@ fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCa
         let ended = loop {
             steps += 1;
             prop_assert!(steps < 200_000, "the model made no progress");
+            let now = start + Duration::from_millis(steps as u64);
+            machine.set_time(now);
             let faults = steps < fault_steps;
-            let read = machine.can_read()
+            if mode.stops && machine.stop_deadline().is_none() && rng.chance(2) {
+                machine.stop_requested(now + Duration::from_secs(3600));
+            }
+            let stopping = machine.stop_reached().is_some();
+            let read = !stopping
+                && machine.can_read()
                 && !wal.is_empty()
                 && (rng.chance(50) || producer.in_flight() == 0);
             let outcome = if read {
@@ -494,7 +651,7 @@ fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCa
                     Ok(Step::Continue) => Ok(()),
                     Err(e) => Err(e),
                 }
-            } else if let Some(reports) = answer(&mut producer, &mut log, faults) {
+            } else if let Some(reports) = answer(&mut producer, &mut log, faults && !stopping) {
                 let mut outcome = Ok(());
                 for report in reports {
                     outcome = machine.on_report(report, &mut producer);
@@ -503,7 +660,21 @@ fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCa
                     }
                 }
                 outcome
-            } else if wal.is_empty() {
+            } else if wal.is_empty() || stopping {
+                // Everything read (or the stop reached) and answered: the
+                // session ends as a graceful stop does, exactly-once
+                // committing what was handed over whole.
+                if mode.exactly_once
+                    && let Err(e) = commit_if_due(
+                        &mut machine,
+                        &mut producer,
+                        &mut log,
+                        (now, true),
+                        &mut checkpoints,
+                    )
+                {
+                    break Some(e);
+                }
                 break None;
             } else {
                 // Nothing in flight and reading paused: only a full queue's
@@ -515,13 +686,47 @@ fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCa
                 );
                 Ok(())
             };
-            check(txns, machine.confirmed(), &log)?;
+            let outcome = match outcome {
+                Ok(()) if mode.exactly_once => commit_if_due(
+                    &mut machine,
+                    &mut producer,
+                    &mut log,
+                    (now, false),
+                    &mut checkpoints,
+                ),
+                other => other,
+            };
+            check(txns, machine.confirmable(), &log)?;
+            if mode.exactly_once {
+                prop_assert!(
+                    machine.confirmable() <= machine.confirmed(),
+                    "exactly-once confirmable {} past the acknowledged {}",
+                    machine.confirmable(),
+                    machine.confirmed()
+                );
+            }
+            if let Some(deletable) = machine.take_deletable() {
+                check_deletable(txns, &deletable, machine.confirmable(), &log)?;
+                deleted.extend(deletable.ids);
+            }
             if let Err(e) = outcome {
                 break Some(e);
             }
         };
-        confirmed = confirmed.max(machine.confirmed());
+        confirmed = confirmed.max(machine.confirmable());
+        // What the last turn (a final commit) made deletable.
+        if let Some(deletable) = machine.take_deletable() {
+            check_deletable(txns, &deletable, machine.confirmable(), &log)?;
+            deleted.extend(deletable.ids);
+        }
         match ended {
+            None if machine.stop_deadline().is_some() && !wal.is_empty() => {
+                // A graceful stop: everything handed over was answered,
+                // and nothing half received is confirmed. The next session
+                // starts at the confirmed position.
+                prop_assert!(!machine.awaiting_broker());
+                prop_assert!(!machine.delivering(), "stopped mid-transaction");
+            }
             None => {
                 // Everything read and answered.
                 prop_assert!(!machine.awaiting_broker());
@@ -530,6 +735,36 @@ fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCa
                 for row in txns.iter().flat_map(|t| &t.rows) {
                     prop_assert!(log.acked.contains(&row.id), "row {} lost", row.id);
                 }
+                if mode.exactly_once {
+                    let mut seen = HashSet::new();
+                    for id in &log.delivered {
+                        prop_assert!(
+                            seen.insert(id.as_str()),
+                            "exactly-once: {id} is in the log twice: {:?}",
+                            log.delivered
+                        );
+                    }
+                }
+                if mode.cleanup {
+                    // A row a session skipped as written before (a partial
+                    // checkpoint of its transaction) stays: the earlier
+                    // session decided its fate, the later one cannot know
+                    // whether its dead letter kept the payload.
+                    let split: HashSet<Lsn> = checkpoints
+                        .iter()
+                        .filter_map(|c| c.partial.map(|p| p.commit_lsn))
+                        .collect();
+                    for (txn, row) in txns.iter().flat_map(|t| t.rows.iter().map(move |r| (t, r))) {
+                        prop_assert!(
+                            row.message
+                                || row.too_large
+                                || split.contains(&txn.final_lsn)
+                                || deleted.contains(&row.id),
+                            "row {} was delivered whole but never handed out for deletion",
+                            row.id
+                        );
+                    }
+                }
                 return Ok(());
             }
             Some(e) => {
@@ -537,15 +772,52 @@ fn run_model(txns: &[Txn], seed: u64, max_in_flight: usize) -> Result<(), TestCa
                     !e.is_fatal(),
                     "only transient failures and too-large refusals are injected: {e}"
                 );
-                // The relay abandons the producer: its records are purged.
+                // The relay abandons the producer: its records are purged,
+                // its open transaction aborted.
                 for (_, tag) in producer.queues.values_mut().flat_map(|q| q.drain(..)) {
                     let purged = transient(&tag);
                     prop_assert!(machine.on_leftover(purged).is_none());
                 }
+                log.end_transaction(false);
+                machine.transaction_ended();
             }
         }
     }
     Err(TestCaseError::fail("more than 200 sessions"))
+}
+
+/// Cleanup: what the machine hands out for deletion is at or below the
+/// confirmable position, and is a row whose event is in the broker's
+/// (visible) log whole: a row too large for the broker has only a
+/// truncated dead letter there, so the table must keep it; a message has
+/// no row.
+fn check_deletable(
+    txns: &[Txn],
+    deletable: &crate::cleanup::Deletable,
+    confirmable: Lsn,
+    log: &BrokerLog,
+) -> Result<(), TestCaseError> {
+    prop_assert!(deletable.xids.is_empty(), "the model holds few ids");
+    for id in &deletable.ids {
+        let (txn, row) = txns
+            .iter()
+            .find_map(|t| t.rows.iter().find(|r| &r.id == id).map(|r| (t, r)))
+            .ok_or_else(|| TestCaseError::fail(format!("{id} deleted but no row")))?;
+        prop_assert!(!row.message, "{id} is a message, not a row");
+        prop_assert!(
+            txn.end_lsn <= confirmable,
+            "{id} deleted above the confirmable position {confirmable}"
+        );
+        prop_assert!(
+            !row.too_large,
+            "{id} deleted though its dead letter lost its payload"
+        );
+        prop_assert!(
+            log.acked.contains(id),
+            "{id} deleted before the broker holds it"
+        );
+    }
+    Ok(())
 }
 
 proptest! {
@@ -559,6 +831,22 @@ proptest! {
     ) {
         run_model(&txns, seed, max_in_flight)?;
     }
+
+    /// Every combination of delivery mode, cleanup and graceful stops,
+    /// over the same random transactions (rows and messages, both
+    /// sources) and faults.
+    #[test]
+    fn every_mode_with_cleanup_and_stops_keeps_the_promise(
+        txns in txns_strategy(),
+        seed in any::<u64>(),
+        max_in_flight in 1usize..6,
+        exactly_once in any::<bool>(),
+        cleanup in any::<bool>(),
+        stops in any::<bool>(),
+    ) {
+        let mode = Mode { exactly_once, cleanup, stops };
+        run_model_in(mode, &txns, seed, max_in_flight)?;
+    }
 }
 
 #[test]
@@ -570,6 +858,7 @@ fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space()
     let mut producer = FakeProducer {
         queues: BTreeMap::new(),
         queue_full_percent: 0,
+        transaction_open: false,
         rng: Rng(1),
     };
     let feed = |machine: &mut SessionMachine<'_>, producer: &mut FakeProducer, data: Bytes| {
@@ -679,6 +968,7 @@ fn routed_events_go_to_their_webhook_sink_and_hold_their_transaction() {
         kafka: FakeProducer {
             queues: BTreeMap::new(),
             queue_full_percent: 0,
+            transaction_open: false,
             rng: Rng(1),
         },
         webhooks: Vec::new(),
@@ -745,11 +1035,12 @@ fn fed_machine<'a>(
 ) -> (SessionMachine<'a>, FakeProducer) {
     let mut machine = SessionMachine::new(settings, Some(outbox_table()), Lsn(0x10), refusals);
     if let Some(partial) = resume {
-        machine = machine.exactly_once(partial);
+        machine = machine.exactly_once(partial, model_bounds());
     }
     let mut producer = FakeProducer {
         queues: BTreeMap::new(),
         queue_full_percent: 0,
+        transaction_open: false,
         rng: Rng(7),
     };
     let mut feed = |data: Bytes| {
@@ -822,7 +1113,7 @@ fn exactly_once_confirms_deletes_and_forgets_only_at_the_committed_checkpoint() 
         if exactly_once {
             assert_eq!(machine.confirmable(), Lsn(0x10));
             assert_eq!(machine.take_deletable(), None);
-            machine.set_committed(txn.end_lsn);
+            machine.commit_done(txn.end_lsn, std::time::Instant::now());
         }
         assert_eq!(machine.confirmable(), txn.end_lsn);
         let mut ids = machine
@@ -871,4 +1162,75 @@ fn a_resumed_transaction_skips_exactly_the_events_already_in_kafka() {
     );
     machine.on_wal(commit, &mut producer).unwrap();
     assert_eq!(machine.split_point(), Some(None), "between transactions");
+}
+
+/// A stop asked mid-transaction reads on to its Commit: the stream may end
+/// only once nothing is half received (the events sent become
+/// confirmable); asked between transactions, it ends at once. Either way
+/// one message per wake-up from then on, so nothing past the Commit is read.
+#[test]
+fn a_stop_mid_transaction_waits_for_its_commit_and_reads_one_message_at_a_time() {
+    let settings = settings(10);
+    let mut refusals = Refusals::new();
+    let txn = table_rows(&["a", "b"], 0x100);
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    assert_eq!(machine.messages_per_wake(), BUFFERED_ITEMS_PER_WAKE);
+    let mut stream = messages(&txn, 1, false);
+    let commit = stream.pop().expect("the Commit");
+    for data in stream {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    assert_eq!(machine.stop_requested(deadline), None, "mid-transaction");
+    assert_eq!(machine.stop_deadline(), Some(deadline));
+    assert_eq!(machine.stop_reached(), None);
+    assert_eq!(machine.messages_per_wake(), 1, "stopping: one at a time");
+    machine.on_wal(commit, &mut producer).unwrap();
+    assert_eq!(machine.stop_reached(), Some(deadline), "at its Commit");
+
+    let (mut idle, _) = fed_machine(&settings, &mut refusals, None, &[]);
+    assert_eq!(
+        idle.stop_requested(deadline),
+        Some(deadline),
+        "between transactions"
+    );
+}
+
+/// Exactly-once takes one message and one report per wake-up, so a
+/// commit due is never delayed behind a burst; at-least-once takes what
+/// is buffered.
+#[test]
+fn exactly_once_takes_one_item_per_wake_up() {
+    let settings = settings(10);
+    let mut refusals = Refusals::new();
+    let (alo, _) = fed_machine(&settings, &mut refusals, None, &[]);
+    assert_eq!(alo.reports_per_wake(), BUFFERED_ITEMS_PER_WAKE);
+    drop(alo);
+    let (eos, _) = fed_machine(&settings, &mut refusals, Some(None), &[]);
+    assert_eq!(eos.reports_per_wake(), 1);
+    assert_eq!(eos.messages_per_wake(), 1);
+}
+
+/// The heartbeat is due once no outbox row or message arrived for a whole
+/// interval, and not while the last one is still being written.
+#[test]
+fn a_heartbeat_is_due_after_an_idle_interval_and_not_while_one_runs() {
+    let settings = settings(10);
+    let mut refusals = Refusals::new();
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    let every = Duration::from_secs(10);
+    let t0 = machine.now();
+    assert!(!machine.heartbeat_due(t0 + Duration::from_secs(5), every, false));
+    assert!(machine.heartbeat_due(t0 + every, every, false), "idle");
+    assert!(
+        !machine.heartbeat_due(t0 + every, every, true),
+        "one running"
+    );
+    for data in messages(&table_rows(&["a"], 0x100), 1, false) {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    let t1 = t0 + Duration::from_secs(12);
+    assert!(!machine.heartbeat_due(t1, every, false), "a row arrived");
+    assert!(!machine.heartbeat_due(t1 + Duration::from_secs(9), every, false));
+    assert!(machine.heartbeat_due(t1 + every, every, false));
 }

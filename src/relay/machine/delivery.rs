@@ -131,6 +131,13 @@ impl SessionMachine<'_> {
         tag: DeliveryTag,
         producer: &mut impl Producer,
     ) -> SessionResult<Option<(Refused, DeliveryTag)>> {
+        // Exactly-once: the record counts toward the open Kafka
+        // transaction's bounds, and the first one opens it.
+        if self.record_in_transaction(record.size(), self.now())
+            && let Err(err) = producer.begin_transaction()
+        {
+            return Err(self.delivery_failed(DeliveryError::Failed(err), producer));
+        }
         match producer.send(record, tag) {
             Ok(()) => Ok(None),
             Err(SendError::QueueFull(held)) => {

@@ -1,0 +1,295 @@
+//! Exactly-once: when the open Kafka transaction commits, decided here
+//! where the model test sees it; `exactly_once.rs` only carries the
+//! commit out (checkpoint record, `commit_transaction`) and reports back
+//! with [`SessionMachine::commit_done`] or
+//! [`SessionMachine::transaction_ended`].
+//!
+//! A Kafka transaction commits at a PostgreSQL transaction boundary once a
+//! bound of its [`Batch`] is reached (events, bytes, time open), or with
+//! nothing open once the position moved and [`IDLE_CHECKPOINT_EVERY`]
+//! passed (an idle outbox on a busy database). Inside one PostgreSQL
+//! transaction it commits only past the split bound and only where every
+//! event handed over is in it, with a [`Partial`] checkpoint: the broker
+//! would abort a Kafka transaction open longer than its timeout.
+
+use std::time::{Duration, Instant};
+
+use super::SessionMachine;
+use crate::lsn::Lsn;
+use crate::relay::checkpoint::{Batch, Bounds, Partial};
+
+/// With no event to send, a checkpoint still moves the slot past WAL the
+/// relay had nothing to do with, at most this often.
+pub const IDLE_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
+
+/// The open Kafka transaction's bounds and the last committed checkpoint.
+#[derive(Debug)]
+pub(super) struct Commits {
+    batch: Batch,
+    /// The LSN of the last committed checkpoint (at start: where the
+    /// session started). What the slot may be confirmed to.
+    committed: Lsn,
+    last_commit: Instant,
+}
+
+/// A commit the machine asks for: a checkpoint at `lsn`, `partial` when it
+/// falls inside a PostgreSQL transaction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitPlan {
+    pub lsn: Lsn,
+    pub partial: Option<Partial>,
+}
+
+impl Commits {
+    pub(super) fn new(bounds: Bounds, start: Lsn, now: Instant) -> Self {
+        Commits {
+            batch: Batch::new(bounds),
+            committed: start,
+            last_commit: now,
+        }
+    }
+
+    pub(super) fn committed(&self) -> Lsn {
+        self.committed
+    }
+
+    /// When the session must wake up to commit even if nothing arrives.
+    /// Between two PostgreSQL transactions: the time bound; inside one, the
+    /// split bound, and only where a commit can happen: a deadline past
+    /// where none can would wake the loop for nothing, over and over.
+    fn wake_at(&self, at_boundary: bool, can_split: bool, handed_off: Lsn) -> Option<Instant> {
+        if !at_boundary {
+            return can_split.then(|| self.batch.split_at()).flatten();
+        }
+        match self.batch.deadline() {
+            Some(deadline) => Some(deadline),
+            None if handed_off > self.committed => Some(self.last_commit + IDLE_CHECKPOINT_EVERY),
+            None => None,
+        }
+    }
+
+    /// The commit due now, if any (`force`: a graceful stop commits what
+    /// was handed over whole, bound or not).
+    fn due(
+        &self,
+        now: Instant,
+        force: bool,
+        at_boundary: bool,
+        split_point: Option<Option<Partial>>,
+        handed_off: Lsn,
+    ) -> Option<CommitPlan> {
+        let lsn = handed_off.max(self.committed);
+        if at_boundary {
+            let due = if self.batch.open() {
+                force || self.batch.due(now)
+            } else {
+                lsn > self.committed
+                    && (force
+                        || now.saturating_duration_since(self.last_commit) >= IDLE_CHECKPOINT_EVERY)
+            };
+            return due.then_some(CommitPlan { lsn, partial: None });
+        }
+        if !self.batch.split_due(now) {
+            return None;
+        }
+        split_point.map(|partial| CommitPlan { lsn, partial })
+    }
+}
+
+impl SessionMachine<'_> {
+    /// Exactly-once: when the session must wake to commit even if nothing
+    /// arrives; `None` in at-least-once mode or with nothing to commit.
+    pub fn commit_wake_at(&self) -> Option<Instant> {
+        let commits = self.commits.as_ref()?;
+        commits.wake_at(
+            self.at_boundary(),
+            self.split_point().is_some(),
+            self.handed_off,
+        )
+    }
+
+    /// Exactly-once: the commit due at `now`, if any.
+    pub fn commit_due(&self, now: Instant, force: bool) -> Option<CommitPlan> {
+        self.commits.as_ref()?.due(
+            now,
+            force,
+            self.at_boundary(),
+            self.split_point(),
+            self.handed_off,
+        )
+    }
+
+    /// Exactly-once: whether a Kafka transaction is open (a record went
+    /// into it since the last commit or abort).
+    pub fn transaction_open(&self) -> bool {
+        self.commits.as_ref().is_some_and(|c| c.batch.open())
+    }
+
+    /// Exactly-once: when the open Kafka transaction took its first record.
+    pub fn transaction_opened_at(&self) -> Option<Instant> {
+        self.commits.as_ref()?.batch.opened_at()
+    }
+
+    /// Exactly-once: the open Kafka transaction ended without a commit
+    /// (aborted, or its commit failed): the next record opens a new one.
+    pub fn transaction_ended(&mut self) {
+        if let Some(commits) = &mut self.commits {
+            commits.batch.reset();
+        }
+    }
+
+    /// Exactly-once: a Kafka transaction committed with a checkpoint at
+    /// `lsn` at `now`: everything up to it is confirmable, and the rows up
+    /// to it may be deleted.
+    pub fn commit_done(&mut self, lsn: Lsn, now: Instant) {
+        if let Some(commits) = &mut self.commits {
+            commits.batch.reset();
+            commits.committed = commits.committed.max(lsn);
+            commits.last_commit = now;
+            super::forget_confirmed(self.refusals, commits.committed);
+        }
+    }
+
+    /// Exactly-once: a record of `bytes` goes into the Kafka transaction;
+    /// true when it opens one (the producer must begin it first).
+    pub(super) fn record_in_transaction(&mut self, bytes: usize, now: Instant) -> bool {
+        let Some(commits) = &mut self.commits else {
+            return false;
+        };
+        let opens = !commits.batch.open();
+        commits.batch.record(bytes, now);
+        opens
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn commits() -> Commits {
+        Commits::new(
+            Bounds {
+                max_events: 100,
+                max_bytes: 1 << 20,
+                max_open: Duration::from_millis(100),
+                split_after: Duration::from_secs(30),
+            },
+            Lsn(1000),
+            Instant::now(),
+        )
+    }
+
+    /// Inside a PostgreSQL transaction the session wakes only for the
+    /// split bound, and only where a commit can happen: a wake-up where
+    /// none can (its deadline long past) would spin the session's loop
+    /// until the Commit arrives.
+    #[test]
+    fn the_session_wakes_for_the_time_bound_between_transactions_and_the_split_inside() {
+        let mut c = commits();
+        assert_eq!(c.wake_at(true, true, Lsn(1000)), None, "nothing to commit");
+        let opened = Instant::now() - Duration::from_secs(5);
+        c.batch.record(10, opened);
+        assert_eq!(
+            c.wake_at(false, true, Lsn(2000)),
+            Some(opened + Duration::from_secs(30)),
+            "mid-transaction: the split bound"
+        );
+        assert_eq!(
+            c.wake_at(false, false, Lsn(2000)),
+            None,
+            "mid-transaction, a record held back"
+        );
+        assert_eq!(
+            c.wake_at(true, true, Lsn(2000)),
+            Some(opened + Duration::from_millis(100))
+        );
+        c.batch.reset();
+        // Nothing open, the position moved (an idle advance): a checkpoint
+        // a while after the last commit.
+        assert_eq!(
+            c.wake_at(true, true, Lsn(2000)),
+            Some(c.last_commit + IDLE_CHECKPOINT_EVERY)
+        );
+        assert_eq!(c.wake_at(false, true, Lsn(2000)), None);
+    }
+
+    /// The commit decision at each kind of point: a bound reached at a
+    /// boundary commits whole; inside a transaction only past the split
+    /// bound and only where every event handed over is in it; a forced
+    /// commit (graceful stop) ignores the bounds but not the boundary.
+    #[test]
+    fn a_commit_is_due_at_a_bound_or_a_split_and_never_where_an_event_is_held_back() {
+        let start = Instant::now();
+        let mut c = commits();
+        let later = start + Duration::from_secs(1);
+        assert_eq!(
+            c.due(later, false, true, Some(None), Lsn(1000)),
+            None,
+            "nothing handed over"
+        );
+        c.batch.record(10, start);
+        assert_eq!(
+            c.due(start, false, true, Some(None), Lsn(2000)),
+            None,
+            "open, no bound reached"
+        );
+        assert_eq!(
+            c.due(start, true, true, Some(None), Lsn(2000)),
+            Some(CommitPlan {
+                lsn: Lsn(2000),
+                partial: None
+            }),
+            "forced at a boundary"
+        );
+        assert_eq!(
+            c.due(later, false, true, Some(None), Lsn(2000)),
+            Some(CommitPlan {
+                lsn: Lsn(2000),
+                partial: None
+            }),
+            "past max_open at a boundary"
+        );
+        let part = Partial {
+            commit_lsn: Lsn(3000),
+            events: 4,
+        };
+        assert_eq!(
+            c.due(later, true, false, Some(Some(part)), Lsn(2000)),
+            None,
+            "inside a transaction, before the split bound, even forced"
+        );
+        let split = start + Duration::from_secs(31);
+        assert_eq!(
+            c.due(split, false, false, None, Lsn(2000)),
+            None,
+            "past the split bound, but a record is held back"
+        );
+        assert_eq!(
+            c.due(split, false, false, Some(Some(part)), Lsn(2000)),
+            Some(CommitPlan {
+                lsn: Lsn(2000),
+                partial: Some(part)
+            })
+        );
+        c.batch.reset();
+        assert_eq!(
+            c.due(start, false, true, Some(None), Lsn(2000)),
+            None,
+            "idle advance, too soon"
+        );
+        assert_eq!(
+            c.due(
+                c.last_commit + IDLE_CHECKPOINT_EVERY,
+                false,
+                true,
+                Some(None),
+                Lsn(2000)
+            ),
+            Some(CommitPlan {
+                lsn: Lsn(2000),
+                partial: None
+            }),
+            "idle advance"
+        );
+    }
+}

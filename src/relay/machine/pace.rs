@@ -1,0 +1,107 @@
+//! The session's pace, decided here where the model test sees it: when a
+//! graceful stop may end the stream, how many already-buffered items one
+//! wake-up takes, and when the idle heartbeat is due. The shell
+//! (`session.rs`) only waits on what these say.
+
+use std::time::{Duration, Instant};
+
+use super::SessionMachine;
+
+/// At most this many messages already read off the socket, or delivery
+/// reports already queued, are handled per wake-up in at-least-once mode;
+/// then the other branches (stop requests, timers) get their turn.
+pub const BUFFERED_ITEMS_PER_WAKE: usize = 64;
+
+/// The pace state the machine keeps beside its delivery state.
+#[derive(Debug)]
+pub(super) struct Pace {
+    /// A graceful stop was asked for; the stream ends by this deadline.
+    stop: Option<Instant>,
+    /// Outbox rows and messages seen at the last heartbeat tick, and when
+    /// that count last moved (at first: when the session started).
+    rows_at_tick: u64,
+    last_row: Instant,
+    /// The time the shell last told ([`SessionMachine::set_time`]): what
+    /// the machine stamps a Kafka transaction's opening with.
+    now: Instant,
+}
+
+impl Pace {
+    pub(super) fn new(started: Instant) -> Self {
+        Pace {
+            stop: None,
+            rows_at_tick: 0,
+            last_row: started,
+            now: started,
+        }
+    }
+}
+
+impl SessionMachine<'_> {
+    /// The shell's clock, told before each turn: the machine reads no
+    /// clock itself, so a model run replays the same for the same seed.
+    pub fn set_time(&mut self, now: Instant) {
+        self.pace.now = now;
+    }
+
+    /// The time last told.
+    pub(super) fn now(&self) -> Instant {
+        self.pace.now
+    }
+
+    /// A graceful stop was asked for at `now`, to end by `deadline`.
+    /// Returns the deadline when the stream may end at once; `None` when a
+    /// transaction is being delivered: its events become confirmable only
+    /// with its Commit, so the stream reads on to it
+    /// ([`SessionMachine::stop_reached`] says when), and no further.
+    pub fn stop_requested(&mut self, deadline: Instant) -> Option<Instant> {
+        self.pace.stop = Some(deadline);
+        self.stop_reached()
+    }
+
+    /// With a stop asked for: its deadline, once no transaction is half
+    /// received any more (the stream may end).
+    pub fn stop_reached(&self) -> Option<Instant> {
+        self.pace.stop.filter(|_| !self.delivering())
+    }
+
+    /// The deadline of a stop asked for, if any: past it the stream ends
+    /// even mid-transaction (its events are sent again at the next start).
+    pub fn stop_deadline(&self) -> Option<Instant> {
+        self.pace.stop
+    }
+
+    /// How many messages already read off the socket one wake-up takes
+    /// (the first included). Exactly-once checks its transaction bounds
+    /// after each message, and a stop reads on to a Commit and no further:
+    /// one at a time there.
+    pub fn messages_per_wake(&self) -> usize {
+        if self.commits.is_some() || self.pace.stop.is_some() {
+            1
+        } else {
+            BUFFERED_ITEMS_PER_WAKE
+        }
+    }
+
+    /// How many queued delivery reports one wake-up takes (the first
+    /// included): exactly-once keeps to one thing per turn, so a commit due
+    /// is never delayed behind a burst of reports.
+    pub fn reports_per_wake(&self) -> usize {
+        if self.commits.is_some() {
+            1
+        } else {
+            BUFFERED_ITEMS_PER_WAKE
+        }
+    }
+
+    /// The heartbeat timer ticked at `now`: true when no outbox row or
+    /// message arrived for a whole `interval` and no heartbeat is still
+    /// being written (`running`), so one is due.
+    pub fn heartbeat_due(&mut self, now: Instant, interval: Duration, running: bool) -> bool {
+        if self.rows_seen != self.pace.rows_at_tick {
+            self.pace.rows_at_tick = self.rows_seen;
+            self.pace.last_row = now;
+        }
+        !running && now.saturating_duration_since(self.pace.last_row) >= interval
+    }
+}
