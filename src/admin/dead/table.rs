@@ -197,18 +197,27 @@ pub fn list_sql(table: &TableName, also: &[i64]) -> String {
 /// (`None` each when the table or the role does not exist), in the order
 /// of [`REPLAY_PRIVILEGES`].
 pub fn replay_facts_sql(table: &TableName, role: &str) -> String {
-    let regclass = format!("to_regclass({})", escape_literal(&table.sql()));
+    // By name in the catalog, not `to_regclass`, which needs USAGE on the
+    // schema: check asks as the relay role.
     let privileges: Vec<String> = REPLAY_PRIVILEGES
         .iter()
         .map(|p| {
             format!(
-                "(SELECT pg_catalog.has_table_privilege(r.oid, {regclass}, '{p}') \
-                 FROM pg_catalog.pg_roles r WHERE r.rolname = {})",
+                "(SELECT pg_catalog.has_table_privilege(r.oid, t.oid, '{p}') \
+                 FROM pg_catalog.pg_roles r, t WHERE r.rolname = {})",
                 escape_literal(role)
             )
         })
         .collect();
-    format!("SELECT {regclass} IS NOT NULL, {}", privileges.join(", "))
+    format!(
+        "WITH t AS (SELECT c.oid FROM pg_catalog.pg_class c \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+           WHERE n.nspname = {} AND c.relname = {} AND c.relkind IN ('r', 'p')) \
+         SELECT EXISTS (SELECT 1 FROM t), {}",
+        escape_literal(&table.schema),
+        escape_literal(&table.name),
+        privileges.join(", ")
+    )
 }
 
 /// What the catalog says of the replay record.
