@@ -63,7 +63,7 @@ enum Action {
 async fn act(
     config: &Config,
     inventory: &Inventory,
-    mut connection: Option<&mut SqlConnection>,
+    connection: Option<&mut SqlConnection>,
     ids: &[String],
     route: Option<&str>,
     action: Action,
@@ -103,7 +103,7 @@ async fn act(
     if open.is_empty() {
         return outcome;
     }
-    let (Some(conn), Some(replay)) = (connection.as_deref_mut(), inventory.replay.as_ref()) else {
+    let (Some(conn), Some(replay)) = (connection, inventory.replay.as_ref()) else {
         let why = inventory
             .replay_unusable
             .as_deref()
