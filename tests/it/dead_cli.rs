@@ -32,23 +32,6 @@ async fn list_json(config: &std::path::Path, args: &[&str]) -> serde_json::Value
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
 }
 
-/// The replay record in `schema` as `outbox-relay init --grant relay`
-/// makes it: its `CREATE TABLE` and the relay role's privileges. Under a
-/// lock, as tests share `public`.
-async fn replay_record(admin: &tokio_postgres::Client, schema: &str) {
-    use outbox_relay::admin::dead::table;
-    let replay = table::replay_table(schema);
-    admin
-        .batch_execute(&format!(
-            "BEGIN; SELECT pg_advisory_xact_lock(74151); {}; GRANT {} ON {} TO relay; COMMIT;",
-            table::create_replay_sql(&replay),
-            table::REPLAY_PRIVILEGES.join(", "),
-            replay.sql()
-        ))
-        .await
-        .expect("create the replay record");
-}
-
 fn by_id(doc: &serde_json::Value) -> HashMap<String, serde_json::Value> {
     doc["dead_letters"]
         .as_array()
