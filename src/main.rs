@@ -183,8 +183,10 @@ struct DeadRetryArgs {
     /// Every dead letter not retried or discarded yet.
     #[arg(long)]
     all: bool,
-    /// With --all: only those of this route (HTTP) or topic (Kafka).
-    #[arg(long, value_name = "R", requires = "all")]
+    /// With --all: only those of this route (HTTP) or topic (Kafka). Not
+    /// with ids (clap drops a `requires` that conflicts with a present
+    /// argument, so `conflicts_with` says it).
+    #[arg(long, value_name = "R", requires = "all", conflicts_with = "ids")]
     route: Option<String>,
 }
 

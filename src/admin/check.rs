@@ -19,6 +19,7 @@ mod delivery;
 mod exactly_once;
 mod outbox;
 mod postgres;
+mod replay;
 mod topics;
 
 pub use postgres::{PgSide, evaluate_postgres};
@@ -259,6 +260,7 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
                 }
             }
             items.extend(delivery::items(&mut connection, config, role).await);
+            items.push(replay::item(&mut connection, config, role).await);
             connection.close().await;
         }
     }

@@ -35,6 +35,7 @@
 mod act;
 pub mod kafka;
 mod render;
+mod rows;
 pub mod table;
 
 use std::collections::HashMap;
@@ -54,6 +55,7 @@ use super::AdminTarget;
 
 pub use act::{Outcome, discard, retry};
 pub use render::{ListDocument, render_json, render_text};
+pub use rows::{table_entries, table_entry};
 
 /// Which sink a dead letter belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -144,6 +146,10 @@ pub struct Inventory {
     delivery: Option<TableName>,
     /// Its name whether or not it exists.
     delivery_name: Option<TableName>,
+    /// The replay record, when it exists and could be read.
+    replay: Option<TableName>,
+    /// Why `retry` and `discard` cannot record anything, when they cannot.
+    replay_unusable: Option<String>,
 }
 
 /// What `dead` needs besides the config.
@@ -219,29 +225,6 @@ pub fn kafka_entries(
             }
         })
         .collect()
-}
-
-/// The entry of one DEAD row of the delivery table.
-pub fn table_entry(row: table::DeadRow, table: &TableName) -> Entry {
-    Entry {
-        location: format!("{}#{}", table.shown(), row.id),
-        id: row.event_id,
-        sink: Sink::Table,
-        route: row.route,
-        reason: row.last_error,
-        reason_code: None,
-        attempts: Some(row.attempts),
-        max_attempts: Some(row.max_attempts),
-        last_status: row.last_status,
-        age_seconds: Some(row.age_seconds),
-        state: State::Dead,
-        state_at: None,
-        copies: 1,
-        retryable: true,
-        not_retryable: None,
-        records: Vec::new(),
-        open: Vec::new(),
-    }
 }
 
 /// What the ids (or `--all`) of a `retry` or `discard` select.
@@ -335,7 +318,6 @@ pub async fn gather(
     let mut inventory = Inventory::default();
     let (schema, _) = config.postgres.table_parts();
     let delivery = table::delivery_table(&schema, options.delivery_table.as_deref());
-    let replay = table::replay_table(&schema);
     inventory.delivery_name = Some(delivery.clone());
     let mut replays: HashMap<(i32, i64), (String, String)> = HashMap::new();
     let mut connection = match target.connect().await {
@@ -345,17 +327,29 @@ pub async fn gather(
                 "cannot connect to PostgreSQL, so neither the delivery table nor the replay \
                  record can be read: {e}"
             ));
+            inventory.replay_unusable = Some("PostgreSQL cannot be reached".to_owned());
             None
         }
     };
     if let Some(conn) = connection.as_mut() {
+        let rows = read_replay_record(conn, config, &delivery, &mut inventory).await;
+        // The records of delivery-table rows, by row id.
+        let mut row_records = HashMap::new();
+        for r in rows {
+            if r.partition == table::ROW_PARTITION && r.dlq_topic == delivery.shown() {
+                row_records.insert(r.offset, r);
+            } else {
+                replays.insert((r.partition, r.offset), (r.action, r.at));
+            }
+        }
+        let also: Vec<i64> = row_records.keys().copied().collect();
         match table::exists(conn, &delivery).await {
-            Ok(true) => match table::dead_rows(conn, &delivery).await {
+            Ok(true) => match table::dead_rows(conn, &delivery, &also).await {
                 Ok(rows) => {
                     inventory.delivery = Some(delivery.clone());
                     inventory
                         .entries
-                        .extend(rows.into_iter().map(|r| table_entry(r, &delivery)));
+                        .extend(rows::table_entries(rows, &row_records, &delivery));
                 }
                 Err(e) => inventory.problems.push(format!(
                     "cannot read the delivery table {}: {e}",
@@ -372,28 +366,6 @@ pub async fn gather(
                 delivery.shown()
             )),
         }
-        match table::exists(conn, &replay).await {
-            Ok(true) => match table::replays(conn, &replay, &config.kafka.dlq_topic).await {
-                Ok(rows) => {
-                    for r in rows {
-                        replays.insert((r.partition, r.offset), (r.action, r.at));
-                    }
-                }
-                Err(e) => inventory.problems.push(format!(
-                    "cannot read the replay record {}: {e} (the role of postgres.url needs \
-                     SELECT and INSERT on it; as its owner: GRANT SELECT, INSERT ON {} TO <that \
-                     role>)",
-                    replay.shown(),
-                    replay.sql()
-                )),
-            },
-            // Nothing was ever replayed or discarded.
-            Ok(false) => {}
-            Err(e) => inventory.problems.push(format!(
-                "cannot look the replay record {} up: {e}",
-                replay.shown()
-            )),
-        }
     }
     match kafka::read_topic(&config.kafka, &config.kafka.dlq_topic, options.timeout).await {
         Ok(records) => inventory.entries.extend(kafka_entries(
@@ -405,6 +377,62 @@ pub async fn gather(
         Err(e) => inventory.problems.push(e.to_string()),
     }
     (inventory, connection)
+}
+
+/// The replay record's rows, and whether `retry` and `discard` may use it
+/// (`inventory.replay`, else why not in `inventory.replay_unusable`). A
+/// missing record is a note (init was not run): there is nothing in it.
+async fn read_replay_record(
+    conn: &mut SqlConnection,
+    config: &Config,
+    delivery: &TableName,
+    inventory: &mut Inventory,
+) -> Vec<table::Replay> {
+    let (schema, _) = config.postgres.table_parts();
+    let replay = table::replay_table(&schema);
+    let grant = format!(
+        "`outbox-relay init --admin-url <owner's URL> --grant <relay role>`, or as its owner: \
+         GRANT {} ON {} TO <relay role>",
+        table::REPLAY_PRIVILEGES.join(", "),
+        replay.sql()
+    );
+    match table::exists(conn, &replay).await {
+        Ok(true) => match table::replays(conn, &replay, &config.kafka.dlq_topic, delivery).await {
+            Ok(rows) => {
+                inventory.replay = Some(replay);
+                return rows;
+            }
+            Err(e) => {
+                inventory.problems.push(format!(
+                    "cannot read the replay record {}, so what was retried or discarded \
+                     cannot be told apart from what was not: {e}; fix: {grant}",
+                    replay.shown()
+                ));
+                inventory.replay_unusable = Some(format!(
+                    "the replay record {} cannot be read ({e}); fix: {grant}",
+                    replay.shown()
+                ));
+            }
+        },
+        Ok(false) => {
+            let why = format!(
+                "the replay record {} does not exist: run `outbox-relay init` (as a role that \
+                 may create tables in schema {schema}, with --admin-url and --grant), which \
+                 creates it",
+                replay.shown()
+            );
+            inventory.notes.push(why.clone());
+            inventory.replay_unusable = Some(why);
+        }
+        Err(e) => {
+            inventory.problems.push(format!(
+                "cannot look the replay record {} up: {e}",
+                replay.shown()
+            ));
+            inventory.replay_unusable = Some(format!("it could not be looked up: {e}"));
+        }
+    }
+    Vec::new()
 }
 
 /// What a person asked `dead` to do.

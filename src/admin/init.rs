@@ -1,7 +1,8 @@
 //! `outbox-relay init`: creates what the relay needs in the database,
 //! idempotently: the outbox table (with `--create-table`), the publication,
-//! the slot, and (with `--grant`) the relay role's privileges; in
-//! exactly-once mode also the checkpoint topic on Kafka ([`checkpoint`]).
+//! the slot, the dead-letter replay record ([`replay`]), and (with
+//! `--grant`) the relay role's privileges; in exactly-once mode also the
+//! checkpoint topic on Kafka ([`checkpoint`]).
 //!
 //! Role: [`plan`] turns the catalog's [`PgFacts`] and the options into the
 //! statements still missing, or a refusal; [`run`] gathers the facts,
@@ -11,7 +12,8 @@
 //! Invariants:
 //! * Nothing that exists is dropped, replaced or narrowed: an existing
 //!   publication only gains what the relay needs (inserts, the table).
-//! * Order: table, grants, publication, slot. The publication must exist
+//! * Order: table, grants, publication, slot, then the replay record (it
+//!   depends on nothing else). The publication must exist
 //!   before the slot: pgoutput looks publications up as of each change it
 //!   decodes, and a change older than the publication fails to decode.
 //! * Every refusal is decided before the first statement runs, so a refused
@@ -45,6 +47,7 @@ use checkpoint::TopicPlan;
 pub mod checkpoint;
 mod delivery;
 mod planning;
+mod replay;
 mod steps;
 
 pub use planning::{FAILOVER_SLOT_VERSION_NUM, create_table_sql, plan};
@@ -234,10 +237,20 @@ pub async fn run(
         &role,
     )
     .await;
+    let replay_table = super::dead::table::replay_table(&schema);
+    let replay_facts = match facts {
+        Ok(_) => super::dead::table::replay_facts(&mut connection, &replay_table, &role)
+            .await
+            .map_err(InitError::Query),
+        Err(_) => Ok(Default::default()),
+    };
     let plan = match facts
         .map_err(InitError::Query)
         .and_then(|f| plan(config, &f, options))
-    {
+        .and_then(|mut plan| {
+            replay::plan_replay_table(&replay_table, &replay_facts?, options, &mut plan);
+            Ok(plan)
+        }) {
         Ok(plan) => plan,
         Err(e) => {
             connection.close().await;

@@ -84,8 +84,8 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
     assert_eq!(good_event[0].header("ce_id"), Some(good.as_str()));
     relay.stop().await.expect("graceful stop");
 
-    // As the superuser: the first retry creates the replay record in
-    // public, where the relay's role may not create tables.
+    // As the superuser, with the replay record init makes.
+    replay_record(&outbox.admin, "public").await;
     let config = outbox.write_config_with_url(
         &env("PG_URL"),
         "[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"",
@@ -212,8 +212,9 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
 }
 
 /// A schema of the test's own holding the delivery table, made with
-/// `sql/outbox_delivery.sql` as the contract says. Its name needs quoting
-/// (`%`, non-ASCII); `postgres.table` refuses quotes, so it has none.
+/// `sql/outbox_delivery.sql` as the contract says, and the replay record.
+/// Its name needs quoting (`%`, non-ASCII); `postgres.table` refuses
+/// quotes, so it has none.
 async fn delivery_schema(outbox: &TestOutbox) -> String {
     let schema = format!("dl_é%_{}", random_name("s"));
     let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
@@ -225,6 +226,7 @@ async fn delivery_schema(outbox: &TestOutbox) -> String {
         ))
         .await
         .expect("create the delivery table");
+    replay_record(&outbox.admin, &schema).await;
     schema
 }
 
@@ -333,6 +335,23 @@ async fn dead_rows_of_the_delivery_table_are_retried_and_discarded_one_by_one() 
     assert_eq!(state("évé☃3").await, Some(("DEAD".into(), 5, false)));
     assert_eq!(state("ev4").await, Some(("PENDING".into(), 1, false)));
 
+    // Again: skipped, as what was retried is, not a failure.
+    for (verb, id, was) in [
+        ("discard", "ev%2", "discarded"),
+        ("retry", "ev'1", "replayed"),
+    ] {
+        let out = dead(&config, &[verb, id]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains(&format!("skipped {id:?}: already {was}"))
+                && stdout.contains("1 done, 0 failed"),
+            "{}",
+            text(&out)
+        );
+    }
+    assert_eq!(state("ev'1").await, Some(("PENDING".into(), 0, true)));
+
     // Unknown ids and rows that are not DEAD are reported and fail the
     // command; the known one among them is still retried.
     let out = dead(&config, &["retry", "nope", "ev4", "évé☃3"]).await;
@@ -347,6 +366,24 @@ async fn dead_rows_of_the_delivery_table_are_retried_and_discarded_one_by_one() 
     assert_eq!(state("évé☃3").await, Some(("PENDING".into(), 0, true)));
     assert_eq!(state("ev4").await, Some(("PENDING".into(), 1, false)));
     assert_eq!(by_id(&list_json(&config, &[]).await).len(), 0);
+    // --all shows the rows retried and discarded, with their state; the
+    // PENDING row nobody retried is no dead letter.
+    let all = by_id(&list_json(&config, &["--all"]).await);
+    assert_eq!(all.len(), 3, "{all:#?}");
+    assert_eq!(all["ev'1"]["state"], "replayed");
+    assert_eq!(all["ev'1"]["route"], "billing'é");
+    assert_eq!(all["ev%2"]["state"], "discarded");
+    assert_eq!(all["évé☃3"]["state"], "replayed");
+    assert!(all["ev%2"]["state_at"].is_string(), "{all:#?}");
+    let text_all = dead(&config, &["list", "--all"]).await;
+    assert_eq!(text_all.status.code(), Some(0), "{}", text(&text_all));
+    let shown = String::from_utf8_lossy(&text_all.stdout);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("ev%2 ") && l.ends_with("discarded")),
+        "{shown}"
+    );
 
     outbox
         .admin
@@ -484,6 +521,7 @@ async fn any_bytes_survive_the_republish_and_a_dead_letter_without_an_id_goes_by
         ],
     )
     .await;
+    replay_record(&outbox.admin, "public").await;
     let config = outbox.write_config_with_url(&env("PG_URL"), "");
     let anonymous = format!("{}/0/1", outbox.dlq_topic);
     let entries = by_id(&list_json(&config, &[]).await);
@@ -589,4 +627,255 @@ async fn a_role_that_may_only_write_the_replay_record_can_retry_and_discard() {
         .await
         .unwrap();
     outbox.drop_all().await;
+}
+
+/// `config` with the outbox table moved to `schema` (so the replay record
+/// is looked for there), keeping its role.
+fn move_to_schema(config: &std::path::Path, outbox: &TestOutbox, schema: &str) {
+    let text = std::fs::read_to_string(config).unwrap();
+    let line = format!("table = \"public.{}\"", outbox.table);
+    assert!(text.contains(&line), "config layout changed");
+    let text = text.replace(&line, &format!("table = \"{schema}.{}\"", outbox.table));
+    std::fs::write(config, text).unwrap();
+}
+
+/// A Kafka dead letter as the relay writes it, with an event id.
+fn kafka_letter(id: &str) -> RawRecord<'static> {
+    (
+        b"k".to_vec(),
+        b"{}".to_vec(),
+        vec![
+            ("dlq_reason", b"payload is not valid JSON".to_vec()),
+            ("id", id.as_bytes().to_vec()),
+            ("aggregatetype", b"order".to_vec()),
+            ("type", b"Placed".to_vec()),
+        ],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_makes_the_replay_record_the_relay_role_then_uses() {
+    // Nothing set up: init creates the outbox table, publication and slot
+    // in a schema of the test's own, where the replay record goes too.
+    let outbox = TestOutbox::from_parts(
+        services::shared().await,
+        pg_admin().await,
+        random_name("outbox"),
+        random_name("pub"),
+        random_name("slot"),
+    );
+    let schema = random_name("replay");
+    outbox
+        .admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .await
+        .unwrap();
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    produce_raw(&outbox.dlq_topic, &[kafka_letter(&id)]).await;
+    // The relay's role, as the relay runs.
+    let config = outbox.write_config("");
+    move_to_schema(&config, &outbox, &schema);
+    let config_arg = config.display().to_string();
+    let init = |extra: &[&str]| {
+        let mut args: Vec<String> = [
+            "init",
+            "--config",
+            &config_arg,
+            "--create-table",
+            "--grant",
+            "relay",
+            "--admin-url",
+            &env("PG_URL"),
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        cli(args)
+    };
+    let replay_exists = || async {
+        outbox
+            .admin
+            .query_one(
+                "SELECT to_regclass(quote_ident($1) || '.outbox_dead_replay') IS NOT NULL",
+                &[&schema],
+            )
+            .await
+            .unwrap()
+            .get::<_, bool>(0)
+    };
+
+    // Before init, retry and discard change nothing and say what to run.
+    let out = dead(&config, &["discard", &id]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("{id:?}: not discarded"))
+            && stderr.contains("run `outbox-relay init`"),
+        "{}",
+        text(&out)
+    );
+    assert!(!replay_exists().await, "the dead commands create no table");
+    // check warns, naming init.
+    let check = |config: String| {
+        cli(vec![
+            "check".into(),
+            "--config".into(),
+            config,
+            "--json".into(),
+        ])
+    };
+    let item = |out: &Output| -> serde_json::Value {
+        let items: Vec<serde_json::Value> =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(out)));
+        items
+            .into_iter()
+            .find(|i| i["name"] == "postgres.replay_table")
+            .unwrap_or_else(|| panic!("no replay item: {}", text(out)))
+    };
+    let before = item(&check(config_arg.clone()).await);
+    assert_eq!(before["status"], "warn", "{before:#}");
+    assert!(
+        before["fix"]
+            .as_str()
+            .is_some_and(|f| f.contains("outbox-relay init")),
+        "{before:#}"
+    );
+
+    // --dry-run shows the steps and does nothing.
+    let dry = init(&["--dry-run"]).await;
+    assert!(dry.status.success(), "{}", text(&dry));
+    let stdout = String::from_utf8_lossy(&dry.stdout);
+    let quoted = format!("\"{schema}\".\"outbox_dead_replay\"");
+    assert!(
+        stdout.contains(&format!("CREATE TABLE IF NOT EXISTS {quoted} ("))
+            && stdout.contains(&format!(
+                "GRANT SELECT, INSERT, UPDATE ON {quoted} TO \"relay\";"
+            )),
+        "{}",
+        text(&dry)
+    );
+    assert!(!replay_exists().await, "--dry-run changes nothing");
+
+    let first = init(&[]).await;
+    assert!(first.status.success(), "{}", text(&first));
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    for step in [
+        format!("done: create the dead-letter replay record {schema}.outbox_dead_replay"),
+        format!("done: grant relay SELECT, INSERT, UPDATE on {schema}.outbox_dead_replay"),
+    ] {
+        assert!(stdout.contains(&step), "{step}: {}", text(&first));
+    }
+    // Again: in place, nothing changed.
+    let second = init(&[]).await;
+    assert!(second.status.success(), "{}", text(&second));
+    let stdout = String::from_utf8_lossy(&second.stdout);
+    assert!(
+        stdout.contains("nothing to do")
+            && !stdout.contains("done:")
+            && stdout.contains(&format!(
+                "in place: dead-letter replay record {schema}.outbox_dead_replay"
+            )),
+        "{}",
+        text(&second)
+    );
+    let after = item(&check(config_arg.clone()).await);
+    assert_eq!(after["status"], "ok", "{after:#}");
+
+    // The relay's role discards, lists, and sees it discarded.
+    let out = dead(&config, &["discard", &id]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let out = dead(&config, &["list"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("0 dead letters"),
+        "{}",
+        text(&out)
+    );
+    let all = by_id(&list_json(&config, &["--all"]).await);
+    assert_eq!(all[&id]["state"], "discarded");
+    let out = dead(&config, &["discard", &id]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("already discarded"),
+        "{}",
+        text(&out)
+    );
+
+    let _ = outbox
+        .admin
+        .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
+        .await;
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "DROP PUBLICATION IF EXISTS {}; DROP SCHEMA {schema} CASCADE",
+            outbox.publication
+        ))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_that_cannot_be_retried_says_why_even_without_a_replay_record() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let id = uuid::Uuid::new_v4().to_string();
+    let mut truncated = kafka_letter(&id);
+    truncated.1 = Vec::new();
+    truncated.2.extend([
+        ("dlq_truncated", b"true".to_vec()),
+        ("dlq_payload_size", b"2000000".to_vec()),
+        ("dlq_payload_sha256", b"ab12".to_vec()),
+    ]);
+    produce_raw(&outbox.dlq_topic, &[truncated]).await;
+    // A schema without the replay record, the relay's role.
+    let schema = random_name("noreplay");
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "CREATE SCHEMA {schema}; GRANT USAGE ON SCHEMA {schema} TO relay"
+        ))
+        .await
+        .unwrap();
+    let config = outbox.write_config("");
+    move_to_schema(&config, &outbox, &schema);
+    let out = dead(&config, &["retry", &id]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{id:?} cannot be retried: its payload was not kept"
+        )),
+        "{}",
+        text(&out)
+    );
+    assert!(!stderr.contains("replay record"), "{}", text(&out));
+    outbox
+        .admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .await
+        .unwrap();
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn route_goes_with_all_only() {
+    // Refused before the config is read: the file need not exist.
+    for args in [
+        &["dead", "retry", "--route", "r", "some-id"][..],
+        &["dead", "retry", "--route", "r"][..],
+    ] {
+        let mut all: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+        all.extend(["--config".to_owned(), "/nonexistent/relay.toml".to_owned()]);
+        let out = cli(all).await;
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("--route") && !stderr.contains("configuration"),
+            "{args:?}: {}",
+            text(&out)
+        );
+    }
 }

@@ -7,12 +7,17 @@
 //!   never counted as done.
 //! * A Kafka dead letter is recorded as replayed only after the broker
 //!   acknowledged its event, and only its copies that were not recorded
-//!   yet are.
-//! * Nothing is republished while the replay record is missing and cannot
-//!   be created: a retry that cannot be remembered would be repeated by
-//!   the next one. (A record refused after the republish, for want of
-//!   INSERT, is reported as such: the event was sent, the next retry sends
-//!   it again.)
+//!   yet are. A DEAD row is recorded after its statement changed it.
+//! * Nothing is changed while the replay record is missing or unreadable
+//!   (`outbox-relay init` creates it; the commands never do): a retry that
+//!   cannot be remembered would be repeated by the next one, and one that
+//!   cannot be read may already have been done. (A record refused after the
+//!   change, for want of INSERT, is reported as such: the event was sent,
+//!   the next retry sends it again.)
+//! * A dead letter retry cannot send is refused for its own reason, before
+//!   anything else is looked at.
+//! * Entries already replayed or discarded (either sink) are skipped and
+//!   reported as such, never a failure.
 
 use super::table::{self, TableName};
 use super::{Entry, Inventory, Sink, State, kafka, shown_id};
@@ -58,7 +63,7 @@ enum Action {
 async fn act(
     config: &Config,
     inventory: &Inventory,
-    mut connection: Option<&mut SqlConnection>,
+    connection: Option<&mut SqlConnection>,
     ids: &[String],
     route: Option<&str>,
     action: Action,
@@ -70,69 +75,75 @@ async fn act(
             .problems
             .push(inventory.unknown_problem(id, &config.kafka.dlq_topic));
     }
-    let (rows, letters): (Vec<&Entry>, Vec<&Entry>) = selection
-        .entries
-        .iter()
-        .partition(|e| e.sink == Sink::Table);
-    if !rows.is_empty() {
-        act_on_rows(
-            inventory,
-            connection.as_deref_mut(),
-            &rows,
-            action,
-            &mut outcome,
-        )
-        .await;
-    }
-    let mut kafka_letters = Vec::new();
-    for entry in letters {
-        if entry.state != State::Dead {
+    let mut open: Vec<&Entry> = Vec::new();
+    for entry in &selection.entries {
+        if entry.state == State::Dead {
+            open.push(entry);
+        } else {
             outcome.done.push(format!(
                 "skipped {}: already {} at {}",
                 shown_id(&entry.id),
                 entry.state.as_str(),
                 entry.state_at.as_deref().unwrap_or("?")
             ));
-        } else {
-            kafka_letters.push(entry);
         }
     }
-    if !kafka_letters.is_empty() {
-        let (schema, _) = config.postgres.table_parts();
-        let replay = table::replay_table(&schema);
-        match connection {
-            None => {
-                for entry in &kafka_letters {
-                    outcome.problems.push(format!(
-                        "{}: not {}: PostgreSQL, where that is recorded, cannot be reached",
-                        shown_id(&entry.id),
-                        action_past(action)
-                    ));
-                }
+    // What retry cannot send is refused for that reason, whatever else.
+    if action == Action::Retry {
+        open.retain(|entry| match &entry.not_retryable {
+            Some(why) if entry.sink == Sink::Kafka => {
+                outcome
+                    .problems
+                    .push(format!("{} cannot be retried: {why}", shown_id(&entry.id)));
+                false
             }
-            Some(conn) => {
-                act_on_letters(config, conn, &replay, &kafka_letters, action, &mut outcome).await;
-            }
+            _ => true,
+        });
+    }
+    if open.is_empty() {
+        return outcome;
+    }
+    let (Some(conn), Some(replay)) = (connection, inventory.replay.as_ref()) else {
+        let why = inventory
+            .replay_unusable
+            .as_deref()
+            .unwrap_or("the replay record cannot be used");
+        for entry in &open {
+            outcome.problems.push(format!(
+                "{}: not {}: {why}",
+                shown_id(&entry.id),
+                action_past(action)
+            ));
         }
+        return outcome;
+    };
+    let (rows, letters): (Vec<&Entry>, Vec<&Entry>) =
+        open.into_iter().partition(|e| e.sink == Sink::Table);
+    if !rows.is_empty() {
+        act_on_rows(inventory, conn, replay, &rows, action, &mut outcome).await;
+    }
+    if !letters.is_empty() {
+        act_on_letters(config, conn, replay, &letters, action, &mut outcome).await;
     }
     outcome
 }
 
 fn action_past(action: Action) -> &'static str {
     match action {
-        Action::Retry => "republished",
+        Action::Retry => "retried",
         Action::Discard => "discarded",
     }
 }
 
 async fn act_on_rows(
     inventory: &Inventory,
-    connection: Option<&mut SqlConnection>,
+    conn: &mut SqlConnection,
+    replay: &TableName,
     rows: &[&Entry],
     action: Action,
     outcome: &mut Outcome,
 ) {
-    let (Some(conn), Some(delivery)) = (connection, inventory.delivery.as_ref()) else {
+    let Some(delivery) = inventory.delivery.as_ref() else {
         for row in rows {
             outcome.problems.push(format!(
                 "{}: the delivery table cannot be reached",
@@ -149,38 +160,87 @@ async fn act_on_rows(
         ),
         Action::Discard => (table::discard_sql(delivery, &ids), "deleted"),
     };
-    match table::returning(conn, &sql, "changing DEAD rows of the delivery table").await {
-        Ok(changed) => {
-            for row in rows {
-                if changed.contains(&row.id) {
-                    outcome.done.push(format!(
-                        "{} {}: {} row of route {} {what}",
-                        match action {
-                            Action::Retry => "retried",
-                            Action::Discard => "discarded",
-                        },
-                        shown_id(&row.id),
-                        row.location,
-                        shown_id(&row.route)
-                    ));
-                } else {
+    let changed =
+        match table::returning(conn, &sql, "changing DEAD rows of the delivery table").await {
+            Ok(changed) => changed,
+            Err(e) => {
+                for row in rows {
                     outcome.problems.push(format!(
-                        "{}: the row of {} is no longer DEAD (changed meanwhile); run `dead \
-                         list` again",
+                        "{}: {} unchanged: {e}",
                         shown_id(&row.id),
                         delivery.shown()
                     ));
                 }
+                return;
             }
+        };
+    let mut done: Vec<&Entry> = Vec::new();
+    for row in rows {
+        if changed.contains(&row.id) {
+            outcome.done.push(format!(
+                "{} {}: {} row of route {} {what}",
+                action_past(action),
+                shown_id(&row.id),
+                row.location,
+                shown_id(&row.route)
+            ));
+            done.push(row);
+        } else {
+            outcome.problems.push(format!(
+                "{}: the row of {} is no longer DEAD (changed meanwhile); run `dead \
+                 list` again",
+                shown_id(&row.id),
+                delivery.shown()
+            ));
         }
+    }
+    record(conn, replay, &done, action, outcome).await;
+}
+
+/// Records `entries` (their open copies, or their row) in the replay
+/// record; a failure is a problem per entry, which was acted on but will
+/// not be known to have been.
+async fn record(
+    conn: &mut SqlConnection,
+    replay: &TableName,
+    entries: &[&Entry],
+    action: Action,
+    outcome: &mut Outcome,
+) -> bool {
+    let name = match action {
+        Action::Retry => "replayed",
+        Action::Discard => "discarded",
+    };
+    let rows: Vec<(String, i32, i64, String)> = entries
+        .iter()
+        .flat_map(|e| {
+            e.open
+                .iter()
+                .map(|(t, p, o)| (t.clone(), *p, *o, e.id.clone()))
+        })
+        .collect();
+    if rows.is_empty() {
+        return true;
+    }
+    match conn
+        .query(
+            &table::record_sql(replay, name, &rows),
+            "recording dead letters",
+        )
+        .await
+    {
+        Ok(_) => true,
         Err(e) => {
-            for row in rows {
+            for entry in entries {
                 outcome.problems.push(format!(
-                    "{}: {} unchanged: {e}",
-                    shown_id(&row.id),
-                    delivery.shown()
+                    "{}: {} but not recorded in {}, so `dead list` may show it as dead again \
+                     and a `dead retry` would act on it again: {e}",
+                    shown_id(&entry.id),
+                    action_past(action),
+                    replay.shown()
                 ));
             }
+            false
         }
     }
 }
@@ -193,34 +253,6 @@ async fn act_on_letters(
     action: Action,
     outcome: &mut Outcome,
 ) {
-    // Created only when missing: CREATE TABLE IF NOT EXISTS needs CREATE on
-    // the schema even when the table exists, and a role that may only
-    // insert into a table made by its owner must still get through.
-    let ready = match table::exists(conn, replay).await {
-        Ok(true) => Ok(()),
-        Ok(false) => conn
-            .query(
-                &table::create_replay_sql(replay),
-                "creating the replay record",
-            )
-            .await
-            .map(|_| ()),
-        Err(e) => Err(e),
-    };
-    if let Err(e) = ready {
-        for entry in letters {
-            outcome.problems.push(format!(
-                "{}: not {}: the replay record {} is missing and cannot be created, so it \
-                 could not be recorded; run the command once as a role that may create tables \
-                 in that schema (--admin-url), or create the table as docs/dead-letters.md \
-                 shows and grant SELECT, INSERT on it: {e}",
-                shown_id(&entry.id),
-                action_past(action),
-                replay.shown()
-            ));
-        }
-        return;
-    }
     let mut to_record: Vec<&Entry> = Vec::new();
     match action {
         Action::Discard => to_record.extend(letters),
@@ -275,52 +307,16 @@ async fn act_on_letters(
             }
         }
     }
-    if to_record.is_empty() {
-        return;
-    }
-    let name = match action {
-        Action::Retry => "replayed",
-        Action::Discard => "discarded",
-    };
-    let rows: Vec<(String, i32, i64, String)> = to_record
-        .iter()
-        .flat_map(|e| {
-            e.open
-                .iter()
-                .map(|(t, p, o)| (t.clone(), *p, *o, e.id.clone()))
-        })
-        .collect();
-    match conn
-        .query(
-            &table::record_sql(replay, name, &rows),
-            "recording dead letters",
-        )
-        .await
-    {
-        Ok(_) => {
-            if action == Action::Discard {
-                for entry in &to_record {
-                    outcome.done.push(format!(
-                        "discarded {}: {} ({} cop{}) recorded in {}",
-                        shown_id(&entry.id),
-                        entry.location,
-                        entry.open.len(),
-                        if entry.open.len() == 1 { "y" } else { "ies" },
-                        replay.shown()
-                    ));
-                }
-            }
-        }
-        Err(e) => {
-            for entry in &to_record {
-                outcome.problems.push(format!(
-                    "{}: {} but not recorded in {}, so `dead list` still shows it and a \
-                     `dead retry` would send it again: {e}",
-                    shown_id(&entry.id),
-                    action_past(action),
-                    replay.shown()
-                ));
-            }
+    if record(conn, replay, &to_record, action, outcome).await && action == Action::Discard {
+        for entry in &to_record {
+            outcome.done.push(format!(
+                "discarded {}: {} ({} cop{}) recorded in {}",
+                shown_id(&entry.id),
+                entry.location,
+                entry.open.len(),
+                if entry.open.len() == 1 { "y" } else { "ies" },
+                replay.shown()
+            ));
         }
     }
 }

@@ -9,7 +9,11 @@
 //!
 //! The replay record, [`REPLAY_TABLE`] in the outbox table's schema, has one
 //! row per dead letter of a Kafka dead-letter topic (`dlq_topic`,
-//! `partition`, `offset`) that was republished or discarded. It is kept in
+//! `partition`, `offset`) that was republished or discarded, and one per
+//! DEAD row of the delivery table that was retried or discarded (`dlq_topic`
+//! the delivery table's `schema.name`, `partition` [`ROW_PARTITION`],
+//! `offset` the row's `id`). `outbox-relay init` creates it and grants the
+//! relay role [`REPLAY_PRIVILEGES`] on it; the commands never do. It is kept in
 //! PostgreSQL rather than in a compacted topic because the commands need
 //! PostgreSQL anyway (the delivery table), a row is written and read in one
 //! transaction, it is queryable by hand, and it needs no topic or ACL of its
@@ -20,8 +24,11 @@
 //!   `escape_literal`): ids and routes come from people and from rows.
 //! * A statement only touches rows whose status is DEAD, so a row the
 //!   relay is working on (PENDING, SENT) is never changed.
-//! * Listing never writes: the replay table is created by the commands that
-//!   record something, not by `dead list`.
+//! * The commands never create the replay table (a role that may create
+//!   tables is init's); listing never writes at all.
+//! * A Kafka dead letter keeps its first record; a delivery-table row's
+//!   record is its latest action (a retried row may go DEAD again, be
+//!   retried or discarded again).
 
 use postgres_protocol::escape::{escape_identifier, escape_literal};
 
@@ -29,8 +36,16 @@ use crate::replication::{ReplicationError, SqlConnection};
 
 /// The delivery table's name when the config names none.
 pub const DEFAULT_DELIVERY_TABLE: &str = "outbox_delivery";
-/// The table that records republished and discarded Kafka dead letters.
+/// The table that records republished and discarded Kafka dead letters,
+/// and retried and discarded DEAD rows.
 pub const REPLAY_TABLE: &str = "outbox_dead_replay";
+/// The `partition` of a delivery-table row in the replay record (no Kafka
+/// partition is negative).
+pub const ROW_PARTITION: i32 = -1;
+/// What the `dead` commands do with the replay record, so what init grants
+/// the relay role and check asks for: read it, record, and overwrite a
+/// row's record.
+pub const REPLAY_PRIVILEGES: [&str; 3] = ["SELECT", "INSERT", "UPDATE"];
 
 /// A table as `(schema, name)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,22 +126,33 @@ pub fn create_replay_sql(table: &TableName) -> String {
     )
 }
 
-/// The replay record's rows of `dlq_topic`: partition, offset, action, at.
-pub fn replays_sql(table: &TableName, dlq_topic: &str) -> String {
+/// The replay record's rows of `dlq_topic` and of the delivery table
+/// (`delivery`, its `schema.name`): dlq_topic, partition, offset, event_id,
+/// action, at.
+pub fn replays_sql(table: &TableName, dlq_topic: &str, delivery: &str) -> String {
     format!(
-        "SELECT \"partition\", \"offset\", action, at FROM {} WHERE dlq_topic = {}",
+        "SELECT dlq_topic, \"partition\", \"offset\", event_id, action, at FROM {} \
+         WHERE dlq_topic = {} OR (dlq_topic = {} AND \"partition\" = {ROW_PARTITION})",
         table.sql(),
-        escape_literal(dlq_topic)
+        escape_literal(dlq_topic),
+        escape_literal(delivery)
     )
 }
 
-/// Records dead letters as `action` (`replayed` or `discarded`); a dead
-/// letter already recorded keeps its first record.
+/// Records dead letters as `action` (`replayed` or `discarded`): a Kafka
+/// dead letter already recorded keeps its first record, a delivery-table
+/// row ([`ROW_PARTITION`]) gets this one.
 pub fn record_sql(
     table: &TableName,
     action: &str,
     letters: &[(String, i32, i64, String)],
 ) -> String {
+    let conflict = if letters.iter().all(|(_, p, _, _)| *p == ROW_PARTITION) {
+        "ON CONFLICT (dlq_topic, \"partition\", \"offset\") DO UPDATE SET \
+         event_id = excluded.event_id, action = excluded.action, at = excluded.at"
+    } else {
+        "ON CONFLICT DO NOTHING"
+    };
     let rows: Vec<String> = letters
         .iter()
         .map(|(topic, partition, offset, id)| {
@@ -140,7 +166,7 @@ pub fn record_sql(
         .collect();
     format!(
         "INSERT INTO {} (dlq_topic, \"partition\", \"offset\", event_id, action) VALUES {} \
-         ON CONFLICT DO NOTHING",
+         {conflict}",
         table.sql(),
         rows.join(", ")
     )
@@ -152,15 +178,83 @@ fn text_array(values: &[String]) -> String {
     format!("ARRAY[{}]::text[]", items.join(", "))
 }
 
-/// The DEAD rows, oldest first: event_id, route, last_error, attempts,
-/// max_attempts, last_status, age in seconds, id.
-pub fn list_sql(table: &TableName) -> String {
+/// The DEAD rows, and the rows of ids `also` whatever their status (rows
+/// the replay record says were retried), oldest first: event_id, route,
+/// last_error, attempts, max_attempts, last_status, age in seconds, id,
+/// status.
+pub fn list_sql(table: &TableName, also: &[i64]) -> String {
+    let also: Vec<String> = also.iter().map(i64::to_string).collect();
     format!(
         "SELECT event_id, route, coalesce(last_error, ''), attempts, max_attempts, \
-         last_status, extract(epoch FROM now() - created_at)::float8, id \
-         FROM {} WHERE status = 'DEAD' ORDER BY created_at, id",
-        table.sql()
+         last_status, extract(epoch FROM now() - created_at)::float8, id, status \
+         FROM {} WHERE status = 'DEAD' OR id = ANY(ARRAY[{}]::bigint[]) ORDER BY created_at, id",
+        table.sql(),
+        also.join(", ")
     )
+}
+
+/// Whether the replay record exists, and the privileges `role` has on it
+/// (`None` each when the table or the role does not exist), in the order
+/// of [`REPLAY_PRIVILEGES`].
+pub fn replay_facts_sql(table: &TableName, role: &str) -> String {
+    // By name in the catalog, not `to_regclass`, which needs USAGE on the
+    // schema: check asks as the relay role.
+    let privileges: Vec<String> = REPLAY_PRIVILEGES
+        .iter()
+        .map(|p| {
+            format!(
+                "(SELECT pg_catalog.has_table_privilege(r.oid, t.oid, '{p}') \
+                 FROM pg_catalog.pg_roles r, t WHERE r.rolname = {})",
+                escape_literal(role)
+            )
+        })
+        .collect();
+    format!(
+        "WITH t AS (SELECT c.oid FROM pg_catalog.pg_class c \
+           JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+           WHERE n.nspname = {} AND c.relname = {} AND c.relkind IN ('r', 'p')) \
+         SELECT EXISTS (SELECT 1 FROM t), {}",
+        escape_literal(&table.schema),
+        escape_literal(&table.name),
+        privileges.join(", ")
+    )
+}
+
+/// What the catalog says of the replay record.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplayFacts {
+    pub exists: bool,
+    /// Of [`REPLAY_PRIVILEGES`], those the role lacks (all of them when the
+    /// table does not exist).
+    pub missing: Vec<&'static str>,
+}
+
+/// Reads [`ReplayFacts`] for `role`.
+///
+/// # Errors
+/// The query fails.
+pub async fn replay_facts(
+    connection: &mut SqlConnection,
+    table: &TableName,
+    role: &str,
+) -> Result<ReplayFacts, ReplicationError> {
+    const ACTION: &str = "looking the replay record up";
+    let rows = connection
+        .query(&replay_facts_sql(table, role), ACTION)
+        .await?;
+    let Some(row) = rows.first() else {
+        return Err(shape(connection, ACTION));
+    };
+    let yes = |i: usize| row.get(i).cloned().flatten().as_deref() == Some("t");
+    Ok(ReplayFacts {
+        exists: yes(0),
+        missing: REPLAY_PRIVILEGES
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !yes(i + 1))
+            .map(|(_, p)| *p)
+            .collect(),
+    })
 }
 
 /// Turns the DEAD rows with these event ids back into due PENDING rows
@@ -195,11 +289,15 @@ pub struct DeadRow {
     pub last_status: Option<i64>,
     pub age_seconds: f64,
     pub id: i64,
+    /// `DEAD`, or another status for a row the replay record names.
+    pub status: String,
 }
 
 /// One row of the replay record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replay {
+    pub dlq_topic: String,
+    pub event_id: String,
     pub partition: i32,
     pub offset: i64,
     pub action: String,
@@ -237,15 +335,22 @@ pub async fn exists(
 pub async fn dead_rows(
     connection: &mut SqlConnection,
     table: &TableName,
+    also: &[i64],
 ) -> Result<Vec<DeadRow>, ReplicationError> {
     const ACTION: &str = "reading the DEAD rows of the delivery table";
-    let rows = connection.query(&list_sql(table), ACTION).await?;
+    let rows = connection.query(&list_sql(table, also), ACTION).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let text = |i: usize| row.get(i).cloned().flatten();
         let number = |i: usize| text(i).and_then(|v| v.parse::<i64>().ok());
-        let (Some(event_id), Some(route), Some(attempts), Some(max_attempts), Some(id)) =
-            (text(0), text(1), number(3), number(4), number(7))
+        let (
+            Some(event_id),
+            Some(route),
+            Some(attempts),
+            Some(max_attempts),
+            Some(id),
+            Some(status),
+        ) = (text(0), text(1), number(3), number(4), number(7), text(8))
         else {
             return Err(shape(connection, ACTION));
         };
@@ -258,12 +363,13 @@ pub async fn dead_rows(
             last_status: number(5),
             age_seconds: text(6).and_then(|v| v.parse().ok()).unwrap_or(0.0),
             id,
+            status,
         });
     }
     Ok(out)
 }
 
-/// The replay record of `dlq_topic`.
+/// The replay record of `dlq_topic` and of the delivery table `delivery`.
 ///
 /// # Errors
 /// The query fails.
@@ -271,23 +377,35 @@ pub async fn replays(
     connection: &mut SqlConnection,
     table: &TableName,
     dlq_topic: &str,
+    delivery: &TableName,
 ) -> Result<Vec<Replay>, ReplicationError> {
     const ACTION: &str = "reading the replay record";
-    let rows = connection
-        .query(&replays_sql(table, dlq_topic), ACTION)
-        .await?;
+    let sql = replays_sql(table, dlq_topic, &delivery.shown());
+    let rows = connection.query(&sql, ACTION).await?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let text = |i: usize| row.get(i).cloned().flatten();
-        let (Some(partition), Some(offset), Some(action), Some(at)) = (
-            text(0).and_then(|v| v.parse().ok()),
+        let (
+            Some(dlq_topic),
+            Some(partition),
+            Some(offset),
+            Some(event_id),
+            Some(action),
+            Some(at),
+        ) = (
+            text(0),
             text(1).and_then(|v| v.parse().ok()),
-            text(2),
+            text(2).and_then(|v| v.parse().ok()),
             text(3),
-        ) else {
+            text(4),
+            text(5),
+        )
+        else {
             return Err(shape(connection, ACTION));
         };
         out.push(Replay {
+            dlq_topic,
+            event_id,
             partition,
             offset,
             action,

@@ -38,12 +38,13 @@ fn row(event_id: &str, route: &str) -> table::DeadRow {
         last_status: Some(500),
         age_seconds: 90.0,
         id: 12,
+        status: "DEAD".into(),
     }
 }
 
 fn inventory(replays: &HashMap<(i32, i64), (String, String)>) -> Inventory {
     let table = table::delivery_table("public", None);
-    let mut entries = vec![table_entry(row("r'1%", "billing é"), &table)];
+    let mut entries = vec![table_entry(row("r'1%", "billing é"), &table, None)];
     entries.extend(kafka_entries(
         vec![
             letter(Some("e-1"), 0, 0, "old"),
@@ -158,4 +159,121 @@ fn the_table_escapes_control_characters_and_the_json_has_every_field() {
     assert_eq!(first["location"], "public.outbox_delivery#12");
     assert_eq!(doc["dead_letters"][2]["retryable"], false);
     assert!(doc["problems"].as_array().unwrap().is_empty());
+}
+
+fn record(id: &str, row_id: i64, action: &str) -> table::Replay {
+    table::Replay {
+        dlq_topic: "public.outbox_delivery".into(),
+        event_id: id.into(),
+        partition: table::ROW_PARTITION,
+        offset: row_id,
+        action: action.into(),
+        at: "then".into(),
+    }
+}
+
+#[test]
+fn rows_the_replay_record_names_keep_their_state_unless_dead_again() {
+    let table = table::delivery_table("public", None);
+    let mut retried = row("r", "billing");
+    retried.status = "PENDING".into();
+    retried.id = 1;
+    let mut dead_again = row("d", "billing");
+    dead_again.id = 2;
+    let records: HashMap<i64, table::Replay> = [
+        (1, record("r", 1, "replayed")),
+        (2, record("d", 2, "replayed")),
+        (3, record("gone", 3, "discarded")),
+    ]
+    .into_iter()
+    .collect();
+    let entries = table_entries(vec![retried, dead_again], &records, &table);
+    let got: Vec<(&str, State, &str)> = entries
+        .iter()
+        .map(|e| (e.id.as_str(), e.state, e.location.as_str()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("r", State::Replayed, "public.outbox_delivery#1"),
+            ("d", State::Dead, "public.outbox_delivery#2"),
+            ("gone", State::Discarded, "public.outbox_delivery#3"),
+        ]
+    );
+    assert_eq!(entries[0].route, "billing", "a retried row keeps its route");
+    assert_eq!(
+        entries[1].open,
+        vec![("public.outbox_delivery".to_owned(), table::ROW_PARTITION, 2)]
+    );
+    let inv = Inventory {
+        entries,
+        ..Inventory::default()
+    };
+    let shown = |all| {
+        inv.listed(all, None)
+            .iter()
+            .map(|e| e.id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(shown(false), ["d"]);
+    assert_eq!(shown(true), ["r", "d", "gone"]);
+    let text = render_text(&inv.listed(true, None), true);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("gone ") && l.ends_with("discarded")),
+        "{text}"
+    );
+}
+
+/// A config for the acting functions: only names are read.
+fn config() -> crate::config::Config {
+    crate::config::Config::default()
+}
+
+#[tokio::test]
+async fn what_was_done_already_is_skipped_in_either_sink_and_needs_no_database() {
+    let table = table::delivery_table("public", None);
+    let records: HashMap<i64, table::Replay> =
+        [(3, record("gone", 3, "discarded"))].into_iter().collect();
+    let mut replays = HashMap::new();
+    replays.insert((1, 0), ("discarded".to_owned(), "now".to_owned()));
+    let mut inv = inventory(&replays);
+    inv.entries
+        .extend(table_entries(Vec::new(), &records, &table));
+    let ids = vec!["gone".to_owned(), "e-2".to_owned()];
+    let outcome = discard(&config(), &inv, None, &ids).await;
+    assert!(outcome.problems.is_empty(), "{:?}", outcome.problems);
+    assert_eq!(outcome.done.len(), 2, "{:?}", outcome.done);
+    assert!(
+        outcome.done.iter().all(|d| d.contains("already discarded")),
+        "{:?}",
+        outcome.done
+    );
+}
+
+#[tokio::test]
+async fn a_dead_letter_retry_cannot_send_is_refused_for_its_reason_first() {
+    let mut inv = inventory(&HashMap::new());
+    inv.replay_unusable =
+        Some("the replay record x does not exist: run `outbox-relay init`".into());
+    let ids = vec!["dlq/0/1".to_owned(), "e-1".to_owned()];
+    let outcome = retry(&config(), &inv, None, &ids, None).await;
+    assert_eq!(outcome.problems.len(), 2, "{:?}", outcome.problems);
+    assert!(
+        outcome.problems[0]
+            .starts_with("\"dlq/0/1\" cannot be retried: it has no readable event id"),
+        "{:?}",
+        outcome.problems
+    );
+    assert!(
+        !outcome.problems[0].contains("replay record"),
+        "{:?}",
+        outcome.problems
+    );
+    assert!(
+        outcome.problems[1].contains("\"e-1\": not retried")
+            && outcome.problems[1].contains("run `outbox-relay init`"),
+        "{:?}",
+        outcome.problems
+    );
 }

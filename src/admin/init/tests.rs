@@ -644,3 +644,49 @@ fn on_postgresql_17_the_slot_is_a_failover_slot() {
         slot.summary
     );
 }
+
+#[test]
+fn the_replay_record_is_created_and_granted_once() {
+    use crate::admin::dead::table::{ReplayFacts, replay_table};
+    let table = replay_table("app");
+    let grant = InitOptions {
+        grant: Some("relay".into()),
+        ..InitOptions::default()
+    };
+    let planned = |facts: &ReplayFacts, options: &InitOptions| {
+        let mut plan = Plan::default();
+        super::replay::plan_replay_table(&table, facts, options, &mut plan);
+        plan
+    };
+    let missing = ReplayFacts {
+        exists: false,
+        missing: vec!["SELECT", "INSERT", "UPDATE"],
+    };
+    let plan = planned(&missing, &grant);
+    let sql: Vec<&str> = plan.steps.iter().map(|s| s.sql.as_str()).collect();
+    assert_eq!(sql.len(), 2, "{sql:?}");
+    assert!(
+        sql[0].starts_with("CREATE TABLE IF NOT EXISTS \"app\".\"outbox_dead_replay\" ("),
+        "{sql:?}"
+    );
+    assert_eq!(
+        sql[1],
+        "GRANT SELECT, INSERT, UPDATE ON \"app\".\"outbox_dead_replay\" TO \"relay\""
+    );
+    // Without --grant: created, nothing granted.
+    assert_eq!(planned(&missing, &InitOptions::default()).steps.len(), 1);
+    // In place: nothing to run.
+    let in_place = ReplayFacts {
+        exists: true,
+        missing: Vec::new(),
+    };
+    let plan = planned(&in_place, &grant);
+    assert!(plan.steps.is_empty(), "{plan:?}");
+    assert_eq!(plan.in_place.len(), 2, "{plan:?}");
+    // A privilege missing: granted again.
+    let partial = ReplayFacts {
+        exists: true,
+        missing: vec!["UPDATE"],
+    };
+    assert_eq!(planned(&partial, &grant).steps.len(), 1);
+}

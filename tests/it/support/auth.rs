@@ -99,9 +99,14 @@ impl TestRole {
     }
 
     /// Drops the role; call after `drop_all` (the table held its grant).
+    /// What `init --grant` gave it on tables that stay (the replay record
+    /// in `public`) is revoked first, or the role could not be dropped.
     pub async fn drop_role(&self, admin: &Client) {
         let _ = admin
-            .batch_execute(&format!("DROP ROLE IF EXISTS {}", self.name))
+            .batch_execute(&format!(
+                "REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {name}; DROP ROLE IF EXISTS {name}",
+                name = self.name
+            ))
             .await;
     }
 }

@@ -96,7 +96,32 @@ pub async fn pg_admin() -> Client {
         .await
         .expect("connect to PG_URL");
     tokio::spawn(conn);
+    PUBLIC_REPLAY_RECORD
+        .get_or_init(|| replay_record(&client, "public"))
+        .await;
     client
+}
+
+/// The replay record in `public` is made once, before any test's `init`
+/// could: tests share `public`, and two `CREATE TABLE IF NOT EXISTS` at
+/// once can collide.
+static PUBLIC_REPLAY_RECORD: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// The dead-letter replay record in `schema` as `outbox-relay init --grant
+/// relay` makes it: its `CREATE TABLE` and the relay role's privileges.
+/// Under a lock, as tests share `public`.
+pub async fn replay_record(admin: &Client, schema: &str) {
+    use outbox_relay::admin::dead::table;
+    let replay = table::replay_table(schema);
+    admin
+        .batch_execute(&format!(
+            "BEGIN; SELECT pg_advisory_xact_lock(74151); {}; GRANT {} ON {} TO relay; COMMIT;",
+            table::create_replay_sql(&replay),
+            table::REPLAY_PRIVILEGES.join(", "),
+            replay.sql()
+        ))
+        .await
+        .expect("create the replay record");
 }
 
 /// Waits until `cond` holds, checking every 100 ms, or panics after `within`.

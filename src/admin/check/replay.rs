@@ -1,0 +1,50 @@
+//! `check`'s item for the dead-letter commands: the replay record
+//! (`outbox_dead_replay`, which `dead retry` and `dead discard` record in)
+//! exists and the relay role may use it (asked of the catalog: check
+//! writes nothing). A warning, not a failure: `run` does not need it, only
+//! the `dead` commands do, and they change nothing without it.
+
+use super::Item;
+use crate::admin::dead::table::{self, REPLAY_PRIVILEGES};
+use crate::config::Config;
+use crate::replication::SqlConnection;
+
+/// The item; `role` is the relay's role.
+pub(super) async fn item(connection: &mut SqlConnection, config: &Config, role: &str) -> Item {
+    const NAME: &str = "postgres.replay_table";
+    let (schema, _) = config.postgres.table_parts();
+    let replay = table::replay_table(&schema);
+    let shown = replay.shown();
+    let wanted = REPLAY_PRIVILEGES.join(", ");
+    match table::replay_facts(connection, &replay, role).await {
+        Err(e) => Item::warn(NAME, format!("could not be checked: {e}")),
+        Ok(facts) if !facts.exists => Item::warn(
+            NAME,
+            format!(
+                "{shown} does not exist; `outbox-relay dead retry` and `dead discard` refuse \
+                 to act without it"
+            ),
+        )
+        .fix(
+            "run `outbox-relay init --admin-url <owner's URL> --grant` (it creates the table \
+             and grants the relay role what the dead commands need)",
+        ),
+        Ok(facts) if !facts.missing.is_empty() => Item::warn(
+            NAME,
+            format!(
+                "the relay role lacks {} on {shown}; the dead commands cannot record what \
+                 they did",
+                facts.missing.join(", ")
+            ),
+        )
+        .fix(format!(
+            "run `outbox-relay init --admin-url <owner's URL> --grant`, or as its owner: \
+             GRANT {wanted} ON {} TO <relay role>",
+            replay.sql()
+        )),
+        Ok(_) => Item::ok(
+            NAME,
+            format!("{shown} exists; the relay role has {wanted} on it"),
+        ),
+    }
+}
