@@ -23,6 +23,9 @@ use toml::{Table, Value};
 
 use super::{Config, LogFormat};
 
+/// The log target of the start-up report.
+const LOG_TARGET: &str = "outbox_relay::config";
+
 /// `kafka` keys of exactly-once delivery only.
 const EXACTLY_ONCE_KEYS: [&str; 5] = [
     "transactional_id",
@@ -136,18 +139,26 @@ impl Config {
         match self.relay.log_format {
             LogFormat::Text => {
                 for line in self.effective_lines() {
-                    tracing::info!("config {line}");
+                    tracing::info!(target: LOG_TARGET, "config {line}");
                 }
             }
             LogFormat::Json => {
                 for (key, value) in self.effective_keys() {
                     let key = key.as_str();
                     match value {
-                        Value::String(s) => tracing::info!(key, value = s.as_str(), "config"),
-                        Value::Integer(i) => tracing::info!(key, value = i, "config"),
-                        Value::Float(f) => tracing::info!(key, value = f, "config"),
-                        Value::Boolean(b) => tracing::info!(key, value = b, "config"),
-                        other => tracing::info!(key, value = %other, "config"),
+                        Value::String(s) => {
+                            tracing::info!(target: LOG_TARGET, key, value = s.as_str(), "config")
+                        }
+                        Value::Integer(i) => {
+                            tracing::info!(target: LOG_TARGET, key, value = i, "config")
+                        }
+                        Value::Float(f) => {
+                            tracing::info!(target: LOG_TARGET, key, value = f, "config")
+                        }
+                        Value::Boolean(b) => {
+                            tracing::info!(target: LOG_TARGET, key, value = b, "config")
+                        }
+                        other => tracing::info!(target: LOG_TARGET, key, value = %other, "config"),
                     }
                 }
             }
