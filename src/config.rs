@@ -20,7 +20,7 @@
 //! * Secrets never reach `Debug`, `Display`, `Serialize` or an error
 //!   message: the password in `postgres.url` and Kafka properties that look
 //!   secret are shown as `***`, and parse errors never quote the offending
-//!   text. Serializing a config (the start-up line, the documentation test)
+//!   text. Serializing a config (the effective config, the documentation test)
 //!   yields the redacted values, so it can never round-trip a secret.
 
 mod addr;
