@@ -134,7 +134,7 @@ impl Config {
     /// Logs the effective configuration at INFO, message `config`: in text
     /// logs one line a table ([`Config::effective_lines`]), in JSON logs one
     /// record a key with the fields `key` and `value`, a number or boolean
-    /// as such ([`Config::effective_keys`]).
+    /// as such, text that is a number too ([`Config::effective_keys`]).
     pub fn log_effective(&self) {
         match self.relay.log_format {
             LogFormat::Text => {
@@ -145,6 +145,16 @@ impl Config {
             LogFormat::Json => {
                 for (key, value) in self.effective_keys() {
                     let key = key.as_str();
+                    // JSON logs hold no number in a string: a Kafka
+                    // property's value is text, but `"65536"` is a number.
+                    let value = match value {
+                        Value::String(s) => match (s.parse::<i64>(), s.parse::<f64>()) {
+                            (Ok(i), _) => Value::Integer(i),
+                            (_, Ok(f)) if f.is_finite() => Value::Float(f),
+                            _ => Value::String(s),
+                        },
+                        other => other,
+                    };
                     match value {
                         Value::String(s) => {
                             tracing::info!(target: LOG_TARGET, key, value = s.as_str(), "config")

@@ -344,7 +344,8 @@ fn logged(config: &Config) -> String {
 #[test]
 fn json_logs_report_one_record_a_key_with_typed_values() {
     let config = load(
-        "[relay]\nlog_format = \"json\"\n[kafka.properties]\n\"sasl.password\" = \"Pw-s3cret\"",
+        "[relay]\nlog_format = \"json\"\n[kafka.properties]\n\"sasl.password\" = \"Pw-s3cret\"\n\
+         \"batch.size\" = \"65536\"",
         &[],
     );
     let log = logged(&config);
@@ -367,6 +368,11 @@ fn json_logs_report_one_record_a_key_with_typed_values() {
     assert_eq!(
         field("kafka.properties.sasl.password"),
         serde_json::json!("***")
+    );
+    // No number in a string, as everywhere in JSON logs.
+    assert_eq!(
+        field("kafka.properties.batch.size"),
+        serde_json::json!(65536)
     );
     assert!(
         records
