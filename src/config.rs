@@ -20,10 +20,13 @@
 //! * Secrets never reach `Debug`, `Display`, `Serialize` or an error
 //!   message: the password in `postgres.url` and Kafka properties that look
 //!   secret are shown as `***`, and parse errors never quote the offending
-//!   text. Serializing a config (the start-up line, the documentation test)
+//!   text. Serializing a config (the effective config, the documentation test)
 //!   yields the redacted values, so it can never round-trip a secret.
 
+mod addr;
 mod build;
+mod effective;
+mod env_names;
 mod show;
 mod sinks;
 mod sources;
@@ -31,7 +34,6 @@ mod validate;
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -45,8 +47,9 @@ use crate::outbox::message::DEFAULT_PREFIX;
 use crate::sink::OnUnroutable;
 
 pub use crate::redact::{is_secret_property, redact_conninfo};
+pub use addr::ListenAddr;
+pub use env_names::ENV_PREFIX;
 pub use sinks::{RouteConfig, SinkConfig, SinkKind, warnings};
-pub use sources::ENV_PREFIX;
 
 /// A complete, commented example configuration (`relay.example.toml`).
 pub const EXAMPLE_TOML: &str = include_str!("config/relay.example.toml");
@@ -310,7 +313,8 @@ pub struct CloudEventsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct RelayConfig {
     pub channel_capacity: usize,
-    pub metrics_addr: Option<SocketAddr>,
+    /// `host:port`, the host an IP address or a name resolved at start.
+    pub metrics_addr: Option<ListenAddr>,
     pub log_format: LogFormat,
     /// /health turns 503 once a retry loop has gone on this long without
     /// progress.
@@ -587,6 +591,8 @@ pub(crate) fn load_for_test(extra: &str, env: &[(&str, &str)]) -> Result<Config,
     ))
 }
 
+#[cfg(test)]
+mod effective_tests;
 #[cfg(test)]
 mod source_tests;
 #[cfg(test)]

@@ -107,7 +107,8 @@ enum Command {
     /// Stream the outbox to Kafka until SIGTERM/SIGINT.
     #[command(after_help = EXIT_CODES_HELP)]
     Run(RunArgs),
-    /// Load and validate the config, print it with secrets redacted, and exit.
+    /// Load and validate the config, print the effective configuration as TOML
+    /// (defaults filled in, secrets as ***), and exit.
     CheckConfig(RunArgs),
     /// Create the publication and the replication slot (with --create-table the outbox table,
     /// with exactly-once delivery the checkpoint topic) if missing. Safe to run again.
@@ -326,7 +327,7 @@ fn main() -> ExitCode {
         }
     };
     if let Command::CheckConfig(_) = cli.command {
-        println!("{config:#?}");
+        print!("{}", config.effective_toml());
         for warning in outbox_relay::config::warnings(&config) {
             eprintln!("outbox-relay: warning: {warning}");
         }
@@ -489,10 +490,11 @@ enum RunError {
 
 async fn run(config: Config) -> Result<Stopped, RunError> {
     let health = Health::default();
-    if let Some(addr) = config.relay.metrics_addr {
+    if let Some(addr) = &config.relay.metrics_addr {
         let handle =
             metrics::install_recorder().map_err(|e| RunError::Setup(anyhow::Error::msg(e)))?;
-        let listener = tokio::net::TcpListener::bind(addr)
+        // A host name is resolved here: the first of its addresses that binds.
+        let listener = tokio::net::TcpListener::bind((addr.host(), addr.port()))
             .await
             .with_context(|| format!("cannot listen on relay.metrics_addr {addr}"))
             .map_err(RunError::Setup)?;
@@ -508,14 +510,11 @@ async fn run(config: Config) -> Result<Stopped, RunError> {
     let settings = config
         .relay_settings()
         .map_err(|e| RunError::Setup(e.into()))?;
-    // Every key as the relay will use it (file, environment and flags
+    // Then every key as the relay will use it (file, environment and flags
     // merged, defaults filled in), secrets as ***: the first thing to read
     // when the relay does not do what its config file seems to say.
-    tracing::info!(
-        version = env!("CARGO_PKG_VERSION"),
-        config = %config.effective(),
-        "outbox-relay starting"
-    );
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "outbox-relay starting");
+    config.log_effective();
     relay::run_observed(settings, config.observability(), stop_rx, health)
         .await
         .map_err(RunError::Relay)

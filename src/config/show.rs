@@ -1,6 +1,7 @@
 //! How a configuration shows itself, secrets always redacted: the
-//! serialized effective config (the start-up line, `check-config`), its
-//! flattened keys, `Debug` and the one-line `Display`.
+//! serialization the effective config (`effective.rs`: `check-config`, the
+//! start-up report) is made of, its flattened keys, `Debug` and the
+//! one-line `Display`.
 //!
 //! Invariant: no password of `postgres.url` and no secret Kafka property
 //! (`sasl.password`, `ssl.key.password`, ...) appears in any of them
@@ -61,17 +62,6 @@ impl Config {
         }
         out
     }
-
-    /// The effective configuration on one line, `key=value` with values as
-    /// JSON (strings quoted), secrets redacted: for the start-up log.
-    pub fn effective(&self) -> String {
-        let pairs: Vec<String> = self
-            .flattened()
-            .into_iter()
-            .map(|(key, value)| format!("{key}={value}"))
-            .collect();
-        pairs.join(" ")
-    }
 }
 
 // `Debug` is written by hand for the structs that hold secrets.
@@ -106,6 +96,8 @@ impl fmt::Debug for PostgresConfig {
             .field("message_prefix", &self.message_prefix)
             .field("cleanup", &self.cleanup)
             .field("delivery_table", &self.delivery_table)
+            .field("shards", &self.shards)
+            .field("shard", &self.shard)
             .finish()
     }
 }

@@ -10,19 +10,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 
-use figment::error::{Actual, Kind};
+use figment::error::Kind;
 use figment::providers::{Format, Toml};
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider, Source};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
+use super::env_names::{self, ENV_PREFIX, ENV_SEPARATOR, env_var_name, kind_of};
 use super::{Config, ConfigError, ParseProblem};
-
-/// Prefix of the environment variables that override config keys.
-pub const ENV_PREFIX: &str = "OUTBOX_RELAY__";
-/// Separator between key path segments in a variable name.
-const ENV_SEPARATOR: &str = "__";
 
 /// File (or in-memory TOML) first, then the environment over it.
 pub(super) fn figment(
@@ -68,19 +64,38 @@ impl Provider for TomlText {
 /// `kafka.properties` a `_` stands for `.` (`..._COMPRESSION_TYPE` →
 /// `compression.type`): variable names cannot hold dots in most shells, and
 /// librdkafka property names use none of `_` outside C-only callbacks.
+///
+/// A variable that sets no key is refused, naming the variable it likely
+/// meant (`env_names.rs`): one of `OUTBOX_RELAY__` whose path is no key,
+/// and one that starts `OUTBOX_RELAY_` and a section name with a single
+/// `_` (`OUTBOX_RELAY_POSTGRES_SLOT`), which would otherwise be ignored.
 struct EnvOverrides {
     vars: Vec<(String, String)>,
+    /// Why each variable that sets no key is refused.
+    refused: Vec<String>,
 }
 
 impl EnvOverrides {
     fn new(env: impl IntoIterator<Item = (String, String)>) -> Self {
-        let vars = env
-            .into_iter()
-            .filter(|(k, _)| {
-                k.len() > ENV_PREFIX.len() && k[..ENV_PREFIX.len()].eq_ignore_ascii_case(ENV_PREFIX)
-            })
-            .collect();
-        EnvOverrides { vars }
+        let mut vars = Vec::new();
+        let mut refused = Vec::new();
+        for (name, value) in env {
+            if name.len() > ENV_PREFIX.len()
+                && name[..ENV_PREFIX.len()].eq_ignore_ascii_case(ENV_PREFIX)
+            {
+                if let Ok(path) = env_key_path(&name)
+                    && !env_names::is_key(&path)
+                {
+                    refused.push(env_names::not_a_key(&name, &path));
+                    continue;
+                }
+                vars.push((name, value));
+            } else if env_names::looks_like_a_key(&name) {
+                refused.push(env_names::single_separator(&name));
+            }
+        }
+        refused.sort();
+        EnvOverrides { vars, refused }
     }
 }
 
@@ -90,6 +105,9 @@ impl Provider for EnvOverrides {
     }
 
     fn data(&self) -> Result<Map<Profile, Dict>, figment::Error> {
+        if !self.refused.is_empty() {
+            return Err(figment::Error::from(self.refused.join("; ")));
+        }
         let mut root = Dict::new();
         for (name, value) in &self.vars {
             let path = env_key_path(name).map_err(figment::Error::from)?;
@@ -105,7 +123,7 @@ impl Provider for EnvOverrides {
 }
 
 /// The key path a variable name stands for.
-fn env_key_path(name: &str) -> Result<Vec<String>, String> {
+pub(super) fn env_key_path(name: &str) -> Result<Vec<String>, String> {
     let rest = &name[ENV_PREFIX.len()..];
     let mut path: Vec<String> = rest
         .split(ENV_SEPARATOR)
@@ -153,6 +171,11 @@ fn problem(error: figment::Error) -> ParseProblem {
         Kind::UnknownVariant(_, expected) => {
             format!("unknown value; expected one of {}", list(expected))
         }
+        Kind::InvalidType(actual, expected) | Kind::InvalidValue(actual, expected)
+            if env_names::scalar(expected).is_some() =>
+        {
+            env_names::not_a_scalar(&error.path, actual, expected, from_env(&error))
+        }
         Kind::InvalidType(actual, expected) => {
             format!("expected {expected}, found {}", kind_of(actual))
         }
@@ -167,12 +190,15 @@ fn problem(error: figment::Error) -> ParseProblem {
         Kind::Unsupported(actual) => format!("unsupported {}", kind_of(actual)),
         Kind::UnsupportedKey(actual, _) => format!("unsupported key type {}", kind_of(actual)),
     };
-    let origin = error.metadata.as_ref().map(|md| match &md.source {
-        Some(Source::File(path)) => format!("{} {}", md.name, path.display()),
-        Some(Source::Custom(_)) if !error.path.is_empty() => {
-            format!("environment variable {}", env_var_name(&error.path))
-        }
-        _ => md.name.to_string(),
+    let origin = error.metadata.as_ref().and_then(|md| match &md.source {
+        Some(Source::File(path)) => Some(format!("{} {}", md.name, path.display())),
+        Some(Source::Custom(_)) if !error.path.is_empty() => Some(format!(
+            "environment variable {}",
+            env_var_name(&error.path)
+        )),
+        // The provider's own refusals name their variables.
+        Some(Source::Custom(_)) => None,
+        _ => Some(md.name.to_string()),
     });
     ParseProblem {
         field,
@@ -181,32 +207,17 @@ fn problem(error: figment::Error) -> ParseProblem {
     }
 }
 
-/// The variable that sets `path` (for messages).
-fn env_var_name(path: &[String]) -> String {
-    let upper: Vec<String> = path
-        .iter()
-        .map(|s| s.to_ascii_uppercase().replace('.', "_"))
-        .collect();
-    format!("{ENV_PREFIX}{}", upper.join(ENV_SEPARATOR))
+/// Whether the value in error came from a variable.
+fn from_env(error: &figment::Error) -> bool {
+    error
+        .metadata
+        .as_ref()
+        .is_some_and(|md| matches!(md.source, Some(Source::Custom(_))))
 }
 
 fn list(names: &[&str]) -> String {
     let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
     quoted.join(", ")
-}
-
-/// The kind of a value, never the value itself.
-fn kind_of(actual: &Actual) -> &'static str {
-    match actual {
-        Actual::Bool(_) => "a boolean",
-        Actual::Unsigned(_) | Actual::Signed(_) => "an integer",
-        Actual::Float(_) => "a float",
-        Actual::Char(_) | Actual::Str(_) => "a string",
-        Actual::Bytes(_) => "bytes",
-        Actual::Seq => "an array",
-        Actual::Map => "a table",
-        _ => "a value of another type",
-    }
 }
 
 /// Drops the source excerpt TOML parse errors include (`2 | url = ...`):

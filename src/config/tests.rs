@@ -223,25 +223,31 @@ fn unknown_keys_are_refused_and_named() {
         (
             format!("{MINIMAL}\n[postgres.columns]\nagregate_id = \"x\"\n"),
             &[],
-            "agregate_id",
+            "unknown key `agregate_id`",
         ),
-        (MINIMAL.replace("slot =", "slott ="), &[], "slott"),
+        (
+            MINIMAL.replace("slot =", "slott ="),
+            &[],
+            "unknown key `slott`",
+        ),
         (
             format!("{MINIMAL}\n[kafkaa]\nbrokers = \"x\"\n"),
             &[],
-            "kafkaa",
+            "unknown key `kafkaa`",
         ),
         (
             MINIMAL.to_owned(),
             &[("OUTBOX_RELAY__KAFKA__LINGERMS", "3")],
-            "lingerms",
+            "environment variable OUTBOX_RELAY__KAFKA__LINGERMS sets `kafka.lingerms`, which is \
+             not a configuration key; did you mean OUTBOX_RELAY__KAFKA__LINGER_MS \
+             (`kafka.linger_ms`)?",
         ),
     ];
-    for (toml, vars, key) in cases {
+    for (toml, vars, says) in cases {
         let err = load_str(&toml, vars).unwrap_err();
         assert!(matches!(err, ConfigError::Parse(_)), "{err:?}");
         let text = err.to_string();
-        assert!(text.contains(&format!("unknown key `{key}`")), "{text}");
+        assert!(text.contains(says), "{text}");
     }
     let err = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA__LINGERMS", "3")]).unwrap_err();
     assert!(err.to_string().contains("kafka"), "{err}");
@@ -271,6 +277,134 @@ fn wrong_types_name_the_field_and_origin() {
     )
     .unwrap_err();
     assert!(err.to_string().contains("relay.metrics_addr"), "{err}");
+}
+
+/// A key's variable with one `_` after the prefix (the rest joined by `_`
+/// too) would set nothing and leave the key at its default: refused, naming
+/// the variable meant. Variables that are not keys stay allowed.
+#[test]
+fn a_variable_with_single_underscores_is_refused_naming_the_one_meant() {
+    let err = load_str(
+        MINIMAL,
+        &[
+            ("OUTBOX_RELAY_POSTGRES_SLOT", "other_slot"),
+            ("OUTBOX_RELAY_KAFKA_PROPERTIES_SASL_PASSWORD", CANARY),
+        ],
+    )
+    .unwrap_err();
+    assert!(matches!(err, ConfigError::Parse(_)), "{err:?}");
+    let text = err.to_string();
+    for says in [
+        "environment variable OUTBOX_RELAY_POSTGRES_SLOT sets no configuration key",
+        "did you mean OUTBOX_RELAY__POSTGRES__SLOT (`postgres.slot`)?",
+        "environment variable OUTBOX_RELAY_KAFKA_PROPERTIES_SASL_PASSWORD sets no",
+        "OUTBOX_RELAY__KAFKA__PROPERTIES__SASL_PASSWORD (`kafka.properties.sasl.password`)",
+    ] {
+        assert!(text.contains(says), "{says} in {text}");
+    }
+    assert!(
+        !text.contains(CANARY) && !text.contains("other_slot"),
+        "{text}"
+    );
+    // With `__` after the prefix but `_` inside the path: the same.
+    let err = load_str(MINIMAL, &[("OUTBOX_RELAY__POSTGRES_SLOT", "x")]).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("did you mean OUTBOX_RELAY__POSTGRES__SLOT"),
+        "{err}"
+    );
+    let config = load_str(
+        MINIMAL,
+        &[
+            ("OUTBOX_RELAY_CONFIG", "/etc/relay.toml"),
+            ("OUTBOX_RELAY_ADMIN_URL", "postgres://admin@db/app"),
+            ("OUTBOX_RELAY_SERVICES", "scripts/services"),
+            ("OUTBOX_RELAY__POSTGRES__SLOT", "from_env"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(config.postgres.slot, "from_env");
+}
+
+/// A number may be written as digits or as digits in quotes (a variable's
+/// value is always text); anything else is refused saying what to write.
+#[test]
+fn a_number_that_is_not_one_is_refused_saying_what_to_write() {
+    let file = |value: &str| MINIMAL.replace("[kafka]", &format!("[kafka]\nlinger_ms = {value}"));
+    for value in ["5", "\"5\""] {
+        assert_eq!(load_str(&file(value), &[]).unwrap().kafka.linger_ms, 5);
+    }
+    let in_file = "kafka.linger_ms: expected a whole number (0 or more)";
+    for (value, found) in [
+        ("\"five\"", "found text that is not a number"),
+        ("\"-5\"", "found a negative number"),
+        ("-5", "found a negative number"),
+        ("5.5", "found a number with a fraction"),
+    ] {
+        let text = load_str(&file(value), &[]).unwrap_err().to_string();
+        assert!(
+            text.contains(in_file) && text.contains(found),
+            "{value}: {text}"
+        );
+        assert!(
+            text.contains("write digits, e.g. linger_ms = 5 (the default)"),
+            "{value}: {text}"
+        );
+        assert!(!text.contains("five"), "never quoted: {text}");
+    }
+    let text = load_str(MINIMAL, &[("OUTBOX_RELAY__KAFKA__LINGER_MS", "five")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("write digits, e.g. OUTBOX_RELAY__KAFKA__LINGER_MS=5 (the default)"),
+        "{text}"
+    );
+    let text = load_str(
+        &format!("{MINIMAL}\n[sinks.b]\nurl = \"https://b.example/\"\ntimeout_ms = \"soon\""),
+        &[],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        text.contains("sinks.b.timeout_ms") && text.contains("timeout_ms = 10000 (the default)"),
+        "{text}"
+    );
+    let text = load_str(MINIMAL, &[("OUTBOX_RELAY__RELAY__STANDBY_LOCK", "maybe")])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("expected true or false")
+            && text.contains("OUTBOX_RELAY__RELAY__STANDBY_LOCK=true (the default)"),
+        "{text}"
+    );
+}
+
+/// docs/configuration.md says `host:port`; a host name is one.
+#[test]
+fn the_metrics_address_takes_a_host_name() {
+    let config = load_str(
+        MINIMAL,
+        &[("OUTBOX_RELAY__RELAY__METRICS_ADDR", "localhost:9187")],
+    )
+    .unwrap();
+    let addr = config.relay.metrics_addr.expect("metrics_addr");
+    assert_eq!((addr.host(), addr.port()), ("localhost", 9187));
+    let config = load_str(
+        &format!("{MINIMAL}\n[relay]\nmetrics_addr = \"[::1]:9187\""),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(config.relay.metrics_addr.unwrap().host(), "::1");
+    let text = load_str(
+        MINIMAL,
+        &[("OUTBOX_RELAY__RELAY__METRICS_ADDR", "localhost")],
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        text.contains("relay.metrics_addr: no port: expected host:port"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -617,33 +751,35 @@ fn assert_hidden(text: &str) {
 }
 
 #[test]
-fn secrets_never_serialize_and_the_effective_line_shows_the_rest() {
+fn secrets_never_serialize_and_the_effective_config_shows_the_rest() {
     let config = secret_config();
     let json = serde_json::to_string(&config).unwrap();
     assert_hidden(&json);
-    let line = config.effective();
-    assert_hidden(&line);
+    let toml = config.effective_toml();
+    assert_hidden(&toml);
+    for line in config.effective_lines() {
+        assert_hidden(&line);
+    }
+    for (key, value) in config.effective_keys() {
+        assert_hidden(&format!("{key}={value}"));
+    }
     for (key, value) in config.flattened() {
         assert_hidden(&format!("{key}={value}"));
     }
-    // Every key is on the line, with its value; secrets as ***.
+    // The keys are there, with their values; secrets as ***.
     for shown in [
-        "postgres.url=\"postgres://relay:***@127.0.0.1:5432/app?sslpassword=***\"",
-        "postgres.slot=\"s\"",
-        "postgres.status_interval_secs=10",
-        "postgres.columns.source=null",
-        "postgres.header_columns={}",
-        "kafka.properties.sasl.password=\"***\"",
-        "kafka.properties.sasl.username=\"relay\"",
-        "kafka.on_unroutable=\"stop\"",
-        "cloudevents.mode=\"binary\"",
-        "relay.log_format=\"text\"",
-        "relay.metrics_addr=null",
-        "relay.progress_interval_secs=30",
+        "url = \"postgres://relay:***@127.0.0.1:5432/app?sslpassword=***\"",
+        "slot = \"s\"",
+        "status_interval_secs = 10",
+        "\"sasl.password\" = \"***\"",
+        "\"sasl.username\" = \"relay\"",
+        "on_unroutable = \"stop\"",
+        "mode = \"binary\"",
+        "log_format = \"text\"",
+        "progress_interval_secs = 30",
     ] {
-        assert!(line.contains(shown), "{shown} in {line}");
+        assert!(toml.contains(shown), "{shown} in {toml}");
     }
-    assert!(!line.contains('\n'), "one line: {line}");
 }
 
 #[test]
@@ -1085,23 +1221,17 @@ fn exactly_once_caps_the_message_timeout_under_the_brokers_transaction_cap() {
 
 #[test]
 fn the_effective_config_shows_the_delivery_mode() {
-    let config = minimal();
-    assert!(
-        config
-            .effective()
-            .contains("kafka.delivery=\"at-least-once\""),
-        "{}",
-        config.effective()
-    );
+    let shown = minimal().effective_toml();
+    assert!(shown.contains("delivery = \"at-least-once\""), "{shown}");
     let config = load_str(
         MINIMAL,
         &[("OUTBOX_RELAY__KAFKA__DELIVERY", "exactly-once")],
     )
     .unwrap();
-    let shown = config.effective();
-    assert!(shown.contains("kafka.delivery=\"exactly-once\""), "{shown}");
+    let shown = config.effective_toml();
+    assert!(shown.contains("delivery = \"exactly-once\""), "{shown}");
     assert!(
-        shown.contains("kafka.checkpoint_topic=\"outbox-relay.checkpoints\""),
+        shown.contains("checkpoint_topic = \"outbox-relay.checkpoints\""),
         "{shown}"
     );
 }

@@ -235,8 +235,9 @@ async fn metrics_show_latency_bytes_by_topic_dead_letters_by_reason_and_slot_lag
 // ---------------------------------------------------------------------------
 // Log lines
 
-/// At info, as deployed: the start-up line shows the effective config with
-/// the password hidden; librdkafka's expected gapless-guarantee warning is
+/// At info, as deployed: the start-up report shows the effective config,
+/// one line a table, with the password hidden (and a metrics address given
+/// by host name binds); librdkafka's expected gapless-guarantee warning is
 /// not printed; a progress line appears while there is work (interval cut
 /// to 1 s here) with the rate, the lag, what is in flight and the dead
 /// letters.
@@ -249,7 +250,10 @@ async fn start_up_line_redacts_secrets_progress_line_appears_and_confwarn_is_qui
         .and_then(|(user, _)| user.split_once(':'))
         .map(|(_, password)| password.to_owned())
         .expect("PG_RELAY_URL has a password");
-    let config = outbox.write_config("[relay]\nprogress_interval_secs = 1");
+    let port = free_port();
+    let config = outbox.write_config(&format!(
+        "[relay]\nprogress_interval_secs = 1\nmetrics_addr = \"localhost:{port}\""
+    ));
     let mut relay = Relay::process(&config);
     wait_until("the relay to hold the slot", FAST_EXIT, || {
         outbox.slot_active()
@@ -267,19 +271,30 @@ async fn start_up_line_redacts_secrets_progress_line_appears_and_confwarn_is_qui
     let log = std::fs::read_to_string(&log_path).expect("the relay's log");
 
     assert!(!log.contains(&password), "the password leaked:\n{log}");
-    let start = log
-        .lines()
-        .find(|l| l.contains("outbox-relay starting"))
-        .unwrap_or_else(|| panic!("no start-up line:\n{log}"));
-    for shown in [
-        "postgres.url=\"postgres://relay:***@".to_owned(),
-        format!("postgres.slot=\"{}\"", outbox.slot),
-        format!("kafka.dlq_topic=\"{}\"", outbox.dlq_topic),
-        "relay.progress_interval_secs=1".to_owned(),
-        "relay.unhealthy_after_secs=120".to_owned(),
+    assert!(
+        log.lines().any(|l| l.contains("outbox-relay starting")),
+        "no start-up line:\n{log}"
+    );
+    let table = |name: &str| {
+        log.lines()
+            .find(|l| l.contains(" INFO ") && l.contains(&format!(": config {name} = {{ ")))
+            .unwrap_or_else(|| panic!("no config line of [{name}]:\n{log}"))
+    };
+    for (name, shown) in [
+        ("postgres", "url = \"postgres://relay:***@".to_owned()),
+        ("postgres", format!("slot = \"{}\"", outbox.slot)),
+        ("kafka", format!("dlq_topic = \"{}\"", outbox.dlq_topic)),
+        ("relay", "progress_interval_secs = 1,".to_owned()),
+        ("relay", "unhealthy_after_secs = 120,".to_owned()),
+        ("relay", format!("metrics_addr = \"localhost:{port}\"")),
     ] {
-        assert!(start.contains(&shown), "{shown} in {start}");
+        let line = table(name);
+        assert!(line.contains(&shown), "{shown} in {line}");
     }
+    assert!(
+        !log.contains("transactional_id"),
+        "no exactly-once keys in at-least-once mode:\n{log}"
+    );
     assert!(
         !log.contains("enable.gapless.guarantee"),
         "librdkafka's expected warning is at debug only:\n{log}"
