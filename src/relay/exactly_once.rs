@@ -421,7 +421,7 @@ impl Producer for Transactional<'_> {
         self.sink.explain(err)
     }
 
-    fn begin_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
-        self.sink.begin_transaction()
+    fn open_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
+        KafkaSink::begin_transaction(self.sink)
     }
 }

@@ -91,7 +91,7 @@ pub trait Producer {
     fn explain(&self, err: DeliveryError) -> DeliveryError;
     /// Exactly-once: opens a Kafka transaction, before the record that the
     /// machine says opens one. Nothing to do for a producer without them.
-    fn begin_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
+    fn open_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
         Ok(())
     }
     /// Hands an event routed to webhook sink `sink` (its index in

@@ -255,6 +255,9 @@ struct FakeProducer {
     rng: Rng,
     /// Exactly-once: a Kafka transaction was begun and not yet ended.
     transaction_open: bool,
+    /// A transactional producer: a record outside a transaction is an
+    /// error (librdkafka's "Erroneous state").
+    transactional: bool,
 }
 
 fn partition(record: &KafkaRecord) -> (String, u64) {
@@ -271,6 +274,10 @@ impl Producer for FakeProducer {
         record: KafkaRecord,
         tag: DeliveryTag,
     ) -> Result<(), SendError<DeliveryTag>> {
+        assert!(
+            self.transaction_open || !self.transactional,
+            "a record sent outside a Kafka transaction"
+        );
         // librdkafka's queue is full only while it holds records, whose
         // reports then come.
         if self.in_flight() > 0 && self.rng.chance(self.queue_full_percent) {
@@ -287,7 +294,7 @@ impl Producer for FakeProducer {
         err
     }
 
-    fn begin_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
+    fn open_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
         assert!(!self.transaction_open, "a Kafka transaction begun twice");
         self.transaction_open = true;
         Ok(())
@@ -597,6 +604,7 @@ fn run_model_in(
             queue_full_percent: if steps < fault_steps { 5 } else { 0 },
             rng: Rng(rng.next() | 1),
             transaction_open: false,
+            transactional: mode.exactly_once,
         };
         let resume = match checkpoints.last() {
             Some(at) if mode.exactly_once => {
@@ -859,6 +867,7 @@ fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space()
         queues: BTreeMap::new(),
         queue_full_percent: 0,
         transaction_open: false,
+        transactional: false,
         rng: Rng(1),
     };
     let feed = |machine: &mut SessionMachine<'_>, producer: &mut FakeProducer, data: Bytes| {
@@ -969,6 +978,7 @@ fn routed_events_go_to_their_webhook_sink_and_hold_their_transaction() {
             queues: BTreeMap::new(),
             queue_full_percent: 0,
             transaction_open: false,
+            transactional: false,
             rng: Rng(1),
         },
         webhooks: Vec::new(),
@@ -1041,6 +1051,7 @@ fn fed_machine<'a>(
         queues: BTreeMap::new(),
         queue_full_percent: 0,
         transaction_open: false,
+        transactional: false,
         rng: Rng(7),
     };
     let mut feed = |data: Bytes| {

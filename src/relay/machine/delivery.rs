@@ -134,7 +134,7 @@ impl SessionMachine<'_> {
         // Exactly-once: the record counts toward the open Kafka
         // transaction's bounds, and the first one opens it.
         if self.record_in_transaction(record.size(), self.now())
-            && let Err(err) = producer.begin_transaction()
+            && let Err(err) = producer.open_transaction()
         {
             return Err(self.delivery_failed(DeliveryError::Failed(err), producer));
         }
