@@ -526,11 +526,7 @@ async fn fatal_error_surfaces_from_the_producer_with_its_reason() {
     let topic = random_name("sink_fatal");
     let mock = mock_with_topic(1, &topic, 1);
     let mut rig = SinkRig::start(&mock, &topic, 10_000);
-    rig.send(0).expect("first record queued");
-    assert!(
-        rig.next_report().await.is_ok(),
-        "the first record is delivered"
-    );
+    rig.deliver_first().await;
 
     mock.request_errors(
         RDKafkaApiKey::Produce,
@@ -569,11 +565,7 @@ async fn dropping_a_producer_stuck_on_a_dead_broker_does_not_hang() {
     let topic = random_name("sink_dead");
     let mock = mock_with_topic(1, &topic, 3);
     let mut rig = SinkRig::start(&mock, &topic, 60_000);
-    rig.send(0).expect("first record queued");
-    assert!(
-        rig.next_report().await.is_ok(),
-        "the first record is delivered"
-    );
+    rig.deliver_first().await;
 
     mock.broker_down(-1).expect("brokers down");
     for n in 1..=1000 {
@@ -598,11 +590,7 @@ async fn a_discarded_producer_lets_its_records_in_flight_be_answered() {
     let topic = random_name("sink_abandon");
     let mock = mock_with_topic(1, &topic, 3);
     let mut rig = SinkRig::start(&mock, &topic, 60_000);
-    rig.send(0).expect("first record queued");
-    assert!(
-        rig.next_report().await.is_ok(),
-        "the first record is delivered"
-    );
+    rig.deliver_first().await;
 
     mock.broker_round_trip_time(1, Duration::from_millis(4000))
         .expect("slow broker");

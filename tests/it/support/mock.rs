@@ -286,6 +286,16 @@ impl SinkRig {
         self.sink.send(record, format!("event-{n}"))
     }
 
+    /// Sends record 0 and waits for it to be delivered: the producer has
+    /// met the broker before the test's fault.
+    pub async fn deliver_first(&mut self) {
+        self.send(0).expect("first record queued");
+        assert!(
+            self.next_report().await.is_ok(),
+            "the first record is delivered"
+        );
+    }
+
     pub async fn next_report(&mut self) -> Result<(), DeliveryError> {
         tokio::time::timeout(Duration::from_secs(30), self.reports.recv())
             .await
