@@ -234,13 +234,14 @@ impl Supervisor {
     }
 
     fn unconnected(&mut self, error: ReplicationError, holding_lock: bool) -> Action {
-        let mut after = self.backoff.next_delay();
         let (reason, line) = match error.kind() {
             ErrorKind::Fatal => return Action::Exit(error.into()),
             ErrorKind::SlotBusy if holding_lock => {
                 // The reader was told to end when the lock was taken; it is
-                // on its way out.
-                after = self.backoff.first();
+                // on its way out: the shortest wait, and no step of the
+                // back-off, which is for failures.
+                self.attempt = self.attempt.saturating_add(1);
+                let after = self.backoff.first();
                 let line = Line {
                     error: Some(error.to_string()),
                     ..Line::new(
@@ -248,7 +249,15 @@ impl Supervisor {
                         "holding the relay lock, waiting for the slot's previous reader to exit",
                     )
                 };
-                (m::reason::SLOT_BUSY, line)
+                return Action::Retry {
+                    after,
+                    report: Report {
+                        counter: m::RECONNECTS,
+                        reason: m::reason::SLOT_BUSY,
+                        health: HealthNote::Retrying,
+                        line,
+                    },
+                };
             }
             ErrorKind::SlotBusy => (
                 m::reason::SLOT_BUSY,
@@ -270,16 +279,7 @@ impl Supervisor {
                 },
             ),
         };
-        self.attempt = self.attempt.saturating_add(1);
-        Action::Retry {
-            after,
-            report: Report {
-                counter: m::RECONNECTS,
-                reason,
-                health: HealthNote::Retrying,
-                line,
-            },
-        }
+        self.retry(m::RECONNECTS, reason, HealthNote::Retrying, line)
     }
 
     fn failed(
