@@ -15,6 +15,12 @@
 //! loop using it can spin, whatever the draws); the draws come from a
 //! seeded generator of its own, so a test with a seed sees the same delays
 //! every run. Pure: no clock, no I/O; the loops sleep on tokio's clock.
+//!
+//! [`Backoff::exact`] is the same growth without jitter (`first`, then
+//! `first × factor`, ... up to `cap`), for loops that wait on something
+//! quick and local rather than on a server others retry against too: the
+//! relay asking after a topic a broker is creating, a webhook tried again
+//! in line.
 
 mod incident;
 
@@ -31,7 +37,10 @@ pub struct Backoff {
     factor: u32,
     /// The ceiling of the next (n-th) delay: `first × factorⁿ`, capped.
     ceiling: Duration,
-    rng: SplitMix,
+    /// The next delay without jitter: `first × factorⁿ⁻¹`, capped.
+    step: Duration,
+    /// `None`: no jitter ([`Backoff::exact`]).
+    rng: Option<SplitMix>,
 }
 
 impl Backoff {
@@ -44,13 +53,24 @@ impl Backoff {
     /// As [`Backoff::new`], the jitter drawn from `seed`: the same seed
     /// gives the same delays.
     pub fn seeded(first: Duration, cap: Duration, factor: u32, seed: u64) -> Backoff {
+        Backoff::with_jitter(first, cap, factor, Some(SplitMix(seed)))
+    }
+
+    /// Without jitter: `first`, `first × factor`, `first × factor²`, ...
+    /// up to `cap` (`factor` at least 2).
+    pub fn exact(first: Duration, cap: Duration, factor: u32) -> Backoff {
+        Backoff::with_jitter(first, cap, factor, None)
+    }
+
+    fn with_jitter(first: Duration, cap: Duration, factor: u32, rng: Option<SplitMix>) -> Backoff {
         let first = first.max(Duration::from_millis(1));
         Backoff {
             first,
             cap: cap.max(first),
             factor: factor.max(2),
             ceiling: first.saturating_mul(factor.max(2)).min(cap.max(first)),
-            rng: SplitMix(seed),
+            step: first,
+            rng,
         }
     }
 
@@ -69,13 +89,18 @@ impl Backoff {
 
     /// How long to wait before the next try.
     pub fn next_delay(&mut self) -> Duration {
-        let delay = self.rng.between(self.first, self.ceiling);
+        let delay = match &mut self.rng {
+            Some(rng) => rng.between(self.first, self.ceiling),
+            None => self.step,
+        };
+        self.step = self.ceiling;
         self.ceiling = self.ceiling.saturating_mul(self.factor).min(self.cap);
         delay
     }
 
     /// After a success: the next failure starts from the first delay again.
     pub fn reset(&mut self) {
+        self.step = self.first;
         self.ceiling = self.first.saturating_mul(self.factor).min(self.cap);
     }
 }
@@ -202,6 +227,20 @@ mod tests {
         for _ in 0..100 {
             b.next_delay();
         }
+    }
+
+    #[test]
+    fn exact_delays_grow_by_the_factor_to_the_cap_and_start_over() {
+        let mut b = Backoff::exact(10 * MS, 1_000 * MS, 2);
+        let delays: Vec<u64> = (0..9).map(|_| b.next_delay().as_millis() as u64).collect();
+        assert_eq!(delays, [10, 20, 40, 80, 160, 320, 640, 1_000, 1_000]);
+        b.reset();
+        assert_eq!(b.next_delay(), 10 * MS);
+        assert_eq!(b.next_delay(), 20 * MS);
+        // Made safe like the jittered one.
+        let mut b = Backoff::exact(Duration::ZERO, Duration::ZERO, 0);
+        assert_eq!(b.next_delay(), MS);
+        assert_eq!(b.next_delay(), MS);
     }
 
     /// A retry loop as the relay's are written, on tokio's paused clock:

@@ -10,9 +10,14 @@
 //! missing dead-letter topic) end it with a message that names the fix.
 //!
 //! Each time round the retry loop it logs the reason at warn, counts it in
-//! [`m::DELIVERY_FAILURES`] or [`m::RECONNECTS`] by reason label, and tells
-//! [`Health`], which turns /health 503 once the loop has gone on for
-//! `relay.unhealthy_after_secs` without progress.
+//! `outbox_relay_delivery_failures_total` or `outbox_relay_reconnects_total`
+//! by reason label, and tells [`Health`], which turns /health 503 once the
+//! loop has gone on for `relay.unhealthy_after_secs` without progress.
+//!
+//! The loop is a shell: `round` goes round once (lock, stream, session) and
+//! says how it ended; `supervisor` decides, without I/O, what comes next
+//! (retry after which delay, stand by, exit, stop) and what is counted,
+//! logged and told to /health; [`run_sessions`] carries that out.
 //!
 //! Standby relays (`relay.standby_lock`, see `lock`): before it streams,
 //! the relay holds the relay lock, or stands by and tries again; a session
@@ -34,9 +39,11 @@ mod monitor;
 mod position;
 mod progress;
 mod records;
+mod round;
 mod session;
 mod settings;
 mod sinks;
+mod supervisor;
 mod tag;
 
 use std::time::Duration;
@@ -45,18 +52,15 @@ use tokio::sync::watch;
 
 use crate::backoff::Backoff;
 use crate::cleanup::{self, Cleanup, DeleterSettings};
-use crate::lsn::Lsn;
-use crate::metrics::{self as m, Health};
+use crate::metrics::Health;
 use crate::otel;
-use crate::replication::{ErrorKind, ReplicationError, ReplicationStream};
 use crate::sink::http::dispatch::SinkRuntime;
-use crate::sink::http::table_access;
 use crate::sink::http::worker as http_worker;
 use crate::sink::{KafkaSink, SinkError, TopicCheck};
 use monitor::SlotLag;
-use position::Position;
 use progress::Progress;
 use std::sync::Arc;
+use supervisor::{Action, HealthNote, Line, Outcome, Report, Supervisor};
 
 pub use error::{RelayError, SessionError, Side};
 pub use fates::Refusals;
@@ -206,10 +210,12 @@ fn spawn_webhooks(
     Ok((runtimes, worker))
 }
 
+/// The outer loop: goes round ([`round::Sessions`]) and carries out what
+/// the supervisor decides after each round (`supervisor.rs`).
 async fn run_sessions(
-    mut settings: RelaySettings,
+    settings: RelaySettings,
     observability: Observability,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
     health: Health,
     background: &Background,
 ) -> Result<Stopped, RelayError> {
@@ -218,345 +224,103 @@ async fn run_sessions(
         settings.replication.clone(),
         lag.clone(),
     )));
-    let mut progress = Progress::new(
+    let progress = Progress::new(
         observability.progress_interval,
         lag,
         std::time::Instant::now(),
     );
-    let mut confirmed;
-    // The confirmed position and the server it belongs to, carried from
-    // one session to the next (only to the same server: see `position`).
-    let mut carried: Option<Position> = None;
-    let mut attempt: u32 = 0;
-    let mut backoff = Backoff::reconnect();
-    let mut refusals = Refusals::new();
-    let mut dead_letter_topic_checked = false;
     health.set_unhealthy_after(settings.unhealthy_after);
-    let mut lock: Option<lock::HeldLock> = None;
-    let mut candidate = lock::Candidate::default();
-    let mut standing_by = false;
-    // Every host of `postgres.url`, for the lock; while the lock is held,
-    // the relay's connections go to its server only (`HeldLock::server`).
-    let configured = settings.replication.conninfo.clone();
+    let supervisor = Supervisor::new(&settings.replication.slot, Backoff::reconnect());
+    let sessions = round::Sessions::new(&settings, progress, health.clone(), background);
+    supervise(supervisor, sessions, shutdown, &health).await
+}
+
+/// What the outer loop goes round: the real sessions, or a test's script.
+pub(crate) trait Rounds {
+    /// One time round: the relay lock, the stream, a session.
+    async fn round(&mut self, shutdown: &mut watch::Receiver<bool>) -> Outcome;
+    /// The relay lock is lost, or another relay holds it: let go of it.
+    fn let_go_of_lock(&mut self);
+}
+
+impl Rounds for round::Sessions<'_> {
+    async fn round(&mut self, shutdown: &mut watch::Receiver<bool>) -> Outcome {
+        round::Sessions::round(self, shutdown).await
+    }
+
+    fn let_go_of_lock(&mut self) {
+        round::Sessions::let_go_of_lock(self);
+    }
+}
+
+/// Goes round until a stop or a fatal error, doing what `supervisor`
+/// decides after each round.
+pub(crate) async fn supervise(
+    mut supervisor: Supervisor,
+    mut rounds: impl Rounds,
+    mut shutdown: watch::Receiver<bool>,
+    health: &Health,
+) -> Result<Stopped, RelayError> {
     loop {
         if *shutdown.borrow() {
             health.set_stopping();
             return Ok(Stopped::Drained);
         }
-        if settings.lock.enabled && lock.as_ref().is_none_or(lock::HeldLock::is_lost) {
-            settings.replication.conninfo = configured.clone();
-            match lock::hold_lock(
-                &settings,
-                &mut candidate,
-                &mut lock,
-                &health,
-                &mut standing_by,
-            )
-            .await
-            {
-                Ok(true) => {
-                    if let Some(held) = &lock {
-                        settings.replication.conninfo = configured.pinned_to(held.server());
-                    }
-                }
-                Ok(false) => {
-                    // Another relay holds the lock and moves the slot on:
-                    // the position this one confirmed is no longer the
-                    // last word, and the slot found ahead of it when it
-                    // takes over is no gap. It starts from the slot then
-                    // (an exactly-once relay from its checkpoint).
-                    carried = None;
-                    let delay = settings.lock.poll();
-                    if wait_or_shutdown(delay, &mut shutdown).await {
-                        health.set_stopping();
-                        return Ok(Stopped::Drained);
-                    }
-                    continue;
-                }
-                Err(e) if e.is_fatal() => return Err(e.into()),
-                Err(e) => {
-                    let reason = m::reason::CONNECT_FAILED;
-                    tracing::warn!(reason, error = %e, attempt, "cannot try the relay lock; retrying");
-                    // Out of reach of PostgreSQL, it could not take over.
-                    health.set_standby(false);
-                    metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
-                    health.retrying(reason, &e);
-                    if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
-                        health.set_stopping();
-                        return Ok(Stopped::Drained);
-                    }
-                    attempt = attempt.saturating_add(1);
-                    continue;
-                }
+        let outcome = rounds.round(&mut shutdown).await;
+        let after = match supervisor.decide(outcome) {
+            Action::Retry { after, report } => {
+                tell(&report, health);
+                after
             }
-        }
-        // The stream reports nothing before `confirm` below: the position to
-        // report depends on which server answered.
-        let mut stream = match ReplicationStream::connect(&settings.replication, Lsn::ZERO).await {
-            Ok(stream) => stream,
-            Err(e) => {
-                let mut delay = backoff.next_delay();
-                let reason = match e.kind() {
-                    ErrorKind::Fatal => return Err(e.into()),
-                    ErrorKind::SlotBusy if lock.is_some() => {
-                        // The reader was told to end when the lock was
-                        // taken; it is on its way out.
-                        tracing::info!(error = %e, "holding the relay lock, waiting for the slot's previous reader to exit");
-                        delay = backoff.first();
-                        m::reason::SLOT_BUSY
-                    }
-                    ErrorKind::SlotBusy => {
-                        tracing::warn!(
-                            reason = m::reason::SLOT_BUSY,
-                            error = %e,
-                            "another process reads the slot; waiting for it to let go"
-                        );
-                        m::reason::SLOT_BUSY
-                    }
-                    ErrorKind::Transient => {
-                        tracing::warn!(reason = m::reason::CONNECT_FAILED, error = %e, attempt, "cannot stream from PostgreSQL; retrying");
-                        m::reason::CONNECT_FAILED
-                    }
-                };
-                metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
-                health.retrying(reason, &e);
-                if wait_or_shutdown(delay, &mut shutdown).await {
-                    health.set_stopping();
-                    return Ok(Stopped::Drained);
+            Action::StandBy { after, report } => {
+                rounds.let_go_of_lock();
+                if let Some(report) = &report {
+                    tell(report, health);
                 }
-                attempt = attempt.saturating_add(1);
-                continue;
+                after
             }
-        };
-        let server = stream.identity().clone();
-        // Exactly-once: the last committed checkpoint is where this session
-        // starts (see `exactly_once`).
-        let mut prepared = None;
-        let mut partial = None;
-        if let Some(eos) = &settings.exactly_once {
-            match exactly_once::prepare(
-                &settings.sink,
-                eos,
-                &settings.replication.slot,
-                &server,
-                stream.server_wal_position(),
-            )
-            .await
-            {
-                Ok(exactly_once::Prepared {
-                    sink,
-                    carried: from_checkpoint,
-                    partial: from_partial,
-                }) => {
-                    partial = from_partial
-                        .zip(from_checkpoint.as_ref())
-                        .map(|(partial, position)| (partial, position.confirmed));
-                    match from_checkpoint {
-                        Some(position) => carried = Some(position),
-                        None if carried.is_none() => tracing::info!(
-                            topic = %eos.transactions.checkpoint_topic,
-                            key = %eos.transactions.transactional_id,
-                            "no checkpoint of this relay found: starting from the slot's position. \
-                             Expected on the first start on a checkpoint topic; otherwise (the \
-                             relay's checkpoints deleted from the topic) transactions already \
-                             committed to Kafka above the slot's position are written again, once"
-                        ),
-                        // Keep what this process committed.
-                        None => {}
-                    }
-                    prepared = Some(sink);
-                }
-                Err(e) if e.is_fatal() => return Err(e.into()),
-                Err(e) => {
-                    let reason = m::reason::PRODUCER_FATAL;
-                    metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
-                    tracing::warn!(reason, error = %e, attempt, "cannot start the Kafka transactions; retrying");
-                    health.retrying(reason, &e);
-                    drop(stream);
-                    if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
-                        health.set_stopping();
-                        return Ok(Stopped::Drained);
-                    }
-                    attempt = attempt.saturating_add(1);
-                    continue;
-                }
-            }
-        }
-        let (start, resumed) = position::resume(
-            carried.as_ref(),
-            &server,
-            stream.slot_confirmed_flush(),
-            stream.server_wal_position(),
-        );
-        // The part of a transaction in Kafka counts only from the checkpoint
-        // it was written with.
-        let partial = partial
-            .filter(|(_, at)| *at == start)
-            .map(|(partial, _)| partial);
-        position::report_resume(&resumed, &server, &stream, &settings.replication.slot);
-        confirmed = start;
-        stream.confirm(confirmed);
-        metrics::gauge!(m::CONFIRMED_LSN).set(confirmed.as_u64() as f64);
-        let outbox = stream.outbox_table().cloned();
-        if !settings.replication.outbox_table_optional && outbox.is_none() {
-            // The settings name the table (above), so the stream resolved it.
-            return Err(ReplicationError::TableMissing {
-                table: format!("{}.{}", settings.table.0, settings.table.1),
-                database: String::new(),
-            }
-            .into());
-        }
-        if let Some(outbox) = &outbox {
-            if outbox.current_name != outbox.qualified_name() {
-                tracing::warn!(
-                    configured = %outbox.qualified_name(),
-                    now = %outbox.current_name,
-                    oid = outbox.oid,
-                    "the outbox table was renamed; streaming on (same table). Set postgres.table \
-                     to the new name before the next restart"
-                );
-            }
-            settings.replication.outbox_oid = Some(outbox.oid);
-        }
-        let (mut sink, reports) = match prepared {
-            Some(prepared) => prepared,
-            None => KafkaSink::<DeliveryTag>::new(&settings.sink)?,
-        };
-        let eos = settings
-            .exactly_once
-            .clone()
-            .map(|eos| exactly_once::Eos::new(eos, &settings.replication.slot, server.clone()));
-        let brokers = settings.sink.brokers.clone();
-        let reach = health.clone();
-        sink.on_reach(Box::new(move |down| match down {
-            Some(why) => reach.kafka_unreachable(&format_args!("{brokers} ({why})")),
-            None => reach.kafka_reachable(),
-        }));
-        // Before the first event: is any broker there at all? If none
-        // answers, the probe says so once and the relay streams anyway:
-        // the broker may come up later, and events wait in the producer
-        // until it does. The dead-letter topic is checked at the first
-        // start that reaches one.
-        if !dead_letter_topic_checked
-            && sink
-                .probe_brokers(settings.sink.topic_check_timeout())
-                .await
-        {
-            check_dead_letter_topic(&mut sink, &settings).await?;
-            table_access::check_at_start(&background.webhooks).await?;
-            dead_letter_topic_checked = true;
-        }
-        tracing::info!(
-            slot = %settings.replication.slot,
-            confirmed = %confirmed,
-            "streaming from the slot's confirmed position"
-        );
-        health.set_streaming(true);
-        metrics::gauge!(m::ROLE_ACTIVE).set(1.0);
-        let outcome = session::Session::new(
-            &settings,
-            stream,
-            (sink, reports),
-            (outbox, confirmed),
-            &mut refusals,
-            health.clone(),
-            (&mut progress, background),
-        )
-        .with_exactly_once(eos, partial)
-        .fenced_by(lock.as_ref().map(lock::HeldLock::watch))
-        .run(&mut shutdown)
-        .await;
-        health.set_streaming(false);
-        if lock.is_none() {
-            metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
-        }
-        // Whatever waited in this session is replayed by the next one.
-        metrics::gauge!(m::OLDEST_UNACKED_AGE).set(0.0);
-        match outcome {
-            Ok((final_confirmed, stopped)) => {
-                match stopped {
-                    Stopped::Drained => tracing::info!(
-                        confirmed = %final_confirmed,
-                        "stopped after draining in-flight events"
-                    ),
-                    Stopped::Undrained { pending } => tracing::warn!(
-                        confirmed = %final_confirmed,
-                        pending,
-                        "stopped before every event was acknowledged; the slot stays at the \
-                         confirmed position and the next start sends them again"
-                    ),
-                }
+            Action::Exit(error) => return Err(error),
+            Action::Stop { stopped, line } => {
+                log(&line);
                 return Ok(stopped);
             }
-            Err((err, last_confirmed)) => {
-                let progressed = last_confirmed > confirmed;
-                confirmed = confirmed.max(last_confirmed);
-                carried = Some(Position {
-                    server: server.clone(),
-                    confirmed,
-                });
-                // Fenced while the relay lock is lost: the relay that took
-                // over fenced this producer. Stand by, like any lost lock.
-                let err = match err {
-                    SessionError::Transaction(crate::sink::TxnFailure::Fenced { .. })
-                        if lock.as_ref().is_some_and(lock::HeldLock::is_lost) =>
-                    {
-                        SessionError::LockLost {
-                            slot: settings.replication.slot.clone(),
-                        }
-                    }
-                    err => err,
-                };
-                if err.is_fatal() {
-                    return Err(err.into());
-                }
-                match &err {
-                    SessionError::LockLost { .. } => {
-                        let reason = m::reason::LOCK_LOST;
-                        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
-                        tracing::warn!(reason, error = %err, confirmed = %confirmed, "the relay lock was lost: stopped producing; standing by unless it can be taken again");
-                        metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
-                        health.retrying(reason, &err);
-                        lock = None;
-                        // No backoff: the lock decides who goes on.
-                        continue;
-                    }
-                    SessionError::Delivery { reason, error } => {
-                        let reason = *reason;
-                        metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
-                        tracing::warn!(reason, error = %error, confirmed = %confirmed, "delivery failed; rebuilding the producer and replaying from the confirmed position");
-                        health.producer_retrying(reason, error);
-                    }
-                    SessionError::Transaction(_) | SessionError::Checkpoint(_) => {
-                        let reason = m::reason::PRODUCER_FATAL;
-                        metrics::counter!(m::DELIVERY_FAILURES, "reason" => reason).increment(1);
-                        tracing::warn!(reason, error = %err, checkpoint = %confirmed, "Kafka transaction failed; rebuilding the producer and replaying from the last committed checkpoint");
-                        health.producer_retrying(reason, &err);
-                    }
-                    other => {
-                        let reason = m::reason::STREAM_BROKE;
-                        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
-                        tracing::warn!(reason, error = %other, confirmed = %confirmed, "replication stream broke; reconnecting from the confirmed position");
-                        health.retrying(reason, other);
-                    }
-                }
-                // A failure right after a good run (something new confirmed)
-                // starts the backoff over. A session that failed before
-                // confirming anything (the broker refuses every record, say)
-                // backs off further each time: otherwise a persistent failure
-                // reconnects to PostgreSQL and builds a producer (a new
-                // producer id on the broker) as fast as sessions can start.
-                if progressed {
-                    attempt = 0;
-                    backoff.reset();
-                }
-                attempt = attempt.saturating_add(1);
-                if wait_or_shutdown(backoff.next_delay(), &mut shutdown).await {
-                    health.set_stopping();
-                    return Ok(Stopped::Drained);
-                }
-            }
+        };
+        if !after.is_zero() && wait_or_shutdown(after, &mut shutdown).await {
+            health.set_stopping();
+            return Ok(Stopped::Drained);
         }
+    }
+}
+
+/// Counts, logs and tells /health what `report` says.
+fn tell(report: &Report, health: &Health) {
+    metrics::counter!(report.counter, "reason" => report.reason).increment(1);
+    log(&report.line);
+    match report.health {
+        HealthNote::Retrying => health.retrying(report.reason, &report.detail()),
+        HealthNote::ProducerRetrying => health.producer_retrying(report.reason, &report.detail()),
+        HealthNote::RetryingNoStandby => {
+            health.set_standby(false);
+            health.retrying(report.reason, &report.detail());
+        }
+    }
+}
+
+/// Logs `line` as the supervisor wrote it.
+fn log(line: &Line) {
+    use tracing::field::display;
+    let error = line.error.as_deref().map(display);
+    let confirmed = line.confirmed.map(display);
+    let checkpoint = line.checkpoint.map(display);
+    let (reason, attempt, pending, text) = (line.reason, line.attempt, line.pending, line.text);
+    if line.level == tracing::Level::INFO {
+        tracing::info!(
+            reason, error, attempt, confirmed, checkpoint, pending, "{text}"
+        );
+    } else {
+        tracing::warn!(
+            reason, error, attempt, confirmed, checkpoint, pending, "{text}"
+        );
     }
 }
 

@@ -43,7 +43,7 @@ use super::{Background, RelaySettings, Stopped};
 use crate::cleanup::Deleter;
 use crate::lsn::Lsn;
 use crate::metrics::Health;
-use crate::replication::{OutboxTable, ReplicationStream, SqlConnection};
+use crate::replication::{OutboxTable, ReplicationSettings, ReplicationStream, SqlConnection};
 use crate::sink::http::dispatch::Dispatch;
 use crate::sink::{DeliveryReport, KafkaSink};
 
@@ -63,6 +63,10 @@ type Reports = mpsc::UnboundedReceiver<DeliveryReport<DeliveryTag>>;
 
 pub(super) struct Session<'a> {
     settings: &'a RelaySettings,
+    /// The settings the stream connected with (pinned to the relay lock's
+    /// server while it is held): the catalog and heartbeat connections go
+    /// where the stream went.
+    replication: ReplicationSettings,
     machine: SessionMachine<'a>,
     stream: ReplicationStream,
     sink: KafkaSink<DeliveryTag>,
@@ -91,7 +95,7 @@ pub(super) struct Session<'a> {
 impl<'a> Session<'a> {
     pub(super) fn new(
         settings: &'a RelaySettings,
-        stream: ReplicationStream,
+        (stream, replication): (ReplicationStream, ReplicationSettings),
         (sink, reports): (KafkaSink<DeliveryTag>, Reports),
         (outbox, confirmed): (Option<OutboxTable>, Lsn),
         refusals: &'a mut Refusals,
@@ -102,6 +106,7 @@ impl<'a> Session<'a> {
     ) -> Self {
         Session {
             settings,
+            replication,
             machine: SessionMachine::new(settings, outbox, confirmed, refusals)
                 .with_tracer(background.tracer.clone()),
             stream,
@@ -266,7 +271,7 @@ impl<'a> Session<'a> {
                     let running = heartbeat.as_ref().is_some_and(|t| !t.is_finished());
                     let interval = heartbeat_every.unwrap_or_default();
                     if self.machine.heartbeat_due(std::time::Instant::now(), interval, running) {
-                        heartbeat = Some(spawn_heartbeat(self.settings.replication.clone()));
+                        heartbeat = Some(spawn_heartbeat(self.replication.clone()));
                     }
                 }
             }

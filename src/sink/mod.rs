@@ -45,6 +45,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::types::RDKafka;
 use tokio::sync::mpsc;
 
+use crate::backoff::Backoff;
 use crate::envelope::KafkaRecord;
 
 pub use broker_watch::ReachObserver;
@@ -530,7 +531,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         // A broker creates a topic in tens of milliseconds: ask again soon
         // (a relay starting on a new dead-letter topic waits for this),
         // then less and less often.
-        let mut pause = Duration::from_millis(10);
+        let mut pauses = Backoff::exact(Duration::from_millis(10), Duration::from_secs(1), 2);
         loop {
             let answer = self
                 .check_topic_once(topic, dead_letter_topic, timeout)
@@ -540,8 +541,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
             if !missing || started.elapsed() >= CREATION_GRACE {
                 return answer;
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_secs(1));
+            tokio::time::sleep(pauses.next_delay()).await;
         }
     }
 

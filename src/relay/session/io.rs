@@ -22,15 +22,9 @@ impl Session<'_> {
             Some(connection) => connection,
             None => self
                 .catalog
-                .insert(SqlConnection::connect(&self.settings.replication).await?),
+                .insert(SqlConnection::connect(&self.replication).await?),
         };
-        let result = look_up(
-            connection,
-            &outbox,
-            &self.settings.replication.publication,
-            oid,
-        )
-        .await;
+        let result = look_up(connection, &outbox, &self.replication.publication, oid).await;
         if result.is_err() {
             // A broken connection is not reused.
             self.catalog = None;

@@ -270,6 +270,8 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
     }
     let mut last = (None, String::new(), None);
     let mut tried = 0;
+    // 100 ms, 200 ms, 400 ms, then 800 ms between the tries in line.
+    let mut pauses = Backoff::exact(Duration::from_millis(100), Duration::from_millis(800), 2);
     for attempt in 0..schedule.inline {
         let answer = sink.client.post(event).await;
         let (status, error, retry_after) = match answer {
@@ -311,7 +313,7 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
         last = (status, error, retry_after);
         tried = attempt + 1;
         if tried < schedule.inline {
-            let pause = Duration::from_millis(100 << attempt.min(3));
+            let pause = pauses.next_delay();
             match retry_after {
                 // The receiver asks for more time than the slot should
                 // wait in line: straight to the table, due after it.

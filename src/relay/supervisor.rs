@@ -1,0 +1,401 @@
+//! The outer loop's policy, without I/O: after each time round (the relay
+//! lock tried, the stream connected, a session run), what the relay does
+//! next, and what it says about it.
+//!
+//! [`Supervisor::decide`] takes the round's [`Outcome`] and returns an
+//! [`Action`]: go round again after a back-off delay ([`Action::Retry`]),
+//! stand by for the relay lock without one ([`Action::StandBy`]), end with
+//! a fatal error ([`Action::Exit`], its exit code from [`RelayError::side`])
+//! or after a graceful stop ([`Action::Stop`]). A retry carries its
+//! [`Report`]: the counter and reason label, what /health is told, and the
+//! log line's level, text and fields. The shell (`run_sessions` in
+//! `relay.rs`) carries the action out and logs what it is told.
+//!
+//! Invariants:
+//! * every retry waits a delay of the one back-off (`Backoff::reconnect`):
+//!   none goes round again at once, except to stand by, where the relay
+//!   lock, not a back-off, decides who streams;
+//! * the back-off starts over only after a session that confirmed
+//!   something new: a session that fails before confirming anything (the
+//!   broker refusing every record, say) backs off further each time, so a
+//!   persistent failure does not reconnect to PostgreSQL and build a
+//!   producer (a new producer id on the broker) as fast as sessions start;
+//! * a fatal error ends the relay whatever the back-off says.
+
+use std::time::Duration;
+
+use tracing::Level;
+
+use super::Stopped;
+use super::error::{RelayError, SessionError};
+use super::lock::LockError;
+use crate::backoff::Backoff;
+use crate::lsn::Lsn;
+use crate::metrics as m;
+use crate::replication::{ErrorKind, ReplicationError};
+use crate::sink::TxnFailure;
+
+/// How one time round the outer loop ended.
+#[derive(Debug)]
+pub(crate) enum Outcome {
+    /// Another relay holds the relay lock: this one looks again after
+    /// `poll`.
+    StandingBy { poll: Duration },
+    /// The relay lock could not be tried.
+    LockUntried(LockError),
+    /// The stream could not connect; `holding_lock`: while this relay holds
+    /// the relay lock.
+    Unconnected {
+        error: ReplicationError,
+        holding_lock: bool,
+    },
+    /// Exactly-once: the Kafka transactions could not be started.
+    Unprepared(SessionError),
+    /// A session failed. `progressed`: it confirmed something past where it
+    /// started; `confirmed`: the position confirmed now; `lock_lost`: the
+    /// relay lock is lost (or may be).
+    Failed {
+        error: SessionError,
+        progressed: bool,
+        confirmed: Lsn,
+        lock_lost: bool,
+    },
+    /// A session stopped gracefully (a stop was asked for) at `confirmed`.
+    Stopped { stopped: Stopped, confirmed: Lsn },
+    /// A fatal error before a session could start (the producer cannot be
+    /// built, the dead-letter topic refused, the outbox table missing).
+    Fatal(RelayError),
+}
+
+/// What the shell does next.
+#[derive(Debug)]
+pub(crate) enum Action {
+    /// Report, then go round again after `after`; a stop asked for
+    /// meanwhile ends the wait, and the relay, at once.
+    Retry { after: Duration, report: Report },
+    /// Let go of the relay lock (if held), report, and go round again after
+    /// `after` (no back-off: the lock decides who streams). A stop asked
+    /// for meanwhile ends the relay.
+    StandBy {
+        after: Duration,
+        report: Option<Report>,
+    },
+    /// End with this error (its side gives the exit code).
+    Exit(RelayError),
+    /// End after a graceful stop, logging `line`.
+    Stop { stopped: Stopped, line: Line },
+}
+
+/// What a retry counts, tells /health and logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Report {
+    /// The counter: [`m::RECONNECTS`] or [`m::DELIVERY_FAILURES`].
+    pub counter: &'static str,
+    /// Its `reason` label, one of [`m::reason`]'s; also /health's reason.
+    pub reason: &'static str,
+    pub health: HealthNote,
+    pub line: Line,
+}
+
+impl Report {
+    /// The failure's text, as /health shows it.
+    pub fn detail(&self) -> &str {
+        self.line.error.as_deref().unwrap_or_default()
+    }
+}
+
+/// What /health is told about a retry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum HealthNote {
+    /// `Health::retrying`.
+    Retrying,
+    /// `Health::producer_retrying`: /ready stays 503 in the next session
+    /// until it confirms something.
+    ProducerRetrying,
+    /// No longer a standby (out of reach of PostgreSQL, it could not take
+    /// over), then `Health::retrying`.
+    RetryingNoStandby,
+}
+
+/// One log line: its level, text and fields (absent ones are not logged).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Line {
+    pub level: Level,
+    pub text: &'static str,
+    pub reason: Option<&'static str>,
+    pub error: Option<String>,
+    pub attempt: Option<u32>,
+    pub confirmed: Option<Lsn>,
+    pub checkpoint: Option<Lsn>,
+    pub pending: Option<u64>,
+}
+
+impl Line {
+    fn new(level: Level, text: &'static str) -> Line {
+        Line {
+            level,
+            text,
+            reason: None,
+            error: None,
+            attempt: None,
+            confirmed: None,
+            checkpoint: None,
+            pending: None,
+        }
+    }
+
+    fn warn(reason: &'static str, error: &dyn std::fmt::Display, text: &'static str) -> Line {
+        Line {
+            reason: Some(reason),
+            error: Some(error.to_string()),
+            ..Line::new(Level::WARN, text)
+        }
+    }
+}
+
+/// The outer loop's state: the back-off and the tries since progress.
+#[derive(Debug)]
+pub(crate) struct Supervisor {
+    backoff: Backoff,
+    /// Times round since the last session that made progress (logged).
+    attempt: u32,
+    /// The replication slot, named by a lock-lost error.
+    slot: String,
+}
+
+impl Supervisor {
+    pub fn new(slot: impl Into<String>, backoff: Backoff) -> Supervisor {
+        Supervisor {
+            backoff,
+            attempt: 0,
+            slot: slot.into(),
+        }
+    }
+
+    /// What to do after a round that ended with `outcome`.
+    pub fn decide(&mut self, outcome: Outcome) -> Action {
+        match outcome {
+            Outcome::StandingBy { poll } => Action::StandBy {
+                after: poll,
+                report: None,
+            },
+            Outcome::LockUntried(e) if e.is_fatal() => Action::Exit(e.into()),
+            Outcome::LockUntried(e) => {
+                let reason = m::reason::CONNECT_FAILED;
+                let line = Line {
+                    attempt: Some(self.attempt),
+                    ..Line::warn(reason, &e, "cannot try the relay lock; retrying")
+                };
+                self.retry(m::RECONNECTS, reason, HealthNote::RetryingNoStandby, line)
+            }
+            Outcome::Unconnected {
+                error,
+                holding_lock,
+            } => self.unconnected(error, holding_lock),
+            Outcome::Unprepared(e) if e.is_fatal() => Action::Exit(e.into()),
+            Outcome::Unprepared(e) => {
+                let reason = m::reason::PRODUCER_FATAL;
+                let line = Line {
+                    attempt: Some(self.attempt),
+                    ..Line::warn(reason, &e, "cannot start the Kafka transactions; retrying")
+                };
+                self.retry(m::DELIVERY_FAILURES, reason, HealthNote::Retrying, line)
+            }
+            Outcome::Failed {
+                error,
+                progressed,
+                confirmed,
+                lock_lost,
+            } => self.failed(error, progressed, confirmed, lock_lost),
+            Outcome::Stopped { stopped, confirmed } => {
+                let line = match stopped {
+                    Stopped::Drained => {
+                        Line::new(Level::INFO, "stopped after draining in-flight events")
+                    }
+                    Stopped::Undrained { pending } => Line {
+                        pending: Some(pending),
+                        ..Line::new(
+                            Level::WARN,
+                            "stopped before every event was acknowledged; the slot stays at \
+                             the confirmed position and the next start sends them again",
+                        )
+                    },
+                };
+                Action::Stop {
+                    stopped,
+                    line: Line {
+                        confirmed: Some(confirmed),
+                        ..line
+                    },
+                }
+            }
+            Outcome::Fatal(e) => Action::Exit(e),
+        }
+    }
+
+    fn unconnected(&mut self, error: ReplicationError, holding_lock: bool) -> Action {
+        let (reason, line) = match error.kind() {
+            ErrorKind::Fatal => return Action::Exit(error.into()),
+            ErrorKind::SlotBusy if holding_lock => {
+                // The reader was told to end when the lock was taken; it is
+                // on its way out: the shortest wait, and no step of the
+                // back-off, which is for failures.
+                self.attempt = self.attempt.saturating_add(1);
+                let after = self.backoff.first();
+                let line = Line {
+                    error: Some(error.to_string()),
+                    ..Line::new(
+                        Level::INFO,
+                        "holding the relay lock, waiting for the slot's previous reader to exit",
+                    )
+                };
+                return Action::Retry {
+                    after,
+                    report: Report {
+                        counter: m::RECONNECTS,
+                        reason: m::reason::SLOT_BUSY,
+                        health: HealthNote::Retrying,
+                        line,
+                    },
+                };
+            }
+            ErrorKind::SlotBusy => (
+                m::reason::SLOT_BUSY,
+                Line::warn(
+                    m::reason::SLOT_BUSY,
+                    &error,
+                    "another process reads the slot; waiting for it to let go",
+                ),
+            ),
+            ErrorKind::Transient => (
+                m::reason::CONNECT_FAILED,
+                Line {
+                    attempt: Some(self.attempt),
+                    ..Line::warn(
+                        m::reason::CONNECT_FAILED,
+                        &error,
+                        "cannot stream from PostgreSQL; retrying",
+                    )
+                },
+            ),
+        };
+        self.retry(m::RECONNECTS, reason, HealthNote::Retrying, line)
+    }
+
+    fn failed(
+        &mut self,
+        error: SessionError,
+        progressed: bool,
+        confirmed: Lsn,
+        lock_lost: bool,
+    ) -> Action {
+        // Fenced while the relay lock is lost: the relay that took over
+        // fenced this producer. Stand by, like any lost lock.
+        let error = match error {
+            SessionError::Transaction(TxnFailure::Fenced { .. }) if lock_lost => {
+                SessionError::LockLost {
+                    slot: self.slot.clone(),
+                }
+            }
+            error => error,
+        };
+        if error.is_fatal() {
+            return Action::Exit(error.into());
+        }
+        let (counter, reason, health, line) = match &error {
+            SessionError::LockLost { .. } => {
+                let reason = m::reason::LOCK_LOST;
+                let line = Line {
+                    confirmed: Some(confirmed),
+                    ..Line::warn(
+                        reason,
+                        &error,
+                        "the relay lock was lost: stopped producing; standing by unless it can \
+                         be taken again",
+                    )
+                };
+                // No back-off: the lock decides who goes on.
+                return Action::StandBy {
+                    after: Duration::ZERO,
+                    report: Some(Report {
+                        counter: m::RECONNECTS,
+                        reason,
+                        health: HealthNote::Retrying,
+                        line,
+                    }),
+                };
+            }
+            SessionError::Delivery { reason, error } => (
+                m::DELIVERY_FAILURES,
+                *reason,
+                HealthNote::ProducerRetrying,
+                Line {
+                    confirmed: Some(confirmed),
+                    ..Line::warn(
+                        reason,
+                        error,
+                        "delivery failed; rebuilding the producer and replaying from the \
+                         confirmed position",
+                    )
+                },
+            ),
+            SessionError::Transaction(_) | SessionError::Checkpoint(_) => (
+                m::DELIVERY_FAILURES,
+                m::reason::PRODUCER_FATAL,
+                HealthNote::ProducerRetrying,
+                Line {
+                    checkpoint: Some(confirmed),
+                    ..Line::warn(
+                        m::reason::PRODUCER_FATAL,
+                        &error,
+                        "Kafka transaction failed; rebuilding the producer and replaying from \
+                         the last committed checkpoint",
+                    )
+                },
+            ),
+            other => (
+                m::RECONNECTS,
+                m::reason::STREAM_BROKE,
+                HealthNote::Retrying,
+                Line {
+                    confirmed: Some(confirmed),
+                    ..Line::warn(
+                        m::reason::STREAM_BROKE,
+                        other,
+                        "replication stream broke; reconnecting from the confirmed position",
+                    )
+                },
+            ),
+        };
+        // A failure right after a good run (something new confirmed)
+        // starts the back-off over; see the module docs.
+        if progressed {
+            self.attempt = 0;
+            self.backoff.reset();
+        }
+        self.retry(counter, reason, health, line)
+    }
+
+    /// A retry after the back-off's next delay.
+    fn retry(
+        &mut self,
+        counter: &'static str,
+        reason: &'static str,
+        health: HealthNote,
+        line: Line,
+    ) -> Action {
+        self.attempt = self.attempt.saturating_add(1);
+        Action::Retry {
+            after: self.backoff.next_delay(),
+            report: Report {
+                counter,
+                reason,
+                health,
+                line,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,393 @@
+//! The supervisor's policy on its own, and the outer loop driven by a
+//! scripted sequence of rounds on tokio's paused clock (no PostgreSQL, no
+//! Kafka).
+
+use std::collections::VecDeque;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::*;
+use crate::metrics::Health;
+use crate::relay::{Rounds, Side, supervise};
+use crate::sink::DeliveryError;
+
+const SLOT: &str = "outbox_slot";
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// The policy with a back-off without jitter: 100 ms, 300 ms, 900 ms, ...
+/// up to 30 s, so the delays can be told exactly.
+fn supervisor() -> Supervisor {
+    Supervisor::new(SLOT, Backoff::exact(ms(100), ms(30_000), 3))
+}
+
+fn closed() -> ReplicationError {
+    ReplicationError::Closed {
+        target: "db:5432".to_owned(),
+        action: "streaming",
+    }
+}
+
+fn unconnected() -> Outcome {
+    Outcome::Unconnected {
+        error: closed(),
+        holding_lock: false,
+    }
+}
+
+/// The slot read by another process; `holding_lock`: this relay holds the
+/// relay lock (and told that process to end).
+fn slot_busy(holding_lock: bool) -> Outcome {
+    Outcome::Unconnected {
+        error: ReplicationError::SlotInUse {
+            slot: SLOT.to_owned(),
+            active_pid: Some(42),
+        },
+        holding_lock,
+    }
+}
+
+fn failed(error: SessionError, progressed: bool) -> Outcome {
+    Outcome::Failed {
+        error,
+        progressed,
+        confirmed: Lsn::from(0x100),
+        lock_lost: false,
+    }
+}
+
+fn stream_broke(progressed: bool) -> Outcome {
+    failed(SessionError::Replication(closed()), progressed)
+}
+
+fn fenced() -> SessionError {
+    SessionError::Transaction(TxnFailure::Fenced {
+        transactional_id: "relay-1".to_owned(),
+        detail: "epoch bumped".to_owned(),
+    })
+}
+
+fn lock_lost() -> Outcome {
+    Outcome::Failed {
+        error: SessionError::LockLost {
+            slot: SLOT.to_owned(),
+        },
+        progressed: false,
+        confirmed: Lsn::from(0x100),
+        lock_lost: true,
+    }
+}
+
+/// The delay of a retry; panics on any other action.
+fn retry(action: Action) -> (Duration, Report) {
+    match action {
+        Action::Retry { after, report } => (after, report),
+        other => panic!("expected a retry, got {other:?}"),
+    }
+}
+
+fn exit(action: Action) -> RelayError {
+    match action {
+        Action::Exit(error) => error,
+        other => panic!("expected an exit, got {other:?}"),
+    }
+}
+
+#[test]
+fn retry_delays_grow_and_start_over_after_progress() {
+    let mut s = supervisor();
+    let mut delays = Vec::new();
+    let mut attempts = Vec::new();
+    for _ in 0..3 {
+        let (after, report) = retry(s.decide(unconnected()));
+        delays.push(after);
+        attempts.push(report.line.attempt);
+    }
+    // A session that confirmed nothing new backs off further.
+    delays.push(retry(s.decide(stream_broke(false))).0);
+    assert_eq!(delays, [ms(100), ms(300), ms(900), ms(2_700)]);
+    assert_eq!(attempts, [Some(0), Some(1), Some(2)]);
+    // One that did starts over, and so does the count of tries.
+    assert_eq!(retry(s.decide(stream_broke(true))).0, ms(100));
+    let (after, report) = retry(s.decide(unconnected()));
+    assert!(after > ms(100), "a step of the back-off: {after:?}");
+    assert_eq!(report.line.attempt, Some(1));
+}
+
+#[test]
+fn a_persistent_failure_backs_off_to_its_cap() {
+    let mut s = supervisor();
+    let delays: Vec<Duration> = (0..12)
+        .map(|_| retry(s.decide(stream_broke(false))).0)
+        .collect();
+    assert_eq!(delays[6..], [ms(30_000); 6], "{delays:?}");
+    // With the relay's own back-off (jittered): never past the cap, never
+    // a spin, and after a while seldom.
+    for seed in 0..20 {
+        let mut s = Supervisor::new(SLOT, Backoff::seeded(ms(100), ms(30_000), 3, seed));
+        let delays: Vec<Duration> = (0..40).map(|_| retry(s.decide(unconnected())).0).collect();
+        assert!(delays.iter().all(|d| (ms(100)..=ms(30_000)).contains(d)));
+        let late: Duration = delays[20..].iter().sum();
+        assert!(
+            late > Duration::from_secs(20 * 5),
+            "seed {seed}: {delays:?}"
+        );
+    }
+}
+
+#[test]
+fn a_lost_lock_stands_by_without_backoff() {
+    let mut s = supervisor();
+    assert_eq!(retry(s.decide(unconnected())).0, ms(100));
+    let Action::StandBy { after, report } = s.decide(lock_lost()) else {
+        panic!("a lost lock stands by");
+    };
+    assert_eq!(after, Duration::ZERO);
+    let report = report.expect("a lost lock is reported");
+    assert_eq!(
+        (report.counter, report.reason, report.health),
+        (m::RECONNECTS, m::reason::LOCK_LOST, HealthNote::Retrying)
+    );
+    assert_eq!(report.line.level, Level::WARN);
+    // Fenced by the relay that took the lock over: the same.
+    let fenced_without_lock = Outcome::Failed {
+        error: fenced(),
+        progressed: false,
+        confirmed: Lsn::from(0x100),
+        lock_lost: true,
+    };
+    let Action::StandBy { after, report } = s.decide(fenced_without_lock) else {
+        panic!("fenced after the lock was lost stands by");
+    };
+    assert_eq!(after, Duration::ZERO);
+    assert_eq!(report.unwrap().reason, m::reason::LOCK_LOST);
+    // Another relay holds the lock: look again at the lock's pace, quietly.
+    let Action::StandBy { after, report } = s.decide(Outcome::StandingBy { poll: ms(300) }) else {
+        panic!("standing by");
+    };
+    assert_eq!((after, report), (ms(300), None));
+    // None of it moved the back-off on.
+    assert_eq!(retry(s.decide(unconnected())).0, ms(300));
+}
+
+#[test]
+fn a_fatal_error_exits_on_its_side_whatever_the_backoff() {
+    let mut s = supervisor();
+    for _ in 0..5 {
+        retry(s.decide(unconnected()));
+    }
+    // Exit codes: Source 3, Sink 4 (main.rs).
+    let table_missing = Outcome::Unconnected {
+        error: ReplicationError::TableMissing {
+            table: "public.outbox".to_owned(),
+            database: "app".to_owned(),
+        },
+        holding_lock: true,
+    };
+    assert_eq!(exit(s.decide(table_missing)).side(), Side::Source);
+    let unsupported = Outcome::LockUntried(LockError::Unsupported {
+        slot: SLOT.to_owned(),
+        detail: "42704".to_owned(),
+    });
+    assert_eq!(exit(s.decide(unsupported)).side(), Side::Source);
+    // Fenced while holding the lock: another relay has this relay's
+    // transactional id.
+    assert_eq!(exit(s.decide(failed(fenced(), true))).side(), Side::Sink);
+    let unprepared = Outcome::Unprepared(SessionError::Transaction(TxnFailure::Fatal(
+        "transactional id not authorized".to_owned(),
+    )));
+    assert_eq!(exit(s.decide(unprepared)).side(), Side::Sink);
+}
+
+#[test]
+fn each_failure_is_counted_logged_and_told_as_its_kind() {
+    let mut s = supervisor();
+    let delivery = SessionError::Delivery {
+        reason: m::reason::MESSAGE_TIMEOUT,
+        error: DeliveryError::ProducerFatal("gone".to_owned()),
+    };
+    let (_, r) = retry(s.decide(failed(delivery, false)));
+    assert_eq!(
+        (r.counter, r.reason, r.health),
+        (
+            m::DELIVERY_FAILURES,
+            m::reason::MESSAGE_TIMEOUT,
+            HealthNote::ProducerRetrying
+        )
+    );
+    assert_eq!(r.line.confirmed, Some(Lsn::from(0x100)));
+    assert_eq!(r.detail(), "the producer hit a fatal error: gone");
+    let aborted = SessionError::Transaction(TxnFailure::Abortable("timed out".to_owned()));
+    let (_, r) = retry(s.decide(failed(aborted, false)));
+    assert_eq!(r.reason, m::reason::PRODUCER_FATAL);
+    assert_eq!(
+        (r.line.checkpoint, r.line.confirmed),
+        (Some(Lsn::from(0x100)), None)
+    );
+    let (_, r) = retry(s.decide(stream_broke(false)));
+    assert_eq!(
+        (r.counter, r.reason, r.health),
+        (m::RECONNECTS, m::reason::STREAM_BROKE, HealthNote::Retrying)
+    );
+    let untried = Outcome::LockUntried(LockError::Connection {
+        slot: SLOT.to_owned(),
+        source: closed(),
+    });
+    let (_, r) = retry(s.decide(untried));
+    assert_eq!(
+        (r.reason, r.health, r.line.level),
+        (
+            m::reason::CONNECT_FAILED,
+            HealthNote::RetryingNoStandby,
+            Level::WARN
+        )
+    );
+    // The slot still read by a relay that lost the lock: it was told to
+    // end, so the new holder waits the shortest delay, and says so at info.
+    let (after, r) = retry(s.decide(slot_busy(true)));
+    assert_eq!(
+        (after, r.reason, r.line.level),
+        (ms(100), m::reason::SLOT_BUSY, Level::INFO)
+    );
+    assert_eq!(r.line.reason, None);
+    let (after, r) = retry(s.decide(slot_busy(false)));
+    assert!(after > ms(100), "a step of the back-off: {after:?}");
+    assert_eq!(
+        (r.line.level, r.line.reason),
+        (Level::WARN, Some(m::reason::SLOT_BUSY))
+    );
+}
+
+#[test]
+fn waiting_for_the_previous_reader_does_not_step_the_backoff() {
+    let mut s = supervisor();
+    for _ in 0..5 {
+        assert_eq!(retry(s.decide(slot_busy(true))).0, ms(100));
+    }
+    // The new holder's first failure waits the first delay, not the
+    // sixth: waiting for the old reader to exit was no failure.
+    assert_eq!(retry(s.decide(stream_broke(false))).0, ms(100));
+}
+
+#[test]
+fn a_graceful_stop_ends_and_says_whether_it_drained() {
+    let mut s = supervisor();
+    let stop = |stopped| Outcome::Stopped {
+        stopped,
+        confirmed: Lsn::from(0x200),
+    };
+    let Action::Stop { stopped, line } = s.decide(stop(Stopped::Drained)) else {
+        panic!("a graceful stop stops");
+    };
+    assert_eq!((stopped, line.level), (Stopped::Drained, Level::INFO));
+    let undrained = Stopped::Undrained { pending: 7 };
+    let Action::Stop { stopped, line } = s.decide(stop(undrained)) else {
+        panic!("a graceful stop stops");
+    };
+    assert_eq!(stopped, undrained);
+    assert_eq!((line.level, line.pending), (Level::WARN, Some(7)));
+}
+
+/// Rounds that end as scripted, recording when each started; a stop when
+/// the script runs out.
+struct Script {
+    outcomes: VecDeque<Outcome>,
+    started: Instant,
+    rounds_at: Vec<Duration>,
+    let_go: usize,
+}
+
+impl Script {
+    fn new(outcomes: impl IntoIterator<Item = Outcome>) -> Script {
+        Script {
+            outcomes: outcomes.into_iter().collect(),
+            started: Instant::now(),
+            rounds_at: Vec::new(),
+            let_go: 0,
+        }
+    }
+}
+
+impl Rounds for &mut Script {
+    async fn round(&mut self, _shutdown: &mut watch::Receiver<bool>) -> Outcome {
+        self.rounds_at.push(self.started.elapsed());
+        self.outcomes.pop_front().unwrap_or(Outcome::Stopped {
+            stopped: Stopped::Drained,
+            confirmed: Lsn::from(0x300),
+        })
+    }
+
+    fn let_go_of_lock(&mut self) {
+        self.let_go += 1;
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_loop_waits_as_the_policy_says() {
+    let mut script = Script::new([
+        unconnected(),
+        unconnected(),
+        unconnected(),
+        stream_broke(true),
+        unconnected(),
+    ]);
+    let (_stop, shutdown) = watch::channel(false);
+    let health = Health::default();
+    let stopped = supervise(supervisor(), &mut script, shutdown, &health).await;
+    assert_eq!(stopped.unwrap(), Stopped::Drained);
+    // 100, 300, 900 ms; progress: 100 ms again, then 300 ms.
+    assert_eq!(
+        script.rounds_at,
+        [ms(0), ms(100), ms(400), ms(1_300), ms(1_400), ms(1_700)]
+    );
+    assert_eq!(script.let_go, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_lock_goes_round_again_at_once_and_lets_go() {
+    let mut script = Script::new([
+        lock_lost(),
+        Outcome::StandingBy { poll: ms(300) },
+        unconnected(),
+    ]);
+    let (_stop, shutdown) = watch::channel(false);
+    let health = Health::default();
+    let stopped = supervise(supervisor(), &mut script, shutdown, &health).await;
+    assert_eq!(stopped.unwrap(), Stopped::Drained);
+    assert_eq!(script.rounds_at, [ms(0), ms(0), ms(300), ms(400)]);
+    assert_eq!(script.let_go, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fatal_error_ends_the_loop() {
+    let mut script = Script::new([unconnected(), failed(fenced(), false), unconnected()]);
+    let (_stop, shutdown) = watch::channel(false);
+    let health = Health::default();
+    let error = supervise(supervisor(), &mut script, shutdown, &health)
+        .await
+        .unwrap_err();
+    assert_eq!(error.side(), Side::Sink);
+    assert_eq!(script.rounds_at, [ms(0), ms(100)]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_during_a_backoff_wait_stops_at_once() {
+    let mut script = Script::new([unconnected()]);
+    let (stop, shutdown) = watch::channel(false);
+    let health = Health::default();
+    // The first wait is a minute; the stop comes after 5 s.
+    let slow = Supervisor::new(SLOT, Backoff::exact(ms(60_000), ms(60_000), 2));
+    tokio::spawn(async move {
+        tokio::time::sleep(ms(5_000)).await;
+        stop.send_replace(true);
+    });
+    let started = Instant::now();
+    let stopped = supervise(slow, &mut script, shutdown, &health).await;
+    assert_eq!(stopped.unwrap(), Stopped::Drained);
+    assert_eq!(started.elapsed(), ms(5_000));
+    assert_eq!(script.rounds_at, [ms(0)], "no round after the stop");
+    assert_eq!(health.readiness().1, "stopping\n");
+}
