@@ -43,11 +43,8 @@ fn runnable_blocks(page: &str) -> Vec<(usize, String)> {
                 open = Some((i + 1, line.len() - trimmed.len(), runs, String::new()));
             }
             None => {}
-            Some((start, _, runs, text)) if fence => {
-                if runs {
-                    blocks.push((start, text));
-                }
-            }
+            Some((start, _, true, text)) if fence => blocks.push((start, text)),
+            Some(_) if fence => {}
             Some((start, indent, runs, mut text)) => {
                 if runs {
                     let body = match line.get(..indent) {
