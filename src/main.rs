@@ -37,9 +37,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 pub static malloc_conf: &[u8; 47] = b"narenas:1,dirty_decay_ms:1000,muzzy_decay_ms:0\0";
 
 // Exit codes, documented in README.md, docs/operations.md and `--help`
-// (EXIT_CODES_HELP). A clean stop (SIGTERM/SIGINT, in-flight events drained
-// and confirmed) exits 0; one whose drain deadline passed first exits
-// EXIT_UNDRAINED.
+// (EXIT_CODES_HELP). A clean stop exits 0.
 
 /// `run`: a fatal error that is neither PostgreSQL's nor Kafka's (the metrics
 /// address cannot be bound, the async runtime cannot start). The operator
@@ -355,29 +353,33 @@ fn main() -> ExitCode {
         // runs the woken session at once, where a future on this thread is
         // woken through a futex by a worker for every readable socket (a
         // thread hand-off per replication read).
-        Command::Run(_) => match runtime.block_on(async {
-            match tokio::spawn(run(config)).await {
-                Ok(result) => result,
-                // A panic stays a panic, as it was on this thread.
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(e) => Err(RunError::Setup(anyhow::anyhow!(
-                    "the relay task was cancelled: {e}"
-                ))),
+        Command::Run(_) => {
+            let outcome = runtime.block_on(async {
+                match tokio::spawn(run(config)).await {
+                    Ok(result) => result,
+                    // A panic stays a panic, as it was on this thread.
+                    Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                    Err(e) => Err(RunError::Setup(anyhow::anyhow!(
+                        "the relay task was cancelled: {e}"
+                    ))),
+                }
+            });
+            // A stop during start-up leaves a blocking call (the broker probe) behind.
+            runtime.shutdown_timeout(Duration::from_millis(500));
+            match outcome {
+                Ok(Stopped::Drained) => ExitCode::SUCCESS,
+                Ok(Stopped::Undrained { .. }) => ExitCode::from(EXIT_UNDRAINED),
+                Err(e) => {
+                    let (code, e) = match e {
+                        RunError::Relay(e) => (exit_code(&e), anyhow::Error::new(e)),
+                        RunError::Setup(e) => (EXIT_FATAL, e),
+                    };
+                    tracing::error!("{e:#}");
+                    eprintln!("outbox-relay: {e:#}");
+                    ExitCode::from(code)
+                }
             }
-        }) {
-            Ok(Stopped::Drained) => ExitCode::SUCCESS,
-            Ok(Stopped::Undrained { .. }) => ExitCode::from(EXIT_UNDRAINED),
-            Err(RunError::Relay(e)) => {
-                tracing::error!("{e:#}");
-                eprintln!("outbox-relay: {e:#}");
-                ExitCode::from(exit_code(&e))
-            }
-            Err(RunError::Setup(e)) => {
-                tracing::error!("{e:#}");
-                eprintln!("outbox-relay: {e:#}");
-                ExitCode::from(EXIT_FATAL)
-            }
-        },
+        }
         Command::Init(init) => runtime.block_on(init_command(&config, init)),
         Command::Check(check) => runtime.block_on(check_command(&config, check)),
         Command::Status(status) => runtime.block_on(status_command(&config, status)),
@@ -431,9 +433,7 @@ async fn check_command(config: &Config, args: CheckArgs) -> ExitCode {
 
 async fn status_command(config: &Config, args: StatusArgs) -> ExitCode {
     let target = AdminTarget::from_config(config, args.admin.admin_url);
-    let stop = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+    let stop = async { tokio::signal::ctrl_c().await.unwrap_or_default() };
     let mut stdout = std::io::stdout();
     let watch = args.watch.map(Duration::from_secs);
     match admin::status::run(&target, config, args.json, watch, stop, &mut stdout).await {
@@ -515,26 +515,25 @@ async fn run(config: Config) -> Result<Stopped, RunError> {
     // when the relay does not do what its config file seems to say.
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "outbox-relay starting");
     config.log_effective();
-    relay::run_observed(settings, config.observability(), stop_rx, health)
-        .await
-        .map_err(RunError::Relay)
+    // A stop during start-up ends it at once, unless a webhook retry worker may hold a request.
+    let early = health.stopped_before_streaming(stop_rx.clone(), Duration::from_millis(250));
+    let running = relay::run_observed(settings, config.observability(), stop_rx, health.clone());
+    tokio::select! {
+        biased;
+        outcome = running => outcome.map_err(RunError::Relay),
+        () = early, if config.sinks.is_empty() => Ok(Stopped::Drained),
+    }
 }
 
 async fn wait_for_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    match (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) {
-        (Ok(mut term), Ok(mut int)) => {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        }
-        _ => {
-            let _ = tokio::signal::ctrl_c().await;
-        }
+    use tokio::signal::unix::{SignalKind as Kind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(Kind::terminate()), signal(Kind::interrupt())) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
     }
 }
 

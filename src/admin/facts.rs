@@ -110,6 +110,63 @@ pub struct HolderFacts {
     pub state: Option<String>,
     /// `pg_stat_replication.flush_lag`, in seconds.
     pub flush_lag_seconds: Option<f64>,
+    /// The role asking (`current_user`), and whether it has the privileges
+    /// of `pg_read_all_stats`: without them, `pg_stat_replication` shows it
+    /// the pid of another walsender only, its own walsenders included.
+    #[serde(default, skip_serializing)]
+    pub asked_as: Option<String>,
+    #[serde(default, skip_serializing)]
+    pub reads_all_stats: Option<bool>,
+    /// Why `state` and the flush lag are missing, and the grant that shows
+    /// them ([`HolderFacts::with_hint`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+/// The holder columns of `pg_stat_activity` `a` and `pg_stat_replication`
+/// `r`, as the pairs of a `json_build_object`.
+pub const HOLDER_COLUMNS: &str = "'pid', a.pid, 'application_name', a.application_name, \
+     'client_addr', a.client_addr::text, 'backend_type', a.backend_type, 'state', r.state, \
+     'flush_lag_seconds', extract(epoch FROM r.flush_lag), 'asked_as', current_user, \
+     'reads_all_stats', pg_catalog.pg_has_role('pg_read_all_stats', 'USAGE')";
+
+impl HolderFacts {
+    /// With [`HolderFacts::hint`] set when the state is hidden from the
+    /// role asking.
+    pub fn with_hint(mut self) -> Self {
+        if self.state.is_none() && self.reads_all_stats == Some(false) {
+            let role = self.asked_as.as_deref().unwrap_or("<role>");
+            self.hint = Some(format!(
+                "state and flush lag are hidden from role {role:?} (pg_stat_replication shows \
+                 them to pg_read_all_stats only): as a superuser, `GRANT pg_read_all_stats TO \
+                 {};` shows them",
+                crate::replication::display_ident(role)
+            ));
+        }
+        self
+    }
+
+    /// The holder in one line, for people.
+    pub fn describe(&self) -> String {
+        use std::fmt::Write as _;
+        let mut text = format!("pid {}", self.pid);
+        if let Some(name) = &self.application_name {
+            let _ = write!(text, ", application_name {name:?}");
+        }
+        if let Some(addr) = &self.client_addr {
+            let _ = write!(text, ", from {addr}");
+        }
+        if let Some(state) = &self.state {
+            let _ = write!(text, ", {state}");
+        }
+        if let Some(lag) = self.flush_lag_seconds {
+            let _ = write!(text, ", flush lag {}", super::human_duration(lag));
+        }
+        if let Some(hint) = &self.hint {
+            let _ = write!(text, "; {hint}");
+        }
+        text
+    }
 }
 
 impl PgFacts {
@@ -201,12 +258,9 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
                  AND v.schemaname = {schema} AND v.tablename = {name} LIMIT 1)) \
               FROM pg_catalog.pg_publication p WHERE p.pubname = {publication}), \
            'slot', (SELECT to_jsonb(s) FROM s), \
-           'slot_holder', (SELECT json_build_object('pid', a.pid, \
-              'application_name', a.application_name, 'client_addr', a.client_addr::text, \
-              'backend_type', a.backend_type, 'state', w.state, \
-              'flush_lag_seconds', extract(epoch FROM w.flush_lag)) \
+           'slot_holder', (SELECT json_build_object({HOLDER_COLUMNS}) \
               FROM pg_catalog.pg_stat_activity a \
-              LEFT JOIN pg_catalog.pg_stat_replication w ON w.pid = a.pid \
+              LEFT JOIN pg_catalog.pg_stat_replication r ON r.pid = a.pid \
               WHERE a.pid = (SELECT active_pid FROM s)) \
          )::text",
         schema = escape_literal(schema),

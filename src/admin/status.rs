@@ -42,7 +42,7 @@ use crate::config::Config;
 use crate::replication::{ReplicationError, SqlConnection};
 use postgres_protocol::escape::{escape_identifier, escape_literal};
 
-use super::facts::HolderFacts;
+use super::facts::{HOLDER_COLUMNS, HolderFacts};
 use super::{AdminTarget, human_bytes, human_duration};
 
 /// How the age of the oldest pending row was computed.
@@ -153,10 +153,7 @@ fn slot_sql(slot: &str, table: (&str, &str)) -> String {
               'failover', to_jsonb(s) -> 'failover', 'synced', to_jsonb(s) -> 'synced') FROM s), \
            'lag_bytes', (SELECT pg_catalog.pg_wal_lsn_diff(w.lsn, s.confirmed_flush_lsn)::bigint \
               FROM s, w), \
-           'holder', (SELECT json_build_object('pid', a.pid, \
-              'application_name', a.application_name, 'client_addr', a.client_addr::text, \
-              'backend_type', a.backend_type, 'state', r.state, \
-              'flush_lag_seconds', extract(epoch FROM r.flush_lag)) \
+           'holder', (SELECT json_build_object({HOLDER_COLUMNS}) \
               FROM pg_catalog.pg_stat_activity a \
               LEFT JOIN pg_catalog.pg_stat_replication r ON r.pid = a.pid \
               WHERE a.pid = (SELECT active_pid FROM s)), \
@@ -319,7 +316,7 @@ pub async fn gather(
         active_pid: slot.and_then(|s| s.active_pid),
         failover: slot.and_then(|s| s.failover),
         synced: slot.and_then(|s| s.synced),
-        holder: document.holder,
+        holder: document.holder.map(HolderFacts::with_hint),
         pending,
         webhooks: webhook_stats(connection, config).await,
     })
@@ -419,7 +416,7 @@ pub fn render_text(report: &StatusReport) -> String {
     rows.push((
         "held by",
         match (&report.holder, report.active_pid) {
-            (Some(h), _) => holder_text(h),
+            (Some(h), _) => h.describe(),
             (None, Some(pid)) => format!("pid {pid}"),
             (None, None) => "nobody: no relay is reading the slot".to_owned(),
         },
@@ -461,23 +458,6 @@ pub fn render_text(report: &StatusReport) -> String {
         .collect();
     rows.extend(webhook_rows.iter().map(|(k, v)| (k.as_str(), v.clone())));
     table(&rows)
-}
-
-fn holder_text(h: &HolderFacts) -> String {
-    let mut text = format!("pid {}", h.pid);
-    if let Some(name) = &h.application_name {
-        let _ = write!(text, ", application_name {name:?}");
-    }
-    if let Some(addr) = &h.client_addr {
-        let _ = write!(text, ", from {addr}");
-    }
-    if let Some(state) = &h.state {
-        let _ = write!(text, ", {state}");
-    }
-    if let Some(lag) = h.flush_lag_seconds {
-        let _ = write!(text, ", flush lag {}", human_duration(lag));
-    }
-    text
 }
 
 fn table(rows: &[(&str, String)]) -> String {

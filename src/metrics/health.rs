@@ -48,6 +48,8 @@ pub struct Health(Arc<HealthState>);
 #[derive(Debug)]
 struct HealthState {
     streaming: AtomicBool,
+    /// A session has streamed in this process (set once, never cleared).
+    streamed: AtomicBool,
     /// Another relay holds the relay lock: this one waits for it.
     standby: AtomicBool,
     /// A stop was asked for: draining, then exit.
@@ -71,6 +73,7 @@ impl Default for Health {
     fn default() -> Self {
         Health(Arc::new(HealthState {
             streaming: AtomicBool::new(false),
+            streamed: AtomicBool::new(false),
             standby: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             producer_failing: AtomicBool::new(false),
@@ -103,7 +106,31 @@ fn cut(mut text: String) -> String {
 impl Health {
     pub fn set_streaming(&self, streaming: bool) {
         self.0.streaming.store(streaming, Ordering::Relaxed);
+        if streaming {
+            self.0.streamed.store(true, Ordering::Relaxed);
+        }
         self.publish_readiness();
+    }
+
+    /// Resolves `grace` after a stop was asked for (`stop` turned true)
+    /// if no session has streamed in this process by then; never
+    /// otherwise. A start-up step (a connect, the broker probe) may take its
+    /// whole timeout before the relay looks at the stop; until a session
+    /// streamed, nothing was sent, so nothing is left to drain or confirm
+    /// and the process may stop without waiting for that step.
+    pub async fn stopped_before_streaming(
+        &self,
+        mut stop: tokio::sync::watch::Receiver<bool>,
+        grace: Duration,
+    ) {
+        if stop.wait_for(|stop| *stop).await.is_ok() {
+            tokio::time::sleep(grace).await;
+            if !self.0.streamed.load(Ordering::Relaxed) {
+                tracing::info!("stopped during start-up, before streaming: nothing to drain");
+                return;
+            }
+        }
+        std::future::pending().await
     }
 
     pub fn is_streaming(&self) -> bool {
@@ -318,6 +345,31 @@ mod tests {
     use super::*;
 
     const SEC: Duration = Duration::from_secs(1);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_before_any_session_streamed_ends_the_wait_after_the_grace() {
+        let grace = Duration::from_millis(250);
+        let health = Health::default();
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let mut waiting = std::pin::pin!(health.stopped_before_streaming(rx.clone(), grace));
+        // No stop asked for: it waits.
+        assert!(
+            tokio::time::timeout(10 * SEC, waiting.as_mut())
+                .await
+                .is_err()
+        );
+        stop.send(true).unwrap();
+        let started = tokio::time::Instant::now();
+        waiting.await;
+        assert_eq!(started.elapsed(), grace);
+
+        // Once a session streamed, a stop waits for the relay's own drain,
+        // even between sessions.
+        health.set_streaming(true);
+        health.set_streaming(false);
+        let after = health.stopped_before_streaming(rx, grace);
+        assert!(tokio::time::timeout(10 * SEC, after).await.is_err());
+    }
 
     #[test]
     fn health_turns_503_only_after_the_limit_without_progress() {

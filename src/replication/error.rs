@@ -199,8 +199,9 @@ pub enum ReplicationError {
 
     #[error(
         "replication slot {slot:?} does not exist in database {database:?}; the relay never \
-         creates it: run `outbox-relay init` (which refuses where a slot was lost) or \
-         `SELECT pg_create_logical_replication_slot('{slot}', 'pgoutput');`"
+         creates it: run `outbox-relay init --config <this config>`, which creates it, or \
+         refuses and says why when a slot was lost (a new slot would skip the events \
+         committed since)"
     )]
     SlotMissing { slot: String, database: String },
 
@@ -406,8 +407,15 @@ mod tests {
         };
         assert_eq!(missing.kind(), ErrorKind::Fatal);
         let text = missing.to_string();
+        // `init`, which refuses where a slot was lost, is the one fix named:
+        // a raw CREATE beside it would be the blind creation it warns about.
         assert!(
-            text.contains("outbox_slot") && text.contains("pg_create_logical_replication_slot")
+            text.contains("outbox_slot") && text.contains("outbox-relay init --config"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("pg_create_logical_replication_slot"),
+            "{text}"
         );
 
         let role = ReplicationError::MissingReplicationRole {

@@ -638,6 +638,26 @@ async fn status_shows_the_lag_falling_while_a_backlog_drains() {
         Some(outbox_relay::admin::RELAY_APPLICATION_NAME)
     );
     assert_eq!(Some(holder.pid), o.walsender_pid().await);
+    // The relay's role may not read pg_stat_replication's columns, even of
+    // its own walsender: the state is missing, and status names the grant.
+    assert_eq!(holder.state, None, "{holder:?}");
+    assert!(
+        holder
+            .hint
+            .as_deref()
+            .is_some_and(|h| h.contains("GRANT pg_read_all_stats TO relay;")),
+        "{holder:?}"
+    );
+    // A superuser sees the state, and gets no hint.
+    let target = AdminTarget::from_config(&config, Some(env("PG_URL")));
+    let mut connection = target.connect().await.expect("connect as superuser");
+    let as_superuser = status::gather(&mut connection, &config).await.unwrap();
+    connection.close().await;
+    let holder = as_superuser.holder.expect("held");
+    assert!(
+        holder.state.is_some() && holder.hint.is_none(),
+        "{holder:?}"
+    );
     println!("lag while draining: {lags:?}");
 
     // The pending rows fall too, once the slot's catalog_xmin passes them.

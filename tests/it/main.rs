@@ -56,6 +56,8 @@
 //!   a JSON log's numbers are numbers.
 //! * [`smoke`]: the services are what the tests expect.
 //! * [`fuzz_corpus`]: the decoder fuzz corpus replayed.
+//! * [`docs_run`]: the command blocks of the pages a user follows run as
+//!   written against the services.
 //! * [`docs`]: every test docs/reliability.md names exists; the table of
 //!   feature pairs in docs/design.md is decided and honest.
 //! * [`soak`]: mixed faults for minutes (ignored; `make soak`).
@@ -80,6 +82,7 @@ mod dead_cli;
 mod dead_letters;
 mod delivery;
 mod docs;
+mod docs_run;
 mod exactly_once;
 mod feature_pairs;
 mod fuzz_corpus;

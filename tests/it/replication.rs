@@ -520,7 +520,11 @@ async fn missing_or_busy_slot_and_missing_publication_are_named() {
     assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
     let text = error.to_string();
     assert!(
-        text.contains(&fx.slot) && text.contains("pg_create_logical_replication_slot"),
+        text.contains(&fx.slot) && text.contains("outbox-relay init --config"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("pg_create_logical_replication_slot"),
         "{text}"
     );
 }

@@ -411,3 +411,105 @@ async fn sigterm_with_events_unacknowledged_at_the_drain_deadline_exits_undraine
     assert_eq!(summary.lost, 0);
     outbox.drop_all().await;
 }
+
+/// A loopback address that takes connections and never answers: a server
+/// that hangs. Counts the connections it took (and keeps them open).
+struct Silent {
+    addr: String,
+    taken: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Silent {
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = taken.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for stream in listener.incoming().flatten() {
+                held.push(stream);
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        });
+        Silent { addr, taken }
+    }
+
+    fn taken(&self) -> usize {
+        self.taken.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// SIGINT to the relay process; its exit status, which must come within
+/// `within`.
+async fn interrupt(relay: &mut Relay, within: Duration) -> (std::process::ExitStatus, Duration) {
+    let sent = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-INT", &relay.pid().to_string()])
+        .status()
+        .unwrap();
+    let status = relay.wait(within).await;
+    (status, sent.elapsed())
+}
+
+/// Ctrl-C while the first connect to PostgreSQL waits for an answer (the
+/// connect timeout is 10 s): the process ends at once, exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_the_first_connect_hangs_stops_within_a_second() {
+    let silent = Silent::start();
+    let dir = std::env::temp_dir().join(random_name("relay_cfg"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("relay.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[postgres]\nurl = \"postgres://relay:x@{addr}/app\"\nslot = \"s\"\n\
+             publication = \"p\"\ntable = \"public.outbox\"\n\
+             [kafka]\nbrokers = \"{addr}\"\n[cloudevents]\nsource = \"/t\"\n",
+            addr = silent.addr
+        ),
+    )
+    .unwrap();
+    let mut relay = Relay::process(&config);
+    wait_until(
+        "the relay connecting to the silent server",
+        Duration::from_secs(30),
+        || async { silent.taken() > 0 },
+    )
+    .await;
+    let (status, took) = interrupt(&mut relay, Duration::from_secs(5)).await;
+    assert!(status.success(), "{status}; log:\n{}", relay.log_text());
+    assert!(
+        took < Duration::from_millis(1500),
+        "stopping took {took:?}; log:\n{}",
+        relay.log_text()
+    );
+}
+
+/// Ctrl-C while the broker probe before the first session waits for a
+/// broker that never answers: the process ends at once, exit 0, and the
+/// slot was never confirmed by this relay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_the_broker_probe_hangs_stops_within_a_second() {
+    let o = TestOutbox::create("jsonb").await;
+    let silent = Silent::start();
+    let config = o.write_config("");
+    let mut relay =
+        Relay::process_with_env(&config, &[("OUTBOX_RELAY__KAFKA__BROKERS", &silent.addr)]);
+    let admin = pg_admin().await;
+    wait_until(
+        "the relay streaming from the slot and probing the silent broker",
+        Duration::from_secs(30),
+        || async {
+            silent.taken() > 0 && slot_state(&admin, &o.slot).await.is_some_and(|s| s.active)
+        },
+    )
+    .await;
+    let (status, took) = interrupt(&mut relay, Duration::from_secs(15)).await;
+    assert!(status.success(), "{status}; log:\n{}", relay.log_text());
+    assert!(
+        took < Duration::from_millis(1500),
+        "stopping took {took:?}; log:\n{}",
+        relay.log_text()
+    );
+}

@@ -20,6 +20,7 @@ fn report() -> StatusReport {
             backend_type: Some("walsender".into()),
             state: Some("streaming".into()),
             flush_lag_seconds: Some(0.25),
+            ..HolderFacts::default()
         }),
         pending: Pending {
             method: AgeMethod::CommitTimestamp,
@@ -201,4 +202,35 @@ fn failover_shows_from_postgresql_17_only() {
         plain.contains("failover") && plain.contains("no such slot"),
         "{plain}"
     );
+}
+
+#[test]
+fn a_holder_whose_state_is_hidden_names_the_grant_that_shows_it() {
+    let mut r = report();
+    let hidden = HolderFacts {
+        state: None,
+        flush_lag_seconds: None,
+        asked_as: Some("relay".into()),
+        reads_all_stats: Some(false),
+        ..r.holder.clone().unwrap()
+    };
+    r.holder = Some(hidden.clone().with_hint());
+    let text = render_text(&r);
+    assert!(
+        text.contains("state and flush lag are hidden from role \"relay\"")
+            && text.contains("GRANT pg_read_all_stats TO relay;"),
+        "{text}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&render_json(&r)).unwrap();
+    assert_eq!(json["holder"]["state"], serde_json::Value::Null);
+    let hint = json["holder"]["hint"].as_str().unwrap_or_default();
+    assert!(hint.contains("GRANT pg_read_all_stats TO relay;"), "{json}");
+    // A role that may read the statistics sees the state, or there is none
+    // to see (a holder that is no walsender): no hint.
+    let visible = HolderFacts {
+        reads_all_stats: Some(true),
+        ..hidden
+    };
+    assert_eq!(visible.with_hint().hint, None);
+    assert_eq!(report().holder.unwrap().with_hint().hint, None);
 }

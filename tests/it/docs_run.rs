@@ -1,0 +1,238 @@
+//! The pages a user follows, run as written: every fenced block marked
+//! ```` ```sh runnable ```` in docs/getting-started.md, docs/webhooks.md,
+//! docs/exactly-once.md and docs/outbox-messages.md runs, in page order, in
+//! one `bash -euo pipefail` per page, in a fresh directory (with `scripts/`
+//! and `sql/` of this clone beside it, as in a clone's root) against the
+//! services of `scripts/services`, with this build's `outbox-relay` first
+//! on `PATH`. A block that fails names the page, the block's number and
+//! text, and the output.
+//!
+//! Each page gets a database of its own (`PG_URL` and `PG_RELAY_URL` point
+//! at it) and a slot name of its own (`OUTBOX_RELAY__POSTGRES__SLOT`, which
+//! the config file's `slot` gives way to), so runs never meet each other's
+//! objects; both are dropped afterwards. Background jobs a page starts
+//! (`outbox-relay run ... &`) get SIGTERM when the page ends.
+//!
+//! `DOCS_RUN_PAGE=path` runs that one page instead (to try a change, or to
+//! see a broken command fail).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::support::*;
+
+const PAGES: [&str; 4] = [
+    "docs/getting-started.md",
+    "docs/webhooks.md",
+    "docs/exactly-once.md",
+    "docs/outbox-messages.md",
+];
+
+/// The runnable blocks of a page, in order: (line of the fence, text).
+fn runnable_blocks(page: &str) -> Vec<(usize, String)> {
+    let mut blocks = Vec::new();
+    // The block open: its fence's line and indent, whether it runs, its text.
+    let mut open: Option<(usize, usize, bool, String)> = None;
+    for (i, line) in page.lines().enumerate() {
+        let trimmed = line.trim_start();
+        let fence = trimmed.starts_with("```");
+        match open.take() {
+            None if fence => {
+                let runs = trimmed[3..].trim() == "sh runnable";
+                open = Some((i + 1, line.len() - trimmed.len(), runs, String::new()));
+            }
+            None => {}
+            Some((start, _, true, text)) if fence => blocks.push((start, text)),
+            Some(_) if fence => {}
+            Some((start, indent, runs, mut text)) => {
+                if runs {
+                    let body = match line.get(..indent) {
+                        Some(lead) if lead.trim().is_empty() => &line[indent..],
+                        _ => trimmed,
+                    };
+                    text.push_str(body);
+                    text.push('\n');
+                }
+                open = Some((start, indent, runs, text));
+            }
+        }
+    }
+    blocks
+}
+
+/// The script that runs `blocks` in order and says which one failed.
+fn script(page: &str, blocks: &[(usize, String)]) -> String {
+    let mut s = String::from(
+        "set -euo pipefail\n\
+         __block=0\n\
+         trap '__st=$?; [[ $__st -eq 0 ]] || echo \"docs-run: block $__block failed (exit $__st)\" >&2; \
+         for j in $(jobs -p); do kill -TERM $j 2>/dev/null || true; done; wait || true; exit $__st' EXIT\n",
+    );
+    for (n, (line, text)) in blocks.iter().enumerate() {
+        s.push_str(&format!(
+            "__block={}\necho \"docs-run: {page} block {} (line {line})\" >&2\n{text}\n",
+            n + 1,
+            n + 1
+        ));
+    }
+    s
+}
+
+/// Runs the page's runnable blocks; Err with what to show when one fails.
+fn run_page(
+    root: &Path,
+    name: &str,
+    page: &str,
+    env: &[(String, String)],
+) -> Result<usize, String> {
+    let blocks = runnable_blocks(page);
+    if blocks.is_empty() {
+        return Ok(0);
+    }
+    let dir = std::env::temp_dir().join(random_name("docs_run"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for link in ["scripts", "sql", "services"] {
+        std::os::unix::fs::symlink(root.join(link), dir.join(link)).unwrap();
+    }
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_outbox-relay"));
+    let path = format!(
+        "{}:{}",
+        bin.parent().unwrap().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new("timeout")
+        .args(["-s", "KILL", "300", "bash", "-c"])
+        .arg(script(name, &blocks))
+        .current_dir(&dir)
+        .env("PATH", path)
+        .env("NO_COLOR", "1")
+        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .env_remove("OUTBOX_RELAY_CONFIG")
+        .env_remove("OUTBOX_RELAY_ADMIN_URL")
+        .output()
+        .expect("run bash");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    if output.status.success() {
+        return Ok(blocks.len());
+    }
+    let failed: Option<usize> = stderr.lines().rev().find_map(|l| {
+        l.strip_prefix("docs-run: block ")?
+            .split(' ')
+            .next()?
+            .parse()
+            .ok()
+    });
+    let shown = failed
+        .and_then(|n| blocks.get(n.wrapping_sub(1)))
+        .map(|(line, text)| format!("block at line {line}:\n{text}"))
+        .unwrap_or_else(|| "(no block started, or the page timed out)".to_owned());
+    Err(format!(
+        "{name}: block {} failed ({:?}); directory {}\n{shown}\n--- stdout:\n{}\n--- stderr:\n{stderr}",
+        failed.map_or_else(|| "?".to_owned(), |n| n.to_string()),
+        output.status,
+        dir.display(),
+        String::from_utf8_lossy(&output.stdout),
+    ))
+}
+
+/// `url` with its database replaced by `database`.
+fn with_database(url: &str, database: &str) -> String {
+    let (base, _) = url.rsplit_once('/').expect("a URL with a database");
+    format!("{base}/{database}")
+}
+
+/// Runs `page` in a database and slot of its own, and drops them after.
+async fn run_isolated(root: &Path, name: &str, page: &str) -> Result<usize, String> {
+    let _shared = services::shared().await;
+    let admin = pg_admin().await;
+    let database = random_name("docs");
+    let slot = random_name("docs_slot");
+    admin
+        .batch_execute(&format!("CREATE DATABASE {database}"))
+        .await
+        .unwrap();
+    let env = vec![
+        (
+            "PG_URL".to_owned(),
+            with_database(&env("PG_URL"), &database),
+        ),
+        (
+            "PG_RELAY_URL".to_owned(),
+            with_database(&env("PG_RELAY_URL"), &database),
+        ),
+        ("OUTBOX_RELAY__POSTGRES__SLOT".to_owned(), slot.clone()),
+    ];
+    let (root, name_owned, page_owned) = (root.to_owned(), name.to_owned(), page.to_owned());
+    let result =
+        tokio::task::spawn_blocking(move || run_page(&root, &name_owned, &page_owned, &env))
+            .await
+            .unwrap();
+    // The relay the page started got SIGTERM; once it let go of the slot,
+    // the slot and the database go.
+    wait_until(
+        "the page's slot released",
+        Duration::from_secs(60),
+        || async { slot_state(&admin, &slot).await.is_none_or(|s| !s.active) },
+    )
+    .await;
+    admin
+        .execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots \
+             WHERE database = $1",
+            &[&database],
+        )
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!("DROP DATABASE {database} WITH (FORCE)"))
+        .await
+        .unwrap();
+    result
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_run_as_written() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let pages: Vec<PathBuf> = match std::env::var_os("DOCS_RUN_PAGE") {
+        Some(page) => vec![PathBuf::from(page)],
+        None => PAGES.iter().map(|p| root.join(p)).collect(),
+    };
+    let mut ran = 0;
+    for path in &pages {
+        let text = std::fs::read_to_string(path).unwrap();
+        let name = path
+            .strip_prefix(root)
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        match run_isolated(root, &name, &text).await {
+            Ok(n) => {
+                println!("{name}: {n} runnable blocks ran");
+                ran += n;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // The marker must be found: a parser that found nothing would pass.
+    assert!(ran >= 5, "only {ran} runnable blocks found");
+}
+
+#[test]
+fn the_runner_names_the_page_and_the_block_that_failed() {
+    let page = "text\n\n```sh runnable\necho one\n```\n\n```sh\nnot run\n```\n\n  ```sh runnable\n  echo two\n  exit 3\n  ```\n";
+    let blocks = runnable_blocks(page);
+    assert_eq!(
+        blocks,
+        [
+            (3, "echo one\n".to_owned()),
+            (11, "echo two\nexit 3\n".to_owned())
+        ]
+    );
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let error = run_page(root, "page.md", page, &[]).unwrap_err();
+    assert!(
+        error.starts_with("page.md: block 2 failed") && error.contains("line 11:\necho two"),
+        "{error}"
+    );
+}
