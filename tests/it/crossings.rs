@@ -288,7 +288,7 @@ async fn exactly_once_streams_a_transaction_longer_than_the_kafka_timeout_throug
         "",
         &format!(
             "delivery = \"exactly-once\"\ncheckpoint_topic = \"{checkpoints}\"\n\
-             message_timeout_ms = 3000\ntransaction_timeout_ms = 4000\n"
+             message_timeout_ms = 1500\ntransaction_timeout_ms = 2000\n"
         ),
     );
     let relay = Relay::process(&config);
@@ -298,7 +298,7 @@ async fn exactly_once_streams_a_transaction_longer_than_the_kafka_timeout_throug
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     outbox.commit_events(&mut writer, 5, 2, 5, &mut seqs).await;
-    insert_one_large_transaction(&outbox, 300_000, 50).await;
+    insert_one_large_transaction(&outbox, 100_000, 50).await;
     outbox.commit_events(&mut writer, 5, 2, 5, &mut seqs).await;
     let committed = outbox.committed_from_table().await;
     wait_until(
@@ -307,10 +307,10 @@ async fn exactly_once_streams_a_transaction_longer_than_the_kafka_timeout_throug
         || async { partial_checkpoints(&checkpoints).await >= 1 },
     )
     .await;
-    // Paused for twice the transaction timeout: the coordinator aborts the
-    // open Kafka transaction and fences the producer.
+    // Paused for over twice the transaction timeout: the coordinator aborts
+    // the open Kafka transaction and fences the producer.
     signal(&relay, libc::SIGSTOP);
-    tokio::time::sleep(Duration::from_secs(9)).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
     signal(&relay, libc::SIGCONT);
     let mut relay = relay;
     let seen = partial_checkpoints(&checkpoints).await;
