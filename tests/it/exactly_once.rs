@@ -165,34 +165,6 @@ async fn exactly_once_survives_kill9_and_a_walsender_kill() {
     report_wall_time("exactly-once-kill9", started);
 }
 
-/// The broker stopped for a few seconds under load in exactly-once mode
-/// and started again: open transactions are aborted or time out, the relay
-/// rebuilds its transactional producer, resumes from its checkpoint, and a
-/// read_committed consumer sees every committed event exactly once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exactly_once_survives_a_broker_restart() {
-    let serial = services::exclusive().await;
-    let started = Instant::now();
-    let (outbox, topic, checkpoints) =
-        eos_outbox(TestOutbox::create_exclusive(&serial, "jsonb").await).await;
-    let config = eos_config(&outbox, &checkpoints, "message_timeout_ms = 10000");
-    let mut loadgen = eos_load(&outbox);
-    let mut moments = Moments::new();
-    let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
-    wait_confirmed_above(&outbox, outbox.confirmed_flush_lsn().await).await;
-    let kafka = ServiceDown::stop(&["stop-kafka"], "start-kafka").await;
-    // The fault: the broker is gone for a few seconds under load.
-    tokio::time::sleep(moments.delay(Duration::from_secs(5)) + Duration::from_secs(3)).await;
-    kafka.start().await;
-    wait_confirmed_above(&outbox, outbox.confirmed_flush_lsn().await).await;
-    loadgen.kill();
-    finish_under_load("exactly-once-broker-restart", &outbox, &topic, &mut relay).await;
-    report_wall_time("exactly-once-broker-restart", started);
-}
-
 /// A steady writer for the fault tests: 400 events/s over 40 aggregates.
 fn eos_load(outbox: &TestOutbox) -> Loadgen {
     Loadgen::start(
@@ -596,4 +568,38 @@ async fn the_checkpoint_read_waits_out_a_transaction_open_on_the_topic() {
         .expect("the read after the commit");
     assert_eq!(read, CheckpointRead::Last(Some(b"open".to_vec())));
     outbox.drop_all().await;
+}
+
+/// The tests here hold the services alone ([`services::exclusive`]):
+/// `make test` runs them after the others, one at a time.
+mod alone {
+    use super::*;
+
+    /// The broker stopped for a few seconds under load in exactly-once mode
+    /// and started again: open transactions are aborted or time out, the relay
+    /// rebuilds its transactional producer, resumes from its checkpoint, and a
+    /// read_committed consumer sees every committed event exactly once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn exactly_once_survives_a_broker_restart() {
+        let serial = services::exclusive().await;
+        let started = Instant::now();
+        let (outbox, topic, checkpoints) =
+            eos_outbox(TestOutbox::create_exclusive(&serial, "jsonb").await).await;
+        let config = eos_config(&outbox, &checkpoints, "message_timeout_ms = 10000");
+        let mut loadgen = eos_load(&outbox);
+        let mut moments = Moments::new();
+        let mut relay = Relay::process(&config);
+        relay
+            .wait_for_log("streaming from the slot", DEADLINE)
+            .await;
+        wait_confirmed_above(&outbox, outbox.confirmed_flush_lsn().await).await;
+        let kafka = ServiceDown::stop(&["stop-kafka"], "start-kafka").await;
+        // The fault: the broker is gone for a few seconds under load.
+        tokio::time::sleep(moments.delay(Duration::from_secs(5)) + Duration::from_secs(3)).await;
+        kafka.start().await;
+        wait_confirmed_above(&outbox, outbox.confirmed_flush_lsn().await).await;
+        loadgen.kill();
+        finish_under_load("exactly-once-broker-restart", &outbox, &topic, &mut relay).await;
+        report_wall_time("exactly-once-broker-restart", started);
+    }
 }

@@ -14,148 +14,154 @@ use crate::support::*;
 /// records (well over 150 MB of payloads, headers and keys) would not.
 const BIG_TXN_MAX_RSS: u64 = 300 * 1024 * 1024;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn million_row_transaction_streams_in_bounded_memory_and_confirms_after_its_last_row() {
-    let started = Instant::now();
-    let rows: i64 = std::env::var("OUTBOX_RELAY_BIG_TXN_ROWS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1_000_000);
-    // Every walsender decodes (and spills) the whole transaction, whichever
-    // table it is on: beside other tests it would hold their relays back for
-    // minutes. It runs alone.
-    let serial = services::exclusive().await;
-    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
-    // pg_walinspect finds the transaction's exact commit end LSN (what the
-    // relay must confirm). Creating an extension changes no server setting.
-    let _ = outbox
-        .admin
-        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-        .await;
-    let topic = outbox.topic("order");
-    outbox.create_topic(&topic, 4).await;
-    let config = outbox.write_config("");
-    let mut relay = Relay::process(&config);
-    wait_until("the relay to hold the slot", DEADLINE, || {
-        outbox.slot_active()
-    })
-    .await;
-    let txn_start = outbox.current_wal_lsn().await;
+/// The tests here hold the services alone ([`services::exclusive`]):
+/// `make test` runs them after the others, one at a time.
+mod alone {
+    use super::*;
 
-    // The transaction runs in its own task; this one samples meanwhile.
-    let table = outbox.table.clone();
-    let writer = tokio::spawn(async move {
-        let mut client = pg_admin().await;
-        let tx = client.transaction().await.unwrap();
-        let xid: String = tx
-            .query_one("SELECT pg_current_xact_id()::text", &[])
-            .await
-            .unwrap()
-            .get(0);
-        tx.execute(
-            &format!(
-                "INSERT INTO public.{table} (id, aggregatetype, aggregateid, type, payload, seq)
-                 SELECT gen_random_uuid(), 'order', 'agg-' || (i % 1000), 'OrderPlaced',
-                        jsonb_build_object('aggregate', 'agg-' || (i % 1000), 'seq', i / 1000),
-                        i / 1000
-                 FROM generate_series(1, $1::bigint) AS i"
-            ),
-            &[&rows],
-        )
-        .await
-        .unwrap();
-        let before_commit: String = tx
-            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
-            .await
-            .unwrap()
-            .get(0);
-        tx.commit().await.unwrap();
-        let xid: i64 = xid.parse::<i64>().unwrap() % (1 << 32);
-        let row = client
-            .query_one(
-                "SELECT end_lsn::text FROM pg_get_wal_records_info($1::text::pg_lsn, pg_current_wal_flush_lsn())
-                 WHERE resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'
-                   AND xid::text::bigint = $2",
-                &[&before_commit, &xid],
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn million_row_transaction_streams_in_bounded_memory_and_confirms_after_its_last_row() {
+        let started = Instant::now();
+        let rows: i64 = std::env::var("OUTBOX_RELAY_BIG_TXN_ROWS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1_000_000);
+        // Every walsender decodes (and spills) the whole transaction, whichever
+        // table it is on: beside other tests it would hold their relays back for
+        // minutes. It runs alone.
+        let serial = services::exclusive().await;
+        let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
+        // pg_walinspect finds the transaction's exact commit end LSN (what the
+        // relay must confirm). Creating an extension changes no server setting.
+        let _ = outbox
+            .admin
+            .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+            .await;
+        let topic = outbox.topic("order");
+        outbox.create_topic(&topic, 4).await;
+        let config = outbox.write_config("");
+        let mut relay = Relay::process(&config);
+        wait_until("the relay to hold the slot", DEADLINE, || {
+            outbox.slot_active()
+        })
+        .await;
+        let txn_start = outbox.current_wal_lsn().await;
+
+        // The transaction runs in its own task; this one samples meanwhile.
+        let table = outbox.table.clone();
+        let writer = tokio::spawn(async move {
+            let mut client = pg_admin().await;
+            let tx = client.transaction().await.unwrap();
+            let xid: String = tx
+                .query_one("SELECT pg_current_xact_id()::text", &[])
+                .await
+                .unwrap()
+                .get(0);
+            tx.execute(
+                &format!(
+                    "INSERT INTO public.{table} (id, aggregatetype, aggregateid, type, payload, seq)
+                     SELECT gen_random_uuid(), 'order', 'agg-' || (i % 1000), 'OrderPlaced',
+                            jsonb_build_object('aggregate', 'agg-' || (i % 1000), 'seq', i / 1000),
+                            i / 1000
+                     FROM generate_series(1, $1::bigint) AS i"
+                ),
+                &[&rows],
             )
             .await
-            .expect("the commit record of the big transaction");
-        row.get::<_, String>(0).parse::<Lsn>().unwrap()
-    });
+            .unwrap();
+            let before_commit: String = tx
+                .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+                .await
+                .unwrap()
+                .get(0);
+            tx.commit().await.unwrap();
+            let xid: i64 = xid.parse::<i64>().unwrap() % (1 << 32);
+            let row = client
+                .query_one(
+                    "SELECT end_lsn::text FROM pg_get_wal_records_info($1::text::pg_lsn, pg_current_wal_flush_lsn())
+                     WHERE resource_manager = 'Transaction' AND record_type LIKE 'COMMIT%'
+                       AND xid::text::bigint = $2",
+                    &[&before_commit, &xid],
+                )
+                .await
+                .expect("the commit record of the big transaction");
+            row.get::<_, String>(0).parse::<Lsn>().unwrap()
+        });
 
-    let mut peak_rss = 0u64;
-    let mut passed_start_early = false;
-    let mut samples: Vec<(Lsn, i64)> = Vec::new();
-    let mut commit_end: Option<Lsn> = None;
-    let mut writer = Some(writer);
-    let mut committed_at: Option<Instant> = None;
-    let deadline = Instant::now() + Duration::from_secs(900);
-    loop {
-        assert!(
-            Instant::now() < deadline,
-            "the big transaction was not delivered and confirmed within 15 minutes: {} of {rows} records, confirmed {:?}, commit end {commit_end:?}",
-            samples.last().map_or(0, |s| s.1),
-            samples.last().map(|s| s.0)
-        );
-        if let Some(rss) = relay.rss_bytes() {
-            peak_rss = peak_rss.max(rss);
+        let mut peak_rss = 0u64;
+        let mut passed_start_early = false;
+        let mut samples: Vec<(Lsn, i64)> = Vec::new();
+        let mut commit_end: Option<Lsn> = None;
+        let mut writer = Some(writer);
+        let mut committed_at: Option<Instant> = None;
+        let deadline = Instant::now() + Duration::from_secs(900);
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "the big transaction was not delivered and confirmed within 15 minutes: {} of {rows} records, confirmed {:?}, commit end {commit_end:?}",
+                samples.last().map_or(0, |s| s.1),
+                samples.last().map(|s| s.0)
+            );
+            if let Some(rss) = relay.rss_bytes() {
+                peak_rss = peak_rss.max(rss);
+            }
+            // Confirmed first, then the topic: a confirmation seen before the
+            // count must be covered by that count.
+            let confirmed = outbox.confirmed_flush_lsn().await.expect("slot");
+            let on_topic = topic_len(&topic).await;
+            samples.push((confirmed, on_topic));
+            if confirmed > txn_start && on_topic < rows {
+                passed_start_early = true;
+            }
+            if writer.as_ref().is_some_and(|w| w.is_finished()) {
+                commit_end = Some(writer.take().unwrap().await.unwrap());
+                committed_at = Some(Instant::now());
+                println!(
+                    "big-txn: {rows} rows committed after {:.1} s, commit end LSN {}",
+                    started.elapsed().as_secs_f64(),
+                    commit_end.unwrap()
+                );
+            }
+            if let Some(end) = commit_end
+                && on_topic >= rows
+                && confirmed >= end
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        // Confirmed first, then the topic: a confirmation seen before the
-        // count must be covered by that count.
-        let confirmed = outbox.confirmed_flush_lsn().await.expect("slot");
-        let on_topic = topic_len(&topic).await;
-        samples.push((confirmed, on_topic));
-        if confirmed > txn_start && on_topic < rows {
-            passed_start_early = true;
-        }
-        if writer.as_ref().is_some_and(|w| w.is_finished()) {
-            commit_end = Some(writer.take().unwrap().await.unwrap());
-            committed_at = Some(Instant::now());
-            println!(
-                "big-txn: {rows} rows committed after {:.1} s, commit end LSN {}",
-                started.elapsed().as_secs_f64(),
-                commit_end.unwrap()
+        let commit_end = commit_end.unwrap();
+        let delivered_after = committed_at.unwrap().elapsed();
+        // The slot never confirmed the transaction before the broker held every
+        // one of its records.
+        for (confirmed, on_topic) in &samples {
+            assert!(
+                *confirmed < commit_end || *on_topic >= rows,
+                "confirmed_flush_lsn {confirmed} reached the big transaction's commit end {commit_end} with only {on_topic} of {rows} records on the topic"
             );
         }
-        if let Some(end) = commit_end
-            && on_topic >= rows
-            && confirmed >= end
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let commit_end = commit_end.unwrap();
-    let delivered_after = committed_at.unwrap().elapsed();
-    // The slot never confirmed the transaction before the broker held every
-    // one of its records.
-    for (confirmed, on_topic) in &samples {
-        assert!(
-            *confirmed < commit_end || *on_topic >= rows,
-            "confirmed_flush_lsn {confirmed} reached the big transaction's commit end {commit_end} with only {on_topic} of {rows} records on the topic"
+        let status = relay.terminate().await;
+        assert!(status.success(), "graceful exit: {status:?}");
+        println!(
+            "big-txn: peak relay RSS {:.1} MiB; delivered and confirmed {:.1} s after commit; confirmed passed the transaction's start before its end: {passed_start_early}",
+            peak_rss as f64 / 1048576.0,
+            delivered_after.as_secs_f64()
         );
-    }
-    let status = relay.terminate().await;
-    assert!(status.success(), "graceful exit: {status:?}");
-    println!(
-        "big-txn: peak relay RSS {:.1} MiB; delivered and confirmed {:.1} s after commit; confirmed passed the transaction's start before its end: {passed_start_early}",
-        peak_rss as f64 / 1048576.0,
-        delivered_after.as_secs_f64()
-    );
-    assert!(peak_rss > 0, "RSS was sampled");
-    assert!(
-        peak_rss < BIG_TXN_MAX_RSS,
-        "relay peak RSS {} MiB: the transaction was buffered, not streamed",
-        peak_rss / 1048576
-    );
+        assert!(peak_rss > 0, "RSS was sampled");
+        assert!(
+            peak_rss < BIG_TXN_MAX_RSS,
+            "relay peak RSS {} MiB: the transaction was buffered, not streamed",
+            peak_rss / 1048576
+        );
 
-    let received = consume_ids_to_end(&topic).await;
-    let committed = outbox.committed_from_table().await;
-    assert_eq!(committed.len() as i64, rows);
-    let distinct: HashSet<&str> = received.iter().filter_map(|r| r.header("ce_id")).collect();
-    assert_eq!(distinct.len() as i64, rows, "every row delivered");
-    let summary = check_delivery("big-txn", &committed, &received);
-    assert_eq!(summary.duplicated, 0, "a clean run delivers exactly once");
-    outbox.drop_all().await;
-    report_wall_time("big-txn", started);
+        let received = consume_ids_to_end(&topic).await;
+        let committed = outbox.committed_from_table().await;
+        assert_eq!(committed.len() as i64, rows);
+        let distinct: HashSet<&str> = received.iter().filter_map(|r| r.header("ce_id")).collect();
+        assert_eq!(distinct.len() as i64, rows, "every row delivered");
+        let summary = check_delivery("big-txn", &committed, &received);
+        assert_eq!(summary.duplicated, 0, "a clean run delivers exactly once");
+        outbox.drop_all().await;
+        report_wall_time("big-txn", started);
+    }
 }

@@ -311,85 +311,91 @@ impl Drop for RoleLockedOut {
     }
 }
 
-/// The deleter loses its session and cannot open another for a few
-/// seconds (the role's connection slots are taken, as on a busy server or
-/// during a restart): the confirmed rows wait, none is deleted early, and
-/// once sessions can be opened again they are deleted. A deleter that
-/// gave up within a second would leave them in the table for good.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn confirmed_rows_are_deleted_after_the_database_refused_sessions_for_a_while() {
-    // Exclusive: the relay role's connection limit is server-wide.
-    let serial = services::exclusive().await;
-    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
-    outbox
-        .admin
-        .batch_execute(&format!("GRANT DELETE ON public.{} TO relay", outbox.table))
-        .await
-        .unwrap();
-    let topic = outbox.topic("order");
-    outbox.create_topic(&topic, 3).await;
-    // Without the relay lock: its session is an ordinary one too, and
-    // losing it stops the stream (whether the held rows were confirmed
-    // first was a race); this test is about the deleter.
-    let mut settings = cleanup_settings(&outbox);
-    settings.lock.enabled = false;
-    let relay = Relay::in_process(settings);
-    let mut writer = outbox.writer().await;
-    let mut seqs = HashMap::new();
+/// The tests here hold the services alone ([`services::exclusive`]):
+/// `make test` runs them after the others, one at a time.
+mod alone {
+    use super::*;
 
-    let mut committed = outbox
-        .commit_events(&mut writer, 10, 5, 10, &mut seqs)
-        .await;
-    wait_until("the deleter's first batches", DEADLINE, || async {
-        rows_in_table(&outbox).await == 0
-    })
-    .await;
-
-    let locked_out = RoleLockedOut::set(&outbox.admin).await;
-    // The relay role's ordinary sessions (the deleter's, the catalog's),
-    // not its walsender: the stream goes on.
-    let terminated: i64 = outbox
-        .admin
-        .query_one(
-            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
-             WHERE usename = 'relay' AND backend_type = 'client backend') t",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(terminated >= 1, "the deleter had no session to terminate");
-    let held = outbox
-        .commit_events(&mut writer, 10, 5, 10, &mut seqs)
-        .await;
-    let held_ids: HashSet<String> = held.iter().map(|c| c.id.clone()).collect();
-    committed.extend(held);
-    let after_last_commit = outbox.current_wal_lsn().await;
-    wait_until("the slot to confirm the held rows", DEADLINE, || async {
+    /// The deleter loses its session and cannot open another for a few
+    /// seconds (the role's connection slots are taken, as on a busy server or
+    /// during a restart): the confirmed rows wait, none is deleted early, and
+    /// once sessions can be opened again they are deleted. A deleter that
+    /// gave up within a second would leave them in the table for good.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn confirmed_rows_are_deleted_after_the_database_refused_sessions_for_a_while() {
+        // Exclusive: the relay role's connection limit is server-wide.
+        let serial = services::exclusive().await;
+        let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
         outbox
-            .confirmed_flush_lsn()
+            .admin
+            .batch_execute(&format!("GRANT DELETE ON public.{} TO relay", outbox.table))
             .await
-            .is_some_and(|c| c >= after_last_commit)
-    })
-    .await;
-    // The outage itself: sessions stay refused for 3 s after the rows were
-    // confirmed and handed to the deleter.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let present = ids_in_table(&outbox).await;
-    assert!(
-        held_ids.is_subset(&present),
-        "rows went while the relay role could open no session"
-    );
-    drop(locked_out);
+            .unwrap();
+        let topic = outbox.topic("order");
+        outbox.create_topic(&topic, 3).await;
+        // Without the relay lock: its session is an ordinary one too, and
+        // losing it stops the stream (whether the held rows were confirmed
+        // first was a race); this test is about the deleter.
+        let mut settings = cleanup_settings(&outbox);
+        settings.lock.enabled = false;
+        let relay = Relay::in_process(settings);
+        let mut writer = outbox.writer().await;
+        let mut seqs = HashMap::new();
 
-    wait_until(
-        "the confirmed rows to be deleted once sessions open again",
-        DEADLINE,
-        || async { rows_in_table(&outbox).await == 0 },
-    )
-    .await;
-    relay.stop().await.expect("graceful stop");
-    let received = consume_all_ids(&topic, &committed, DEADLINE).await;
-    check_delivery("cleanup-sessions-refused", &committed, &received);
-    outbox.drop_all().await;
+        let mut committed = outbox
+            .commit_events(&mut writer, 10, 5, 10, &mut seqs)
+            .await;
+        wait_until("the deleter's first batches", DEADLINE, || async {
+            rows_in_table(&outbox).await == 0
+        })
+        .await;
+
+        let locked_out = RoleLockedOut::set(&outbox.admin).await;
+        // The relay role's ordinary sessions (the deleter's, the catalog's),
+        // not its walsender: the stream goes on.
+        let terminated: i64 = outbox
+            .admin
+            .query_one(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+                 WHERE usename = 'relay' AND backend_type = 'client backend') t",
+                &[],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(terminated >= 1, "the deleter had no session to terminate");
+        let held = outbox
+            .commit_events(&mut writer, 10, 5, 10, &mut seqs)
+            .await;
+        let held_ids: HashSet<String> = held.iter().map(|c| c.id.clone()).collect();
+        committed.extend(held);
+        let after_last_commit = outbox.current_wal_lsn().await;
+        wait_until("the slot to confirm the held rows", DEADLINE, || async {
+            outbox
+                .confirmed_flush_lsn()
+                .await
+                .is_some_and(|c| c >= after_last_commit)
+        })
+        .await;
+        // The outage itself: sessions stay refused for 3 s after the rows were
+        // confirmed and handed to the deleter.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let present = ids_in_table(&outbox).await;
+        assert!(
+            held_ids.is_subset(&present),
+            "rows went while the relay role could open no session"
+        );
+        drop(locked_out);
+
+        wait_until(
+            "the confirmed rows to be deleted once sessions open again",
+            DEADLINE,
+            || async { rows_in_table(&outbox).await == 0 },
+        )
+        .await;
+        relay.stop().await.expect("graceful stop");
+        let received = consume_all_ids(&topic, &committed, DEADLINE).await;
+        check_delivery("cleanup-sessions-refused", &committed, &received);
+        outbox.drop_all().await;
+    }
 }

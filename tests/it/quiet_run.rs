@@ -228,78 +228,6 @@ fn has_series(metrics: &str, name: &str) -> bool {
     })
 }
 
-/// Every metric the alert rules and the dashboard name is on /metrics
-/// before the first event (a series that first appears at 1 hides that
-/// increment from `increase()`, and an alert on a missing series never
-/// fires), and so are the labelled counters' series at 0. With a webhook
-/// route, for its gauges and counters; and with a
-/// `max_slot_wal_keep_size`, without which the slot has no
-/// `safe_wal_size` and the relay exports none.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_metric_deploy_names_is_exported_before_the_first_event() {
-    let names = metric_names_in_deploy();
-    assert!(names.len() >= 15, "{names:?}");
-    let held = services::exclusive().await;
-    let outbox = TestOutbox::create_exclusive(&held, "jsonb").await;
-    let _limit = WalKeepLimit::set(&outbox.admin, "10GB").await;
-    let receiver = Receiver::start(&["quiet-secret"]).await;
-    let table = create_delivery_table(&outbox).await;
-    let port = free_port();
-    let config = outbox.write_config_with(
-        &format!("delivery_table = \"{table}\""),
-        "",
-        &format!(
-            "[relay]\nmetrics_addr = \"127.0.0.1:{port}\"\n{}",
-            webhook_toml(&receiver.url(), &["quiet-secret".to_owned()], "")
-        ),
-    );
-    let mut relay = Relay::process(&config);
-    wait_until("/ready to answer 200", DEADLINE, || async {
-        http_get(port, "/ready")
-            .await
-            .is_some_and(|(status, _)| status == 200)
-    })
-    .await;
-    let scrape = || async { http_get(port, "/metrics").await.map(|(_, body)| body) };
-    let missing = |metrics: &str| -> Vec<String> {
-        names
-            .iter()
-            .filter(|(name, _)| !has_series(metrics, name))
-            .map(|(name, file)| format!("{name} (named in {file})"))
-            .collect()
-    };
-    wait_until_explained(
-        "every metric deploy/ names on /metrics",
-        DEADLINE,
-        || async { scrape().await.is_some_and(|m| missing(&m).is_empty()) },
-        || async {
-            let metrics = scrape().await.unwrap_or_default();
-            format!("missing: {:?}\n{metrics}", missing(&metrics))
-        },
-    )
-    .await;
-    let metrics = scrape().await.expect("/metrics");
-    for series in [
-        "outbox_relay_events_published_total 0",
-        "outbox_relay_events_dead_lettered_total{reason=\"null_key\"} 0",
-        "outbox_relay_events_dead_lettered_total{reason=\"too_large\"} 0",
-        "outbox_relay_delivery_failures_total{reason=\"message_timeout\"} 0",
-        "outbox_relay_reconnects_total{reason=\"stream_broke\"} 0",
-        "outbox_relay_reconnects_total{reason=\"delivery_table\"} 0",
-        "outbox_relay_server_changes_total 0",
-        "outbox_relay_webhook_deliveries_total{route=\"hooks\",outcome=\"dead\"} 0",
-        "outbox_relay_webhook_dead{route=\"hooks\"} 0",
-    ] {
-        assert!(
-            metrics.lines().any(|l| l == series),
-            "{series} before the first event:\n{metrics}"
-        );
-    }
-    let status = relay.terminate().await;
-    assert_eq!(status.code(), Some(EXIT_CLEAN), "{}", relay.log_text());
-    outbox.drop_all().await;
-}
-
 /// `log_format = "json"`: every line is one JSON object, the progress line's
 /// counts, rate and lag are JSON numbers, and no field anywhere holds a
 /// number in a string.
@@ -355,4 +283,82 @@ async fn a_json_log_writes_numbers_as_numbers() {
         );
     }
     outbox.drop_all().await;
+}
+
+/// The tests here hold the services alone ([`services::exclusive`]):
+/// `make test` runs them after the others, one at a time.
+mod alone {
+    use super::*;
+
+    /// Every metric the alert rules and the dashboard name is on /metrics
+    /// before the first event (a series that first appears at 1 hides that
+    /// increment from `increase()`, and an alert on a missing series never
+    /// fires), and so are the labelled counters' series at 0. With a webhook
+    /// route, for its gauges and counters; and with a
+    /// `max_slot_wal_keep_size`, without which the slot has no
+    /// `safe_wal_size` and the relay exports none.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_metric_deploy_names_is_exported_before_the_first_event() {
+        let names = metric_names_in_deploy();
+        assert!(names.len() >= 15, "{names:?}");
+        let held = services::exclusive().await;
+        let outbox = TestOutbox::create_exclusive(&held, "jsonb").await;
+        let _limit = WalKeepLimit::set(&outbox.admin, "10GB").await;
+        let receiver = Receiver::start(&["quiet-secret"]).await;
+        let table = create_delivery_table(&outbox).await;
+        let port = free_port();
+        let config = outbox.write_config_with(
+            &format!("delivery_table = \"{table}\""),
+            "",
+            &format!(
+                "[relay]\nmetrics_addr = \"127.0.0.1:{port}\"\n{}",
+                webhook_toml(&receiver.url(), &["quiet-secret".to_owned()], "")
+            ),
+        );
+        let mut relay = Relay::process(&config);
+        wait_until("/ready to answer 200", DEADLINE, || async {
+            http_get(port, "/ready")
+                .await
+                .is_some_and(|(status, _)| status == 200)
+        })
+        .await;
+        let scrape = || async { http_get(port, "/metrics").await.map(|(_, body)| body) };
+        let missing = |metrics: &str| -> Vec<String> {
+            names
+                .iter()
+                .filter(|(name, _)| !has_series(metrics, name))
+                .map(|(name, file)| format!("{name} (named in {file})"))
+                .collect()
+        };
+        wait_until_explained(
+            "every metric deploy/ names on /metrics",
+            DEADLINE,
+            || async { scrape().await.is_some_and(|m| missing(&m).is_empty()) },
+            || async {
+                let metrics = scrape().await.unwrap_or_default();
+                format!("missing: {:?}\n{metrics}", missing(&metrics))
+            },
+        )
+        .await;
+        let metrics = scrape().await.expect("/metrics");
+        for series in [
+            "outbox_relay_events_published_total 0",
+            "outbox_relay_events_dead_lettered_total{reason=\"null_key\"} 0",
+            "outbox_relay_events_dead_lettered_total{reason=\"too_large\"} 0",
+            "outbox_relay_delivery_failures_total{reason=\"message_timeout\"} 0",
+            "outbox_relay_reconnects_total{reason=\"stream_broke\"} 0",
+            "outbox_relay_reconnects_total{reason=\"delivery_table\"} 0",
+            "outbox_relay_server_changes_total 0",
+            "outbox_relay_webhook_deliveries_total{route=\"hooks\",outcome=\"dead\"} 0",
+            "outbox_relay_webhook_dead{route=\"hooks\"} 0",
+        ] {
+            assert!(
+                metrics.lines().any(|l| l == series),
+                "{series} before the first event:\n{metrics}"
+            );
+        }
+        let status = relay.terminate().await;
+        assert_eq!(status.code(), Some(EXIT_CLEAN), "{}", relay.log_text());
+        outbox.drop_all().await;
+    }
 }

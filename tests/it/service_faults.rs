@@ -335,120 +335,6 @@ async fn postgres_restart(mode: &'static str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_fast_restart_reconnects_and_loses_nothing() {
-    postgres_restart("fast").await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn postgres_immediate_restart_reconnects_and_loses_nothing() {
-    postgres_restart("immediate").await;
-}
-
-/// The route to PostgreSQL goes silent (no RST, no FIN) under a
-/// stalling proxy. The relay's own read timeout must notice (PostgreSQL
-/// meanwhile ends the silent walsender after wal_sender_timeout, freeing the
-/// slot); its reconnects through the still-stalled route must time out too
-/// rather than hang; once the route flows again it catches up. Nothing is
-/// confirmed while stalled, nothing is lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stalled_route_to_postgres_times_out_reconnects_and_catches_up() {
-    let serial = services::exclusive().await;
-    let started = Instant::now();
-    let case = "pg-stalled-route";
-    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
-    let topic = outbox.topic("order");
-    outbox.create_topic(&topic, 4).await;
-    let upstream = format!("127.0.0.1:{}", env("PG_PORT")).parse().unwrap();
-    let proxy = StallProxy::start(upstream).await;
-    let url = format!(
-        "postgres://relay:relay-test-password@127.0.0.1:{}/postgres",
-        proxy.addr().port()
-    );
-    let config = relay_config(&outbox, "", Some(&url));
-    // The stream's own timeouts, which the relay lock (standby.rs) would
-    // overtake by ending the session when its lease runs out.
-    let text = std::fs::read_to_string(&config).unwrap() + "[relay]\nstandby_lock = false\n";
-    std::fs::write(&config, text).unwrap();
-    let mut relay = Relay::process(&config);
-    let mut writer = outbox.writer().await;
-    let mut seqs = HashMap::new();
-    let mut committed = outbox
-        .commit_events(&mut writer, 100, 2, 20, &mut seqs)
-        .await;
-    wait_for_all(&topic, &committed, DEADLINE).await;
-    wait_until("the slot to be held", DEADLINE, || outbox.slot_active()).await;
-
-    proxy.stall();
-    let stalled_at = Instant::now();
-    let frozen = outbox.confirmed_flush_lsn().await.expect("slot");
-    // Written straight to PostgreSQL: the stall is between relay and server.
-    committed.extend(
-        outbox
-            .commit_events(&mut writer, 100, 2, 20, &mut seqs)
-            .await,
-    );
-    wait_until(
-        "the relay's read timeout",
-        Duration::from_secs(45),
-        || async { relay.log_text().contains("did not answer a reply request") },
-    )
-    .await;
-    let detected_after = stalled_at.elapsed();
-    // The server's side: the silent walsender is ended by wal_sender_timeout
-    // and nothing can take the slot through the stalled route.
-    wait_until(
-        "PostgreSQL to free the slot",
-        Duration::from_secs(45),
-        || async { !outbox.slot_active().await },
-    )
-    .await;
-    // A reconnect through the stalled route hangs in the handshake; the
-    // relay's connect timeout must end it (no RST or FIN will).
-    let connect_timed_out = format!(
-        "connecting to PostgreSQL at 127.0.0.1:{} timed out",
-        proxy.addr().port()
-    );
-    wait_until(
-        "a reconnect to time out",
-        Duration::from_secs(45),
-        || async { relay.log_text().contains(&connect_timed_out) },
-    )
-    .await;
-    assert!(
-        relay.running(),
-        "{case}: the relay must keep trying:\n{}",
-        relay.log_text()
-    );
-    assert_eq!(
-        outbox.confirmed_flush_lsn().await.expect("slot"),
-        frozen,
-        "{case}: nothing can be confirmed through a stalled route"
-    );
-    println!(
-        "{case}: read timeout fired {:.1} s after the stall; stalled for {:.1} s",
-        detected_after.as_secs_f64(),
-        stalled_at.elapsed().as_secs_f64()
-    );
-    assert!(
-        detected_after < Duration::from_secs(30),
-        "{case}: the read timeout should follow wal_sender_timeout (10 s), took {detected_after:?}"
-    );
-
-    proxy.resume();
-    committed.extend(
-        outbox
-            .commit_events(&mut writer, 50, 2, 20, &mut seqs)
-            .await,
-    );
-    wait_for_all(&topic, &committed, DEADLINE).await;
-    let summary = stop_and_check(case, &outbox, &mut relay, &committed).await;
-    assert_eq!(summary.lost, 0);
-    drop(proxy);
-    outbox.drop_all().await;
-    report_wall_time(case, started);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn walsender_terminated_repeatedly_reconnects_and_loses_nothing() {
     let started = Instant::now();
     let outbox = TestOutbox::create("jsonb").await;
@@ -544,80 +430,6 @@ async fn missing_slot_exits_non_zero_naming_the_slot() {
 
 // ---------------------------------------------------------------- the slot gone
 
-/// The slot is dropped under a streaming relay (its
-/// walsender terminated, then the slot dropped, retried until the drop wins
-/// the race with the relay's reconnect). The relay must exit non-zero naming
-/// the slot, and never create it again.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slot_dropped_while_streaming_is_fatal_and_never_recreated() {
-    let serial = services::exclusive().await;
-    let started = Instant::now();
-    let case = "slot-dropped";
-    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
-    let topic = outbox.topic("order");
-    let config = relay_config(&outbox, "", None);
-    let mut relay = Relay::process(&config);
-    let mut writer = outbox.writer().await;
-    let mut seqs = HashMap::new();
-    let committed = outbox
-        .commit_events(&mut writer, 50, 2, 10, &mut seqs)
-        .await;
-    wait_for_all(&topic, &committed, DEADLINE).await;
-    wait_until("the slot to be held", DEADLINE, || outbox.slot_active()).await;
-
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        outbox.terminate_slot_holder().await;
-        match outbox
-            .admin
-            .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
-            .await
-        {
-            Ok(_) => break,
-            // "is active for PID": the walsender is still exiting, or the
-            // relay's reconnect took the slot back.
-            Err(e) => assert!(
-                Instant::now() < deadline,
-                "could not drop the slot in 30 s ({tries} tries): {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let status = relay.wait(Duration::from_secs(30)).await;
-    let log = relay.log_text();
-    assert!(
-        !status.success(),
-        "{case}: a dropped slot is fatal; log:\n{log}"
-    );
-    assert_eq!(
-        status.code(),
-        Some(EXIT_SOURCE),
-        "{case}: a lost slot exits with the source code"
-    );
-    assert!(
-        log.contains(&format!(
-            "replication slot \"{}\" does not exist",
-            outbox.slot
-        )),
-        "{case}: the message names the slot; log:\n{log}"
-    );
-    assert!(
-        log.contains("replication stream broke"),
-        "{case}: the drop happened under a streaming relay; log:\n{log}"
-    );
-    assert!(
-        !slot_exists(&outbox).await,
-        "{case}: the relay must never recreate the slot"
-    );
-    println!("{case}: dropped after {tries} terminate+drop rounds; relay exited with {status}");
-    let received = consume_to_end(&topic).await;
-    check_delivery(case, &committed, &received);
-    outbox.drop_all().await;
-    report_wall_time(case, started);
-}
-
 /// Writes WAL, switches segments and checkpoints until the slot's
 /// `wal_status` is `lost` (needs `max_slot_wal_keep_size` below a segment).
 async fn invalidate_slot(outbox: &TestOutbox, scratch: &str) -> usize {
@@ -667,107 +479,301 @@ async fn assert_invalidated_exit(case: &str, outbox: &TestOutbox, relay: &mut Re
     );
 }
 
-/// The slot lost its WAL while no relay was connected. Starting the
-/// relay must fail fast, naming the slot and `wal_status = lost`, and leave
-/// the slot as it is (no silent re-snapshot).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slot_invalidated_while_stopped_is_fatal_at_start() {
-    let serial = services::exclusive().await;
-    let started = Instant::now();
-    let case = "slot-invalidated-at-start";
-    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
-    let topic = outbox.topic("order");
-    let scratch = format!("{}_wal", outbox.table);
-    outbox
-        .admin
-        .batch_execute(&format!("CREATE TABLE public.{scratch} (filler text)"))
+/// The tests here hold the services alone ([`services::exclusive`]):
+/// `make test` runs them after the others, one at a time.
+mod alone {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_fast_restart_reconnects_and_loses_nothing() {
+        postgres_restart("fast").await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn postgres_immediate_restart_reconnects_and_loses_nothing() {
+        postgres_restart("immediate").await;
+    }
+
+    /// The route to PostgreSQL goes silent (no RST, no FIN) under a
+    /// stalling proxy. The relay's own read timeout must notice (PostgreSQL
+    /// meanwhile ends the silent walsender after wal_sender_timeout, freeing the
+    /// slot); its reconnects through the still-stalled route must time out too
+    /// rather than hang; once the route flows again it catches up. Nothing is
+    /// confirmed while stalled, nothing is lost.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stalled_route_to_postgres_times_out_reconnects_and_catches_up() {
+        let serial = services::exclusive().await;
+        let started = Instant::now();
+        let case = "pg-stalled-route";
+        let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
+        let topic = outbox.topic("order");
+        outbox.create_topic(&topic, 4).await;
+        let upstream = format!("127.0.0.1:{}", env("PG_PORT")).parse().unwrap();
+        let proxy = StallProxy::start(upstream).await;
+        let url = format!(
+            "postgres://relay:relay-test-password@127.0.0.1:{}/postgres",
+            proxy.addr().port()
+        );
+        let config = relay_config(&outbox, "", Some(&url));
+        // The stream's own timeouts, which the relay lock (standby.rs) would
+        // overtake by ending the session when its lease runs out.
+        let text = std::fs::read_to_string(&config).unwrap() + "[relay]\nstandby_lock = false\n";
+        std::fs::write(&config, text).unwrap();
+        let mut relay = Relay::process(&config);
+        let mut writer = outbox.writer().await;
+        let mut seqs = HashMap::new();
+        let mut committed = outbox
+            .commit_events(&mut writer, 100, 2, 20, &mut seqs)
+            .await;
+        wait_for_all(&topic, &committed, DEADLINE).await;
+        wait_until("the slot to be held", DEADLINE, || outbox.slot_active()).await;
+
+        proxy.stall();
+        let stalled_at = Instant::now();
+        let frozen = outbox.confirmed_flush_lsn().await.expect("slot");
+        // Written straight to PostgreSQL: the stall is between relay and server.
+        committed.extend(
+            outbox
+                .commit_events(&mut writer, 100, 2, 20, &mut seqs)
+                .await,
+        );
+        wait_until(
+            "the relay's read timeout",
+            Duration::from_secs(45),
+            || async { relay.log_text().contains("did not answer a reply request") },
+        )
+        .await;
+        let detected_after = stalled_at.elapsed();
+        // The server's side: the silent walsender is ended by wal_sender_timeout
+        // and nothing can take the slot through the stalled route.
+        wait_until(
+            "PostgreSQL to free the slot",
+            Duration::from_secs(45),
+            || async { !outbox.slot_active().await },
+        )
+        .await;
+        // A reconnect through the stalled route hangs in the handshake; the
+        // relay's connect timeout must end it (no RST or FIN will).
+        let connect_timed_out = format!(
+            "connecting to PostgreSQL at 127.0.0.1:{} timed out",
+            proxy.addr().port()
+        );
+        wait_until(
+            "a reconnect to time out",
+            Duration::from_secs(45),
+            || async { relay.log_text().contains(&connect_timed_out) },
+        )
+        .await;
+        assert!(
+            relay.running(),
+            "{case}: the relay must keep trying:\n{}",
+            relay.log_text()
+        );
+        assert_eq!(
+            outbox.confirmed_flush_lsn().await.expect("slot"),
+            frozen,
+            "{case}: nothing can be confirmed through a stalled route"
+        );
+        println!(
+            "{case}: read timeout fired {:.1} s after the stall; stalled for {:.1} s",
+            detected_after.as_secs_f64(),
+            stalled_at.elapsed().as_secs_f64()
+        );
+        assert!(
+            detected_after < Duration::from_secs(30),
+            "{case}: the read timeout should follow wal_sender_timeout (10 s), took {detected_after:?}"
+        );
+
+        proxy.resume();
+        committed.extend(
+            outbox
+                .commit_events(&mut writer, 50, 2, 20, &mut seqs)
+                .await,
+        );
+        wait_for_all(&topic, &committed, DEADLINE).await;
+        let summary = stop_and_check(case, &outbox, &mut relay, &committed).await;
+        assert_eq!(summary.lost, 0);
+        drop(proxy);
+        outbox.drop_all().await;
+        report_wall_time(case, started);
+    }
+
+    /// The slot is dropped under a streaming relay (its
+    /// walsender terminated, then the slot dropped, retried until the drop wins
+    /// the race with the relay's reconnect). The relay must exit non-zero naming
+    /// the slot, and never create it again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slot_dropped_while_streaming_is_fatal_and_never_recreated() {
+        let serial = services::exclusive().await;
+        let started = Instant::now();
+        let case = "slot-dropped";
+        let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
+        let topic = outbox.topic("order");
+        let config = relay_config(&outbox, "", None);
+        let mut relay = Relay::process(&config);
+        let mut writer = outbox.writer().await;
+        let mut seqs = HashMap::new();
+        let committed = outbox
+            .commit_events(&mut writer, 50, 2, 10, &mut seqs)
+            .await;
+        wait_for_all(&topic, &committed, DEADLINE).await;
+        wait_until("the slot to be held", DEADLINE, || outbox.slot_active()).await;
+
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            outbox.terminate_slot_holder().await;
+            match outbox
+                .admin
+                .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
+                .await
+            {
+                Ok(_) => break,
+                // "is active for PID": the walsender is still exiting, or the
+                // relay's reconnect took the slot back.
+                Err(e) => assert!(
+                    Instant::now() < deadline,
+                    "could not drop the slot in 30 s ({tries} tries): {e}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let status = relay.wait(Duration::from_secs(30)).await;
+        let log = relay.log_text();
+        assert!(
+            !status.success(),
+            "{case}: a dropped slot is fatal; log:\n{log}"
+        );
+        assert_eq!(
+            status.code(),
+            Some(EXIT_SOURCE),
+            "{case}: a lost slot exits with the source code"
+        );
+        assert!(
+            log.contains(&format!(
+                "replication slot \"{}\" does not exist",
+                outbox.slot
+            )),
+            "{case}: the message names the slot; log:\n{log}"
+        );
+        assert!(
+            log.contains("replication stream broke"),
+            "{case}: the drop happened under a streaming relay; log:\n{log}"
+        );
+        assert!(
+            !slot_exists(&outbox).await,
+            "{case}: the relay must never recreate the slot"
+        );
+        println!("{case}: dropped after {tries} terminate+drop rounds; relay exited with {status}");
+        let received = consume_to_end(&topic).await;
+        check_delivery(case, &committed, &received);
+        outbox.drop_all().await;
+        report_wall_time(case, started);
+    }
+
+    /// The slot lost its WAL while no relay was connected. Starting the
+    /// relay must fail fast, naming the slot and `wal_status = lost`, and leave
+    /// the slot as it is (no silent re-snapshot).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slot_invalidated_while_stopped_is_fatal_at_start() {
+        let serial = services::exclusive().await;
+        let started = Instant::now();
+        let case = "slot-invalidated-at-start";
+        let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
+        let topic = outbox.topic("order");
+        let scratch = format!("{}_wal", outbox.table);
+        outbox
+            .admin
+            .batch_execute(&format!("CREATE TABLE public.{scratch} (filler text)"))
+            .await
+            .unwrap();
+        let config = relay_config(&outbox, "", None);
+        // A first run delivers what was committed, and stops cleanly.
+        let mut relay = Relay::process(&config);
+        let mut writer = outbox.writer().await;
+        let committed = outbox
+            .commit_events(&mut writer, 50, 2, 10, &mut HashMap::new())
+            .await;
+        wait_for_all(&topic, &committed, DEADLINE).await;
+        let summary = stop_and_check(case, &outbox, &mut relay, &committed).await;
+        assert_eq!(summary.duplicated, 0);
+
+        let limit = WalKeepLimit::set(&outbox.admin, "1MB").await;
+        let rounds = invalidate_slot(&outbox, &scratch).await;
+        let mut relay = Relay::process(&config);
+        let launched = Instant::now();
+        assert_invalidated_exit(case, &outbox, &mut relay).await;
+        let took = launched.elapsed();
+        assert!(
+            took < Duration::from_secs(15),
+            "{case}: exit should be fast, took {took:?}"
+        );
+        println!(
+            "{case}: invalidated after {rounds} WAL rounds; relay exited 1 after {:.1} s",
+            took.as_secs_f64()
+        );
+        drop(limit);
+        let _ = outbox
+            .admin
+            .batch_execute(&format!("DROP TABLE IF EXISTS public.{scratch}"))
+            .await;
+        outbox.drop_all().await;
+        report_wall_time(case, started);
+    }
+
+    /// The slot is invalidated under a streaming relay.
+    /// An open transaction pins the slot's restart_lsn so the invalidation is
+    /// certain; the checkpointer then terminates the walsender, and the relay's
+    /// reconnect must find `wal_status = lost` and exit fatally.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn slot_invalidated_while_streaming_is_fatal() {
+        let serial = services::exclusive().await;
+        let started = Instant::now();
+        let case = "slot-invalidated-streaming";
+        let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
+        let topic = outbox.topic("order");
+        let scratch = format!("{}_wal", outbox.table);
+        outbox
+            .admin
+            .batch_execute(&format!("CREATE TABLE public.{scratch} (filler text)"))
+            .await
+            .unwrap();
+        let config = relay_config(&outbox, "", None);
+        let mut relay = Relay::process(&config);
+        let mut writer = outbox.writer().await;
+        let committed = outbox
+            .commit_events(&mut writer, 50, 2, 10, &mut HashMap::new())
+            .await;
+        wait_for_all(&topic, &committed, DEADLINE).await;
+        wait_until("the slot to be held", DEADLINE, || outbox.slot_active()).await;
+
+        // Logical decoding restarts at the oldest open transaction, so while
+        // this one stays open the slot's restart_lsn cannot leave its segment.
+        let pin = pg_admin().await;
+        pin.batch_execute(&format!(
+            "BEGIN; INSERT INTO public.{scratch} VALUES ('pin')"
+        ))
         .await
         .unwrap();
-    let config = relay_config(&outbox, "", None);
-    // A first run delivers what was committed, and stops cleanly.
-    let mut relay = Relay::process(&config);
-    let mut writer = outbox.writer().await;
-    let committed = outbox
-        .commit_events(&mut writer, 50, 2, 10, &mut HashMap::new())
-        .await;
-    wait_for_all(&topic, &committed, DEADLINE).await;
-    let summary = stop_and_check(case, &outbox, &mut relay, &committed).await;
-    assert_eq!(summary.duplicated, 0);
-
-    let limit = WalKeepLimit::set(&outbox.admin, "1MB").await;
-    let rounds = invalidate_slot(&outbox, &scratch).await;
-    let mut relay = Relay::process(&config);
-    let launched = Instant::now();
-    assert_invalidated_exit(case, &outbox, &mut relay).await;
-    let took = launched.elapsed();
-    assert!(
-        took < Duration::from_secs(15),
-        "{case}: exit should be fast, took {took:?}"
-    );
-    println!(
-        "{case}: invalidated after {rounds} WAL rounds; relay exited 1 after {:.1} s",
-        took.as_secs_f64()
-    );
-    drop(limit);
-    let _ = outbox
-        .admin
-        .batch_execute(&format!("DROP TABLE IF EXISTS public.{scratch}"))
-        .await;
-    outbox.drop_all().await;
-    report_wall_time(case, started);
-}
-
-/// The slot is invalidated under a streaming relay.
-/// An open transaction pins the slot's restart_lsn so the invalidation is
-/// certain; the checkpointer then terminates the walsender, and the relay's
-/// reconnect must find `wal_status = lost` and exit fatally.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn slot_invalidated_while_streaming_is_fatal() {
-    let serial = services::exclusive().await;
-    let started = Instant::now();
-    let case = "slot-invalidated-streaming";
-    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
-    let topic = outbox.topic("order");
-    let scratch = format!("{}_wal", outbox.table);
-    outbox
-        .admin
-        .batch_execute(&format!("CREATE TABLE public.{scratch} (filler text)"))
-        .await
-        .unwrap();
-    let config = relay_config(&outbox, "", None);
-    let mut relay = Relay::process(&config);
-    let mut writer = outbox.writer().await;
-    let committed = outbox
-        .commit_events(&mut writer, 50, 2, 10, &mut HashMap::new())
-        .await;
-    wait_for_all(&topic, &committed, DEADLINE).await;
-    wait_until("the slot to be held", DEADLINE, || outbox.slot_active()).await;
-
-    // Logical decoding restarts at the oldest open transaction, so while
-    // this one stays open the slot's restart_lsn cannot leave its segment.
-    let pin = pg_admin().await;
-    pin.batch_execute(&format!(
-        "BEGIN; INSERT INTO public.{scratch} VALUES ('pin')"
-    ))
-    .await
-    .unwrap();
-    let limit = WalKeepLimit::set(&outbox.admin, "1MB").await;
-    let rounds = invalidate_slot(&outbox, &scratch).await;
-    assert_invalidated_exit(case, &outbox, &mut relay).await;
-    let log = relay.log_text();
-    assert!(
-        log.contains("replication stream broke"),
-        "{case}: the checkpointer ends the streaming walsender first; log:\n{log}"
-    );
-    println!("{case}: invalidated after {rounds} WAL rounds while streaming");
-    let _ = pin.batch_execute("ROLLBACK").await;
-    drop(limit);
-    let received = consume_to_end(&topic).await;
-    check_delivery(case, &committed, &received);
-    let _ = outbox
-        .admin
-        .batch_execute(&format!("DROP TABLE IF EXISTS public.{scratch}"))
-        .await;
-    outbox.drop_all().await;
-    report_wall_time(case, started);
+        let limit = WalKeepLimit::set(&outbox.admin, "1MB").await;
+        let rounds = invalidate_slot(&outbox, &scratch).await;
+        assert_invalidated_exit(case, &outbox, &mut relay).await;
+        let log = relay.log_text();
+        assert!(
+            log.contains("replication stream broke"),
+            "{case}: the checkpointer ends the streaming walsender first; log:\n{log}"
+        );
+        println!("{case}: invalidated after {rounds} WAL rounds while streaming");
+        let _ = pin.batch_execute("ROLLBACK").await;
+        drop(limit);
+        let received = consume_to_end(&topic).await;
+        check_delivery(case, &committed, &received);
+        let _ = outbox
+            .admin
+            .batch_execute(&format!("DROP TABLE IF EXISTS public.{scratch}"))
+            .await;
+        outbox.drop_all().await;
+        report_wall_time(case, started);
+    }
 }

@@ -129,71 +129,77 @@ impl Schedule {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "long-running; run with `make soak`"]
-async fn soak_mixed_faults_under_steady_load() {
-    let rate = env_u64("SOAK_RATE").unwrap_or(500);
-    // It restarts the broker: no other test may run beside it.
-    let serial = services::exclusive().await;
-    let mut soak = Schedule::from_env("mixed-faults");
-    println!("soak: rate={rate}/s");
-    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
-    let topic = outbox.topic("order");
-    outbox.create_topic(&topic, 6).await;
-    // A short delivery timeout, so broker outages exercise the
-    // failed-delivery path (rebuild the producer, replay from the slot).
-    let config = outbox.write_config("");
-    let text = std::fs::read_to_string(&config)
-        .unwrap()
-        .replace("dlq_topic =", "message_timeout_ms = 10000\ndlq_topic =");
-    std::fs::write(&config, text).unwrap();
-    let mut loadgen = outbox.start_loadgen(&[
-        "--rate",
-        &rate.to_string(),
-        "--events",
-        "0",
-        "--duration-secs",
-        &soak.secs.to_string(),
-        "--connections",
-        "2",
-        "--aggregates",
-        "200",
-        "--rows-per-txn",
-        "3",
-    ]);
-    let mut relay = Some(Relay::process(&config));
-    while let Some(fault) = soak.next_fault().await {
-        match fault {
-            Fault::Kill9 => {
-                relay.take().expect("relay running").kill9();
-                soak.pause(2000).await;
-                relay = Some(Relay::process(&config));
-                soak.kills += 1;
-            }
-            Fault::WalsenderKill => {
-                if outbox.terminate_slot_holder().await.is_some() {
-                    soak.walsender_kills += 1;
+/// The tests here hold the services alone ([`services::exclusive`]):
+/// `make test` runs them after the others, one at a time.
+mod alone {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "long-running; run with `make soak`"]
+    async fn soak_mixed_faults_under_steady_load() {
+        let rate = env_u64("SOAK_RATE").unwrap_or(500);
+        // It restarts the broker: no other test may run beside it.
+        let serial = services::exclusive().await;
+        let mut soak = Schedule::from_env("mixed-faults");
+        println!("soak: rate={rate}/s");
+        let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
+        let topic = outbox.topic("order");
+        outbox.create_topic(&topic, 6).await;
+        // A short delivery timeout, so broker outages exercise the
+        // failed-delivery path (rebuild the producer, replay from the slot).
+        let config = outbox.write_config("");
+        let text = std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("dlq_topic =", "message_timeout_ms = 10000\ndlq_topic =");
+        std::fs::write(&config, text).unwrap();
+        let mut loadgen = outbox.start_loadgen(&[
+            "--rate",
+            &rate.to_string(),
+            "--events",
+            "0",
+            "--duration-secs",
+            &soak.secs.to_string(),
+            "--connections",
+            "2",
+            "--aggregates",
+            "200",
+            "--rows-per-txn",
+            "3",
+        ]);
+        let mut relay = Some(Relay::process(&config));
+        while let Some(fault) = soak.next_fault().await {
+            match fault {
+                Fault::Kill9 => {
+                    relay.take().expect("relay running").kill9();
+                    soak.pause(2000).await;
+                    relay = Some(Relay::process(&config));
+                    soak.kills += 1;
                 }
+                Fault::WalsenderKill => {
+                    if outbox.terminate_slot_holder().await.is_some() {
+                        soak.walsender_kills += 1;
+                    }
+                }
+                Fault::BrokerRestart => soak.restart_broker().await,
             }
-            Fault::BrokerRestart => soak.restart_broker().await,
         }
+        wait_child(&mut loadgen, Duration::from_secs(60)).await;
+        let committed = outbox.committed_from_table().await;
+        consume_all_ids(&topic, &committed, Duration::from_secs(300)).await;
+        let status = relay.take().unwrap().terminate().await;
+        assert!(status.success(), "relay exits 0 on SIGTERM after the soak");
+        let received = consume_to_end(&topic).await;
+        let summary = check_delivery("soak", &committed, &received);
+        println!(
+            "soak: seed={} {} committed={} delivered={} lost={} duplicated={}",
+            soak.seed,
+            soak.faults(),
+            summary.committed,
+            summary.delivered,
+            summary.lost,
+            summary.duplicated
+        );
+        assert_eq!(summary.lost, 0);
+        outbox.drop_all().await;
     }
-    wait_child(&mut loadgen, Duration::from_secs(60)).await;
-    let committed = outbox.committed_from_table().await;
-    consume_all_ids(&topic, &committed, Duration::from_secs(300)).await;
-    let status = relay.take().unwrap().terminate().await;
-    assert!(status.success(), "relay exits 0 on SIGTERM after the soak");
-    let received = consume_to_end(&topic).await;
-    let summary = check_delivery("soak", &committed, &received);
-    println!(
-        "soak: seed={} {} committed={} delivered={} lost={} duplicated={}",
-        soak.seed,
-        soak.faults(),
-        summary.committed,
-        summary.delivered,
-        summary.lost,
-        summary.duplicated
-    );
-    assert_eq!(summary.lost, 0);
-    outbox.drop_all().await;
 }

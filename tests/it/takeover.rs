@@ -309,167 +309,174 @@ impl Drop for StandbySlotsReset {
 // streams; the relay's address moves to it, and the relay goes on from the
 // synchronized slot: every event committed on either server is delivered,
 // in per-aggregate order. Skips itself, saying so, before PostgreSQL 17.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_failover_slot_lets_the_relay_follow_a_promoted_standby_with_nothing_lost() {
-    let serial = services::exclusive().await;
-    let primary = pg_admin().await;
-    let version: i32 = primary
-        .query_one("SELECT current_setting('server_version_num')::int", &[])
-        .await
-        .unwrap()
-        .get(0);
-    if version < 170_000 {
-        println!(
-            "skipped: failover slots need PostgreSQL 17+, the test cluster is {version} \
-             (PG_VERSION=17 scripts/services up, or make test-matrix)"
-        );
-        return;
-    }
-    let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
-    let topic = outbox.topic("order");
-    outbox.create_topic(&topic, 3).await;
-    // The slot made by init, as on 17 it makes it: a failover slot
-    // (nothing committed yet, so a new slot skips nothing).
-    primary
-        .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
-        .await
-        .unwrap();
-    let config = outbox.write_config("");
-    let init = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
-        .args([
-            "init",
-            "--allow-new-slot",
-            "--admin-url",
-            &env("PG_URL"),
-            "--config",
-        ])
-        .arg(&config)
-        .env_remove("OUTBOX_RELAY_ADMIN_URL")
-        .output()
-        .unwrap();
-    assert!(init.status.success(), "{init:?}");
-    let failover: bool = primary
-        .query_one(
-            "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
-            &[&outbox.slot],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert!(failover, "init makes a failover slot on 17+");
-    let physical = random_name("standby_slot");
-    primary
-        .execute(
-            "SELECT pg_create_physical_replication_slot($1, true)",
-            &[&physical],
-        )
-        .await
-        .unwrap();
-    let standby = random_name("fslot");
-    let standby_port = services::standby_create(&standby);
-    let on_standby = connect_port(&standby_port).await;
-    // One statement each: ALTER SYSTEM refuses a transaction block.
-    for sql in [
-        format!("ALTER SYSTEM SET primary_slot_name = '{physical}'"),
-        "ALTER SYSTEM SET hot_standby_feedback = on".to_owned(),
-        "ALTER SYSTEM SET sync_replication_slots = on".to_owned(),
-        // Written here, not taken from pg_basebackup -R: slot
-        // synchronization needs a dbname, and the server's own libpq may
-        // not know every option a newer pg_basebackup writes.
-        format!(
-            "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port={} user=postgres \
-             dbname=postgres application_name={standby}'",
-            env("PG_PORT")
-        ),
-    ] {
-        on_standby.batch_execute(&sql).await.unwrap();
-    }
-    on_standby
-        .execute("SELECT pg_reload_conf()", &[])
-        .await
-        .unwrap();
-    let reset = StandbySlotsReset;
-    primary
-        .batch_execute(&format!(
-            "ALTER SYSTEM SET synchronized_standby_slots = '{physical}'"
-        ))
-        .await
-        .unwrap();
-    primary
-        .execute("SELECT pg_reload_conf()", &[])
-        .await
-        .unwrap();
 
-    let proxy = StallProxy::start(pg_addr(&env("PG_PORT"))).await;
-    let (relay, metrics_port) = start_relay_behind(&outbox, &proxy);
-    let mut writer = outbox.writer().await;
-    let mut seqs = HashMap::new();
-    let mut committed = outbox
-        .commit_events(&mut writer, 50, 2, 10, &mut seqs)
-        .await;
-    consume_all_ids(&topic, &committed, DEADLINE).await;
-    wait_until(
-        "the standby to hold a synchronized copy of the slot",
-        DEADLINE,
-        || async {
-            on_standby
-                .query_opt(
-                    "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND synced \
-                 AND confirmed_flush_lsn IS NOT NULL",
-                    &[&outbox.slot],
-                )
-                .await
-                .unwrap()
-                .is_some()
-        },
-    )
-    .await;
-    // More events while the relay streams; the standby has received them
-    // (a planned failover), the relay may not have confirmed them all.
-    committed.extend(
-        outbox
+/// The tests here hold the services alone ([`services::exclusive`]):
+/// `make test` runs them after the others, one at a time.
+mod alone {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failover_slot_lets_the_relay_follow_a_promoted_standby_with_nothing_lost() {
+        let serial = services::exclusive().await;
+        let primary = pg_admin().await;
+        let version: i32 = primary
+            .query_one("SELECT current_setting('server_version_num')::int", &[])
+            .await
+            .unwrap()
+            .get(0);
+        if version < 170_000 {
+            println!(
+                "skipped: failover slots need PostgreSQL 17+, the test cluster is {version} \
+                 (PG_VERSION=17 scripts/services up, or make test-matrix)"
+            );
+            return;
+        }
+        let outbox = TestOutbox::create_exclusive(&serial, "jsonb").await;
+        let topic = outbox.topic("order");
+        outbox.create_topic(&topic, 3).await;
+        // The slot made by init, as on 17 it makes it: a failover slot
+        // (nothing committed yet, so a new slot skips nothing).
+        primary
+            .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
+            .await
+            .unwrap();
+        let config = outbox.write_config("");
+        let init = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args([
+                "init",
+                "--allow-new-slot",
+                "--admin-url",
+                &env("PG_URL"),
+                "--config",
+            ])
+            .arg(&config)
+            .env_remove("OUTBOX_RELAY_ADMIN_URL")
+            .output()
+            .unwrap();
+        assert!(init.status.success(), "{init:?}");
+        let failover: bool = primary
+            .query_one(
+                "SELECT failover FROM pg_replication_slots WHERE slot_name = $1",
+                &[&outbox.slot],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        assert!(failover, "init makes a failover slot on 17+");
+        let physical = random_name("standby_slot");
+        primary
+            .execute(
+                "SELECT pg_create_physical_replication_slot($1, true)",
+                &[&physical],
+            )
+            .await
+            .unwrap();
+        let standby = random_name("fslot");
+        let standby_port = services::standby_create(&standby);
+        let on_standby = connect_port(&standby_port).await;
+        // One statement each: ALTER SYSTEM refuses a transaction block.
+        for sql in [
+            format!("ALTER SYSTEM SET primary_slot_name = '{physical}'"),
+            "ALTER SYSTEM SET hot_standby_feedback = on".to_owned(),
+            "ALTER SYSTEM SET sync_replication_slots = on".to_owned(),
+            // Written here, not taken from pg_basebackup -R: slot
+            // synchronization needs a dbname, and the server's own libpq may
+            // not know every option a newer pg_basebackup writes.
+            format!(
+                "ALTER SYSTEM SET primary_conninfo = 'host=127.0.0.1 port={} user=postgres \
+                 dbname=postgres application_name={standby}'",
+                env("PG_PORT")
+            ),
+        ] {
+            on_standby.batch_execute(&sql).await.unwrap();
+        }
+        on_standby
+            .execute("SELECT pg_reload_conf()", &[])
+            .await
+            .unwrap();
+        let reset = StandbySlotsReset;
+        primary
+            .batch_execute(&format!(
+                "ALTER SYSTEM SET synchronized_standby_slots = '{physical}'"
+            ))
+            .await
+            .unwrap();
+        primary
+            .execute("SELECT pg_reload_conf()", &[])
+            .await
+            .unwrap();
+
+        let proxy = StallProxy::start(pg_addr(&env("PG_PORT"))).await;
+        let (relay, metrics_port) = start_relay_behind(&outbox, &proxy);
+        let mut writer = outbox.writer().await;
+        let mut seqs = HashMap::new();
+        let mut committed = outbox
             .commit_events(&mut writer, 50, 2, 10, &mut seqs)
-            .await,
-    );
-    let end = wal_lsn(&primary).await;
-    wait_until(
-        "the standby to replay the last commit",
-        DEADLINE,
-        || async {
-            let row = on_standby
-                .query_one("SELECT pg_last_wal_replay_lsn()::text", &[])
-                .await
-                .unwrap();
-            row.get::<_, String>(0)
-                .parse::<outbox_relay::lsn::Lsn>()
-                .unwrap()
-                >= end
-        },
-    )
-    .await;
-    services::standby_promote(&standby);
-    proxy.redirect(pg_addr(&standby_port));
-    let mut new_writer = connect_port(&standby_port).await;
-    let new_outbox = outbox.on_server(connect_port(&standby_port).await);
-    committed.extend(
-        new_outbox
-            .commit_events(&mut new_writer, 50, 2, 10, &mut seqs)
-            .await,
-    );
-    let received = consume_all_ids(&topic, &committed, DEADLINE).await;
-    let summary = check_delivery("failover-slot", &committed, &received);
-    println!("failover-slot: duplicates {}", summary.duplicated);
-    wait_until("the server change to be counted", DEADLINE, || async {
-        metric(metrics_port, "outbox_relay_server_changes_total").await >= 1.0
-    })
-    .await;
-    relay.kill9();
-
-    drop(new_outbox);
-    drop(reset);
-    services::standby_remove(&standby);
-    let _ = primary
-        .execute("SELECT pg_drop_replication_slot($1)", &[&physical])
+            .await;
+        consume_all_ids(&topic, &committed, DEADLINE).await;
+        wait_until(
+            "the standby to hold a synchronized copy of the slot",
+            DEADLINE,
+            || async {
+                on_standby
+                    .query_opt(
+                        "SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND synced \
+                     AND confirmed_flush_lsn IS NOT NULL",
+                        &[&outbox.slot],
+                    )
+                    .await
+                    .unwrap()
+                    .is_some()
+            },
+        )
         .await;
-    outbox.drop_all().await;
+        // More events while the relay streams; the standby has received them
+        // (a planned failover), the relay may not have confirmed them all.
+        committed.extend(
+            outbox
+                .commit_events(&mut writer, 50, 2, 10, &mut seqs)
+                .await,
+        );
+        let end = wal_lsn(&primary).await;
+        wait_until(
+            "the standby to replay the last commit",
+            DEADLINE,
+            || async {
+                let row = on_standby
+                    .query_one("SELECT pg_last_wal_replay_lsn()::text", &[])
+                    .await
+                    .unwrap();
+                row.get::<_, String>(0)
+                    .parse::<outbox_relay::lsn::Lsn>()
+                    .unwrap()
+                    >= end
+            },
+        )
+        .await;
+        services::standby_promote(&standby);
+        proxy.redirect(pg_addr(&standby_port));
+        let mut new_writer = connect_port(&standby_port).await;
+        let new_outbox = outbox.on_server(connect_port(&standby_port).await);
+        committed.extend(
+            new_outbox
+                .commit_events(&mut new_writer, 50, 2, 10, &mut seqs)
+                .await,
+        );
+        let received = consume_all_ids(&topic, &committed, DEADLINE).await;
+        let summary = check_delivery("failover-slot", &committed, &received);
+        println!("failover-slot: duplicates {}", summary.duplicated);
+        wait_until("the server change to be counted", DEADLINE, || async {
+            metric(metrics_port, "outbox_relay_server_changes_total").await >= 1.0
+        })
+        .await;
+        relay.kill9();
+
+        drop(new_outbox);
+        drop(reset);
+        services::standby_remove(&standby);
+        let _ = primary
+            .execute("SELECT pg_drop_replication_slot($1)", &[&physical])
+            .await;
+        outbox.drop_all().await;
+    }
 }

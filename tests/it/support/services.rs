@@ -7,7 +7,8 @@
 //! The lock: every test that uses PostgreSQL or Kafka holds a [`shared`]
 //! share of it for its whole run ([`super::TestOutbox`] takes one when
 //! created); a test that stops a service, changes a server-wide setting or
-//! invalidates slots holds it [`exclusive`]ly, so it runs alone. The lock is
+//! invalidates slots holds it [`exclusive`]ly, so it runs alone (and lives
+//! in an `alone` module, which `make test` runs last, serially). The lock is
 //! fair: a waiting exclusive test is not starved by shared ones, and shared
 //! tests queue behind it. A test must take its share once: asking again
 //! while an exclusive test waits would wait for itself.
@@ -40,7 +41,20 @@ pub async fn shared() -> Shared {
 }
 
 /// Waits until no other test uses the services, and keeps them to itself.
+///
+/// Such a test lives in a module named `alone` (`service_faults::alone::…`):
+/// `make test` runs the others first, in parallel, then these one at a time,
+/// so that no shared test queues behind them. The test thread's name (the
+/// test's path, as libtest names it) tells; a test elsewhere fails here.
 pub async fn exclusive() -> Exclusive {
+    let thread = std::thread::current();
+    if let Some(test) = thread.name().filter(|n| n.contains("::")) {
+        assert!(
+            test.contains("::alone::"),
+            "{test} holds the services alone: move it into its file's `mod alone` \
+             so that make test runs it in the serial phase"
+        );
+    }
     Exclusive(SERVICES.write().await)
 }
 
