@@ -1,5 +1,5 @@
 //! librdkafka's log lines, forwarded to `tracing` (target `librdkafka`) at
-//! their own level, with three exceptions; and the client errors of the
+//! their own level, with four exceptions; and the client errors of the
 //! checkpoint reader's consumers ([`ReaderContext`]).
 //!
 //! A broker connection failing (facility `FAIL`: connection refused, TLS
@@ -21,6 +21,13 @@
 //! coordinator loading its state. Should it last, `init_transactions` times
 //! out and the relay logs that at warn and retries; the line itself goes to
 //! debug.
+//!
+//! And a transactional producer's fence (facility `TXNERR` or `FATAL`):
+//! librdkafka calls it fatal, but what it means is the relay's to judge. A
+//! Kafka transaction the coordinator aborted because the relay was paused
+//! past `transaction.timeout.ms` is replayed with a new producer (degraded
+//! and retrying: warn); another relay with the same transactional id stops
+//! this one, and the relay says so at error itself.
 
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -54,6 +61,18 @@ const COORDINATOR_NOT_YET: &[&str] = &[
 const GETPID_REASON: &str = "transient: librdkafka retries the producer id request; if it \
      lasts, init_transactions times out and the relay warns and retries";
 
+/// librdkafka's words when a transactional producer lost its epoch: fenced
+/// by a newer instance, or told it used an old epoch.
+const FENCED_WORDS: &[&str] = &[
+    "fenced by a newer instance",
+    "Producer attempted an operation with an old epoch",
+];
+
+/// Why a fence goes to warn, logged beside it.
+const FENCE_REASON: &str = "the relay decides what the fence means: a Kafka transaction the \
+     coordinator aborted after transaction.timeout.ms (a paused relay) is replayed with a new \
+     producer; another relay with this transactional id stops this one with an error of its own";
+
 /// The level a librdkafka line is logged at, and a note to log with it.
 pub(super) fn classify(
     level: RDKafkaLogLevel,
@@ -74,6 +93,9 @@ pub(super) fn classify(
     {
         return (Level::DEBUG, Some(GETPID_REASON));
     }
+    if matches!(fac, "TXNERR" | "FATAL") && FENCED_WORDS.iter().any(|w| message.contains(w)) {
+        return (Level::WARN, Some(FENCE_REASON));
+    }
     let level = match level {
         RDKafkaLogLevel::Emerg
         | RDKafkaLogLevel::Alert
@@ -89,6 +111,9 @@ pub(super) fn classify(
 /// Logs one librdkafka line.
 pub(super) fn forward(level: RDKafkaLogLevel, fac: &str, message: &str) {
     match classify(level, fac, message) {
+        (Level::WARN, Some(note)) => {
+            tracing::warn!(target: "librdkafka", note, "librdkafka: {fac} {message}")
+        }
         (_, Some(note)) => {
             tracing::debug!(target: "librdkafka", note, "librdkafka: {fac} {message}")
         }
@@ -194,6 +219,33 @@ mod tests {
         assert_eq!(
             classify(RDKafkaLogLevel::Warning, "GETPID", other),
             (Level::WARN, None)
+        );
+    }
+
+    /// A fence is the relay's to judge (a paused relay's transaction the
+    /// coordinator aborted is replayed quietly; a second relay with the same
+    /// id stops this one with its own error): librdkafka's fatal lines about
+    /// it are warnings. librdkafka's words, as a paused relay logged them.
+    #[test]
+    fn a_fence_goes_to_warn_for_the_relay_to_judge() {
+        let ended = "[thrd:main]: Fatal transaction error: Failed to end transaction: Local: \
+             This instance has been fenced by a newer instance (_FENCED)";
+        let fatal = "[thrd:main]: Fatal error: Local: This instance has been fenced by a newer \
+             instance: Failed to end transaction: Local: This instance has been fenced by a newer \
+             instance";
+        let epoch = "[thrd:127.0.0.1:9092/1]: Fatal transaction error: ProduceRequest for t.order \
+             [0] with 508 message(s) failed: Broker: Producer attempted an operation with an old \
+             epoch (_FENCED)";
+        for (fac, line) in [("TXNERR", ended), ("FATAL", fatal), ("TXNERR", epoch)] {
+            let (level, note) = classify(RDKafkaLogLevel::Error, fac, line);
+            assert_eq!(level, Level::WARN, "{fac} {line}");
+            assert!(note.is_some_and(|n| n.contains("paused relay")), "{note:?}");
+        }
+        // Another fatal error stays an error.
+        let other = "[thrd:main]: Fatal error: Broker: Transactional Id authorization failed";
+        assert_eq!(
+            classify(RDKafkaLogLevel::Error, "FATAL", other),
+            (Level::ERROR, None)
         );
     }
 
