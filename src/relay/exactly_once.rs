@@ -289,7 +289,9 @@ impl Eos {
             .await;
         metrics::histogram!(m::KAFKA_COMMIT_DURATION).record(started.elapsed().as_secs_f64());
         if let Err(e) = committed {
-            machine.transaction_ended();
+            // Left open for the abandon that follows: it tells the
+            // coordinator's abort of a paused relay's transaction from a
+            // fence, and aborts or ends the transaction.
             metrics::counter!(m::KAFKA_TRANSACTIONS, "outcome" => outcome::COMMIT_FAILED)
                 .increment(1);
             return Err(e.into());
@@ -335,10 +337,10 @@ impl Eos {
         sink: &KafkaSink<DeliveryTag>,
         error: SessionError,
     ) -> SessionError {
-        let outlived = machine
-            .transaction_opened_at()
-            .map(|opened| opened.elapsed())
-            .filter(|open| *open >= self.settings.transactions.transaction_timeout);
+        let outlived = machine.transaction_outlived(
+            Instant::now(),
+            self.settings.transactions.transaction_timeout,
+        );
         let fenced = match error {
             SessionError::LockLost { .. } => return error,
             SessionError::Transaction(fenced @ TxnFailure::Fenced { .. }) => fenced,

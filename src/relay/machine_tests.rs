@@ -552,8 +552,8 @@ fn commit_if_due(
         for report in late {
             assert!(machine.on_leftover(report).is_none(), "no fatal refusal");
         }
+        // Left open, as the relay leaves it for its abandon, which ends it.
         log.end_transaction(false);
-        machine.transaction_ended();
         return Err(SessionError::Transaction(
             crate::sink::TxnFailure::Abortable("a record of the transaction failed".into()),
         ));

@@ -291,6 +291,12 @@ async fn exactly_once_streams_a_transaction_longer_than_the_kafka_timeout_throug
              message_timeout_ms = 1500\ntransaction_timeout_ms = 2000\n"
         ),
     );
+    // A relay lock lease longer than the pause: the lock survives it, so
+    // what the relay meets on waking is the coordinator's abort (with the
+    // default lease it would find its lock lost first, a path of its own:
+    // a_frozen_exactly_once_relay_that_was_taken_over_stands_by).
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, format!("{text}\n[relay]\nlock_lease_ms = 30000\n")).unwrap();
     let relay = Relay::process(&config);
     relay
         .wait_for_log("streaming from the slot", DEADLINE)
@@ -328,6 +334,19 @@ async fn exactly_once_streams_a_transaction_longer_than_the_kafka_timeout_throug
         relay.running(),
         "the relay exited after the pause:\n{}",
         relay.log_text()
+    );
+    // The pause was the fault, not another relay: the relay replays from
+    // its checkpoint, and says nothing a person must act on. (What it meets
+    // first on waking is a race: its records timed out, or the coordinator
+    // aborted the transaction and fenced the producer.)
+    let log = relay.log_text();
+    let own_errors: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" ERROR outbox_relay"))
+        .collect();
+    assert!(
+        own_errors.is_empty(),
+        "the pause was taken for another relay: {own_errors:#?}"
     );
     relay.kill9();
     let relay = Relay::process(&config);

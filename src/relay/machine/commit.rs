@@ -130,6 +130,18 @@ impl SessionMachine<'_> {
         self.commits.as_ref()?.batch.opened_at()
     }
 
+    /// Exactly-once: how long the open Kafka transaction had been open at
+    /// `now`, when that is `timeout` (`transaction.timeout.ms`) or more. A
+    /// fence met then is explained without another producer: the
+    /// coordinator aborted the transaction because the relay was paused
+    /// (SIGSTOP, a frozen VM: the monotonic clock runs on), so the session
+    /// replays from the last committed checkpoint instead of stopping. A
+    /// failed commit leaves the transaction open here until the session
+    /// abandons it, so that this still sees it.
+    pub fn transaction_outlived(&self, now: Instant, timeout: Duration) -> Option<Duration> {
+        outlived(self.transaction_opened_at(), now, timeout)
+    }
+
     /// Exactly-once: the open Kafka transaction ended without a commit
     /// (aborted, or its commit failed): the next record opens a new one.
     pub fn transaction_ended(&mut self) {
@@ -162,6 +174,13 @@ impl SessionMachine<'_> {
     }
 }
 
+/// How long a transaction opened at `opened_at` has been open at `now`,
+/// when that is `timeout` or more.
+fn outlived(opened_at: Option<Instant>, now: Instant, timeout: Duration) -> Option<Duration> {
+    let open = now.saturating_duration_since(opened_at?);
+    (open >= timeout).then_some(open)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +196,33 @@ mod tests {
             Lsn(1000),
             Instant::now(),
         )
+    }
+
+    /// A fence after a pause is the coordinator's abort only when the open
+    /// transaction outlived the transaction timeout; with nothing open, or
+    /// open for less, it is another producer's.
+    #[test]
+    fn a_transaction_open_past_the_timeout_explains_a_fence() {
+        let start = Instant::now();
+        let timeout = Duration::from_secs(60);
+        let second = Duration::from_secs(1);
+        assert_eq!(outlived(None, start + timeout * 2, timeout), None);
+        assert_eq!(outlived(Some(start), start + timeout / 2, timeout), None);
+        assert_eq!(
+            outlived(Some(start), start + timeout + second, timeout),
+            Some(timeout + second)
+        );
+        let mut c = commits();
+        c.batch.record(10, start);
+        assert_eq!(
+            outlived(c.batch.opened_at(), start + timeout, timeout),
+            Some(timeout)
+        );
+        c.batch.reset();
+        assert_eq!(
+            outlived(c.batch.opened_at(), start + timeout, timeout),
+            None
+        );
     }
 
     /// Inside a PostgreSQL transaction the session wakes only for the
