@@ -3,6 +3,8 @@
 //! must show up there too. docs/design.md ("Where features meet") decides
 //! every pair of features: works, naming a test that kills a relay with -9
 //! and runs the checker, or refused, quoting the validation message.
+//! docs/operations.md ("What each fault logs") quotes the line each fault
+//! logs: the code must say it and the named test must check it.
 
 use std::path::Path;
 
@@ -357,4 +359,138 @@ fn the_feature_table_check_fails_on_a_bad_table() {
         );
     }
     assert_eq!(problems.len(), expect.len(), "{problems:#?}");
+}
+
+/// The text of function `name` somewhere under tests/it: from its `fn` to
+/// the line that closes it at the `fn`'s own indent.
+fn function_body(sources: &str, name: &str) -> Option<String> {
+    let start = sources
+        .find(&format!("async fn {name}("))
+        .or_else(|| sources.find(&format!("fn {name}(")))?;
+    let line_start = sources[..start].rfind('\n').map_or(0, |i| i + 1);
+    let indent: String = sources[line_start..start]
+        .chars()
+        .take_while(|c| *c == ' ')
+        .collect();
+    let body = &sources[start..];
+    let close = format!("\n{indent}}}\n");
+    let end = body.find(&close).map_or(body.len(), |e| e + close.len());
+    Some(body[..end].to_owned())
+}
+
+/// The rows of the table under "### What each fault logs" in `doc`:
+/// (fault, the quoted line, the test names).
+fn fault_line_rows(doc: &str) -> Vec<(String, String, Vec<String>)> {
+    let Some(at) = doc.find("### What each fault logs") else {
+        return Vec::new();
+    };
+    let mut rows = Vec::new();
+    for line in doc[at..].lines().skip(1) {
+        if line.starts_with('#') {
+            break;
+        }
+        let cells: Vec<&str> = line.trim().trim_matches('|').split('|').collect();
+        if !line.starts_with('|') || cells.len() != 4 || cells[0].trim() == "fault" {
+            continue;
+        }
+        if cells[0].trim().starts_with("---") {
+            continue;
+        }
+        let quoted = cells[2].split('`').nth(1).unwrap_or("").to_owned();
+        let tests = cells[3]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_owned)
+            .collect();
+        rows.push((cells[0].trim().to_owned(), quoted, tests));
+    }
+    rows
+}
+
+/// Everything wrong with the fault-line table: a line the code never says,
+/// a test that does not exist, or one whose body (or a helper of its file
+/// that it calls) never checks the line.
+fn fault_line_problems(doc: &str, code: &str, tests: &str) -> Vec<String> {
+    let code = literal_text(code);
+    let mut problems = Vec::new();
+    let rows = fault_line_rows(doc);
+    if rows.len() < 10 {
+        problems.push(format!("only {} rows found", rows.len()));
+    }
+    for (fault, line, names) in rows {
+        if line.is_empty() || !code.contains(&line) {
+            problems.push(format!("{fault}: the relay's code never says {line:?}"));
+        }
+        if names.is_empty() {
+            problems.push(format!("{fault}: no test named"));
+        }
+        for name in names {
+            let Some(body) = function_body(tests, &name) else {
+                problems.push(format!("{fault}: no test {name} in tests/it"));
+                continue;
+            };
+            // The line, or a helper the test calls that checks it.
+            let helpers = body
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|word| word.contains('_') && *word != name)
+                .filter_map(|word| function_body(tests, word));
+            let checked = body.contains(&line) || helpers.into_iter().any(|h| h.contains(&line));
+            if !checked {
+                problems.push(format!("{fault}: {name} never checks {line:?}"));
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn every_fault_line_is_in_the_code_and_its_test() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let problems = fault_line_problems(
+        &doc,
+        &sources(&root.join("src")),
+        &sources(&root.join("tests/it")),
+    );
+    assert!(
+        problems.is_empty(),
+        "docs/operations.md \"What each fault logs\":\n{}",
+        problems.join("\n")
+    );
+}
+
+/// The check fails on a line the code does not say, a missing test and a
+/// test that does not check the line.
+#[test]
+fn the_fault_line_check_fails_on_a_bad_table() {
+    let row =
+        |fault: &str, line: &str, test: &str| format!("| {fault} | WARN | `{line}` | `{test}` |\n");
+    let mut doc = String::from(
+        "### What each fault logs\n\n| fault | level | the line says | test |\n|---|---|---|---|\n",
+    );
+    for i in 0..9 {
+        doc.push_str(&row(&format!("fine {i}"), "broker gone", "checks_it"));
+    }
+    doc.push_str(&row("unsaid", "never said", "checks_it"));
+    doc.push_str(&row("untested", "broker gone", "no_such_test"));
+    doc.push_str(&row("unchecked", "broker gone", "ignores_it"));
+    let code = "warn!(\"the broker \\\n    gone\");\nwarn!(\"broker gone\")";
+    let tests = "async fn checks_it() {\n    assert!(log.contains(\"broker gone\"));\n}\n\
+                 fn ignores_it() {\n    assert!(true);\n}\n";
+    let problems = fault_line_problems(&doc, code, tests);
+    assert_eq!(problems.len(), 4, "{problems:#?}");
+    assert!(
+        problems[0].contains("never says \"never said\""),
+        "{problems:?}"
+    );
+    assert!(
+        problems[1].contains("checks_it never checks \"never said\""),
+        "{problems:?}"
+    );
+    assert!(problems[2].contains("no test no_such_test"), "{problems:?}");
+    assert!(
+        problems[3].contains("ignores_it never checks"),
+        "{problems:?}"
+    );
 }
