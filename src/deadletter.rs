@@ -171,7 +171,7 @@ pub fn headers_only(record: &KafkaRecord) -> KafkaRecord {
         (Some(size), Some(sha)) => (size.clone(), sha.clone()),
         _ => (
             Bytes::from(record.value.len().to_string()),
-            Bytes::from(hex(&openssl::sha::sha256(&record.value))),
+            Bytes::from(hex::encode(openssl::sha::sha256(&record.value))),
         ),
     };
     headers.push((TRUNCATED_HEADER.into(), Bytes::from_static(b"true")));
@@ -242,10 +242,6 @@ fn bounded(value: &[u8], max: usize) -> Bytes {
 /// Whether `at` starts a UTF-8 sequence in valid UTF-8 `text` (or is its end).
 fn is_char_boundary(text: &[u8], at: usize) -> bool {
     at >= text.len() || (text[at] as i8) >= -0x40
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
