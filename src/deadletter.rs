@@ -45,21 +45,35 @@ pub use crate::outbox::role_headers::{
     AGGREGATE_ID_HEADER, AGGREGATE_TYPE_HEADER, ID_HEADER, TIMESTAMP_HEADER, TYPE_HEADER,
 };
 
-/// The topic the event was meant for.
-pub const ORIGINAL_TOPIC_HEADER: &str = "dlq_original_topic";
+/// Why the row was dead-lettered, as text for a person (cut to
+/// [`MAX_REASON`]).
+pub const REASON_HEADER: &str = "dlq_reason";
 
 /// The stable label of why the row was dead-lettered (also the `reason`
 /// label of the dead-letter counter).
 pub const REASON_CODE_HEADER: &str = "dlq_reason_code";
 
-const TRUNCATED_HEADER: &str = "dlq_truncated";
-const PAYLOAD_SIZE_HEADER: &str = "dlq_payload_size";
-const PAYLOAD_SHA256_HEADER: &str = "dlq_payload_sha256";
+/// The commit LSN of the row's transaction.
+pub const LSN_HEADER: &str = "lsn";
+
+/// The outbox table the row was read from.
+pub const SOURCE_TABLE_HEADER: &str = "source_table";
+
+/// The topic the event was meant for.
+pub const ORIGINAL_TOPIC_HEADER: &str = "dlq_original_topic";
+
+/// `true` on a stand-in whose value (the payload) was dropped.
+pub const TRUNCATED_HEADER: &str = "dlq_truncated";
+/// The size in bytes of the payload a stand-in dropped.
+pub const PAYLOAD_SIZE_HEADER: &str = "dlq_payload_size";
+/// The SHA-256 (lower-case hex) of the payload a stand-in dropped.
+pub const PAYLOAD_SHA256_HEADER: &str = "dlq_payload_sha256";
+
 /// What [`minimal`] keeps.
 const MINIMAL_HEADERS: &[&str] = &[
     REASON_CODE_HEADER,
-    "lsn",
-    "source_table",
+    LSN_HEADER,
+    SOURCE_TABLE_HEADER,
     ID_HEADER,
     TRUNCATED_HEADER,
     PAYLOAD_SIZE_HEADER,
@@ -90,16 +104,16 @@ pub struct DeadLetter<'a> {
 pub fn dead_letter_record(dl: DeadLetter<'_>) -> KafkaRecord {
     let mut headers: Vec<(HeaderName, Bytes)> = vec![
         (
-            "dlq_reason".into(),
+            REASON_HEADER.into(),
             bounded(dl.reason.as_bytes(), MAX_REASON),
         ),
         (
             REASON_CODE_HEADER.into(),
             Bytes::from_static(dl.reason_code.as_bytes()),
         ),
-        ("lsn".into(), Bytes::from(dl.lsn.to_string())),
+        (LSN_HEADER.into(), Bytes::from(dl.lsn.to_string())),
         (
-            "source_table".into(),
+            SOURCE_TABLE_HEADER.into(),
             bounded(dl.source_table.as_bytes(), MAX_HEADER_VALUE),
         ),
     ];
@@ -171,7 +185,7 @@ pub fn headers_only(record: &KafkaRecord) -> KafkaRecord {
         (Some(size), Some(sha)) => (size.clone(), sha.clone()),
         _ => (
             Bytes::from(record.value.len().to_string()),
-            Bytes::from(hex(&openssl::sha::sha256(&record.value))),
+            Bytes::from(hex::encode(openssl::sha::sha256(&record.value))),
         ),
     };
     headers.push((TRUNCATED_HEADER.into(), Bytes::from_static(b"true")));
@@ -210,7 +224,7 @@ pub fn minimal(record: &KafkaRecord) -> KafkaRecord {
 pub fn smaller(record: &KafkaRecord) -> Option<KafkaRecord> {
     if header(record, TRUNCATED_HEADER).is_none() {
         Some(headers_only(record))
-    } else if header(record, "dlq_reason").is_some() {
+    } else if header(record, REASON_HEADER).is_some() {
         Some(minimal(record))
     } else {
         None
@@ -242,10 +256,6 @@ fn bounded(value: &[u8], max: usize) -> Bytes {
 /// Whether `at` starts a UTF-8 sequence in valid UTF-8 `text` (or is its end).
 fn is_char_boundary(text: &[u8], at: usize) -> bool {
     at >= text.len() || (text[at] as i8) >= -0x40
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

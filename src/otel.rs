@@ -154,8 +154,8 @@ impl SpanContext {
     pub fn traceparent(&self) -> String {
         format!(
             "00-{}-{}-{:02x}",
-            hex(&self.trace_id),
-            hex(&self.span_id),
+            hex::encode(self.trace_id),
+            hex::encode(self.span_id),
             u8::from(self.sampled)
         )
     }
@@ -331,9 +331,9 @@ fn otlp_json(service_name: &str, spans: &[Finished]) -> Vec<u8> {
                 Some(message) => json!({"code": 2, "message": message}),
             };
             let mut span = json!({
-                "traceId": hex(&s.context.trace_id),
-                "spanId": hex(&s.context.span_id),
-                "parentSpanId": hex(&s.parent_span_id),
+                "traceId": hex::encode(s.context.trace_id),
+                "spanId": hex::encode(s.context.span_id),
+                "parentSpanId": hex::encode(s.parent_span_id),
                 "name": format!("publish {}", s.topic),
                 "kind": 4,
                 "startTimeUnixNano": s.start_unix_nanos.to_string(),
@@ -429,22 +429,9 @@ fn unix_nanos(time: SystemTime) -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
-}
-
 fn hex_array<const N: usize>(text: &str) -> Option<[u8; N]> {
-    if text.len() != N * 2 {
-        return None;
-    }
     let mut out = [0u8; N];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
+    hex::decode_to_slice(text, &mut out).ok()?;
     Some(out)
 }
 

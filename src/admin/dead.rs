@@ -45,7 +45,7 @@ use chrono::Utc;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::deadletter::REASON_CODE_HEADER;
+use crate::deadletter::{REASON_CODE_HEADER, REASON_HEADER};
 use crate::replication::SqlConnection;
 
 use self::kafka::DlqRecord;
@@ -206,7 +206,7 @@ pub fn kafka_entries(
                 id,
                 sink: Sink::Kafka,
                 route: kafka::original_topic(&newest, topic_template).unwrap_or_default(),
-                reason: newest.header_text("dlq_reason").unwrap_or("").to_owned(),
+                reason: newest.header_text(REASON_HEADER).unwrap_or("").to_owned(),
                 reason_code: newest.header_text(REASON_CODE_HEADER).map(str::to_owned),
                 attempts: None,
                 max_attempts: None,

@@ -63,7 +63,7 @@ fn the_produce_span_is_a_child_of_the_rows_context_and_goes_in_the_header() {
     );
     assert!(own.ends_with("-01"), "{own}");
     assert_ne!(own, PARENT, "a span of its own, not the row's");
-    assert_eq!(hex(&span.parent_span_id), "b7ad6b7169203331");
+    assert_eq!(hex::encode(span.parent_span_id), "b7ad6b7169203331");
     assert_eq!(
         header(TRACESTATE_HEADER).as_deref(),
         Some("congo=t61rcWkgMzE")

@@ -108,10 +108,7 @@ pub fn anonymous_row_key(lsn: Lsn, key: &[u8], value: &[u8]) -> String {
     hasher.update(&(key.len() as u64).to_be_bytes());
     hasher.update(key);
     hasher.update(value);
-    let digest: String = hasher.finish()[..12]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let digest = hex::encode(&hasher.finish()[..12]);
     format!("@{lsn}/{digest}")
 }
 

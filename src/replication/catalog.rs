@@ -483,7 +483,7 @@ mod tests {
     fn the_fork_point_is_the_switch_point_of_the_last_history_line() {
         let text = "1\t0/3000060\tno recovery target specified\n\n2\t0/7013BD0\tno recovery target specified\n";
         assert_eq!(parse_fork_point(text), Some("0/7013BD0".parse().unwrap()));
-        let hex: String = text.bytes().map(|b| format!("{b:02x}")).collect();
+        let hex = hex::encode(text);
         assert_eq!(
             parse_fork_point(&format!("\\x{hex}")),
             Some("0/7013BD0".parse().unwrap())

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
 
-use crate::deadletter::{ID_HEADER, ORIGINAL_TOPIC_HEADER, REASON_CODE_HEADER};
+use crate::deadletter::{ID_HEADER, LSN_HEADER, ORIGINAL_TOPIC_HEADER, REASON_CODE_HEADER};
 use crate::metrics as m;
 
 /// The counters of acknowledged records. Per-topic and per-reason handles
@@ -95,7 +95,7 @@ fn header<'a>(msg: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a str> {
 fn log_dead_letter(msg: &BorrowedMessage<'_>, reason: &str, not_logged: u64) {
     let event_id = header(msg, ID_HEADER);
     let original_topic = header(msg, ORIGINAL_TOPIC_HEADER);
-    let lsn = header(msg, "lsn");
+    let lsn = header(msg, LSN_HEADER);
     let (topic, partition, offset) = (msg.topic(), msg.partition(), msg.offset());
     if not_logged == 0 {
         tracing::warn!(

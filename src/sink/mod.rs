@@ -21,6 +21,7 @@
 //! its [`DeliveryReport`].
 
 mod broker_watch;
+mod checkpoint_reader;
 pub mod checkpoint_topic;
 mod counters;
 pub mod http;
@@ -49,12 +50,11 @@ use crate::backoff::Backoff;
 use crate::envelope::KafkaRecord;
 
 pub use broker_watch::ReachObserver;
+pub use checkpoint_reader::{CheckpointRead, CheckpointReadError, read_checkpoint};
 pub use refusal::{
     DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
 };
-pub use transactional::{
-    CheckpointRead, CheckpointReadError, TransactionSettings, TxnFailure, read_checkpoint,
-};
+pub use transactional::{TransactionSettings, TxnFailure};
 
 /// A Kafka client config with the operator's `[kafka.properties]` (TLS,
 /// SASL, ...) and `kafka.brokers`: the base of every client the relay and

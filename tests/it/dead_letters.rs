@@ -30,10 +30,7 @@ async fn payload_text(outbox: &TestOutbox, id: &str) -> String {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    openssl::sha::sha256(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(openssl::sha::sha256(bytes))
 }
 
 /// Waits until the slot confirmed everything committed up to `after`.

@@ -33,22 +33,23 @@ use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::config::KafkaConfig;
 use crate::deadletter::{
-    AGGREGATE_ID_HEADER, AGGREGATE_TYPE_HEADER, ID_HEADER, ORIGINAL_TOPIC_HEADER,
-    REASON_CODE_HEADER, TIMESTAMP_HEADER, TYPE_HEADER,
+    AGGREGATE_ID_HEADER, AGGREGATE_TYPE_HEADER, ID_HEADER, LSN_HEADER, ORIGINAL_TOPIC_HEADER,
+    PAYLOAD_SHA256_HEADER, PAYLOAD_SIZE_HEADER, REASON_CODE_HEADER, REASON_HEADER,
+    SOURCE_TABLE_HEADER, TIMESTAMP_HEADER, TRUNCATED_HEADER, TYPE_HEADER,
 };
 use crate::envelope::{DATA_CONTENT_TYPE, format_time, render_topic, topic_name_problem};
 
 /// Headers the relay adds to a dead letter to describe it; the
 /// republished event carries none of them.
 const BOOKKEEPING: &[&str] = &[
-    "dlq_reason",
+    REASON_HEADER,
     REASON_CODE_HEADER,
-    "lsn",
-    "source_table",
+    LSN_HEADER,
+    SOURCE_TABLE_HEADER,
     ORIGINAL_TOPIC_HEADER,
-    "dlq_truncated",
-    "dlq_payload_size",
-    "dlq_payload_sha256",
+    TRUNCATED_HEADER,
+    PAYLOAD_SIZE_HEADER,
+    PAYLOAD_SHA256_HEADER,
     REPLAYED_FROM_HEADER,
 ];
 
@@ -184,9 +185,9 @@ pub fn republished(
     topic_template: &str,
     source: &str,
 ) -> Result<Republished, String> {
-    if record.header("dlq_truncated").is_some() {
-        let size = record.header_text("dlq_payload_size").unwrap_or("?");
-        let sha = record.header_text("dlq_payload_sha256").unwrap_or("?");
+    if record.header(TRUNCATED_HEADER).is_some() {
+        let size = record.header_text(PAYLOAD_SIZE_HEADER).unwrap_or("?");
+        let sha = record.header_text(PAYLOAD_SHA256_HEADER).unwrap_or("?");
         return Err(format!(
             "its payload was not kept (too large: {size} bytes, SHA-256 {sha}), only its \
              headers: write the event to the outbox again, then `dead discard` this one"
