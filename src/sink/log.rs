@@ -27,7 +27,9 @@
 //! Kafka transaction the coordinator aborted because the relay was paused
 //! past `transaction.timeout.ms` is replayed with a new producer (degraded
 //! and retrying: warn); another relay with the same transactional id stops
-//! this one, and the relay says so at error itself.
+//! this one, and the relay says so at error itself. Likewise a transaction
+//! librdkafka reports failed but abortable (`Current transaction failed in
+//! state …`): the relay aborts it and replays, at warn.
 
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -73,6 +75,14 @@ const FENCE_REASON: &str = "the relay decides what the fence means: a Kafka tran
      coordinator aborted after transaction.timeout.ms (a paused relay) is replayed with a new \
      producer; another relay with this transactional id stops this one with an error of its own";
 
+/// librdkafka's words when the open transaction can only be aborted (its
+/// records timed out, a broker refused one): abortable, not fatal.
+const ABORTABLE_WORDS: &str = "Current transaction failed in state";
+
+/// Why an abortable transaction error goes to warn, logged beside it.
+const ABORTABLE_REASON: &str = "the relay aborts the Kafka transaction and replays it from the \
+     last committed checkpoint with a new producer";
+
 /// The level a librdkafka line is logged at, and a note to log with it.
 pub(super) fn classify(
     level: RDKafkaLogLevel,
@@ -95,6 +105,9 @@ pub(super) fn classify(
     }
     if matches!(fac, "TXNERR" | "FATAL") && FENCED_WORDS.iter().any(|w| message.contains(w)) {
         return (Level::WARN, Some(FENCE_REASON));
+    }
+    if fac == "TXNERR" && message.contains(ABORTABLE_WORDS) {
+        return (Level::WARN, Some(ABORTABLE_REASON));
     }
     let level = match level {
         RDKafkaLogLevel::Emerg
@@ -241,6 +254,13 @@ mod tests {
             assert_eq!(level, Level::WARN, "{fac} {line}");
             assert!(note.is_some_and(|n| n.contains("paused relay")), "{note:?}");
         }
+        // A transaction that can only be aborted: the relay replays it.
+        let abortable = "[thrd:127.0.0.1:9092/1]: Current transaction failed in state \
+             InTransaction: 17 message(s) timed out on t.order [0] (_TIMED_OUT, requires epoch \
+             bump)";
+        let (level, note) = classify(RDKafkaLogLevel::Error, "TXNERR", abortable);
+        assert_eq!(level, Level::WARN);
+        assert!(note.is_some_and(|n| n.contains("replays")), "{note:?}");
         // Another fatal error stays an error.
         let other = "[thrd:main]: Fatal error: Broker: Transactional Id authorization failed";
         assert_eq!(
