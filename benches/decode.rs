@@ -26,15 +26,15 @@ use bytes::{Buf, Bytes};
 use chrono::DateTime;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use outbox_relay::assembler::Relation;
-use outbox_relay::assembler::{TransactionAssembler, TxEvent};
 use outbox_relay::envelope::{
     ContentMode, EnvelopeSettings, TopicCache, build_record, build_record_cached,
 };
 use outbox_relay::outbox::{
     ColumnMap, RowExtractor, parse_pg_timestamp, parse_pg_timestamp_general,
 };
-use outbox_relay::pgoutput::{Column, DecodeContext, TupleData, TupleValue, decode};
+use pgoutput::assembler::Relation;
+use pgoutput::assembler::{TransactionAssembler, TxEvent};
+use pgoutput::{Column, DecodeContext, TupleData, TupleValue, decode};
 
 /// CPU time of the calling thread.
 struct ThreadCpuTime(WallTime);

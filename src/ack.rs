@@ -47,7 +47,7 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
-use crate::lsn::Lsn;
+use pgoutput::lsn::Lsn;
 
 /// Identifies one transaction inside one [`AckTracker`]. Opaque and
 /// monotonic: ids are never reused, not even across [`AckTracker::reset`].

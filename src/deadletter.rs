@@ -30,8 +30,8 @@
 use bytes::Bytes;
 
 use crate::envelope::{HeaderName, KafkaRecord, format_time};
-use crate::lsn::Lsn;
 use crate::outbox::OutboxRow;
+use pgoutput::lsn::Lsn;
 
 /// Longest header value, in bytes.
 pub const MAX_HEADER_VALUE: usize = 1024;

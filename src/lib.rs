@@ -3,16 +3,16 @@
 //! confirming the slot's position only after the broker acknowledged.
 //!
 //! The modules follow the data flow in `docs/design.md`:
-//! replication stream ([`replication`]) → pgoutput decoder ([`pgoutput`]) →
-//! transaction assembler ([`assembler`]) → outbox row ([`outbox`]) →
+//! replication stream ([`replication`]) → pgoutput decoder (`pgoutput`) →
+//! transaction assembler (`pgoutput::assembler`) → outbox row ([`outbox`]) →
 //! CloudEvents envelope ([`envelope`]) → Kafka producer ([`sink`]) →
 //! ack tracker ([`ack`]) → flush LSN back to the replication stream.
 //! [`relay`] wires them together; [`config`] is the one validated config.
 //!
-//! The sans-IO part, [`pgoutput`] with [`assembler`] and [`lsn`], is its own
-//! crate (`crates/pgoutput`), so that Cargo keeps I/O out of it; it is
-//! re-exported here under its old paths (`crate::pgoutput::decode`,
-//! `crate::assembler::TxEvent`, `crate::lsn::Lsn`).
+//! The sans-IO part, the decoder with its assembler and LSN type, is its own
+//! crate (`crates/pgoutput`), so that Cargo keeps I/O out of it; the relay
+//! and its tests use it by its own name (`pgoutput::assembler::TxEvent`,
+//! `pgoutput::lsn::Lsn`), not through this crate.
 //!
 //! Beside the flow: [`cleanup`] deletes confirmed rows of a table outbox,
 //! [`otel`] exports the produce spans of traced events, and [`backoff`] is
@@ -34,5 +34,3 @@ pub mod relay;
 pub mod replication;
 pub mod routes;
 pub mod sink;
-
-pub use pgoutput::{self, assembler, lsn};

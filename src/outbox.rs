@@ -18,8 +18,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 
 use serde::Deserialize;
 
-use crate::assembler::Relation;
-use crate::pgoutput::{TupleData, TupleValue};
+use pgoutput::assembler::Relation;
+use pgoutput::{TupleData, TupleValue};
 
 /// `pg_type.oid` of `jsonb` (fixed in PostgreSQL's catalog, `pg_type.dat`).
 const JSONB_OID: u32 = 3802;

@@ -209,7 +209,7 @@ pub fn commit_time_expression(
 /// Whether the confirmed position has reached the end of the WAL: then no
 /// committed row can be pending.
 pub fn caught_up(confirmed: Option<&str>, insert: Option<&str>) -> bool {
-    let parse = |t: Option<&str>| t.and_then(|t| t.parse::<crate::lsn::Lsn>().ok());
+    let parse = |t: Option<&str>| t.and_then(|t| t.parse::<pgoutput::lsn::Lsn>().ok());
     matches!((parse(confirmed), parse(insert)), (Some(c), Some(i)) if c >= i)
 }
 

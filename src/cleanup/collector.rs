@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 
 use serde::Deserialize;
 
-use crate::lsn::Lsn;
 use crate::metrics as m;
+use pgoutput::lsn::Lsn;
 
 /// What the relay does with outbox rows once their events are confirmed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]

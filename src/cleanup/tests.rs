@@ -1,9 +1,9 @@
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::lsn::Lsn;
 use crate::outbox::shard::Shard;
 use crate::replication::ReplicationSettings;
+use pgoutput::lsn::Lsn;
 
 fn ids(d: &Deletable) -> Vec<&str> {
     d.ids.iter().map(String::as_str).collect()

@@ -1,5 +1,5 @@
 use super::*;
-use crate::assembler::Column;
+use pgoutput::assembler::Column;
 
 fn relation(cols: &[&str]) -> Arc<Relation> {
     Arc::new(Relation {

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::lsn::Lsn;
 use crate::replication::ServerIdentity;
+use pgoutput::lsn::Lsn;
 
 /// Version of the checkpoint record's layout; a record of another version
 /// is not guessed at. Version 2 adds the part of a PostgreSQL transaction

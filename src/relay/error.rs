@@ -2,13 +2,13 @@
 //! [`ErrorKind`], so the outer loop decides from `kind()` alone.
 
 use crate::ack::AckError;
-use crate::assembler::AssemblyError;
 use crate::error::ErrorKind;
-use crate::pgoutput::DecodeError;
 use crate::replication::ReplicationError;
 use crate::sink::checkpoint_topic::CheckpointTopicRefused;
 use crate::sink::http::table_access::DeliveryTableRefused;
 use crate::sink::{CheckpointReadError, DeliveryError, Refused, SinkError, TxnFailure};
+use pgoutput::DecodeError;
+use pgoutput::assembler::AssemblyError;
 
 /// Why a streaming session ended without a graceful stop.
 #[derive(Debug, thiserror::Error)]

@@ -34,7 +34,6 @@ use super::error::SessionError;
 use super::machine::{CommitPlan, Producer, SessionMachine};
 use super::position::Position;
 use crate::envelope::KafkaRecord;
-use crate::lsn::Lsn;
 use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
 use crate::sink::checkpoint_topic::{self, CheckpointTopicRefused, Looked, Verdict};
@@ -42,6 +41,7 @@ use crate::sink::{
     CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings,
     TransactionSettings, TxnFailure, read_checkpoint,
 };
+use pgoutput::lsn::Lsn;
 
 /// How long the checkpoint read at start may take before the session is
 /// retried.

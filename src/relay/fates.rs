@@ -9,9 +9,9 @@
 
 use std::collections::HashMap;
 
-use crate::lsn::Lsn;
 use crate::metrics as m;
 use crate::sink::{DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused};
+use pgoutput::lsn::Lsn;
 
 use super::error::SessionError;
 use super::tag::DeliveryTag;

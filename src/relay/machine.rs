@@ -55,18 +55,18 @@ use super::fates::{
 use super::records::{Commit, Routed, Router};
 use super::tag::DeliveryTag;
 use crate::ack::AckTracker;
-use crate::assembler::{AssemblyError, Relation, TransactionAssembler, TxEvent};
 use crate::cleanup::{Cleanup, Collector, Deletable};
 use crate::deadletter;
 use crate::envelope::{KafkaRecord, TraceContext};
-use crate::lsn::Lsn;
 use crate::metrics as m;
 use crate::otel::Tracer;
-use crate::pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
 use crate::replication::{OutboxTable, RelationClass};
 use crate::sink::{
     DeliveryError, DeliveryReport, KafkaSink, OnUnroutable, RefusalClass, Refused, SendError,
 };
+use pgoutput::assembler::{AssemblyError, Relation, TransactionAssembler, TxEvent};
+use pgoutput::lsn::Lsn;
+use pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
 
 mod commit;
 mod delivery;

@@ -31,13 +31,13 @@ use super::*;
 use crate::envelope::{ContentMode, EnvelopeSettings};
 use crate::outbox::ColumnMap;
 use crate::outbox::Source;
-use crate::pgoutput::encode::encode;
-use crate::pgoutput::{
-    Begin, Column, Commit as CommitMsg, Insert, LogicalMessage, Message, RelationBody, TupleValue,
-};
 use crate::relay::SourceSettings;
 use crate::replication::ReplicationSettings;
 use crate::sink::{RefusalKind, SinkSettings};
+use pgoutput::encode::encode;
+use pgoutput::{
+    Begin, Column, Commit as CommitMsg, Insert, LogicalMessage, Message, RelationBody, TupleValue,
+};
 
 const OUTBOX_OID: u32 = 16_384;
 const OTHER_OID: u32 = 20_000;
@@ -179,7 +179,7 @@ fn messages(txn: &Txn, xid: u32, strays: bool) -> Vec<Bytes> {
     out.push(encode(&Message::Insert(Insert {
         xid: None,
         relation_id: OTHER_OID,
-        tuple: crate::pgoutput::TupleData {
+        tuple: pgoutput::TupleData {
             columns: vec![text("business")],
         },
     })));
@@ -207,7 +207,7 @@ fn messages(txn: &Txn, xid: u32, strays: bool) -> Vec<Bytes> {
         out.push(encode(&Message::Insert(Insert {
             xid: None,
             relation_id: OUTBOX_OID,
-            tuple: crate::pgoutput::TupleData {
+            tuple: pgoutput::TupleData {
                 columns: vec![
                     text(&row.id),
                     text("order"),

@@ -19,8 +19,8 @@
 use crate::metrics as m;
 use crate::replication::ReplicationStream;
 
-use crate::lsn::Lsn;
 use crate::replication::ServerIdentity;
+use pgoutput::lsn::Lsn;
 
 /// What the relay confirmed, and on which server.
 #[derive(Debug, Clone, PartialEq, Eq)]

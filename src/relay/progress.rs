@@ -16,7 +16,7 @@
 use std::time::{Duration, Instant};
 
 use super::monitor::SlotLag;
-use crate::lsn::Lsn;
+use pgoutput::lsn::Lsn;
 
 /// Default interval between progress lines.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);

@@ -21,14 +21,14 @@ use chrono::{DateTime, Utc};
 use super::fates::{EventFate, Refusals, anonymous_row_key};
 pub use super::tag::{DeliveryTag, Origin};
 use crate::ack::TxnId;
-use crate::assembler::Relation;
 use crate::deadletter::{self as dl, DeadLetter, dead_letter_record, row_columns};
 use crate::envelope::{
     EnvelopeSettings, KafkaRecord, TopicCache, build_record_cached, render_topic,
 };
-use crate::lsn::Lsn;
 use crate::outbox::{ColumnMap, OutboxRow, RowExtractor, message};
-use crate::pgoutput::TupleData;
+use pgoutput::TupleData;
+use pgoutput::assembler::Relation;
+use pgoutput::lsn::Lsn;
 
 /// The dead-letter reason code of an event whose topic is the checkpoint
 /// topic.

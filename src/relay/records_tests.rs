@@ -1,8 +1,8 @@
 use super::*;
 use crate::ack::AckTracker;
 use crate::envelope::ContentMode;
-use crate::pgoutput::{Column, TupleValue};
 use crate::relay::fates::RowFate;
+use pgoutput::{Column, TupleValue};
 
 fn relation() -> Arc<Relation> {
     let columns = ["id", "aggregatetype", "aggregateid", "type", "payload"]

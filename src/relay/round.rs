@@ -15,11 +15,11 @@ use super::progress::Progress;
 use super::supervisor::Outcome;
 use super::{Background, DeliveryTag, Refusals, RelaySettings};
 use super::{check_dead_letter_topic, exactly_once, session};
-use crate::lsn::Lsn;
 use crate::metrics::{self as m, Health};
 use crate::replication::{ReplicationError, ReplicationSettings, ReplicationStream};
 use crate::sink::KafkaSink;
 use crate::sink::http::table_access;
+use pgoutput::lsn::Lsn;
 
 use tokio::sync::watch;
 

@@ -41,11 +41,11 @@ use super::progress::Progress;
 use super::tag::DeliveryTag;
 use super::{Background, RelaySettings, Stopped};
 use crate::cleanup::Deleter;
-use crate::lsn::Lsn;
 use crate::metrics::Health;
 use crate::replication::{OutboxTable, ReplicationSettings, ReplicationStream, SqlConnection};
 use crate::sink::http::dispatch::Dispatch;
 use crate::sink::{DeliveryReport, KafkaSink};
+use pgoutput::lsn::Lsn;
 
 mod feed;
 mod io;

@@ -30,10 +30,10 @@ use super::Stopped;
 use super::error::{RelayError, SessionError};
 use super::lock::LockError;
 use crate::backoff::Backoff;
-use crate::lsn::Lsn;
 use crate::metrics as m;
 use crate::replication::{ErrorKind, ReplicationError};
 use crate::sink::TxnFailure;
+use pgoutput::lsn::Lsn;
 
 /// How one time round the outer loop ended.
 #[derive(Debug)]

@@ -5,8 +5,8 @@
 use bytes::Bytes;
 
 use crate::ack::TxnId;
-use crate::lsn::Lsn;
 use crate::otel::ProduceSpan;
+use pgoutput::lsn::Lsn;
 
 /// What the relay needs to know about a record when its delivery report
 /// comes back.

@@ -25,7 +25,7 @@ use super::outbox_table::{self, OutboxTable};
 use super::quote::replication_literal;
 use super::socket::FramedSocket;
 use super::sql::{simple_query, unexpected_shape};
-use crate::lsn::Lsn;
+use pgoutput::lsn::Lsn;
 
 /// PostgreSQL's `NAMEDATALEN - 1`.
 const MAX_NAME_LEN: usize = 63;

@@ -20,7 +20,7 @@ use thiserror::Error;
 use tokio_postgres::error::SqlState;
 
 use super::quote::display_ident;
-use crate::pgoutput::DecodeError;
+use pgoutput::DecodeError;
 
 pub use crate::error::ErrorKind;
 

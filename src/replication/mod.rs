@@ -74,7 +74,7 @@ pub use quote::display_ident;
 pub use sql::SqlConnection;
 pub use stream::ReplicationStream;
 
-use crate::lsn::Lsn;
+use pgoutput::lsn::Lsn;
 
 /// Everything the replication connection needs, as validated plain data.
 #[derive(Debug, Clone)]

@@ -33,8 +33,8 @@ use super::error::{ReplicationError, ServerError};
 use super::outbox_table::OutboxTable;
 use super::protocol::{read_error, server_error, server_notice};
 use super::socket::{Frame, FramedSocket};
-use crate::lsn::Lsn;
-use crate::pgoutput::{ReplicationMessage, decode_copy_data};
+use pgoutput::lsn::Lsn;
+use pgoutput::{ReplicationMessage, decode_copy_data};
 
 mod connect;
 mod status;

@@ -17,11 +17,11 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use outbox_relay::lsn::Lsn;
 use outbox_relay::relay::{RelayError, SessionError, Side};
 use outbox_relay::sink::{
     CheckpointReadError, DeliveryError, SendError, producer_config, read_checkpoint,
 };
+use pgoutput::lsn::Lsn;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 
 use crate::support::mock::*;

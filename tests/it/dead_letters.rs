@@ -34,7 +34,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Waits until the slot confirmed everything committed up to `after`.
-async fn wait_slot_past(outbox: &TestOutbox, after: outbox_relay::lsn::Lsn, what: &str) {
+async fn wait_slot_past(outbox: &TestOutbox, after: pgoutput::lsn::Lsn, what: &str) {
     wait_until(what, DEADLINE, || async {
         outbox
             .confirmed_flush_lsn()
@@ -113,7 +113,7 @@ async fn bad_rows_go_to_the_dead_letter_topic_and_the_stream_goes_on() {
             r.header("source_table"),
             Some(format!("public.{t}").as_str())
         );
-        let lsn: outbox_relay::lsn::Lsn = r.header("lsn").unwrap().parse().expect("lsn header");
+        let lsn: pgoutput::lsn::Lsn = r.header("lsn").unwrap().parse().expect("lsn header");
         assert!(lsn < after);
     }
     // The stream went on and the slot advanced past the bad rows.

@@ -74,7 +74,7 @@ impl Moments {
 }
 
 /// Waits until the slot's confirmed position passes `above`.
-async fn wait_confirmed_above(outbox: &TestOutbox, above: Option<outbox_relay::lsn::Lsn>) {
+async fn wait_confirmed_above(outbox: &TestOutbox, above: Option<pgoutput::lsn::Lsn>) {
     wait_until(
         "the slot's confirmed position to move",
         DEADLINE,
@@ -432,7 +432,7 @@ async fn a_deleted_checkpoint_topic_is_refused_at_start_until_init_creates_it() 
 }
 
 /// The WAL position the server is at now.
-async fn current_wal_lsn(client: &tokio_postgres::Client) -> outbox_relay::lsn::Lsn {
+async fn current_wal_lsn(client: &tokio_postgres::Client) -> pgoutput::lsn::Lsn {
     let row = client
         .query_one("SELECT pg_current_wal_lsn()::text", &[])
         .await

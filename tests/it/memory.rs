@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use outbox_relay::lsn::Lsn;
+use pgoutput::lsn::Lsn;
 
 use crate::support::*;
 

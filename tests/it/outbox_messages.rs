@@ -109,7 +109,7 @@ async fn messages_without_any_outbox_table_arrive_exactly_once_in_order() {
     }
     // The slot moved past the events: they were confirmed, not just sent.
     let confirmed = outbox.confirmed_flush_lsn().await.unwrap();
-    assert!(confirmed > outbox_relay::lsn::Lsn(0), "{confirmed}");
+    assert!(confirmed > pgoutput::lsn::Lsn(0), "{confirmed}");
     outbox.drop_all().await;
 }
 

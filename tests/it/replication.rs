@@ -11,12 +11,12 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use outbox_relay::lsn::Lsn;
-use outbox_relay::pgoutput::{self, DecodeContext, Message, TupleValue};
 use outbox_relay::replication::{
     Conninfo, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, SqlConnection,
     StreamItem,
 };
+use pgoutput::lsn::Lsn;
+use pgoutput::{self, DecodeContext, Message, TupleValue};
 use tokio::time::{Instant, sleep, timeout};
 use tokio_postgres::Client;
 

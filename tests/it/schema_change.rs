@@ -245,7 +245,7 @@ async fn partitioned_outbox_delivers_every_row_once_in_order(via_root: bool) {
     assert_eq!(summary.duplicated, 0, "{case}: exactly once");
     assert_eq!(received.len(), committed.len(), "{case}: nothing extra");
     let slot = outbox.confirmed_flush_lsn().await.expect("slot");
-    assert!(slot > outbox_relay::lsn::Lsn::ZERO);
+    assert!(slot > pgoutput::lsn::Lsn::ZERO);
     outbox.drop_all().await;
 }
 

@@ -188,7 +188,7 @@ async fn connect_port(port: &str) -> tokio_postgres::Client {
     client
 }
 
-async fn wal_lsn(client: &tokio_postgres::Client) -> outbox_relay::lsn::Lsn {
+async fn wal_lsn(client: &tokio_postgres::Client) -> pgoutput::lsn::Lsn {
     let row = client
         .query_one("SELECT pg_current_wal_lsn()::text", &[])
         .await
@@ -447,7 +447,7 @@ mod alone {
                     .await
                     .unwrap();
                 row.get::<_, String>(0)
-                    .parse::<outbox_relay::lsn::Lsn>()
+                    .parse::<pgoutput::lsn::Lsn>()
                     .unwrap()
                     >= end
             },

@@ -2,7 +2,7 @@ use super::*;
 use proptest::prelude::*;
 
 use crate::deadletter::{DeadLetter, dead_letter_record, headers_only};
-use crate::lsn::Lsn;
+use pgoutput::lsn::Lsn;
 
 const TEMPLATE: &str = "outbox.event.{aggregatetype}";
 

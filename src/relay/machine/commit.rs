@@ -15,8 +15,8 @@
 use std::time::{Duration, Instant};
 
 use super::SessionMachine;
-use crate::lsn::Lsn;
 use crate::relay::checkpoint::{Batch, Bounds, Partial};
+use pgoutput::lsn::Lsn;
 
 /// With no event to send, a checkpoint still moves the slot past WAL the
 /// relay had nothing to do with, at most this often.

@@ -9,11 +9,11 @@
 //! malformed trace context never costs the event.
 
 use super::{Producer, SessionMachine, SessionResult, TxnState};
-use crate::assembler::AssemblyError;
 use crate::metrics as m;
-use crate::pgoutput::LogicalMessage;
 use crate::relay::error::SessionError;
 use crate::relay::tag::DeliveryTag;
+use pgoutput::LogicalMessage;
+use pgoutput::assembler::AssemblyError;
 
 impl SessionMachine<'_> {
     /// A logical decoding message: an outbox event when it carries the

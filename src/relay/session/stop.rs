@@ -6,11 +6,11 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Session;
-use crate::lsn::Lsn;
 use crate::relay::Stopped;
 use crate::relay::error::SessionError;
 use crate::relay::tag::DeliveryTag;
 use crate::sink::KafkaSink;
+use pgoutput::lsn::Lsn;
 
 /// How long a session whose stream broke waits for the acknowledgements of
 /// records already sent before it hands over to the next session. Short:

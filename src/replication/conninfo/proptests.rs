@@ -16,8 +16,8 @@ use proptest::prelude::*;
 
 use super::Conninfo;
 use crate::config::{Config, redact_conninfo};
-use crate::lsn::Lsn;
 use crate::replication::{ReplicationSettings, ReplicationStream};
+use pgoutput::lsn::Lsn;
 
 /// One piece of a password: any printable character, or a sequence that
 /// means something to a URL or key=value parser.

@@ -14,7 +14,6 @@ use tokio::time::{Instant, timeout};
 
 use super::ReplicationStream;
 use super::status::{read_timeout, status_interval};
-use crate::lsn::Lsn;
 use crate::replication::ReplicationSettings;
 use crate::replication::auth;
 use crate::replication::catalog::{self, start_replication_command, validate_slot_name};
@@ -22,6 +21,7 @@ use crate::replication::conninfo::{Conninfo, Endpoint};
 use crate::replication::error::{ErrorKind, ReplicationError};
 use crate::replication::protocol::{read_error, server_error};
 use crate::replication::socket::{self, FramedSocket};
+use pgoutput::lsn::Lsn;
 
 impl ReplicationStream {
     /// Connects, authenticates, checks slot and publication, and starts

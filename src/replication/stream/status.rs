@@ -14,8 +14,8 @@ use postgres_protocol::message::frontend;
 use tokio::time::Instant;
 
 use super::ReplicationStream;
-use crate::pgoutput::encode_standby_status_update;
 use crate::replication::error::ReplicationError;
+use pgoutput::encode_standby_status_update;
 
 /// Floor for the status interval, so a zero or tiny setting cannot turn the
 /// stream into a busy loop of status updates.
@@ -85,7 +85,7 @@ impl ReplicationStream {
 
     fn write_status_update(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
         let lsn = self.confirmed;
-        let client_time = crate::pgoutput::utc_to_pg_timestamp(chrono::Utc::now());
+        let client_time = pgoutput::utc_to_pg_timestamp(chrono::Utc::now());
         let update = encode_standby_status_update(lsn, lsn, lsn, client_time, reply_requested);
         frontend::CopyData::new(update)
             .map_err(|e| self.protocol("sending a status update", e))?

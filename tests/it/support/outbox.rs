@@ -14,8 +14,8 @@ use std::process::{Child, ExitStatus};
 use std::time::Duration;
 
 use outbox_relay::config::Config;
-use outbox_relay::lsn::Lsn;
 use outbox_relay::relay::RelaySettings;
+use pgoutput::lsn::Lsn;
 use tokio_postgres::Client;
 
 use super::services::{self, Exclusive, Shared};

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use outbox_relay::lsn::Lsn;
+use pgoutput::lsn::Lsn;
 use tokio_postgres::Client;
 
 use super::{TestOutbox, random_name};
