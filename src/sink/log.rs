@@ -21,6 +21,14 @@
 //! coordinator loading its state. Should it last, `init_transactions` times
 //! out and the relay logs that at warn and retries; the line itself goes to
 //! debug.
+//!
+//! And a producer's fatal error and a failed transaction (facilities
+//! `FATAL`, `TXNERR`, `ADDPARTS`: a topic or transactional id refused, an
+//! idempotence sequence given up): the record or transactional call it
+//! fails comes back to the relay, which then logs one line of its own,
+//! ERROR naming the fix when retrying cannot cure it, else WARN as it
+//! rebuilds the producer and replays. Logged here too, a refused ACL would
+//! read as two or three errors, the first without the fix.
 
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -54,6 +62,11 @@ const COORDINATOR_NOT_YET: &[&str] = &[
 const GETPID_REASON: &str = "transient: librdkafka retries the producer id request; if it \
      lasts, init_transactions times out and the relay warns and retries";
 
+/// Why a producer's fatal error or a failed transaction goes to debug,
+/// logged beside it (and beside the fatal error's client-error callback).
+pub(super) const REPORTED_BY_THE_RELAY: &str = "the record or transactional call this fails \
+     comes back to the relay, which stops naming the fix or warns and replays";
+
 /// The level a librdkafka line is logged at, and a note to log with it.
 pub(super) fn classify(
     level: RDKafkaLogLevel,
@@ -65,6 +78,9 @@ pub(super) fn classify(
     }
     if fac == "FAIL" {
         return (Level::DEBUG, Some(FAIL_REASON));
+    }
+    if matches!(fac, "FATAL" | "TXNERR" | "ADDPARTS") {
+        return (Level::DEBUG, Some(REPORTED_BY_THE_RELAY));
     }
     if fac == "GETPID"
         && message.ends_with(": retrying")
@@ -127,12 +143,15 @@ impl ClientContext for ReaderContext {
 }
 
 /// The level of a client error of the checkpoint reader: error for what a
-/// person must fix (credentials or ACLs refused, a fatal error), debug for
-/// the rest. The end of a partition is no error at all; a broker that does
-/// not answer makes the read fail, and the relay logs that failure at warn
-/// as it retries.
+/// person must fix (credentials refused, a fatal error), debug for the
+/// rest. The end of a partition is no error at all; a broker that does not
+/// answer makes the read fail, and the relay logs that failure at warn as
+/// it retries; the topic refused fails the read too, and the relay stops
+/// naming the grant.
 pub(super) fn reader_error(error: &KafkaError) -> Level {
-    let refused = classify_error(error).is_some_and(|k| k.class() == RefusalClass::Unauthorized);
+    let refused = classify_error(error).is_some_and(|k| {
+        k.class() == RefusalClass::Unauthorized && k != super::RefusalKind::TopicUnauthorized
+    });
     if refused || error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
         Level::ERROR
     } else {
@@ -205,8 +224,10 @@ mod tests {
         assert_eq!(reader_error(&eof), Level::DEBUG);
         let down = KafkaError::Global(RDKafkaErrorCode::AllBrokersDown);
         assert_eq!(reader_error(&down), Level::DEBUG);
+        // Fails the read, which stops the relay naming the grant.
+        let topic_refused = KafkaError::Global(RDKafkaErrorCode::TopicAuthorizationFailed);
+        assert_eq!(reader_error(&topic_refused), Level::DEBUG);
         for refused in [
-            RDKafkaErrorCode::TopicAuthorizationFailed,
             RDKafkaErrorCode::SaslAuthenticationFailed,
             RDKafkaErrorCode::Fatal,
         ] {
@@ -215,6 +236,36 @@ mod tests {
                 Level::ERROR,
                 "{refused:?}"
             );
+        }
+    }
+
+    /// librdkafka's own words (rdkafka_txnmgr.c, rdkafka.c) when the
+    /// relay's principal lacks WRITE on the checkpoint topic or on an event
+    /// topic: the relay's own line names the grant, so these go to debug.
+    #[test]
+    fn fatal_errors_and_failed_transactions_go_to_debug() {
+        for (fac, line) in [
+            (
+                "ADDPARTS",
+                "[thrd:main]: TxnCoordinator/1: Failed to add partition \"cp\" [0] to \
+                 transaction: Broker: Topic authorization failed",
+            ),
+            (
+                "TXNERR",
+                "[thrd:main]: Current transaction failed in state BeginCommit: Failed to add \
+                 partition(s) to transaction on broker TxnCoordinator/1: Broker: Topic \
+                 authorization failed (after 11 ms) (TOPIC_AUTHORIZATION_FAILED)",
+            ),
+            (
+                "FATAL",
+                "[thrd:sasl_ssl://127.0.0.1:9093/1]: Fatal error: Local: Gap-less ordering \
+                 would not be guaranteed if proceeding: ProduceRequest for t [0] with 1 \
+                 message(s) failed: Broker: Topic authorization failed",
+            ),
+        ] {
+            let (level, note) = classify(RDKafkaLogLevel::Error, fac, line);
+            assert_eq!(level, Level::DEBUG, "{fac}");
+            assert_eq!(note, Some(REPORTED_BY_THE_RELAY), "{fac}");
         }
     }
 

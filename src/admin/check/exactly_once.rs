@@ -164,7 +164,7 @@ pub async fn probe_transactional_id(
         Err(TxnFailure::Fatal(why)) => Item::fail(name, format!("transactional id {id:?}: {why}"))
             .fix(format!(
                 "kafka-acls.sh --bootstrap-server {} --add --allow-principal User:<relay> \
-                 --operation Write --operation Describe --transactional-id {id}",
+                 --operation Write --transactional-id {id}",
                 kafka.brokers
             )),
         Err(other) => Item::warn(
