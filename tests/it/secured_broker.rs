@@ -9,7 +9,8 @@
 //! removed in turn stops the relay (exit 4) with one ERROR line naming the
 //! missing operation and its resource; DESCRIBE_CONFIGS on the checkpoint
 //! topic, which only the compaction check at start needs, is one WARN and
-//! the relay runs, as documented. No SASL password reaches any output.
+//! the relay runs, as documented, and `outbox-relay check` warns with the
+//! grant. No SASL password reaches any output.
 //!
 //! Topics are created ahead by the PLAINTEXT listener's super user, as
 //! production teams create them (the relay's principal may not create
@@ -132,6 +133,41 @@ fn assert_no_password(what: &str, log: &str) {
     }
 }
 
+/// `outbox-relay check` with `config` and the relay's SASL password;
+/// returns its standard output, with no password in either stream.
+async fn check(config: &Path) -> String {
+    let config = config.to_owned();
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+            .args(["check", "--config"])
+            .arg(&config)
+            .env(
+                "OUTBOX_RELAY__KAFKA__PROPERTIES__SASL_PASSWORD",
+                acls::relay_password(),
+            )
+            .env_remove("OUTBOX_RELAY_ADMIN_URL")
+            .env_remove("OUTBOX_RELAY_CONFIG")
+            .output()
+            .expect("run outbox-relay check")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert_no_password("check", &stdout);
+    assert_no_password("check", &String::from_utf8_lossy(&output.stderr));
+    stdout
+}
+
+/// The line of `check`'s output for `item`, and the fix line after it.
+fn check_item(out: &str, item: &str) -> String {
+    let mut lines = out.lines().skip_while(|l| !l.contains(item));
+    let line = lines
+        .next()
+        .unwrap_or_else(|| panic!("no {item} in:\n{out}"));
+    let fix = lines.next().filter(|l| l.trim_start().starts_with("fix:"));
+    format!("{line}\n{}", fix.unwrap_or_default())
+}
+
 /// A healthy run: no WARN, no ERROR, no password.
 fn assert_quiet(what: &str, log: &str) {
     assert_no_password(what, log);
@@ -234,6 +270,12 @@ async fn each_missing_acl_stops_the_relay_with_one_error_naming_it() {
         .await;
     let log = deliver(&s, &s.config(EXACTLY_ONCE), &committed).await;
     assert_quiet("exactly-once, all granted", &log);
+    // `check` over SASL_SSL with the same grants.
+    let out = check(&s.config(EXACTLY_ONCE)).await;
+    for item in ["kafka.checkpoint_topic", "kafka.transactional_id"] {
+        let line = check_item(&out, item);
+        assert!(line.starts_with("ok"), "{line}");
+    }
 
     for delivery in [EXACTLY_ONCE, AT_LEAST_ONCE] {
         let config = s.config(delivery);
@@ -257,6 +299,16 @@ async fn each_missing_acl_stops_the_relay_with_one_error_naming_it() {
                         && warns[0].contains("DESCRIBE_CONFIGS")
                         && warns[0].contains(&s.checkpoints),
                     "{case}: one WARN naming the grant and the topic:\n{log}"
+                );
+                // `check` reports it too, with the grant.
+                let line = check_item(&check(&config).await, "kafka.checkpoint_topic");
+                assert!(
+                    line.starts_with("WARN")
+                        && line.contains(&format!(
+                            "--operation DescribeConfigs --topic {}",
+                            s.checkpoints
+                        )),
+                    "{case}: check says {line}"
                 );
             } else {
                 let mut relay = s.start(&config);
