@@ -34,8 +34,9 @@ struct Shared {
 }
 
 /// What a client error says about reaching the cluster; `None` for one a
-/// person must act on (credentials refused, a fatal producer error), which
-/// stays an ERROR line of its own.
+/// person must act on (credentials refused), which stays an ERROR line of
+/// its own, and for a fatal producer error (the relay reports it as the
+/// records it fails come back).
 fn trouble(error: &KafkaError) -> Option<Trouble> {
     match error.rdkafka_error_code() {
         Some(RDKafkaErrorCode::AllBrokersDown) => Some(Trouble::AllDown),

@@ -22,14 +22,13 @@
 //! out and the relay logs that at warn and retries; the line itself goes to
 //! debug.
 //!
-//! And a transactional producer's fence (facility `TXNERR` or `FATAL`):
-//! librdkafka calls it fatal, but what it means is the relay's to judge. A
-//! Kafka transaction the coordinator aborted because the relay was paused
-//! past `transaction.timeout.ms` is replayed with a new producer (degraded
-//! and retrying: warn); another relay with the same transactional id stops
-//! this one, and the relay says so at error itself. Likewise a transaction
-//! librdkafka reports failed but abortable (`Current transaction failed in
-//! state …`): the relay aborts it and replays, at warn.
+//! And a producer's fatal error and a failed transaction (facilities
+//! `FATAL`, `TXNERR`, `ADDPARTS`: a topic or transactional id refused, an
+//! idempotence sequence given up): the record or transactional call it
+//! fails comes back to the relay, which then logs one line of its own,
+//! ERROR naming the fix when retrying cannot cure it, else WARN as it
+//! rebuilds the producer and replays. Logged here too, a refused ACL would
+//! read as two or three errors, the first without the fix.
 
 use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
@@ -63,25 +62,10 @@ const COORDINATOR_NOT_YET: &[&str] = &[
 const GETPID_REASON: &str = "transient: librdkafka retries the producer id request; if it \
      lasts, init_transactions times out and the relay warns and retries";
 
-/// librdkafka's words when a transactional producer lost its epoch: fenced
-/// by a newer instance, or told it used an old epoch.
-const FENCED_WORDS: &[&str] = &[
-    "fenced by a newer instance",
-    "Producer attempted an operation with an old epoch",
-];
-
-/// Why a fence goes to warn, logged beside it.
-const FENCE_REASON: &str = "the relay decides what the fence means: a Kafka transaction the \
-     coordinator aborted after transaction.timeout.ms (a paused relay) is replayed with a new \
-     producer; another relay with this transactional id stops this one with an error of its own";
-
-/// librdkafka's words when the open transaction can only be aborted (its
-/// records timed out, a broker refused one): abortable, not fatal.
-const ABORTABLE_WORDS: &str = "Current transaction failed in state";
-
-/// Why an abortable transaction error goes to warn, logged beside it.
-const ABORTABLE_REASON: &str = "the relay aborts the Kafka transaction and replays it from the \
-     last committed checkpoint with a new producer";
+/// Why a producer's fatal error or a failed transaction goes to debug,
+/// logged beside it (and beside the fatal error's client-error callback).
+pub(super) const REPORTED_BY_THE_RELAY: &str = "the record or transactional call this fails \
+     comes back to the relay, which stops naming the fix or warns and replays";
 
 /// The level a librdkafka line is logged at, and a note to log with it.
 pub(super) fn classify(
@@ -95,6 +79,9 @@ pub(super) fn classify(
     if fac == "FAIL" {
         return (Level::DEBUG, Some(FAIL_REASON));
     }
+    if matches!(fac, "FATAL" | "TXNERR" | "ADDPARTS") {
+        return (Level::DEBUG, Some(REPORTED_BY_THE_RELAY));
+    }
     if fac == "GETPID"
         && message.ends_with(": retrying")
         && COORDINATOR_NOT_YET
@@ -102,12 +89,6 @@ pub(super) fn classify(
             .any(|words| message.contains(words))
     {
         return (Level::DEBUG, Some(GETPID_REASON));
-    }
-    if matches!(fac, "TXNERR" | "FATAL") && FENCED_WORDS.iter().any(|w| message.contains(w)) {
-        return (Level::WARN, Some(FENCE_REASON));
-    }
-    if fac == "TXNERR" && message.contains(ABORTABLE_WORDS) {
-        return (Level::WARN, Some(ABORTABLE_REASON));
     }
     let level = match level {
         RDKafkaLogLevel::Emerg
@@ -124,9 +105,6 @@ pub(super) fn classify(
 /// Logs one librdkafka line.
 pub(super) fn forward(level: RDKafkaLogLevel, fac: &str, message: &str) {
     match classify(level, fac, message) {
-        (Level::WARN, Some(note)) => {
-            tracing::warn!(target: "librdkafka", note, "librdkafka: {fac} {message}")
-        }
         (_, Some(note)) => {
             tracing::debug!(target: "librdkafka", note, "librdkafka: {fac} {message}")
         }
@@ -165,12 +143,15 @@ impl ClientContext for ReaderContext {
 }
 
 /// The level of a client error of the checkpoint reader: error for what a
-/// person must fix (credentials or ACLs refused, a fatal error), debug for
-/// the rest. The end of a partition is no error at all; a broker that does
-/// not answer makes the read fail, and the relay logs that failure at warn
-/// as it retries.
+/// person must fix (credentials refused, a fatal error), debug for the
+/// rest. The end of a partition is no error at all; a broker that does not
+/// answer makes the read fail, and the relay logs that failure at warn as
+/// it retries; the topic refused fails the read too, and the relay stops
+/// naming the grant.
 pub(super) fn reader_error(error: &KafkaError) -> Level {
-    let refused = classify_error(error).is_some_and(|k| k.class() == RefusalClass::Unauthorized);
+    let refused = classify_error(error).is_some_and(|k| {
+        k.class() == RefusalClass::Unauthorized && k != super::RefusalKind::TopicUnauthorized
+    });
     if refused || error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
         Level::ERROR
     } else {
@@ -235,40 +216,6 @@ mod tests {
         );
     }
 
-    /// A fence is the relay's to judge (a paused relay's transaction the
-    /// coordinator aborted is replayed quietly; a second relay with the same
-    /// id stops this one with its own error): librdkafka's fatal lines about
-    /// it are warnings. librdkafka's words, as a paused relay logged them.
-    #[test]
-    fn a_fence_goes_to_warn_for_the_relay_to_judge() {
-        let ended = "[thrd:main]: Fatal transaction error: Failed to end transaction: Local: \
-             This instance has been fenced by a newer instance (_FENCED)";
-        let fatal = "[thrd:main]: Fatal error: Local: This instance has been fenced by a newer \
-             instance: Failed to end transaction: Local: This instance has been fenced by a newer \
-             instance";
-        let epoch = "[thrd:127.0.0.1:9092/1]: Fatal transaction error: ProduceRequest for t.order \
-             [0] with 508 message(s) failed: Broker: Producer attempted an operation with an old \
-             epoch (_FENCED)";
-        for (fac, line) in [("TXNERR", ended), ("FATAL", fatal), ("TXNERR", epoch)] {
-            let (level, note) = classify(RDKafkaLogLevel::Error, fac, line);
-            assert_eq!(level, Level::WARN, "{fac} {line}");
-            assert!(note.is_some_and(|n| n.contains("paused relay")), "{note:?}");
-        }
-        // A transaction that can only be aborted: the relay replays it.
-        let abortable = "[thrd:127.0.0.1:9092/1]: Current transaction failed in state \
-             InTransaction: 17 message(s) timed out on t.order [0] (_TIMED_OUT, requires epoch \
-             bump)";
-        let (level, note) = classify(RDKafkaLogLevel::Error, "TXNERR", abortable);
-        assert_eq!(level, Level::WARN);
-        assert!(note.is_some_and(|n| n.contains("replays")), "{note:?}");
-        // Another fatal error stays an error.
-        let other = "[thrd:main]: Fatal error: Broker: Transactional Id authorization failed";
-        assert_eq!(
-            classify(RDKafkaLogLevel::Error, "FATAL", other),
-            (Level::ERROR, None)
-        );
-    }
-
     #[test]
     fn the_checkpoint_reader_logs_at_error_only_what_a_person_must_fix() {
         // The end of a partition (enable.partition.eof), reported to the
@@ -277,8 +224,10 @@ mod tests {
         assert_eq!(reader_error(&eof), Level::DEBUG);
         let down = KafkaError::Global(RDKafkaErrorCode::AllBrokersDown);
         assert_eq!(reader_error(&down), Level::DEBUG);
+        // Fails the read, which stops the relay naming the grant.
+        let topic_refused = KafkaError::Global(RDKafkaErrorCode::TopicAuthorizationFailed);
+        assert_eq!(reader_error(&topic_refused), Level::DEBUG);
         for refused in [
-            RDKafkaErrorCode::TopicAuthorizationFailed,
             RDKafkaErrorCode::SaslAuthenticationFailed,
             RDKafkaErrorCode::Fatal,
         ] {
@@ -287,6 +236,36 @@ mod tests {
                 Level::ERROR,
                 "{refused:?}"
             );
+        }
+    }
+
+    /// librdkafka's own words (rdkafka_txnmgr.c, rdkafka.c) when the
+    /// relay's principal lacks WRITE on the checkpoint topic or on an event
+    /// topic: the relay's own line names the grant, so these go to debug.
+    #[test]
+    fn fatal_errors_and_failed_transactions_go_to_debug() {
+        for (fac, line) in [
+            (
+                "ADDPARTS",
+                "[thrd:main]: TxnCoordinator/1: Failed to add partition \"cp\" [0] to \
+                 transaction: Broker: Topic authorization failed",
+            ),
+            (
+                "TXNERR",
+                "[thrd:main]: Current transaction failed in state BeginCommit: Failed to add \
+                 partition(s) to transaction on broker TxnCoordinator/1: Broker: Topic \
+                 authorization failed (after 11 ms) (TOPIC_AUTHORIZATION_FAILED)",
+            ),
+            (
+                "FATAL",
+                "[thrd:sasl_ssl://127.0.0.1:9093/1]: Fatal error: Local: Gap-less ordering \
+                 would not be guaranteed if proceeding: ProduceRequest for t [0] with 1 \
+                 message(s) failed: Broker: Topic authorization failed",
+            ),
+        ] {
+            let (level, note) = classify(RDKafkaLogLevel::Error, fac, line);
+            assert_eq!(level, Level::DEBUG, "{fac}");
+            assert_eq!(note, Some(REPORTED_BY_THE_RELAY), "{fac}");
         }
     }
 

@@ -246,6 +246,16 @@ impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
             );
             return;
         }
+        // The producer's fatal error: the records and transactional calls
+        // it fails come back to the relay, which says what follows.
+        if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
+            tracing::debug!(
+                target: "librdkafka",
+                note = log::REPORTED_BY_THE_RELAY,
+                "librdkafka: {error}: {reason}"
+            );
+            return;
+        }
         // Connection trouble repeats with every attempt: the watch logs
         // it once per incident. The rest needs a person.
         if !self.brokers.client_error(&error, reason) {

@@ -205,7 +205,7 @@ impl Refused {
                 "check the topic's configuration (a compacted topic needs a key, for one){or_dead_letter}"
             ),
             RefusalKind::TopicUnauthorized => format!(
-                "grant the relay's principal WRITE and DESCRIBE on it: kafka-acls.sh --bootstrap-server <broker> --add --allow-principal User:<relay> --operation Write --operation Describe --topic {topic}"
+                "grant the relay's principal WRITE on it (DESCRIBE comes with it): kafka-acls.sh --bootstrap-server <broker> --add --allow-principal User:<relay> --operation Write --topic {topic}"
             ),
             RefusalKind::ClusterUnauthorized => "brokers before Kafka 2.8 require IDEMPOTENT_WRITE on the cluster for the idempotent producer: kafka-acls.sh --bootstrap-server <broker> --add --allow-principal User:<relay> --operation IdempotentWrite --cluster".to_owned(),
             RefusalKind::AuthenticationFailed => "check security.protocol, sasl.mechanisms, sasl.username and sasl.password under [kafka.properties] against the broker's listener".to_owned(),
@@ -359,7 +359,8 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("kafka-acls.sh") && text.contains("--topic orders.order"),
+            text.contains("kafka-acls.sh")
+                && text.contains("--operation Write --topic orders.order"),
             "{text}"
         );
 

@@ -116,6 +116,14 @@ pub enum TxnFailure {
     Abortable(String),
 }
 
+/// What a transactional failure's message names: the producer's
+/// transactional id and the checkpoint topic.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Names<'a> {
+    pub(super) id: &'a str,
+    pub(super) checkpoint_topic: &'a str,
+}
+
 impl TxnFailure {
     /// Sorts a failure by what cures it. librdkafka calls many errors of a
     /// transactional producer "fatal" (the producer cannot go on, e.g.
@@ -123,11 +131,9 @@ impl TxnFailure {
     /// transaction); a new producer cures all but a fence, a refused
     /// authorization and a broker without transactions, so only those stop
     /// the relay.
-    fn classify(err: &KafkaError, fatal: Option<(RDKafkaErrorCode, String)>, id: &str) -> Self {
-        match err.rdkafka_error_code() {
-            Some(code) => Self::classify_code(code, err.to_string(), fatal, id),
-            None => Self::classify_code(RDKafkaErrorCode::Fail, err.to_string(), fatal, id),
-        }
+    fn classify(err: &KafkaError, fatal: Option<(RDKafkaErrorCode, String)>, names: Names) -> Self {
+        let code = err.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail);
+        Self::classify_code(code, err.to_string(), fatal, names)
     }
 
     /// [`TxnFailure::classify`] of an error code; the producer's fatal
@@ -136,12 +142,17 @@ impl TxnFailure {
         code: RDKafkaErrorCode,
         detail: String,
         fatal: Option<(RDKafkaErrorCode, String)>,
-        id: &str,
+        Names {
+            id,
+            checkpoint_topic,
+        }: Names,
     ) -> Self {
         let (code, detail) = match fatal {
             Some((code, why)) => (Some(code), why),
             None => (Some(code), detail),
         };
+        let grant =
+            "kafka-acls.sh --bootstrap-server <broker> --add --allow-principal User:<relay>";
         match code {
             Some(
                 RDKafkaErrorCode::Fenced
@@ -151,11 +162,27 @@ impl TxnFailure {
                 transactional_id: id.to_owned(),
                 detail,
             },
-            Some(
-                RDKafkaErrorCode::TransactionalIdAuthorizationFailed
-                | RDKafkaErrorCode::ClusterAuthorizationFailed,
-            ) => TxnFailure::Fatal(format!(
-                "{detail} (the relay needs WRITE and DESCRIBE on transactional id \"{id}\")"
+            Some(RDKafkaErrorCode::TransactionalIdAuthorizationFailed) => {
+                TxnFailure::Fatal(format!(
+                    "{detail}: the relay is not authorized to use transactional id \"{id}\"; grant \
+                 the relay's principal WRITE on it: {grant} --operation Write --transactional-id {id}"
+                ))
+            }
+            Some(RDKafkaErrorCode::ClusterAuthorizationFailed) => TxnFailure::Fatal(format!(
+                "{detail}: the broker refused the relay a cluster permission for transactional id \
+                 \"{id}\" (brokers before Kafka 2.8 require IDEMPOTENT_WRITE on the cluster): \
+                 {grant} --operation IdempotentWrite --cluster"
+            )),
+            // At a transactional call (the checkpoint's send, the commit
+            // that adds its partition to the transaction). An event topic
+            // that refuses the relay fails the records sent to it, whose
+            // reports stop the relay naming that topic before any commit;
+            // the checkpoint record's report goes to nobody, so its
+            // refusal surfaces here.
+            Some(RDKafkaErrorCode::TopicAuthorizationFailed) => TxnFailure::Fatal(format!(
+                "{detail}: the relay is not authorized to write to checkpoint topic \
+                 \"{checkpoint_topic}\"; grant the relay's principal WRITE on it: {grant} \
+                 --operation Write --topic {checkpoint_topic}"
             )),
             Some(
                 RDKafkaErrorCode::UnsupportedVersion
@@ -187,7 +214,15 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     }
 
     fn failure(&self, err: &KafkaError, id: &str) -> TxnFailure {
-        TxnFailure::classify(err, self.producer.client().fatal_error(), id)
+        TxnFailure::classify(err, self.producer.client().fatal_error(), self.names(id))
+    }
+
+    fn names<'a>(&'a self, id: &'a str) -> Names<'a> {
+        let checkpoint_topic = self.producer.context().checkpoint_topic.as_deref();
+        Names {
+            id,
+            checkpoint_topic: checkpoint_topic.unwrap_or_default(),
+        }
     }
 
     /// Registers the transactional id with the coordinator: fences any
@@ -272,7 +307,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 code,
                 format!("commit: {text} ({code:?})"),
                 self.producer.client().fatal_error(),
-                id,
+                self.names(id),
             )),
             Err(e) => Err(TxnFailure::Abortable(format!("commit task: {e}"))),
         }
@@ -288,7 +323,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     /// The producer's fatal error, when it is a fence.
     pub fn fenced(&self, id: &str) -> Option<TxnFailure> {
         let fatal = self.producer.client().fatal_error()?;
-        match TxnFailure::classify(&KafkaError::Canceled, Some(fatal), id) {
+        match TxnFailure::classify(&KafkaError::Canceled, Some(fatal), self.names(id)) {
             fenced @ TxnFailure::Fenced { .. } => Some(fenced),
             _ => None,
         }
@@ -348,12 +383,13 @@ mod tests {
         }
     }
 
+    const NAMES: Names<'static> = Names {
+        id: "outbox-relay.s",
+        checkpoint_topic: "cp",
+    };
+
     fn fatal(code: RDKafkaErrorCode) -> TxnFailure {
-        TxnFailure::classify(
-            &KafkaError::Canceled,
-            Some((code, "why".into())),
-            "outbox-relay.s",
-        )
+        TxnFailure::classify(&KafkaError::Canceled, Some((code, "why".into())), NAMES)
     }
 
     #[test]
@@ -369,7 +405,22 @@ mod tests {
         }
         let refused = fatal(C::TransactionalIdAuthorizationFailed);
         assert!(
-            matches!(&refused, TxnFailure::Fatal(t) if t.contains("WRITE and DESCRIBE")),
+            matches!(&refused, TxnFailure::Fatal(t) if t.contains(
+                "--operation Write --transactional-id outbox-relay.s"
+            )),
+            "{refused:?}"
+        );
+        // The checkpoint topic refusing the relay's writes, met at the
+        // commit: retrying cannot cure it, and the message names the topic.
+        let refused = TxnFailure::classify_code(
+            C::TopicAuthorizationFailed,
+            "commit: Failed to add partition(s) to transaction".into(),
+            None,
+            NAMES,
+        );
+        assert!(
+            matches!(&refused, TxnFailure::Fatal(t) if t.contains("checkpoint topic \"cp\"")
+                && t.contains("--operation Write --topic cp")),
             "{refused:?}"
         );
         assert!(matches!(fatal(C::UnsupportedVersion), TxnFailure::Fatal(_)));
@@ -378,17 +429,12 @@ mod tests {
             assert!(matches!(fatal(code), TxnFailure::Abortable(_)), "{code:?}");
         }
         // A timed-out commit: a new producer settles it.
-        let timed_out = TxnFailure::classify(
-            &KafkaError::Flush(C::OperationTimedOut),
-            None,
-            "outbox-relay.s",
-        );
+        let timed_out = TxnFailure::classify(&KafkaError::Flush(C::OperationTimedOut), None, NAMES);
         assert!(
             matches!(timed_out, TxnFailure::Abortable(_)),
             "{timed_out:?}"
         );
-        let fenced_commit =
-            TxnFailure::classify(&KafkaError::Flush(C::Fenced), None, "outbox-relay.s");
+        let fenced_commit = TxnFailure::classify(&KafkaError::Flush(C::Fenced), None, NAMES);
         assert!(matches!(fenced_commit, TxnFailure::Fenced { .. }));
     }
 }

@@ -938,7 +938,7 @@ async fn an_unauthorized_checkpoint_topic_stops_the_relay_naming_the_grant() {
     assert!(err.is_refusal(), "{msg}");
     assert!(
         msg.contains(&format!("checkpoint topic \"{checkpoints}\""))
-            && msg.contains("--operation Read --operation Describe"),
+            && msg.contains(&format!("--operation Read --topic {checkpoints}")),
         "{msg}"
     );
     let session = SessionError::Checkpoint(err);

@@ -41,6 +41,9 @@
 //!   hold when the tests were written.
 //! * [`memory`]: a 1M-row transaction in bounded memory.
 //! * [`broker_faults`]: Kafka faults injected with the mock cluster.
+//! * [`secured_broker`]: the relay over SASL_SSL (SCRAM-SHA-512, TLS) with
+//!   exactly the documented ACLs, both delivery modes; each ACL removed
+//!   stops it with one ERROR naming the grant; no password in any log.
 //! * [`unreachable_broker`]: `kafka.brokers` pointing where nothing
 //!   answers: /ready, one clear log line, delivery once a broker answers.
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
@@ -94,6 +97,7 @@ mod payloads;
 mod quiet_run;
 mod replication;
 mod schema_change;
+mod secured_broker;
 mod service_faults;
 mod shards;
 mod shutdown;

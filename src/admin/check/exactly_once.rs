@@ -95,12 +95,19 @@ pub fn evaluate(config: &Config, cluster: &Result<KafkaFacts, String>) -> Vec<It
             ),
         )
         .fix(checkpoint_topic::compact_command(brokers, topic)),
+        // The relay warns at start in the same case; with ACLs the usual
+        // cause is a missing grant.
         Verdict::PolicyUnknown { why } => Item::warn(
             name,
             format!(
                 "checkpoint topic {topic:?} exists; its cleanup.policy could not be read ({why})"
             ),
-        ),
+        )
+        .fix(format!(
+            "with ACLs, grant the relay's principal DESCRIBE_CONFIGS on it: kafka-acls.sh \
+             --bootstrap-server {brokers} --add --allow-principal User:<relay> --operation \
+             DescribeConfigs --topic {topic}"
+        )),
     };
     vec![item]
 }
@@ -164,7 +171,7 @@ pub async fn probe_transactional_id(
         Err(TxnFailure::Fatal(why)) => Item::fail(name, format!("transactional id {id:?}: {why}"))
             .fix(format!(
                 "kafka-acls.sh --bootstrap-server {} --add --allow-principal User:<relay> \
-                 --operation Write --operation Describe --transactional-id {id}",
+                 --operation Write --transactional-id {id}",
                 kafka.brokers
             )),
         Err(other) => Item::warn(
@@ -228,9 +235,14 @@ mod tests {
                 && fix.contains("--create --topic cp"),
             "{items:?}"
         );
-        assert_eq!(
-            status(&evaluate(&config, &cluster(None, true))),
-            Status::Warn
+        // Its configs not described (with ACLs: no DESCRIBE_CONFIGS): a
+        // warning, as at the relay's start, with the grant.
+        let items = evaluate(&config, &cluster(None, true));
+        assert_eq!(status(&items), Status::Warn);
+        let fix = items[0].fix.as_deref().unwrap_or_default();
+        assert!(
+            fix.contains("--operation DescribeConfigs --topic cp"),
+            "{items:?}"
         );
         assert_eq!(
             status(&evaluate(&config, &Err("down".into()))),

@@ -164,12 +164,12 @@ pub async fn create(config: &Config) -> Result<String, InitError> {
 }
 
 /// The grants the relay's principal needs on a cluster with ACLs, in
-/// exactly-once mode: on the checkpoint topic WRITE (the checkpoints),
-/// READ and DESCRIBE (the read at start) and DESCRIBE_CONFIGS (the
-/// compaction check at start); on its transactional id WRITE and DESCRIBE;
-/// and what every relay needs, WRITE and DESCRIBE on its event and
+/// exactly-once mode (docs/operations.md lists the same): on the checkpoint
+/// topic WRITE (the checkpoints), READ (the read at start) and
+/// DESCRIBE_CONFIGS (the compaction check at start); on its transactional
+/// id WRITE; and what every relay needs, WRITE on its event and
 /// dead-letter topics (and IDEMPOTENT_WRITE on the cluster before Kafka
-/// 2.8). Empty in at-least-once mode.
+/// 2.8). DESCRIBE comes with WRITE and READ. Empty in at-least-once mode.
 pub fn acl_note(config: &Config) -> String {
     let kafka = &config.kafka;
     if kafka.delivery != Delivery::ExactlyOnce {
@@ -185,12 +185,13 @@ pub fn acl_note(config: &Config) -> String {
         Some((prefix, _)) => format!("--resource-pattern-type prefixed --topic {prefix}"),
     };
     format!(
-        "\n-- with ACLs, the relay's principal needs (User:<relay> is its principal):\n\
-         -- {grant} --operation Write --operation Read --operation Describe \
-         --operation DescribeConfigs --topic {checkpoints}\n\
-         -- {grant} --operation Write --operation Describe --transactional-id {id}\n\
-         -- {grant} --operation Write --operation Describe {events}\n\
-         -- {grant} --operation Write --operation Describe --topic {dlq}\n\
+        "\n-- with ACLs, the relay's principal needs (User:<relay> is its principal; DESCRIBE \
+         comes with WRITE and READ):\n\
+         -- {grant} --operation Write --operation Read --operation DescribeConfigs \
+         --topic {checkpoints}\n\
+         -- {grant} --operation Write --transactional-id {id}\n\
+         -- {grant} --operation Write {events}\n\
+         -- {grant} --operation Write --topic {dlq}\n\
          -- and with brokers before Kafka 2.8: {grant} --operation IdempotentWrite --cluster\n",
         checkpoints = kafka.checkpoint_topic,
         id = kafka.transactional_id_for(&config.postgres.slot),

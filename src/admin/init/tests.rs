@@ -514,11 +514,10 @@ fn exactly_once_names_every_grant_the_relay_needs() {
     config.kafka.topic = "outbox.event.{aggregatetype}".into();
     let note = acl_note(&config);
     for grant in [
-        "--operation Write --operation Read --operation Describe --operation DescribeConfigs \
+        "--operation Write --operation Read --operation DescribeConfigs \
          --topic outbox-relay.checkpoints",
-        "--operation Write --operation Describe --transactional-id outbox-relay.orders_slot",
-        "--operation Write --operation Describe --resource-pattern-type prefixed --topic \
-         outbox.event.",
+        "--operation Write --transactional-id outbox-relay.orders_slot",
+        "--operation Write --resource-pattern-type prefixed --topic outbox.event.",
         "--operation IdempotentWrite --cluster",
     ] {
         assert!(note.contains(grant), "{grant}:\n{note}");

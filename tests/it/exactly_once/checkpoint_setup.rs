@@ -58,8 +58,7 @@ async fn init_creates_the_checkpoint_topic_compacted_with_one_partition_once() {
     );
     assert!(
         stdout.contains(&format!(
-            "--operation Write --operation Read --operation Describe --operation DescribeConfigs \
-             --topic {checkpoints}"
+            "--operation Write --operation Read --operation DescribeConfigs --topic {checkpoints}"
         )),
         "the grants on the checkpoint topic: {}",
         shown(&first)

@@ -21,6 +21,8 @@
 //!   background while a test kills relays.
 //! * [`shards`]: shards of one outbox (row-filtered publications, slots,
 //!   per-shard configs).
+//! * [`acls`]: the secured Kafka listener (SASL_SSL, SCRAM, ACLs): the
+//!   relay's properties for it, ACLs granted and removed as its admin.
 //! * [`mock`] (librdkafka's mock cluster), [`proxy`] (a TCP proxy that
 //!   stalls), [`tls`] (a throwaway CA, a TLS man in the middle), [`auth`]
 //!   (roles and connection strings), [`http`] (/health and /metrics).
@@ -33,6 +35,7 @@ use std::time::Duration;
 
 use tokio_postgres::{Client, NoTls};
 
+pub mod acls;
 pub mod auth;
 pub mod checker;
 pub mod cli;
