@@ -15,8 +15,9 @@
 //! `pgoutput::lsn::Lsn`), not through this crate.
 //!
 //! Beside the flow: [`cleanup`] deletes confirmed rows of a table outbox,
-//! [`otel`] exports the produce spans of traced events, and [`backoff`] is
-//! the one back-off policy of every retry loop.
+//! [`otel`] exports the produce spans of traced events, [`http_client`] is
+//! the one HTTP client (webhook sinks, OTLP export), and [`backoff`] is the
+//! one back-off policy of every retry loop.
 
 pub mod ack;
 pub mod admin;
@@ -26,6 +27,7 @@ pub mod config;
 pub mod deadletter;
 pub mod envelope;
 pub mod error;
+pub mod http_client;
 pub mod metrics;
 pub mod otel;
 pub mod outbox;

@@ -7,15 +7,17 @@
 //! row's `tracestate` into `tracestate`), so a consumer's span continues
 //! from the relay's, which continues from the service that wrote the row.
 //! [`Tracer::end`] hands the finished span to the exporter task
-//! ([`spawn_exporter`]), which posts batches to `<endpoint>/v1/traces`.
+//! ([`spawn_exporter`]), which posts batches to `<endpoint>/v1/traces`
+//! with the relay's HTTP client ([`crate::http_client`], its connection
+//! kept between batches).
 //!
 //! Why not the OpenTelemetry SDK: the relay makes one kind of span, with
 //! one propagator and one exporter. The SDK with its OTLP exporter brings
-//! an HTTP client stack, protobuf code generation types and a runtime
-//! integration, a large share of the relay's compile time on a small
-//! machine, for what is here a few hundred lines on top of what the relay
-//! already links (tokio, serde_json, rand). OTLP/HTTP with JSON is part of
-//! the OTLP specification and every collector accepts it.
+//! an HTTP client stack of its own, protobuf code generation types and a
+//! runtime integration, a large share of the relay's compile time on a
+//! small machine, for what is here a few hundred lines on top of what the
+//! relay already links (tokio, hyper, serde_json, rand). OTLP/HTTP with
+//! JSON is part of the OTLP specification and every collector accepts it.
 //!
 //! Invariants:
 //! * Without an endpoint there is no [`Tracer`]: no span is created, no
@@ -31,16 +33,16 @@
 //! * The row's own context reaches the event unchanged in the CloudEvents
 //!   `traceparent`/`tracestate` attributes whether or not this runs.
 
-use std::fmt::Write as _;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use http_body_util::Full;
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::envelope::{KafkaRecord, TraceContext};
+use crate::http_client::{HttpClient, HttpClientSettings, TransportError};
 use crate::metrics as m;
 
 /// Kafka header that carries the produce span's W3C context.
@@ -118,11 +120,30 @@ impl Endpoint {
         } else {
             path.to_owned()
         };
-        Ok(Endpoint {
+        let endpoint = Endpoint {
             host: host.to_owned(),
             port,
             path,
-        })
+        };
+        endpoint.uri()?;
+        Ok(endpoint)
+    }
+
+    /// The URL spans are posted to.
+    ///
+    /// # Errors
+    /// A character HTTP does not carry as it is.
+    pub fn uri(&self) -> Result<hyper::Uri, String> {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        format!("http://{host}:{}{}", self.port, self.path)
+            .parse()
+            .map_err(|e| {
+                format!("is not a valid URI ({e}); percent-encode such characters of the path")
+            })
     }
 }
 
@@ -247,11 +268,23 @@ impl Tracer {
 /// every [`Tracer`] clone is dropped.
 pub fn spawn_exporter(settings: OtlpSettings) -> (Tracer, JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(QUEUE);
-    let task = tokio::spawn(export_loop(settings, rx));
+    // A client that cannot be set up (no usable OpenSSL) fails every export
+    // as an unreachable collector does: counted, warned about once.
+    let client = HttpClient::new(&HttpClientSettings {
+        ca_file: None,
+        timeout: REQUEST_TIMEOUT,
+        // One batch at a time.
+        max_idle: 1,
+    });
+    let task = tokio::spawn(export_loop(settings, client, rx));
     (Tracer { finished: tx }, task)
 }
 
-async fn export_loop(settings: OtlpSettings, mut rx: mpsc::Receiver<Finished>) {
+async fn export_loop(
+    settings: OtlpSettings,
+    client: Result<HttpClient, TransportError>,
+    mut rx: mpsc::Receiver<Finished>,
+) {
     let mut batch: Vec<Finished> = Vec::with_capacity(BATCH);
     let mut failing = false;
     loop {
@@ -279,7 +312,11 @@ async fn export_loop(settings: OtlpSettings, mut rx: mpsc::Receiver<Finished>) {
             let count = batch.len() as u64;
             let body = otlp_json(&settings.service_name, &batch);
             batch.clear();
-            match post(&settings.endpoint, &body).await {
+            let sent = match &client {
+                Ok(client) => post(client, &settings.endpoint, body).await,
+                Err(e) => Err(ExportError::Transport(e.clone())),
+            };
+            match sent {
                 Ok(()) => {
                     metrics::counter!(m::TRACE_SPANS_EXPORTED).increment(count);
                     if failing {
@@ -363,56 +400,25 @@ fn otlp_json(service_name: &str, spans: &[Finished]) -> Vec<u8> {
 #[derive(Debug, thiserror::Error)]
 enum ExportError {
     #[error("{0}")]
-    Io(#[from] std::io::Error),
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
+    Transport(#[from] TransportError),
     #[error("the collector answered {0}")]
-    Status(String),
+    Status(u16),
 }
 
-/// One HTTP/1.1 POST on a fresh connection (a batch at most every
-/// [`FLUSH_EVERY`] needs no connection pool).
-async fn post(endpoint: &Endpoint, body: &[u8]) -> Result<(), ExportError> {
-    let exchange = async {
-        let mut stream =
-            tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port)).await?;
-        let mut request = String::new();
-        let host = if endpoint.host.contains(':') {
-            format!("[{}]", endpoint.host)
-        } else {
-            endpoint.host.clone()
-        };
-        let _ = write!(
-            request,
-            "POST {} HTTP/1.1\r\nHost: {host}:{}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
-            endpoint.path,
-            endpoint.port,
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).await?;
-        stream.write_all(body).await?;
-        stream.flush().await?;
-        // The status line is all the answer that matters.
-        let mut head = Vec::with_capacity(256);
-        let mut buf = [0u8; 256];
-        while !head.windows(2).any(|w| w == b"\r\n") && head.len() < 8192 {
-            let n = stream.read(&mut buf).await?;
-            if n == 0 {
-                break;
-            }
-            head.extend_from_slice(&buf[..n]);
-        }
-        let line = String::from_utf8_lossy(&head);
-        let line = line.lines().next().unwrap_or_default().to_owned();
-        match line.split_whitespace().nth(1) {
-            Some(code) if code.starts_with('2') => Ok(()),
-            _ => Err(ExportError::Status(line)),
-        }
-    };
-    tokio::time::timeout(REQUEST_TIMEOUT, exchange)
-        .await
-        .map_err(|_| ExportError::Timeout(REQUEST_TIMEOUT))?
+/// One OTLP/HTTP POST of a JSON document.
+async fn post(client: &HttpClient, endpoint: &Endpoint, body: Vec<u8>) -> Result<(), ExportError> {
+    let uri = endpoint.uri().map_err(TransportError)?;
+    let request = hyper::Request::post(uri)
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .header(hyper::header::USER_AGENT, "outbox-relay")
+        .body(Full::new(Bytes::from(body)))
+        .map_err(|e| TransportError(format!("cannot build the request: {e}")))?;
+    let answer = client.send(request).await?;
+    if (200..300).contains(&answer.status) {
+        Ok(())
+    } else {
+        Err(ExportError::Status(answer.status))
+    }
 }
 
 fn new_span_id() -> [u8; 8] {

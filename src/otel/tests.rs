@@ -1,4 +1,5 @@
 use super::*;
+use crate::http_client::test_server::TestServer;
 
 const PARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
@@ -34,6 +35,7 @@ fn endpoints_get_the_traces_path_unless_they_name_one() {
         "http://c:http",
         "http://u:p@c:4318",
         "http://c:4318/a b",
+        "http://c:4318/a<b",
     ] {
         assert!(Endpoint::parse(bad).is_err(), "{bad}");
     }
@@ -112,4 +114,57 @@ fn a_full_queue_drops_spans_instead_of_waiting() {
         let span = tracer.start(&parent, &mut record(), "e").unwrap();
         tracer.end(*span, Some("refused".into()));
     }
+}
+
+#[tokio::test]
+async fn the_exporter_posts_each_batch_on_one_kept_connection() {
+    let server = TestServer::start("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}").await;
+    let (tracer, task) = spawn_exporter(OtlpSettings {
+        endpoint: Endpoint::parse(&format!("http://127.0.0.1:{}", server.port)).unwrap(),
+        service_name: "relay-x".into(),
+    });
+    let parent = TraceContext {
+        traceparent: PARENT.into(),
+        tracestate: None,
+    };
+    // One span per batch: the second ends only once the first batch is in.
+    for n in 1..=2 {
+        let span = tracer
+            .start(&parent, &mut record(), &format!("e-{n}"))
+            .unwrap();
+        tracer.end(*span, None);
+        server.wait_for(n).await;
+    }
+    drop(tracer);
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .expect("the exporter ends with its last tracer")
+        .unwrap();
+    let seen = server.requests();
+    assert_eq!(seen.len(), 2);
+    for (request, id) in seen.iter().zip(["e-1", "e-2"]) {
+        let head = request.head.to_ascii_lowercase();
+        assert!(head.starts_with("post /v1/traces http/1.1\r\n"), "{head}");
+        assert!(
+            head.contains("\r\ncontent-type: application/json\r\n"),
+            "{head}"
+        );
+        let doc: serde_json::Value = serde_json::from_slice(&request.body).unwrap();
+        let spans = &doc["resourceSpans"][0]["scopeSpans"][0]["spans"];
+        assert_eq!(spans.as_array().unwrap().len(), 1);
+        assert_eq!(spans[0]["traceId"], "0af7651916cd43dd8448eb211c80319c");
+        assert!(
+            spans[0]["attributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|a| a["key"] == "cloudevents.event_id" && a["value"]["stringValue"] == id),
+            "{doc}"
+        );
+    }
+    assert_eq!(
+        server.accepted(),
+        1,
+        "the second batch reused the connection"
+    );
 }

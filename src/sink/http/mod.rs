@@ -5,8 +5,8 @@
 //! Parts:
 //! * [`sign`]: the `X-Outbox-Signature` header; [`status`]: what an answer
 //!   means; [`schedule`]: the retry delays with jitter (all pure);
-//! * [`client`]: one HTTP/1.1 connection pool per sink on hyper, TLS through
-//!   the system OpenSSL;
+//! * [`client`]: each event one signed POST, on the sink's pool of HTTP/1.1
+//!   connections ([`crate::http_client`], TLS through the system OpenSSL);
 //! * [`store`]: the SQL of the delivery table; [`table_access`]: the check
 //!   at start that it exists and the relay's role may use it;
 //! * [`dispatch`]: the session's side: per aggregate one event in flight, in
@@ -101,12 +101,27 @@ impl Endpoint {
             None if tls => 443,
             None => 80,
         };
-        Ok(Endpoint {
+        let endpoint = Endpoint {
             tls,
             host: host.to_owned(),
             port,
             path,
-        })
+        };
+        endpoint.uri()?;
+        Ok(endpoint)
+    }
+
+    /// The absolute URI requests go to.
+    ///
+    /// # Errors
+    /// A character HTTP does not carry as it is.
+    pub fn uri(&self) -> Result<hyper::Uri, String> {
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{}{}", self.authority(), self.path)
+            .parse()
+            .map_err(|e| {
+                format!("is not a valid URI ({e}); percent-encode such characters of the path")
+            })
     }
 
     /// Whether the host is this machine (`localhost`, 127.0.0.0/8, ::1).
@@ -278,6 +293,7 @@ mod tests {
             "http://host:0/",
             "http://host:99999/",
             "http://host/a b",
+            "http://host/a<b",
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
