@@ -638,14 +638,16 @@ async fn a_discarded_producer_lets_its_records_in_flight_be_answered() {
 /// partition's next batch in the same step that handles the failed
 /// response, before any delivery report can be served. The sink sets
 /// `enable.gapless.guarantee` and purges everything behind a failure from
-/// the delivery callback, which stops all but that one batch: record 2 is
-/// in the log although its report says it was purged. Because it is
+/// the delivery callback, which stops all but that one batch: when record 2
+/// was already in it (a race; under load it is often still queued, and
+/// purged unsent), it is in the log although its report says it was purged
+/// in flight. Because it is
 /// reported failed, the relay replays it with record 1, so nothing is lost;
 /// only the order of first occurrences can break, once, for that batch.
 /// The exactly-once mode hides it from read_committed consumers: see
-/// [`no_later_record_is_written_after_a_failed_one`]. If this test fails
-/// because record 2 is no longer written, the hazard is gone: turn the
-/// assertion round and update docs/reliability.md.
+/// [`no_later_record_is_written_after_a_failed_one`]. Should record 2 ever
+/// be written without being reported failed, this test fails: that would
+/// lose the replay that keeps it.
 #[tokio::test]
 async fn a_record_behind_a_failed_one_is_written_though_reported_failed_at_least_once() {
     let topic = random_name("sink_gap");
@@ -684,15 +686,25 @@ async fn a_record_behind_a_failed_one_is_written_though_reported_failed_at_least
         written.len()
     );
     assert!(first.is_err(), "record 1 failed: {first:?}");
-    assert!(
-        second.is_err(),
-        "record 2 is reported failed, so the relay replays it: {second:?}"
-    );
-    assert_eq!(
-        written.len(),
-        2,
-        "today librdkafka writes record 2 behind failed record 1 (the known hazard)"
-    );
+    // Whichever way the race goes, record 2 is reported failed, so the
+    // relay replays it after record 1 and nothing is lost.
+    let Err(second) = second else {
+        panic!("record 2 is reported failed, so the relay replays it: {second:?}")
+    };
+    match written.len() {
+        // Still queued when the failure was handled: purged, never written.
+        1 => assert!(
+            second.to_string().contains("PurgeQueue"),
+            "record 2 not written, so purged from the queue: {second}"
+        ),
+        // The hazard: already sent in the same step, written though its
+        // report says it was purged in flight.
+        2 => assert!(
+            second.to_string().contains("PurgeInflight"),
+            "record 2 written behind failed record 1 must be reported purged in flight: {second}"
+        ),
+        n => panic!("{n} records in the log: only record 0 and perhaps record 2 may be"),
+    }
 }
 
 /// Order after a failure, in exactly-once mode: the same fault as
