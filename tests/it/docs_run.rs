@@ -1,11 +1,15 @@
 //! The pages a user follows, run as written: every fenced block marked
 //! ```` ```sh runnable ```` in docs/getting-started.md, docs/webhooks.md,
-//! docs/exactly-once.md and docs/outbox-messages.md runs, in page order, in
-//! one `bash -euo pipefail` per page, in a fresh directory (with `scripts/`
-//! and `sql/` of this clone beside it, as in a clone's root) against the
-//! services of `scripts/services`, with this build's `outbox-relay` first
-//! on `PATH`. A block that fails names the page, the block's number and
-//! text, and the output.
+//! docs/exactly-once.md, docs/outbox-messages.md and docs/dead-letters.md
+//! runs, in page order, in one `bash -euo pipefail` per page, in a fresh
+//! directory (with `scripts/` and `sql/` of this clone beside it, as in a
+//! clone's root) against the services of `scripts/services`, with this
+//! build's `outbox-relay` first on `PATH`. A block that fails names the
+//! page, the block's number and text, and the output.
+//!
+//! A block whose fence says `file=NAME` (```` ```python file=verify.py ````:
+//! code the page asks the reader to save) is written to NAME in that
+//! directory at its place in the page, for the blocks after it to use.
 //!
 //! Each page gets a database of its own (`PG_URL` and `PG_RELAY_URL` point
 //! at it) and a slot name of its own (`OUTBOX_RELAY__POSTGRES__SLOT`, which
@@ -22,31 +26,60 @@ use std::time::Duration;
 
 use crate::support::*;
 
-const PAGES: [&str; 4] = [
+const PAGES: [&str; 5] = [
     "docs/getting-started.md",
     "docs/webhooks.md",
     "docs/exactly-once.md",
     "docs/outbox-messages.md",
+    "docs/dead-letters.md",
 ];
 
-/// The runnable blocks of a page, in order: (line of the fence, text).
+/// What a fence's info string asks for: `Some((head, tail))` to put around
+/// the block's text when it is run (`sh runnable`: nothing) or saved
+/// (`LANG file=NAME`: the heredoc that writes NAME), `None` for neither.
+fn fence_action(info: &str, line: usize) -> Option<(String, &'static str)> {
+    if info == "sh runnable" {
+        return Some((String::new(), ""));
+    }
+    let name = info
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("file="))?;
+    assert!(
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)),
+        "line {line}: file={name} is not a plain file name"
+    );
+    Some((
+        format!("cat > '{name}' <<'DOCS_RUN_FILE'\n"),
+        "DOCS_RUN_FILE\n",
+    ))
+}
+
+/// The runnable blocks of a page, in order: (line of the fence, text). A
+/// `file=NAME` block becomes the command that writes it.
 fn runnable_blocks(page: &str) -> Vec<(usize, String)> {
     let mut blocks = Vec::new();
-    // The block open: its fence's line and indent, whether it runs, its text.
-    let mut open: Option<(usize, usize, bool, String)> = None;
+    // The block open: its fence's line and indent, what closes its text if
+    // it runs (None: it does not), its text.
+    let mut open: Option<(usize, usize, Option<&'static str>, String)> = None;
     for (i, line) in page.lines().enumerate() {
         let trimmed = line.trim_start();
         let fence = trimmed.starts_with("```");
         match open.take() {
             None if fence => {
-                let runs = trimmed[3..].trim() == "sh runnable";
-                open = Some((i + 1, line.len() - trimmed.len(), runs, String::new()));
+                let (head, tail) = match fence_action(trimmed[3..].trim(), i + 1) {
+                    Some((head, tail)) => (head, Some(tail)),
+                    None => (String::new(), None),
+                };
+                open = Some((i + 1, line.len() - trimmed.len(), tail, head));
             }
             None => {}
-            Some((start, _, true, text)) if fence => blocks.push((start, text)),
+            Some((start, _, Some(tail), text)) if fence => blocks.push((start, text + tail)),
             Some(_) if fence => {}
-            Some((start, indent, runs, mut text)) => {
-                if runs {
+            Some((start, indent, tail, mut text)) => {
+                if tail.is_some() {
                     let body = match line.get(..indent) {
                         Some(lead) if lead.trim().is_empty() => &line[indent..],
                         _ => trimmed,
@@ -54,7 +87,7 @@ fn runnable_blocks(page: &str) -> Vec<(usize, String)> {
                     text.push_str(body);
                     text.push('\n');
                 }
-                open = Some((start, indent, runs, text));
+                open = Some((start, indent, tail, text));
             }
         }
     }
@@ -207,6 +240,8 @@ async fn the_pages_run_as_written() {
             .display()
             .to_string();
         match run_isolated(root, &name, &text).await {
+            // The marker must be found: a parser that found nothing would pass.
+            Ok(0) => panic!("{name}: no runnable block found"),
             Ok(n) => {
                 println!("{name}: {n} runnable blocks ran");
                 ran += n;
@@ -214,8 +249,23 @@ async fn the_pages_run_as_written() {
             Err(e) => panic!("{e}"),
         }
     }
-    // The marker must be found: a parser that found nothing would pass.
-    assert!(ran >= 5, "only {ran} runnable blocks found");
+    assert!(ran >= pages.len(), "only {ran} runnable blocks found");
+}
+
+#[test]
+fn a_file_block_is_saved_for_the_blocks_after_it() {
+    // The heredoc is quoted: `$x` is saved as it is, not expanded.
+    let page = "```sh runnable\ntest ! -e greet.py\n```\n\n\
+                ```python file=greet.py\nprint('hello $x')\n```\n\n\
+                ```sh runnable\ntest \"$(python3 greet.py)\" = 'hello $x'\n```\n";
+    let blocks = runnable_blocks(page);
+    assert_eq!(blocks.len(), 3, "{blocks:?}");
+    assert_eq!(blocks[1].0, 5);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert_eq!(run_page(root, "page.md", page, &[]), Ok(3));
+    let broken = page.replace("print('hello", "print('bye");
+    let error = run_page(root, "page.md", &broken, &[]).unwrap_err();
+    assert!(error.starts_with("page.md: block 3 failed"), "{error}");
 }
 
 #[test]
