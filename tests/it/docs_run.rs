@@ -15,7 +15,8 @@
 //! at it) and a slot name of its own (`OUTBOX_RELAY__POSTGRES__SLOT`, which
 //! the config file's `slot` gives way to), so runs never meet each other's
 //! objects; both are dropped afterwards. Background jobs a page starts
-//! (`outbox-relay run ... &`) get SIGTERM when the page ends.
+//! (`outbox-relay run ... &`) get SIGTERM when the page ends. The directory
+//! goes too, unless a block failed (the failure names it).
 //!
 //! `DOCS_RUN_PAGE=path` runs that one page instead (to try a change, or to
 //! see a broken command fail).
@@ -112,12 +113,26 @@ fn script(page: &str, blocks: &[(usize, String)]) -> String {
     s
 }
 
+/// How long one page may run.
+const PAGE_SECS: u32 = 300;
+
 /// Runs the page's runnable blocks; Err with what to show when one fails.
 fn run_page(
     root: &Path,
     name: &str,
     page: &str,
     env: &[(String, String)],
+) -> Result<usize, String> {
+    run_page_within(root, name, page, env, PAGE_SECS)
+}
+
+/// [`run_page`], killed after `secs`.
+fn run_page_within(
+    root: &Path,
+    name: &str,
+    page: &str,
+    env: &[(String, String)],
+    secs: u32,
 ) -> Result<usize, String> {
     let blocks = runnable_blocks(page);
     if blocks.is_empty() {
@@ -135,7 +150,7 @@ fn run_page(
         std::env::var("PATH").unwrap_or_default()
     );
     let output = Command::new("timeout")
-        .args(["-s", "KILL", "300", "bash", "-c"])
+        .args(["-s", "KILL", &secs.to_string(), "bash", "-c"])
         .arg(script(name, &blocks))
         .current_dir(&dir)
         .env("PATH", path)
@@ -147,10 +162,16 @@ fn run_page(
         .expect("run bash");
     let stderr = String::from_utf8_lossy(&output.stderr);
     if output.status.success() {
+        // Kept only when a block failed, for a look at what it left.
+        std::fs::remove_dir_all(&dir).unwrap();
         return Ok(blocks.len());
     }
+    // The block that said it failed or, when the page was killed before it
+    // could, the last one that started.
+    let started = format!("docs-run: {name} block ");
     let failed: Option<usize> = stderr.lines().rev().find_map(|l| {
-        l.strip_prefix("docs-run: block ")?
+        l.strip_prefix("docs-run: block ")
+            .or_else(|| l.strip_prefix(started.as_str()))?
             .split(' ')
             .next()?
             .parse()
@@ -159,9 +180,14 @@ fn run_page(
     let shown = failed
         .and_then(|n| blocks.get(n.wrapping_sub(1)))
         .map(|(line, text)| format!("block at line {line}:\n{text}"))
-        .unwrap_or_else(|| "(no block started, or the page timed out)".to_owned());
+        .unwrap_or_else(|| "(no block started)".to_owned());
+    let killed = if output.status.code().is_none() {
+        format!(", the page was killed after {secs} s")
+    } else {
+        String::new()
+    };
     Err(format!(
-        "{name}: block {} failed ({:?}); directory {}\n{shown}\n--- stdout:\n{}\n--- stderr:\n{stderr}",
+        "{name}: block {} failed ({:?}{killed}); directory {}\n{shown}\n--- stdout:\n{}\n--- stderr:\n{stderr}",
         failed.map_or_else(|| "?".to_owned(), |n| n.to_string()),
         output.status,
         dir.display(),
@@ -283,6 +309,19 @@ fn the_runner_names_the_page_and_the_block_that_failed() {
     let error = run_page(root, "page.md", page, &[]).unwrap_err();
     assert!(
         error.starts_with("page.md: block 2 failed") && error.contains("line 11:\necho two"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_page_out_of_time_names_the_block_it_was_in() {
+    let page = "```sh runnable\necho one\n```\n\n```sh runnable\nsleep 30\n```\n";
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let error = run_page_within(root, "page.md", page, &[], 2).unwrap_err();
+    assert!(
+        error.starts_with("page.md: block 2 failed")
+            && error.contains("killed after 2 s")
+            && error.contains("line 5:\nsleep 30"),
         "{error}"
     );
 }
