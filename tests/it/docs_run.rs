@@ -278,6 +278,18 @@ async fn the_pages_run_as_written() {
     assert!(ran >= pages.len(), "only {ran} runnable blocks found");
 }
 
+/// `error` (of a page failed on purpose), after removing the directory it
+/// names and keeps.
+fn forget_dir(error: String) -> String {
+    let dir = error
+        .split("; directory ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_else(|| panic!("no directory in {error}"));
+    std::fs::remove_dir_all(dir).unwrap();
+    error
+}
+
 #[test]
 fn a_file_block_is_saved_for_the_blocks_after_it() {
     // The heredoc is quoted: `$x` is saved as it is, not expanded.
@@ -290,7 +302,7 @@ fn a_file_block_is_saved_for_the_blocks_after_it() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     assert_eq!(run_page(root, "page.md", page, &[]), Ok(3));
     let broken = page.replace("print('hello", "print('bye");
-    let error = run_page(root, "page.md", &broken, &[]).unwrap_err();
+    let error = forget_dir(run_page(root, "page.md", &broken, &[]).unwrap_err());
     assert!(error.starts_with("page.md: block 3 failed"), "{error}");
 }
 
@@ -306,7 +318,7 @@ fn the_runner_names_the_page_and_the_block_that_failed() {
         ]
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let error = run_page(root, "page.md", page, &[]).unwrap_err();
+    let error = forget_dir(run_page(root, "page.md", page, &[]).unwrap_err());
     assert!(
         error.starts_with("page.md: block 2 failed") && error.contains("line 11:\necho two"),
         "{error}"
@@ -317,7 +329,7 @@ fn the_runner_names_the_page_and_the_block_that_failed() {
 fn a_page_out_of_time_names_the_block_it_was_in() {
     let page = "```sh runnable\necho one\n```\n\n```sh runnable\nsleep 30\n```\n";
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let error = run_page_within(root, "page.md", page, &[], 2).unwrap_err();
+    let error = forget_dir(run_page_within(root, "page.md", page, &[], 2).unwrap_err());
     assert!(
         error.starts_with("page.md: block 2 failed")
             && error.contains("killed after 2 s")
