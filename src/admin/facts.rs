@@ -57,6 +57,9 @@ pub struct RoleFacts {
     pub schema_usage: Option<bool>,
     /// SELECT on the table (`None` when the table does not exist).
     pub table_select: Option<bool>,
+    /// DELETE on the table, which `postgres.cleanup` needs (`None` when the
+    /// table does not exist).
+    pub table_delete: Option<bool>,
 }
 
 /// The outbox table.
@@ -236,7 +239,8 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
               'replication', r.rolreplication, 'superuser', r.rolsuper, \
               'schema_usage', (SELECT pg_catalog.has_schema_privilege(r.oid, n.oid, 'USAGE') \
                  FROM pg_catalog.pg_namespace n WHERE n.nspname = {schema}), \
-              'table_select', (SELECT pg_catalog.has_table_privilege(r.oid, t.oid, 'SELECT') FROM t)) \
+              'table_select', (SELECT pg_catalog.has_table_privilege(r.oid, t.oid, 'SELECT') FROM t), \
+              'table_delete', (SELECT pg_catalog.has_table_privilege(r.oid, t.oid, 'DELETE') FROM t)) \
               FROM r), \
            'table', (SELECT json_build_object('oid', t.oid::bigint, 'partitioned', t.relkind = 'p', \
               'partitions', (SELECT count(*) - 1 FROM tree), \

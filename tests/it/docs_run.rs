@@ -1,17 +1,22 @@
 //! The pages a user follows, run as written: every fenced block marked
 //! ```` ```sh runnable ```` in docs/getting-started.md, docs/webhooks.md,
-//! docs/exactly-once.md and docs/outbox-messages.md runs, in page order, in
-//! one `bash -euo pipefail` per page, in a fresh directory (with `scripts/`
-//! and `sql/` of this clone beside it, as in a clone's root) against the
-//! services of `scripts/services`, with this build's `outbox-relay` first
-//! on `PATH`. A block that fails names the page, the block's number and
-//! text, and the output.
+//! docs/exactly-once.md, docs/outbox-messages.md and docs/dead-letters.md
+//! runs, in page order, in one `bash -euo pipefail` per page, in a fresh
+//! directory (with `scripts/` and `sql/` of this clone beside it, as in a
+//! clone's root) against the services of `scripts/services`, with this
+//! build's `outbox-relay` first on `PATH`. A block that fails names the
+//! page, the block's number and text, and the output.
+//!
+//! A block whose fence says `file=NAME` (```` ```python file=verify.py ````:
+//! code the page asks the reader to save) is written to NAME in that
+//! directory at its place in the page, for the blocks after it to use.
 //!
 //! Each page gets a database of its own (`PG_URL` and `PG_RELAY_URL` point
 //! at it) and a slot name of its own (`OUTBOX_RELAY__POSTGRES__SLOT`, which
 //! the config file's `slot` gives way to), so runs never meet each other's
 //! objects; both are dropped afterwards. Background jobs a page starts
-//! (`outbox-relay run ... &`) get SIGTERM when the page ends.
+//! (`outbox-relay run ... &`) get SIGTERM when the page ends. The directory
+//! goes too, unless a block failed (the failure names it).
 //!
 //! `DOCS_RUN_PAGE=path` runs that one page instead (to try a change, or to
 //! see a broken command fail).
@@ -22,31 +27,60 @@ use std::time::Duration;
 
 use crate::support::*;
 
-const PAGES: [&str; 4] = [
+const PAGES: [&str; 5] = [
     "docs/getting-started.md",
     "docs/webhooks.md",
     "docs/exactly-once.md",
     "docs/outbox-messages.md",
+    "docs/dead-letters.md",
 ];
 
-/// The runnable blocks of a page, in order: (line of the fence, text).
+/// What a fence's info string asks for: `Some((head, tail))` to put around
+/// the block's text when it is run (`sh runnable`: nothing) or saved
+/// (`LANG file=NAME`: the heredoc that writes NAME), `None` for neither.
+fn fence_action(info: &str, line: usize) -> Option<(String, &'static str)> {
+    if info == "sh runnable" {
+        return Some((String::new(), ""));
+    }
+    let name = info
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("file="))?;
+    assert!(
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)),
+        "line {line}: file={name} is not a plain file name"
+    );
+    Some((
+        format!("cat > '{name}' <<'DOCS_RUN_FILE'\n"),
+        "DOCS_RUN_FILE\n",
+    ))
+}
+
+/// The runnable blocks of a page, in order: (line of the fence, text). A
+/// `file=NAME` block becomes the command that writes it.
 fn runnable_blocks(page: &str) -> Vec<(usize, String)> {
     let mut blocks = Vec::new();
-    // The block open: its fence's line and indent, whether it runs, its text.
-    let mut open: Option<(usize, usize, bool, String)> = None;
+    // The block open: its fence's line and indent, what closes its text if
+    // it runs (None: it does not), its text.
+    let mut open: Option<(usize, usize, Option<&'static str>, String)> = None;
     for (i, line) in page.lines().enumerate() {
         let trimmed = line.trim_start();
         let fence = trimmed.starts_with("```");
         match open.take() {
             None if fence => {
-                let runs = trimmed[3..].trim() == "sh runnable";
-                open = Some((i + 1, line.len() - trimmed.len(), runs, String::new()));
+                let (head, tail) = match fence_action(trimmed[3..].trim(), i + 1) {
+                    Some((head, tail)) => (head, Some(tail)),
+                    None => (String::new(), None),
+                };
+                open = Some((i + 1, line.len() - trimmed.len(), tail, head));
             }
             None => {}
-            Some((start, _, true, text)) if fence => blocks.push((start, text)),
+            Some((start, _, Some(tail), text)) if fence => blocks.push((start, text + tail)),
             Some(_) if fence => {}
-            Some((start, indent, runs, mut text)) => {
-                if runs {
+            Some((start, indent, tail, mut text)) => {
+                if tail.is_some() {
                     let body = match line.get(..indent) {
                         Some(lead) if lead.trim().is_empty() => &line[indent..],
                         _ => trimmed,
@@ -54,7 +88,7 @@ fn runnable_blocks(page: &str) -> Vec<(usize, String)> {
                     text.push_str(body);
                     text.push('\n');
                 }
-                open = Some((start, indent, runs, text));
+                open = Some((start, indent, tail, text));
             }
         }
     }
@@ -79,12 +113,26 @@ fn script(page: &str, blocks: &[(usize, String)]) -> String {
     s
 }
 
+/// How long one page may run.
+const PAGE_SECS: u32 = 300;
+
 /// Runs the page's runnable blocks; Err with what to show when one fails.
 fn run_page(
     root: &Path,
     name: &str,
     page: &str,
     env: &[(String, String)],
+) -> Result<usize, String> {
+    run_page_within(root, name, page, env, PAGE_SECS)
+}
+
+/// [`run_page`], killed after `secs`.
+fn run_page_within(
+    root: &Path,
+    name: &str,
+    page: &str,
+    env: &[(String, String)],
+    secs: u32,
 ) -> Result<usize, String> {
     let blocks = runnable_blocks(page);
     if blocks.is_empty() {
@@ -102,7 +150,7 @@ fn run_page(
         std::env::var("PATH").unwrap_or_default()
     );
     let output = Command::new("timeout")
-        .args(["-s", "KILL", "300", "bash", "-c"])
+        .args(["-s", "KILL", &secs.to_string(), "bash", "-c"])
         .arg(script(name, &blocks))
         .current_dir(&dir)
         .env("PATH", path)
@@ -114,10 +162,16 @@ fn run_page(
         .expect("run bash");
     let stderr = String::from_utf8_lossy(&output.stderr);
     if output.status.success() {
+        // Kept only when a block failed, for a look at what it left.
+        std::fs::remove_dir_all(&dir).unwrap();
         return Ok(blocks.len());
     }
+    // The block that said it failed or, when the page was killed before it
+    // could, the last one that started.
+    let started = format!("docs-run: {name} block ");
     let failed: Option<usize> = stderr.lines().rev().find_map(|l| {
-        l.strip_prefix("docs-run: block ")?
+        l.strip_prefix("docs-run: block ")
+            .or_else(|| l.strip_prefix(started.as_str()))?
             .split(' ')
             .next()?
             .parse()
@@ -126,9 +180,14 @@ fn run_page(
     let shown = failed
         .and_then(|n| blocks.get(n.wrapping_sub(1)))
         .map(|(line, text)| format!("block at line {line}:\n{text}"))
-        .unwrap_or_else(|| "(no block started, or the page timed out)".to_owned());
+        .unwrap_or_else(|| "(no block started)".to_owned());
+    let killed = if output.status.code().is_none() {
+        format!(", the page was killed after {secs} s")
+    } else {
+        String::new()
+    };
     Err(format!(
-        "{name}: block {} failed ({:?}); directory {}\n{shown}\n--- stdout:\n{}\n--- stderr:\n{stderr}",
+        "{name}: block {} failed ({:?}{killed}); directory {}\n{shown}\n--- stdout:\n{}\n--- stderr:\n{stderr}",
         failed.map_or_else(|| "?".to_owned(), |n| n.to_string()),
         output.status,
         dir.display(),
@@ -207,6 +266,8 @@ async fn the_pages_run_as_written() {
             .display()
             .to_string();
         match run_isolated(root, &name, &text).await {
+            // The marker must be found: a parser that found nothing would pass.
+            Ok(0) => panic!("{name}: no runnable block found"),
             Ok(n) => {
                 println!("{name}: {n} runnable blocks ran");
                 ran += n;
@@ -214,8 +275,35 @@ async fn the_pages_run_as_written() {
             Err(e) => panic!("{e}"),
         }
     }
-    // The marker must be found: a parser that found nothing would pass.
-    assert!(ran >= 5, "only {ran} runnable blocks found");
+    assert!(ran >= pages.len(), "only {ran} runnable blocks found");
+}
+
+/// `error` (of a page failed on purpose), after removing the directory it
+/// names and keeps.
+fn forget_dir(error: String) -> String {
+    let dir = error
+        .split("; directory ")
+        .nth(1)
+        .and_then(|rest| rest.lines().next())
+        .unwrap_or_else(|| panic!("no directory in {error}"));
+    std::fs::remove_dir_all(dir).unwrap();
+    error
+}
+
+#[test]
+fn a_file_block_is_saved_for_the_blocks_after_it() {
+    // The heredoc is quoted: `$x` is saved as it is, not expanded.
+    let page = "```sh runnable\ntest ! -e greet.py\n```\n\n\
+                ```python file=greet.py\nprint('hello $x')\n```\n\n\
+                ```sh runnable\ntest \"$(python3 greet.py)\" = 'hello $x'\n```\n";
+    let blocks = runnable_blocks(page);
+    assert_eq!(blocks.len(), 3, "{blocks:?}");
+    assert_eq!(blocks[1].0, 5);
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    assert_eq!(run_page(root, "page.md", page, &[]), Ok(3));
+    let broken = page.replace("print('hello", "print('bye");
+    let error = forget_dir(run_page(root, "page.md", &broken, &[]).unwrap_err());
+    assert!(error.starts_with("page.md: block 3 failed"), "{error}");
 }
 
 #[test]
@@ -230,9 +318,22 @@ fn the_runner_names_the_page_and_the_block_that_failed() {
         ]
     );
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let error = run_page(root, "page.md", page, &[]).unwrap_err();
+    let error = forget_dir(run_page(root, "page.md", page, &[]).unwrap_err());
     assert!(
         error.starts_with("page.md: block 2 failed") && error.contains("line 11:\necho two"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_page_out_of_time_names_the_block_it_was_in() {
+    let page = "```sh runnable\necho one\n```\n\n```sh runnable\nsleep 30\n```\n";
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let error = forget_dir(run_page_within(root, "page.md", page, &[], 2).unwrap_err());
+    assert!(
+        error.starts_with("page.md: block 2 failed")
+            && error.contains("killed after 2 s")
+            && error.contains("line 5:\nsleep 30"),
         "{error}"
     );
 }

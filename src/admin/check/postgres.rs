@@ -13,6 +13,7 @@ use postgres_protocol::escape::escape_identifier;
 
 use crate::admin::facts::PgFacts;
 use crate::admin::init::MIN_SERVER_VERSION_NUM;
+use crate::cleanup::Cleanup;
 use crate::config::Config;
 use crate::replication::{OutboxTable, ReplicationError, display_ident};
 
@@ -103,7 +104,9 @@ pub fn evaluate_postgres(
     });
 
     // The relay's role.
-    items.extend(role_items(facts, relay_role, &schema, &table_sql));
+    items.extend(role_items(
+        facts, relay_role, &schema, &table_sql, pg.cleanup,
+    ));
 
     // The table and the publication: the relay's own verdict.
     items.extend(outbox_items(config, side, &table_shown));
@@ -175,7 +178,13 @@ fn wal_senders_item(facts: &PgFacts) -> Item {
     }
 }
 
-fn role_items(facts: &PgFacts, relay_role: &str, schema: &str, table_sql: &str) -> Vec<Item> {
+fn role_items(
+    facts: &PgFacts,
+    relay_role: &str,
+    schema: &str,
+    table_sql: &str,
+    cleanup: Cleanup,
+) -> Vec<Item> {
     let role_sql = display_ident(relay_role);
     let Some(role) = facts.role.as_ref().filter(|r| r.name == relay_role) else {
         return vec![
@@ -249,5 +258,24 @@ fn role_items(facts: &PgFacts, relay_role: &str, schema: &str, table_sql: &str) 
         }
         _ => Item::skip("postgres.role.select", "the outbox table does not exist"),
     });
+    if cleanup == Cleanup::DeleteAfterAck {
+        items.push(match role.table_delete {
+            Some(true) => Item::ok(
+                "postgres.role.delete",
+                format!("{relay_role} may delete confirmed rows (postgres.cleanup)"),
+            ),
+            Some(false) => Item::warn(
+                "postgres.role.delete",
+                format!(
+                    "{relay_role} may not delete from the outbox table: with postgres.cleanup = \
+                     \"delete-after-ack\" the relay streams, but every row stays"
+                ),
+            )
+            .fix(format!(
+                "GRANT DELETE ON {table_sql} TO {role_sql};  -- or outbox-relay init --grant"
+            )),
+            None => Item::skip("postgres.role.delete", "the outbox table does not exist"),
+        });
+    }
     items
 }

@@ -70,6 +70,7 @@ fn healthy() -> PgFacts {
             superuser: false,
             schema_usage: Some(true),
             table_select: Some(true),
+            table_delete: Some(false),
         }),
         table: Some(TableFacts {
             oid: 16_384,
@@ -255,6 +256,35 @@ fn a_role_without_replication_or_login_fails_with_alter_role() {
     facts.role.as_mut().unwrap().superuser = true;
     let items = evaluate(&side(facts));
     assert_eq!(item(&items, "postgres.role.replication").status, Status::Ok);
+}
+
+#[test]
+fn cleanup_wants_delete_on_the_outbox_table_and_says_how_to_grant_it() {
+    let mut config = config();
+    let facts = healthy();
+    // Without cleanup, DELETE is nobody's business.
+    let items = evaluate(&side(facts.clone()));
+    assert!(items.iter().all(|i| i.name != "postgres.role.delete"));
+
+    config.postgres.cleanup = crate::cleanup::Cleanup::DeleteAfterAck;
+    let items = evaluate_postgres(&config, "relay", "outbox-relay", &side(facts.clone()));
+    let delete = item(&items, "postgres.role.delete");
+    assert_eq!(delete.status, Status::Warn, "{delete:?}");
+    assert!(delete.detail.contains("every row stays"), "{delete:?}");
+    assert_eq!(
+        delete.fix.as_deref(),
+        Some("GRANT DELETE ON \"public\".\"outbox\" TO relay;  -- or outbox-relay init --grant")
+    );
+
+    let mut granted = facts.clone();
+    granted.role.as_mut().unwrap().table_delete = Some(true);
+    let items = evaluate_postgres(&config, "relay", "outbox-relay", &side(granted));
+    assert_eq!(item(&items, "postgres.role.delete").status, Status::Ok);
+
+    let mut no_table = facts;
+    no_table.role.as_mut().unwrap().table_delete = None;
+    let items = evaluate_postgres(&config, "relay", "outbox-relay", &side(no_table));
+    assert_eq!(item(&items, "postgres.role.delete").status, Status::Skip);
 }
 
 #[test]

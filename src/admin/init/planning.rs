@@ -10,6 +10,7 @@ use std::fmt::Write as _;
 
 use postgres_protocol::escape::escape_identifier;
 
+use crate::cleanup::Cleanup;
 use crate::config::Config;
 use crate::replication::{ErrorKind, evaluate_slot_json};
 
@@ -95,6 +96,18 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
                 summary: format!("grant {grantee} SELECT on {table_shown}"),
                 sql: format!("GRANT SELECT ON {table_sql} TO {grantee_sql}"),
             });
+        }
+        // postgres.cleanup deletes the rows whose events are confirmed.
+        if pg.cleanup == Cleanup::DeleteAfterAck {
+            if role.table_delete == Some(true) {
+                plan.in_place
+                    .push(format!("DELETE on {table_shown} for {grantee} (cleanup)"));
+            } else {
+                plan.steps.push(Step {
+                    summary: format!("grant {grantee} DELETE on {table_shown} (cleanup)"),
+                    sql: format!("GRANT DELETE ON {table_sql} TO {grantee_sql}"),
+                });
+            }
         }
         let mut missing = Vec::new();
         if !role.login {

@@ -74,6 +74,7 @@ fn role(login: bool, replication: bool, superuser: bool, privileges: bool) -> Ro
         superuser,
         schema_usage: Some(privileges),
         table_select: Some(privileges),
+        table_delete: Some(privileges),
     }
 }
 
@@ -352,6 +353,56 @@ fn grants_what_is_missing_and_prints_role_attributes_for_a_superuser() {
             .unwrap()
             .manual
             .is_empty()
+    );
+}
+
+#[test]
+fn with_cleanup_the_grant_includes_delete_on_the_outbox_table() {
+    let grant = InitOptions {
+        grant: Some("relay".into()),
+        ..InitOptions::default()
+    };
+    let mut cleaning = config();
+    cleaning.postgres.cleanup = crate::cleanup::Cleanup::DeleteAfterAck;
+    let facts = PgFacts {
+        role: Some(role(true, true, false, false)),
+        ..set_up()
+    };
+    let sql: Vec<String> = plan(&cleaning, &facts, &grant)
+        .unwrap()
+        .steps
+        .into_iter()
+        .map(|s| s.sql)
+        .collect();
+    assert_eq!(
+        sql,
+        [
+            "GRANT USAGE ON SCHEMA \"public\" TO \"relay\"",
+            "GRANT SELECT ON \"public\".\"outbox\" TO \"relay\"",
+            "GRANT DELETE ON \"public\".\"outbox\" TO \"relay\"",
+        ]
+    );
+    // Granted already: in place, nothing to do.
+    let facts = PgFacts {
+        role: Some(role(true, true, false, true)),
+        ..set_up()
+    };
+    let done = plan(&cleaning, &facts, &grant).unwrap();
+    assert!(done.steps.is_empty(), "{done:?}");
+    assert!(
+        done.in_place
+            .contains(&"DELETE on public.outbox for relay (cleanup)".to_owned()),
+        "{done:?}"
+    );
+    // Without cleanup, no DELETE.
+    let facts = PgFacts {
+        role: Some(role(true, true, false, false)),
+        ..set_up()
+    };
+    let without = plan(&config(), &facts, &grant).unwrap();
+    assert!(
+        without.steps.iter().all(|s| !s.sql.contains("DELETE")),
+        "{without:?}"
     );
 }
 
