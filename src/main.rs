@@ -182,9 +182,10 @@ struct DeadRetryArgs {
     /// Every dead letter not retried or discarded yet.
     #[arg(long)]
     all: bool,
-    /// With --all: only those of this route (HTTP) or topic (Kafka). Not
-    /// with ids (clap drops a `requires` that conflicts with a present
-    /// argument, so `conflicts_with` says it).
+    /// With --all: only those of this route (HTTP) or topic (Kafka); not
+    /// with ids.
+    // clap drops a `requires` that conflicts with a present argument, so
+    // `conflicts_with` refuses ids beside --route.
     #[arg(long, value_name = "R", requires = "all", conflicts_with = "ids")]
     route: Option<String>,
 }
