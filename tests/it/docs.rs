@@ -277,16 +277,11 @@ fn feature_table_problems(
     problems
 }
 
-/// The text of test function `name` in tests/it/`module`.rs: from its `fn`
-/// to the next line that closes an item.
+/// The text of test function `name` in tests/it/`module`.rs (see
+/// [`function_body`]).
 fn test_body_in(root: &Path, module: &str, name: &str) -> Option<String> {
     let source = std::fs::read_to_string(root.join(format!("tests/it/{module}.rs"))).ok()?;
-    let start = source
-        .find(&format!("async fn {name}("))
-        .or_else(|| source.find(&format!("fn {name}(")))?;
-    let body = &source[start..];
-    let end = body.find("\n}\n").map_or(body.len(), |e| e + 3);
-    Some(body[..end].to_owned())
+    function_body(&source, name)
 }
 
 #[test]
