@@ -1,7 +1,7 @@
 //! The one classification every error of the relay gets: what the outer
 //! loop does about it.
 //!
-//! Each module keeps its own typed error (`ReplicationError`, `SinkError`,
+//! Each module keeps its own typed error (`PgError`, `SinkError`,
 //! `DeliveryError`, `SessionError`, `ConfigError`); each of them answers
 //! `kind()` with an [`ErrorKind`], so the relay decides from one method,
 //! never by matching another module's variants.

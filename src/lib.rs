@@ -14,6 +14,10 @@
 //! and its tests use it by its own name (`pgoutput::assembler::TxEvent`,
 //! `pgoutput::lsn::Lsn`), not through this crate.
 //!
+//! Under the replication stream, [`pg`] is the PostgreSQL client (conninfo,
+//! TLS, authentication, simple-query SQL, [`pg::PgError`]) every connection
+//! to PostgreSQL runs on.
+//!
 //! Beside the flow: [`cleanup`] deletes confirmed rows of a table outbox,
 //! [`otel`] exports the produce spans of traced events, [`http_client`] is
 //! the one HTTP client (webhook sinks, OTLP export), and [`backoff`] is the
@@ -31,6 +35,7 @@ pub mod http_client;
 pub mod metrics;
 pub mod otel;
 pub mod outbox;
+pub mod pg;
 pub mod redact;
 pub mod relay;
 pub mod replication;

@@ -1,9 +1,10 @@
 //! Redaction of secrets in connection strings and Kafka properties.
 //!
 //! Role: the crate's one conninfo redactor. Everything that prints a
-//! conninfo (config `Debug`/`Display`, the replication connection's log lines
-//! and errors) goes through [`redact_conninfo`]; the replication module adds
-//! a scrub of the parsed password on top, never a redactor of its own.
+//! conninfo (config `Debug`/`Display`, the PostgreSQL connections' log lines
+//! and errors) goes through [`redact_conninfo`]; the PostgreSQL client
+//! (`pg::conninfo`) adds a scrub of the parsed password on top, never a
+//! redactor of its own.
 //!
 //! Invariant: when in doubt, hide more. A string that cannot be parsed is
 //! replaced whole; a URL whose user info is ambiguous loses more than the

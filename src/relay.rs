@@ -129,7 +129,7 @@ pub async fn run_observed(
     let (deleter, cleaner) =
         if settings.source.cleanup == Cleanup::DeleteAfterAck && settings.source.kind.table() {
             let (deleter, task) = cleanup::spawn_deleter(DeleterSettings {
-                connection: settings.replication.clone(),
+                connection: settings.replication.connection.clone(),
                 table: settings.table.clone(),
                 id_column: settings.columns.id.clone(),
                 aggregate_id_column: settings.columns.aggregate_id.clone(),
@@ -193,8 +193,7 @@ fn spawn_webhooks(
     settings: &RelaySettings,
     shutdown: &watch::Receiver<bool>,
 ) -> Result<WebhookParts, RelayError> {
-    let mut connection = settings.replication.clone();
-    connection.outbox_table = None;
+    let connection = &settings.replication.connection;
     let mut runtimes = Vec::new();
     for sink in &settings.webhooks.sinks {
         let runtime = SinkRuntime::new(

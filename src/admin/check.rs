@@ -32,7 +32,8 @@ use postgres_protocol::escape::escape_identifier;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::replication::{SqlConnection, resolve_on};
+use crate::pg::SqlConnection;
+use crate::replication::resolve_on;
 
 use super::AdminTarget;
 use super::facts;

@@ -46,7 +46,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::deadletter::{REASON_CODE_HEADER, REASON_HEADER};
-use crate::replication::SqlConnection;
+use crate::pg::SqlConnection;
 
 use self::kafka::DlqRecord;
 use self::table::TableName;

@@ -14,7 +14,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::replication::{ReplicationError, SqlConnection, publication_relids};
+use crate::pg::{PgError, SqlConnection};
+
+use crate::replication::publication_relids;
 use postgres_protocol::escape::escape_literal;
 
 /// The server and the relay's objects, as the catalog describes them.
@@ -143,7 +145,7 @@ impl HolderFacts {
                 "state and flush lag are hidden from role {role:?} (pg_stat_replication shows \
                  them to pg_read_all_stats only): as a superuser, `GRANT pg_read_all_stats TO \
                  {};` shows them",
-                crate::replication::display_ident(role)
+                crate::pg::display_ident(role)
             ));
         }
         self
@@ -288,7 +290,7 @@ pub async fn gather(
     publication: &str,
     slot: &str,
     role: &str,
-) -> Result<PgFacts, ReplicationError> {
+) -> Result<PgFacts, PgError> {
     let action = "reading the relay's setup from the catalog";
     let rows = connection
         .query(&facts_sql(table, publication, slot, role), action)
@@ -297,12 +299,12 @@ pub async fn gather(
         .first()
         .and_then(|row| row.first())
         .and_then(|value| value.as_deref())
-        .ok_or_else(|| ReplicationError::Protocol {
+        .ok_or_else(|| PgError::Protocol {
             target: connection.target().to_owned(),
             action,
             reason: "no result".into(),
         })?;
-    serde_json::from_str(json).map_err(|e| ReplicationError::Protocol {
+    serde_json::from_str(json).map_err(|e| PgError::Protocol {
         target: connection.target().to_owned(),
         action,
         reason: format!("unexpected catalog document: {e}"),

@@ -37,7 +37,7 @@
 use std::fmt::Write as _;
 
 use crate::config::Config;
-use crate::replication::ReplicationError;
+use crate::pg::PgError;
 use postgres_protocol::escape::escape_identifier;
 
 use super::AdminTarget;
@@ -60,9 +60,9 @@ pub const MIN_SERVER_VERSION_NUM: i64 = 140_000;
 #[derive(Debug, thiserror::Error)]
 pub enum InitError {
     #[error("cannot connect to PostgreSQL: {0}")]
-    Connect(ReplicationError),
+    Connect(PgError),
     #[error("{0}")]
-    Query(ReplicationError),
+    Query(PgError),
     #[error(
         "PostgreSQL {version} is too old: the relay needs PostgreSQL 14 or later \
          (logical replication of partitioned tables, pgoutput protocol 1 with messages)"
@@ -95,10 +95,7 @@ pub enum InitError {
     #[error(
         "replication slot {slot:?} exists but the relay cannot use it; init never drops a slot: {source}"
     )]
-    SlotUnusable {
-        slot: String,
-        source: ReplicationError,
-    },
+    SlotUnusable { slot: String, source: PgError },
     #[error(
         "postgres.shards = {shards} needs publication row filters, which PostgreSQL \
          {version} does not have (15 or later does): run one relay per outbox on this server, \
@@ -178,7 +175,7 @@ pub enum InitError {
         done: Vec<String>,
         failed_step: String,
         publication_created: bool,
-        source: Box<ReplicationError>,
+        source: Box<PgError>,
     },
 }
 

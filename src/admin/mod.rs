@@ -34,7 +34,7 @@ pub mod status;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::replication::{Conninfo, ReplicationError, ReplicationSettings, SqlConnection};
+use crate::pg::{ConnectSettings, Conninfo, PgError, SqlConnection};
 
 /// `application_name` of the operator commands' sessions (unless the
 /// conninfo sets one), so that they are told apart from the relay in
@@ -75,7 +75,7 @@ impl AdminTarget {
     ///
     /// # Errors
     /// The conninfo does not parse.
-    pub fn relay_role(&self) -> Result<String, ReplicationError> {
+    pub fn relay_role(&self) -> Result<String, PgError> {
         Ok(Conninfo::parse(&self.relay_url)?.user)
     }
 
@@ -91,10 +91,12 @@ impl AdminTarget {
     ///
     /// # Errors
     /// As [`SqlConnection::connect_normal`].
-    pub async fn connect(&self) -> Result<SqlConnection, ReplicationError> {
-        let mut settings = ReplicationSettings::new(Conninfo::parse(self.session_url())?, "", "");
-        settings.connect_timeout = self.connect_timeout;
-        settings.application_name = ADMIN_APPLICATION_NAME.to_owned();
+    pub async fn connect(&self) -> Result<SqlConnection, PgError> {
+        let settings = ConnectSettings {
+            conninfo: Conninfo::parse(self.session_url())?,
+            connect_timeout: self.connect_timeout,
+            application_name: ADMIN_APPLICATION_NAME.to_owned(),
+        };
         SqlConnection::connect_normal(&settings).await
     }
 }

@@ -39,7 +39,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::replication::{ReplicationError, SqlConnection};
+use crate::pg::{PgError, SqlConnection};
 use postgres_protocol::escape::{escape_identifier, escape_literal};
 
 use super::facts::{HOLDER_COLUMNS, HolderFacts};
@@ -220,7 +220,7 @@ pub fn caught_up(confirmed: Option<&str>, insert: Option<&str>) -> bool {
 pub async fn gather(
     connection: &mut SqlConnection,
     config: &Config,
-) -> Result<StatusReport, ReplicationError> {
+) -> Result<StatusReport, PgError> {
     let pg = &config.postgres;
     let (schema, name) = pg.table_parts();
     let action = "reading the slot's status";
@@ -232,12 +232,11 @@ pub async fn gather(
         .and_then(|r| r.first())
         .and_then(|v| v.as_deref())
         .unwrap_or("null");
-    let document: SlotDocument =
-        serde_json::from_str(json).map_err(|e| ReplicationError::Protocol {
-            target: connection.target().to_owned(),
-            action,
-            reason: format!("unexpected status document: {e}"),
-        })?;
+    let document: SlotDocument = serde_json::from_str(json).map_err(|e| PgError::Protocol {
+        target: connection.target().to_owned(),
+        action,
+        reason: format!("unexpected status document: {e}"),
+    })?;
     let (time, method) = commit_time_expression(
         document.track_commit_timestamp,
         pg.columns.timestamp_column(),
@@ -488,7 +487,7 @@ pub async fn run(
     watch: Option<Duration>,
     stop: impl Future<Output = ()>,
     out: &mut dyn std::io::Write,
-) -> Result<bool, ReplicationError> {
+) -> Result<bool, PgError> {
     let Some(interval) = watch else {
         let mut connection = target.connect().await?;
         let report = gather(&mut connection, config).await;

@@ -17,7 +17,7 @@ use tokio_postgres::error::SqlState;
 use crate::backoff::{Backoff, Incident};
 use crate::metrics as m;
 use crate::outbox::shard::Shard;
-use crate::replication::{ErrorKind, ReplicationSettings, SqlConnection};
+use crate::pg::{ConnectSettings, ErrorKind, SqlConnection};
 
 use super::collector::{Deletable, MAX_HELD_IDS};
 
@@ -52,7 +52,7 @@ const STATEMENT_TIMEOUT: &str = "30s";
 pub struct DeleterSettings {
     /// An ordinary session with the relay's conninfo (the role needs DELETE
     /// on the table).
-    pub connection: ReplicationSettings,
+    pub connection: ConnectSettings,
     /// The outbox table, `(schema, name)`.
     pub table: (String, String),
     /// Its id column.
@@ -347,7 +347,7 @@ async fn run(
     settings: &DeleterSettings,
     connection: &mut Option<SqlConnection>,
     sql: &str,
-) -> Result<Vec<(String, u64)>, crate::replication::ReplicationError> {
+) -> Result<Vec<(String, u64)>, crate::pg::PgError> {
     let conn = match connection {
         Some(conn) => conn,
         None => {

@@ -2,7 +2,7 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::outbox::shard::Shard;
-use crate::replication::ReplicationSettings;
+use crate::pg::{ConnectSettings, Conninfo};
 use pgoutput::lsn::Lsn;
 
 fn ids(d: &Deletable) -> Vec<&str> {
@@ -151,11 +151,7 @@ fn rows_left_are_not_held() {
 #[test]
 fn the_delete_names_ids_as_literals_and_xids_by_xmin() {
     let settings = DeleterSettings {
-        connection: ReplicationSettings::new(
-            crate::replication::Conninfo::parse("host=h user=u").unwrap(),
-            "",
-            "",
-        ),
+        connection: ConnectSettings::new(Conninfo::parse("host=h user=u").unwrap()),
         table: ("app".into(), "Out box".into()),
         id_column: "id".into(),
         aggregate_id_column: "Agg Id".into(),
@@ -176,11 +172,7 @@ fn the_delete_names_ids_as_literals_and_xids_by_xmin() {
 #[test]
 fn a_sharded_delete_by_xmin_keeps_to_the_shards_rows() {
     let settings = DeleterSettings {
-        connection: ReplicationSettings::new(
-            crate::replication::Conninfo::parse("host=h user=u").unwrap(),
-            "",
-            "",
-        ),
+        connection: ConnectSettings::new(Conninfo::parse("host=h user=u").unwrap()),
         table: ("public".into(), "outbox".into()),
         id_column: "id".into(),
         aggregate_id_column: "aggregateid".into(),

@@ -13,11 +13,12 @@ use std::time::Duration;
 use crate::otel::{Endpoint as OtlpEndpoint, OtlpSettings};
 use crate::outbox::ColumnMap;
 use crate::outbox::shard::Shard;
+use crate::pg::Conninfo;
 use crate::relay::checkpoint::Bounds;
 use crate::relay::exactly_once::ExactlyOnceSettings;
 use crate::relay::lock::LockSettings;
 use crate::relay::{Observability, RelaySettings, SourceSettings};
-use crate::replication::{Conninfo, ReplicationSettings};
+use crate::replication::ReplicationSettings;
 use crate::routes::Routes;
 use crate::sink::SinkSettings;
 use crate::sink::TransactionSettings;
@@ -46,7 +47,7 @@ impl Config {
     pub fn relay_settings(&self) -> Result<RelaySettings, ConfigError> {
         let pg = &self.postgres;
         let kafka = &self.kafka;
-        // The replication connection's own parser, on the value as given:
+        // The PostgreSQL client's own conninfo parser, on the value as given:
         // its reason names the fix and never the password; the string is
         // not shown at all.
         let conninfo =
@@ -60,7 +61,7 @@ impl Config {
         replication.outbox_table = Some(pg.table_parts());
         replication.outbox_table_optional = !pg.source.table();
         replication.status_interval = pg.status_interval();
-        replication.connect_timeout = pg.connect_timeout();
+        replication.connection.connect_timeout = pg.connect_timeout();
         Ok(RelaySettings {
             replication,
             sink: SinkSettings {

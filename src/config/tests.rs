@@ -1038,8 +1038,8 @@ fn every_duration_has_an_upper_bound_naming_its_field() {
     }
 }
 
-/// The conninfo is parsed when the config is validated, by the replication
-/// connection's own parser: what the relay could not connect with is a
+/// The conninfo is parsed when the config is validated, by the PostgreSQL
+/// client's own parser: what the relay could not connect with is a
 /// config error naming `postgres.url` and the fix, never quoting the value.
 #[test]
 fn a_conninfo_the_relay_cannot_use_is_refused_naming_the_fix_not_the_value() {

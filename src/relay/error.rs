@@ -3,7 +3,7 @@
 
 use crate::ack::AckError;
 use crate::error::ErrorKind;
-use crate::replication::ReplicationError;
+use crate::pg::PgError;
 use crate::sink::checkpoint_topic::CheckpointTopicRefused;
 use crate::sink::http::table_access::DeliveryTableRefused;
 use crate::sink::{CheckpointReadError, DeliveryError, Refused, SinkError, TxnFailure};
@@ -16,7 +16,7 @@ pub enum SessionError {
     /// The replication connection failed (its own kind: transient, slot
     /// busy or fatal).
     #[error(transparent)]
-    Replication(#[from] ReplicationError),
+    Replication(#[from] PgError),
     /// A message of the stream cannot be decoded: reading it again would
     /// fail the same way, so the relay stops and says why.
     #[error("cannot decode a pgoutput message from slot \"{slot}\": {source}")]
@@ -96,7 +96,7 @@ pub enum Side {
 pub enum RelayError {
     /// Connecting to PostgreSQL failed in a way retrying cannot cure.
     #[error(transparent)]
-    Replication(#[from] ReplicationError),
+    Replication(#[from] PgError),
     /// The producer could not be built, or the cluster refuses the relay.
     #[error(transparent)]
     Sink(#[from] SinkError),

@@ -43,9 +43,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::replication::{
-    Endpoint, ErrorKind, ReplicationError, ReplicationSettings, SqlConnection,
-};
+use crate::pg::{Endpoint, ErrorKind, PgError, SqlConnection};
+
+use crate::replication::ReplicationSettings;
 
 /// The longest and shortest lease `relay.lock_lease_ms` accepts.
 pub const MIN_LEASE: Duration = Duration::from_millis(1_000);
@@ -119,10 +119,7 @@ pub fn lock_key(slot: &str) -> i64 {
 pub enum LockError {
     /// Connecting or querying failed (its own kind: transient or fatal).
     #[error("relay lock for slot {slot:?}: {source}")]
-    Connection {
-        slot: String,
-        source: ReplicationError,
-    },
+    Connection { slot: String, source: PgError },
     /// The server refused the lease (`idle_session_timeout` is
     /// PostgreSQL 14+).
     #[error(
@@ -255,7 +252,7 @@ impl Candidate {
             }
             Err(_) => {
                 tracing::warn!(slot, "ending the slot's previous reader took too long");
-                return Err(wrap(ReplicationError::Io {
+                return Err(wrap(PgError::Io {
                     target: session.target().to_owned(),
                     action: "ending the slot's previous reader",
                     source: std::io::Error::from(std::io::ErrorKind::TimedOut),
@@ -279,7 +276,7 @@ async fn open(
     settings: LockSettings,
 ) -> Result<SqlConnection, LockError> {
     let slot = &replication.slot;
-    let mut session = SqlConnection::connect_normal(replication)
+    let mut session = SqlConnection::connect_normal(&replication.connection)
         .await
         .map_err(|source| LockError::Connection {
             slot: slot.clone(),
@@ -295,7 +292,7 @@ async fn open(
     {
         Ok(_) => Ok(session),
         // 42704: unrecognized configuration parameter (before 14).
-        Err(e @ ReplicationError::Server { .. }) if matches!(&e, ReplicationError::Server { server, .. } if server.code == "42704") => {
+        Err(e @ PgError::Server { .. }) if matches!(&e, PgError::Server { server, .. } if server.code == "42704") => {
             Err(LockError::Unsupported {
                 slot: slot.clone(),
                 detail: e.to_string(),

@@ -48,7 +48,7 @@ const PARTITIONS: u64 = 3;
 fn settings(max_in_flight: usize) -> RelaySettings {
     RelaySettings {
         replication: ReplicationSettings::new(
-            crate::replication::Conninfo::parse("host=h user=u").unwrap(),
+            crate::pg::Conninfo::parse("host=h user=u").unwrap(),
             "slot",
             "pub",
         ),

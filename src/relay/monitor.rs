@@ -20,7 +20,9 @@ use std::time::Duration;
 use crate::metrics as m;
 use postgres_protocol::escape::escape_literal;
 
-use crate::replication::{ReplicationError, ReplicationSettings, SqlConnection};
+use crate::pg::{PgError, SqlConnection};
+
+use crate::replication::ReplicationSettings;
 
 /// How often the slot is sampled.
 pub const SAMPLE_INTERVAL: Duration = Duration::from_secs(5);
@@ -89,7 +91,7 @@ pub fn parse_sample(rows: &[Vec<Option<String>>]) -> Option<SlotSample> {
 /// Samples the slot every [`SAMPLE_INTERVAL`], forever (the relay aborts
 /// the task when it stops).
 pub async fn run(mut settings: ReplicationSettings, lag: SlotLag) {
-    settings.application_name = APPLICATION_NAME.to_owned();
+    settings.connection.application_name = APPLICATION_NAME.to_owned();
     let sql = sample_sql(&settings.slot);
     let mut connection: Option<SqlConnection> = None;
     let mut failing = false;
@@ -130,18 +132,18 @@ async fn sample(
     settings: &ReplicationSettings,
     connection: &mut Option<SqlConnection>,
     sql: &str,
-) -> Result<Option<SlotSample>, ReplicationError> {
+) -> Result<Option<SlotSample>, PgError> {
     let attempt = async {
         let connection = match connection {
             Some(connection) => connection,
-            None => connection.insert(SqlConnection::connect_normal(settings).await?),
+            None => connection.insert(SqlConnection::connect_normal(&settings.connection).await?),
         };
         let rows = connection.query(sql, "sampling the slot's lag").await?;
         Ok(parse_sample(&rows))
     };
-    match tokio::time::timeout(settings.connect_timeout, attempt).await {
+    match tokio::time::timeout(settings.connection.connect_timeout, attempt).await {
         Ok(result) => result,
-        Err(_) => Err(ReplicationError::Io {
+        Err(_) => Err(PgError::Io {
             target: "the slot's lag sample".to_owned(),
             action: "sampling the slot's lag",
             source: std::io::ErrorKind::TimedOut.into(),

@@ -16,7 +16,8 @@ use super::supervisor::Outcome;
 use super::{Background, DeliveryTag, Refusals, RelaySettings};
 use super::{check_dead_letter_topic, exactly_once, session};
 use crate::metrics::{self as m, Health};
-use crate::replication::{ReplicationError, ReplicationSettings, ReplicationStream};
+use crate::pg::PgError;
+use crate::replication::{ReplicationSettings, ReplicationStream};
 use crate::sink::KafkaSink;
 use crate::sink::http::table_access;
 use pgoutput::lsn::Lsn;
@@ -78,7 +79,8 @@ impl<'a> Sessions<'a> {
     fn replication(&self) -> ReplicationSettings {
         let mut replication = self.settings.replication.clone();
         if let Some(held) = &self.lock {
-            replication.conninfo = replication.conninfo.pinned_to(held.server());
+            replication.connection.conninfo =
+                replication.connection.conninfo.pinned_to(held.server());
         }
         replication.outbox_oid = self.outbox_oid;
         replication
@@ -186,7 +188,7 @@ impl<'a> Sessions<'a> {
         if !replication.outbox_table_optional && outbox.is_none() {
             // The settings name the table (above), so the stream resolved it.
             return Outcome::Fatal(
-                ReplicationError::TableMissing {
+                PgError::TableMissing {
                     table: format!("{}.{}", settings.table.0, settings.table.1),
                     database: String::new(),
                 }

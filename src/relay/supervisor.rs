@@ -31,7 +31,7 @@ use super::error::{RelayError, SessionError};
 use super::lock::LockError;
 use crate::backoff::Backoff;
 use crate::metrics as m;
-use crate::replication::{ErrorKind, ReplicationError};
+use crate::pg::{ErrorKind, PgError};
 use crate::sink::TxnFailure;
 use pgoutput::lsn::Lsn;
 
@@ -45,10 +45,7 @@ pub(crate) enum Outcome {
     LockUntried(LockError),
     /// The stream could not connect; `holding_lock`: while this relay holds
     /// the relay lock.
-    Unconnected {
-        error: ReplicationError,
-        holding_lock: bool,
-    },
+    Unconnected { error: PgError, holding_lock: bool },
     /// Exactly-once: the Kafka transactions could not be started.
     Unprepared(SessionError),
     /// A session failed. `progressed`: it confirmed something past where it
@@ -233,7 +230,7 @@ impl Supervisor {
         }
     }
 
-    fn unconnected(&mut self, error: ReplicationError, holding_lock: bool) -> Action {
+    fn unconnected(&mut self, error: PgError, holding_lock: bool) -> Action {
         let (reason, line) = match error.kind() {
             ErrorKind::Fatal => return Action::Exit(error.into()),
             ErrorKind::SlotBusy if holding_lock => {

@@ -20,11 +20,11 @@ use postgres_protocol::escape::{escape_identifier, escape_literal};
 use serde::Deserialize;
 
 use super::ReplicationSettings;
-use super::error::{ErrorKind, ReplicationError};
 use super::outbox_table::{self, OutboxTable};
-use super::quote::replication_literal;
-use super::socket::FramedSocket;
-use super::sql::{simple_query, unexpected_shape};
+use crate::pg::error::{ErrorKind, PgError};
+use crate::pg::quote::replication_literal;
+use crate::pg::socket::FramedSocket;
+use crate::pg::sql::{simple_query, unexpected_shape};
 use pgoutput::lsn::Lsn;
 
 /// PostgreSQL's `NAMEDATALEN - 1`.
@@ -33,7 +33,7 @@ const MAX_NAME_LEN: usize = 63;
 /// Rejects what PostgreSQL would reject as a slot name (see
 /// `ReplicationSlotValidateName`), so the name can appear in commands unquoted
 /// and in fix hints verbatim.
-pub fn validate_slot_name(slot: &str) -> Result<(), ReplicationError> {
+pub fn validate_slot_name(slot: &str) -> Result<(), PgError> {
     let reason = if slot.is_empty() {
         "it is empty"
     } else if slot.len() > MAX_NAME_LEN {
@@ -46,7 +46,7 @@ pub fn validate_slot_name(slot: &str) -> Result<(), ReplicationError> {
     } else {
         return Ok(());
     };
-    Err(ReplicationError::InvalidSlotName {
+    Err(PgError::InvalidSlotName {
         slot: slot.to_owned(),
         reason,
     })
@@ -127,7 +127,7 @@ pub async fn check(
     socket: &mut FramedSocket,
     settings: &ReplicationSettings,
     target: &str,
-) -> Result<CatalogState, ReplicationError> {
+) -> Result<CatalogState, PgError> {
     let (identity, server_wal) = identify_system(socket, target).await?;
     let timeline_fork = timeline_fork_point(socket, identity.timeline, target).await?;
     let confirmed_flush = check_slot(socket, &settings.slot, target).await?;
@@ -172,7 +172,7 @@ async fn timeline_fork_point(
     socket: &mut FramedSocket,
     timeline: u32,
     target: &str,
-) -> Result<Option<Lsn>, ReplicationError> {
+) -> Result<Option<Lsn>, PgError> {
     if timeline <= 1 {
         return Ok(None);
     }
@@ -215,7 +215,7 @@ fn parse_fork_point(content: &str) -> Option<Lsn> {
 async fn identify_system(
     socket: &mut FramedSocket,
     target: &str,
-) -> Result<(ServerIdentity, Lsn), ReplicationError> {
+) -> Result<(ServerIdentity, Lsn), PgError> {
     let action = "identifying the server";
     let rows = simple_query(socket, "IDENTIFY_SYSTEM", target, action).await?;
     let row = match rows.as_slice() {
@@ -242,11 +242,7 @@ async fn identify_system(
     ))
 }
 
-async fn check_slot(
-    socket: &mut FramedSocket,
-    slot: &str,
-    target: &str,
-) -> Result<Lsn, ReplicationError> {
+async fn check_slot(socket: &mut FramedSocket, slot: &str, target: &str) -> Result<Lsn, PgError> {
     let sql = format!(
         "SELECT current_database(), (SELECT to_jsonb(s)::text FROM pg_replication_slots s \
          WHERE s.slot_name = {})",
@@ -258,18 +254,18 @@ async fn check_slot(
         _ => return Err(unexpected_shape(target, "checking the replication slot")),
     };
     let Some(json) = json else {
-        return Err(ReplicationError::SlotMissing {
+        return Err(PgError::SlotMissing {
             slot: slot.to_owned(),
             database,
         });
     };
-    let row: SlotRow = serde_json::from_str(json).map_err(|e| ReplicationError::Protocol {
+    let row: SlotRow = serde_json::from_str(json).map_err(|e| PgError::Protocol {
         target: target.to_owned(),
         action: "checking the replication slot",
         reason: format!("pg_replication_slots row: {e}"),
     })?;
     evaluate_slot(slot, &database, row).map_err(|error| match error {
-        ReplicationError::Protocol { action, reason, .. } => ReplicationError::Protocol {
+        PgError::Protocol { action, reason, .. } => PgError::Protocol {
             target: target.to_owned(),
             action,
             reason,
@@ -284,8 +280,8 @@ async fn check_slot(
 ///
 /// # Errors
 /// As at connect; `Protocol` when the JSON is not a slot row.
-pub fn evaluate_slot_json(slot: &str, database: &str, json: &str) -> Result<Lsn, ReplicationError> {
-    let row: SlotRow = serde_json::from_str(json).map_err(|e| ReplicationError::Protocol {
+pub fn evaluate_slot_json(slot: &str, database: &str, json: &str) -> Result<Lsn, PgError> {
+    let row: SlotRow = serde_json::from_str(json).map_err(|e| PgError::Protocol {
         target: String::new(),
         action: "checking the replication slot",
         reason: format!("pg_replication_slots row: {e}"),
@@ -294,24 +290,24 @@ pub fn evaluate_slot_json(slot: &str, database: &str, json: &str) -> Result<Lsn,
 }
 
 /// The slot checks, in the order an operator should fix things.
-fn evaluate_slot(slot: &str, database: &str, row: SlotRow) -> Result<Lsn, ReplicationError> {
+fn evaluate_slot(slot: &str, database: &str, row: SlotRow) -> Result<Lsn, PgError> {
     let plugin = row.plugin.unwrap_or_default();
     if row.slot_type != "logical" || plugin != "pgoutput" {
-        return Err(ReplicationError::SlotNotPgoutput {
+        return Err(PgError::SlotNotPgoutput {
             slot: slot.to_owned(),
             slot_type: row.slot_type,
             plugin,
         });
     }
     if let Some(slot_database) = row.database.filter(|d| d != database) {
-        return Err(ReplicationError::SlotWrongDatabase {
+        return Err(PgError::SlotWrongDatabase {
             slot: slot.to_owned(),
             slot_database,
             database: database.to_owned(),
         });
     }
     if row.two_phase == Some(true) {
-        return Err(ReplicationError::SlotTwoPhase {
+        return Err(PgError::SlotTwoPhase {
             slot: slot.to_owned(),
         });
     }
@@ -323,20 +319,20 @@ fn evaluate_slot(slot: &str, database: &str, row: SlotRow) -> Result<Lsn, Replic
         _ => None,
     };
     if let Some(reason) = reason {
-        return Err(ReplicationError::SlotInvalidated {
+        return Err(PgError::SlotInvalidated {
             slot: slot.to_owned(),
             wal_status,
             reason,
         });
     }
     if row.active {
-        return Err(ReplicationError::SlotInUse {
+        return Err(PgError::SlotInUse {
             slot: slot.to_owned(),
             active_pid: row.active_pid,
         });
     }
     match row.confirmed_flush_lsn {
-        Some(lsn) => lsn.parse().map_err(|e| ReplicationError::Protocol {
+        Some(lsn) => lsn.parse().map_err(|e| PgError::Protocol {
             target: String::new(),
             action: "checking the replication slot",
             reason: format!("confirmed_flush_lsn: {e}"),
@@ -349,7 +345,7 @@ async fn check_publication(
     socket: &mut FramedSocket,
     publication: &str,
     target: &str,
-) -> Result<(), ReplicationError> {
+) -> Result<(), PgError> {
     let sql = format!(
         "SELECT current_database(), (SELECT pubinsert::text FROM pg_publication \
          WHERE pubname = {})",
@@ -361,12 +357,12 @@ async fn check_publication(
         _ => return Err(unexpected_shape(target, "checking the publication")),
     };
     match pubinsert {
-        None => Err(ReplicationError::PublicationMissing {
+        None => Err(PgError::PublicationMissing {
             publication: publication.to_owned(),
             database,
         }),
         Some("true") => Ok(()),
-        Some(_) => Err(ReplicationError::PublicationWithoutInserts {
+        Some(_) => Err(PgError::PublicationWithoutInserts {
             publication: publication.to_owned(),
         }),
     }
@@ -377,7 +373,7 @@ async fn check_publication(
 async fn wal_sender_timeout(
     socket: &mut FramedSocket,
     target: &str,
-) -> Result<Option<Duration>, ReplicationError> {
+) -> Result<Option<Duration>, PgError> {
     let action = "reading wal_sender_timeout";
     let rows = simple_query(
         socket,
@@ -398,7 +394,7 @@ async fn wal_sender_timeout(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::replication::ErrorKind;
+    use crate::pg::ErrorKind;
 
     fn row(json: &str) -> SlotRow {
         serde_json::from_str(json).unwrap()

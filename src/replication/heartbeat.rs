@@ -11,8 +11,8 @@
 //! while nothing is in flight lets the slot move up to it.
 
 use super::ReplicationSettings;
-use super::error::ReplicationError;
-use super::sql::SqlConnection;
+use crate::pg::error::PgError;
+use crate::pg::sql::SqlConnection;
 
 /// The logical message prefix of heartbeats: names them for other readers
 /// of the WAL (`pg_logical_slot_peek_changes`, other slots); the relay itself
@@ -24,11 +24,11 @@ pub const HEARTBEAT_PREFIX: &str = "outbox-relay-heartbeat";
 /// # Errors
 /// The same classification as the stream's connect; the relay logs a failed
 /// heartbeat and tries again at the next interval.
-pub async fn emit_heartbeat(settings: &ReplicationSettings) -> Result<(), ReplicationError> {
-    let mut connection = SqlConnection::connect(settings).await?;
+pub async fn emit_heartbeat(settings: &ReplicationSettings) -> Result<(), PgError> {
+    let mut connection = SqlConnection::connect(&settings.connection).await?;
     let target = connection.target().to_owned();
     let emitted = tokio::time::timeout(
-        settings.connect_timeout,
+        settings.connection.connect_timeout,
         connection.query(
             &format!("SELECT pg_logical_emit_message(false, '{HEARTBEAT_PREFIX}', '')"),
             "emitting a heartbeat",
@@ -38,7 +38,7 @@ pub async fn emit_heartbeat(settings: &ReplicationSettings) -> Result<(), Replic
     connection.close().await;
     match emitted {
         Ok(result) => result.map(drop),
-        Err(_) => Err(ReplicationError::Io {
+        Err(_) => Err(PgError::Io {
             target,
             action: "emitting a heartbeat",
             source: std::io::ErrorKind::TimedOut.into(),

@@ -1,13 +1,18 @@
-//! The replication connection: the one place that talks to PostgreSQL's
-//! walsender (one module owns the I/O of each external system).
+//! The replication connection: logical replication over the PostgreSQL
+//! client in [`crate::pg`], and what the relay reads from the catalog about
+//! its slot, its publication and the outbox table.
 //!
-//! Role: connect with `replication=database` (TLS per `sslmode`, trust /
-//! password / md5 / SCRAM-SHA-256, bound to TLS per `channel_binding`),
-//! check the slot and publication, run `START_REPLICATION ... LOGICAL 0/0`
-//! with pgoutput, and hand each CopyData
+//! Role: connect with `replication=database` (conninfo, TLS and
+//! authentication are `pg`'s), check the slot and publication, run
+//! `START_REPLICATION ... LOGICAL 0/0` with pgoutput, and hand each CopyData
 //! payload upward as a [`StreamItem`], raw: transaction framing belongs to the
 //! pgoutput decoder and the assembler, not to the connection. Status updates
-//! flow back from here, carrying only what the caller [`confirmed`].
+//! flow back from here, carrying only what the caller [`confirmed`]. Beside
+//! the stream, on `pg`'s plain SQL sessions: which relations are the outbox
+//! (`outbox_table`), and the idle heartbeat that lets the slot advance
+//! (`heartbeat`). What stays here is what is about replication (a slot, a
+//! publication, the WAL, the outbox table the stream reads); what any SQL
+//! session needs is `pg`'s.
 //!
 //! Invariants:
 //! * the flush LSN sent is the caller's confirmed LSN (or the start value),
@@ -20,68 +25,51 @@
 //! * keepalives that ask for a reply are answered at once, and a status
 //!   update goes out at least every `min(status_interval,
 //!   wal_sender_timeout / 2)` while the caller keeps calling `next`;
-//! * [`ReplicationStream::next`] is cancel-safe (see `socket.rs`);
-//! * no password in any log line or error (see `conninfo.rs`).
+//! * [`ReplicationStream::next`] is cancel-safe (see `pg/socket.rs`);
+//! * no password in any log line or error (see `pg/conninfo.rs`).
 //!
 //! Modules, and which others each uses (no cycles; `mod` is this file,
-//! for [`ReplicationSettings`]; tests aside):
-//! * `quote`: none (quoting for fix hints and replication commands);
-//! * `error`: quote;
-//! * `conninfo`: error (and the crate's conninfo redactor in `config`);
-//! * `tls`: conninfo, error;
-//! * `socket`: conninfo, error, tls;
-//! * `protocol`: error, socket (one backend message, ErrorResponse fields);
-//! * `auth`: conninfo, error, protocol, socket;
-//! * `sql`: mod, auth, error, protocol, socket (simple queries, [`SqlConnection`]);
-//! * `outbox_table`: error, socket, sql;
-//! * `catalog`: mod, error, outbox_table, quote, socket, sql;
-//! * `heartbeat`: mod, error, sql;
-//! * `stream`: mod, auth, catalog, conninfo, error, outbox_table, protocol,
-//!   socket;
-//! * `mod`: conninfo (the settings hold a [`Conninfo`]).
+//! for [`ReplicationSettings`]; tests aside; `pg::…` is the client):
+//! * `outbox_table`: pg::error, pg::socket, pg::sql;
+//! * `catalog`: mod, outbox_table, pg::error, pg::quote, pg::socket,
+//!   pg::sql (the slot and publication checks, `START_REPLICATION`);
+//! * `heartbeat`: mod, pg::error, pg::sql;
+//! * `stream`: mod, catalog, outbox_table, pg::auth, pg::conninfo,
+//!   pg::error, pg::protocol, pg::socket;
+//! * `mod`: pg (the settings hold a [`ConnectSettings`]).
 //!
-//! `conninfo` and `stream` have private submodules (`conninfo/params.rs`,
-//! `conninfo/secrets.rs`; `stream/connect.rs`, `stream/status.rs`) that use
-//! only what their parent's line above names.
+//! `stream` has private submodules (`stream/connect.rs`, `stream/status.rs`)
+//! that use only what its line above names.
 //!
 //! [`confirmed`]: ReplicationStream::confirm
 
-mod auth;
 mod catalog;
-pub mod conninfo;
-mod error;
 mod heartbeat;
 mod outbox_table;
-mod protocol;
-mod quote;
-mod socket;
-mod sql;
 mod stream;
-mod tls;
 
 use std::time::Duration;
 
 use bytes::Bytes;
 
 pub use catalog::{ServerIdentity, evaluate_slot_json};
-pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, Endpoint, RootCert, SslMode};
-pub use error::{ErrorKind, ReplicationError, ServerError};
 pub use heartbeat::{HEARTBEAT_PREFIX, emit_heartbeat};
 pub use outbox_table::{
     OutboxTable, RelationClass, RelationLookup, classify, look_up, publication_relids, resolve_on,
 };
-pub use quote::display_ident;
-pub use sql::SqlConnection;
 pub use stream::ReplicationStream;
 
+use crate::pg::{ConnectSettings, Conninfo};
 use pgoutput::lsn::Lsn;
 
 /// Everything the replication connection needs, as validated plain data.
 #[derive(Debug, Clone)]
 pub struct ReplicationSettings {
-    /// Where and as whom to connect, parsed once (the config check does it
-    /// for the relay). Holds the password; shows itself redacted.
-    pub conninfo: Conninfo,
+    /// Where and as whom to connect, how long a connect may take (here the
+    /// whole connect: TCP, TLS, authentication, checks, start), the
+    /// application name; the same for the plain SQL sessions beside the
+    /// stream.
+    pub connection: ConnectSettings,
     pub slot: String,
     pub publication: String,
     /// The outbox table `(schema, name)`: resolved from the catalog at
@@ -100,31 +88,25 @@ pub struct ReplicationSettings {
     /// Upper bound between status updates; the effective interval is
     /// `min(this, wal_sender_timeout / 2)`, read from the server at connect.
     pub status_interval: Duration,
-    /// Bounds the whole connect: TCP, TLS, authentication, checks, start.
-    pub connect_timeout: Duration,
-    /// Used when the conninfo has no `application_name` (libpq's
-    /// `fallback_application_name`); shows in `pg_stat_replication`.
-    pub application_name: String,
 }
 
 impl ReplicationSettings {
-    /// Settings with the documented defaults: status every 10 s, 10 s to
-    /// connect, application name `outbox-relay`.
+    /// Settings with the documented defaults: status every 10 s, and
+    /// [`ConnectSettings::new`]'s (10 s to connect, application name
+    /// `outbox-relay`).
     pub fn new(
         conninfo: Conninfo,
         slot: impl Into<String>,
         publication: impl Into<String>,
     ) -> Self {
         ReplicationSettings {
-            conninfo,
+            connection: ConnectSettings::new(conninfo),
             slot: slot.into(),
             publication: publication.into(),
             outbox_table: None,
             outbox_table_optional: false,
             outbox_oid: None,
             status_interval: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(10),
-            application_name: "outbox-relay".to_owned(),
         }
     }
 }

@@ -23,9 +23,9 @@ use std::collections::HashSet;
 
 use postgres_protocol::escape::escape_literal;
 
-use super::error::ReplicationError;
-use super::socket::FramedSocket;
-use super::sql::{SqlConnection, simple_query, unexpected_shape};
+use crate::pg::error::PgError;
+use crate::pg::socket::FramedSocket;
+use crate::pg::sql::{SqlConnection, simple_query, unexpected_shape};
 
 /// The outbox table as the catalog knew it at connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,11 +106,11 @@ pub fn classify(lookup: RelationLookup) -> RelationClass {
 /// table can arrive: the table does not exist, or the publication does not
 /// publish it. That is no error when the table is `optional` (events come
 /// from logical messages); any other error still is.
-pub fn sends_no_rows(error: &ReplicationError, optional: bool) -> bool {
+pub fn sends_no_rows(error: &PgError, optional: bool) -> bool {
     optional
         && matches!(
             error,
-            ReplicationError::TableMissing { .. } | ReplicationError::PublicationLacksTable { .. }
+            PgError::TableMissing { .. } | PgError::PublicationLacksTable { .. }
         )
 }
 
@@ -145,7 +145,7 @@ pub async fn resolve(
     known_oid: Option<u32>,
     publication: &str,
     target: &str,
-) -> Result<OutboxTable, ReplicationError> {
+) -> Result<OutboxTable, PgError> {
     let (schema, name) = table;
     let by_oid = known_oid.map_or_else(|| "false".to_owned(), |oid| format!("c.oid = {oid}::oid"));
     let sql = format!(
@@ -181,7 +181,7 @@ pub async fn resolve(
     let database = text(0).unwrap_or_default().to_owned();
     let table_name = format!("{schema}.{name}");
     let Some(oid) = text(1) else {
-        return Err(ReplicationError::TableMissing {
+        return Err(PgError::TableMissing {
             table: table_name,
             database,
         });
@@ -195,20 +195,20 @@ pub async fn resolve(
         .collect::<Result<HashSet<u32>, _>>()?;
     match text(3) {
         None => {
-            return Err(ReplicationError::PublicationMissing {
+            return Err(PgError::PublicationMissing {
                 publication: publication.to_owned(),
                 database,
             });
         }
         Some("true") => {}
         Some(_) => {
-            return Err(ReplicationError::PublicationWithoutInserts {
+            return Err(PgError::PublicationWithoutInserts {
                 publication: publication.to_owned(),
             });
         }
     }
     if text(4) != Some("true") {
-        return Err(ReplicationError::PublicationLacksTable {
+        return Err(PgError::PublicationLacksTable {
             publication: publication.to_owned(),
             table: table_name,
         });
@@ -232,7 +232,7 @@ pub async fn resolve_on(
     connection: &mut SqlConnection,
     table: (&str, &str),
     publication: &str,
-) -> Result<OutboxTable, ReplicationError> {
+) -> Result<OutboxTable, PgError> {
     let target = connection.target().to_owned();
     resolve(connection.socket_mut(), table, None, publication, &target).await
 }
@@ -246,7 +246,7 @@ pub async fn look_up(
     outbox: &OutboxTable,
     publication: &str,
     oid: u32,
-) -> Result<RelationLookup, ReplicationError> {
+) -> Result<RelationLookup, PgError> {
     let sql = format!(
         "WITH tree AS (SELECT {root}::oid AS relid \
            UNION SELECT p.relid::oid FROM pg_catalog.pg_partition_tree({root}::oid::regclass) p), \
@@ -272,8 +272,8 @@ pub async fn look_up(
     }
 }
 
-fn parse_oid(text: &str, target: &str, action: &'static str) -> Result<u32, ReplicationError> {
-    text.parse().map_err(|_| ReplicationError::Protocol {
+fn parse_oid(text: &str, target: &str, action: &'static str) -> Result<u32, PgError> {
+    text.parse().map_err(|_| PgError::Protocol {
         target: target.to_owned(),
         action,
         reason: format!("OID {text:?} is not a number"),
@@ -320,15 +320,15 @@ mod tests {
 
     #[test]
     fn only_an_optional_table_may_be_absent_and_only_absent() {
-        let missing = ReplicationError::TableMissing {
+        let missing = PgError::TableMissing {
             table: "public.outbox".into(),
             database: "app".into(),
         };
-        let unpublished = ReplicationError::PublicationLacksTable {
+        let unpublished = PgError::PublicationLacksTable {
             publication: "outbox_pub".into(),
             table: "public.outbox".into(),
         };
-        let no_publication = ReplicationError::PublicationMissing {
+        let no_publication = PgError::PublicationMissing {
             publication: "outbox_pub".into(),
             database: "app".into(),
         };

@@ -29,10 +29,10 @@ use tokio_postgres::error::SqlState;
 
 use super::StreamItem;
 use super::catalog::ServerIdentity;
-use super::error::{ReplicationError, ServerError};
 use super::outbox_table::OutboxTable;
-use super::protocol::{read_error, server_error, server_notice};
-use super::socket::{Frame, FramedSocket};
+use crate::pg::error::{PgError, ServerError};
+use crate::pg::protocol::{read_error, server_error, server_notice};
+use crate::pg::socket::{Frame, FramedSocket};
 use pgoutput::lsn::Lsn;
 use pgoutput::{ReplicationMessage, decode_copy_data};
 
@@ -85,7 +85,7 @@ impl ReplicationStream {
     /// read timeout; fatal on protocol violations, an undecodable message, or
     /// a server error that retrying cannot fix (publication dropped, slot
     /// invalidated while streaming).
-    pub async fn next(&mut self) -> Result<StreamItem, ReplicationError> {
+    pub async fn next(&mut self) -> Result<StreamItem, PgError> {
         loop {
             // Frames already read come first; nothing from here to `return`
             // awaits, so a frame taken off the buffer is always returned.
@@ -110,7 +110,7 @@ impl ReplicationStream {
                     if let (Some(sent), Some(deadline)) = (self.probe_sent_at, read_deadline)
                         && Instant::now() >= deadline
                     {
-                        return Err(ReplicationError::ReadTimeout {
+                        return Err(PgError::ReadTimeout {
                             target: self.target.clone(),
                             silent_for: sent.elapsed(),
                         });
@@ -124,7 +124,7 @@ impl ReplicationStream {
     /// waiting; `None` when no complete frame is buffered. Lets a caller
     /// handle what one read brought in without a trip through its own
     /// `select!` per message. Errors as [`ReplicationStream::next`].
-    pub fn try_next(&mut self) -> Result<Option<StreamItem>, ReplicationError> {
+    pub fn try_next(&mut self) -> Result<Option<StreamItem>, PgError> {
         while let Some(frame) = self
             .socket
             .try_frame()
@@ -137,15 +137,14 @@ impl ReplicationStream {
         Ok(None)
     }
 
-    fn handle_frame(&mut self, frame: Frame) -> Result<Option<StreamItem>, ReplicationError> {
+    fn handle_frame(&mut self, frame: Frame) -> Result<Option<StreamItem>, PgError> {
         match frame.tag {
             b'd' => {
                 let mut payload = frame.into_body();
-                let message =
-                    decode_copy_data(&mut payload).map_err(|source| ReplicationError::Decode {
-                        target: self.target.clone(),
-                        source,
-                    })?;
+                let message = decode_copy_data(&mut payload).map_err(|source| PgError::Decode {
+                    target: self.target.clone(),
+                    source,
+                })?;
                 Ok(Some(match message {
                     ReplicationMessage::XLogData {
                         wal_start,
@@ -172,7 +171,7 @@ impl ReplicationStream {
                     }
                 }))
             }
-            b'c' => Err(ReplicationError::StreamEnded {
+            b'c' => Err(PgError::StreamEnded {
                 target: self.target.clone(),
             }),
             tag => {
@@ -191,10 +190,10 @@ impl ReplicationStream {
                     // CommandComplete ("COPY 0") and no CopyDone (WalSndDone
                     // in walsender.c), then exits: the server is going away,
                     // which a reconnect rides out.
-                    Some(Message::CommandComplete(_)) => Err(ReplicationError::StreamEnded {
+                    Some(Message::CommandComplete(_)) => Err(PgError::StreamEnded {
                         target: self.target.clone(),
                     }),
-                    _ => Err(ReplicationError::Protocol {
+                    _ => Err(PgError::Protocol {
                         target: self.target.clone(),
                         action: "streaming",
                         reason: format!("unexpected message {:?}", char::from(tag)),
@@ -268,7 +267,7 @@ impl ReplicationStream {
     /// # Errors
     /// Transient when the connection fails or the server does not finish in
     /// time; the final status update may still have been applied.
-    pub async fn shutdown(mut self) -> Result<(), ReplicationError> {
+    pub async fn shutdown(mut self) -> Result<(), PgError> {
         let action = "shutting down";
         self.queue_status(false)?;
         frontend::copy_done(self.socket.write_buf());
@@ -301,7 +300,7 @@ impl ReplicationStream {
         };
         let result = match timeout(SHUTDOWN_TIMEOUT, goodbye).await {
             Ok(result) => result,
-            Err(_elapsed) => Err(ReplicationError::Io {
+            Err(_elapsed) => Err(PgError::Io {
                 target: self.target.clone(),
                 action,
                 source: std::io::ErrorKind::TimedOut.into(),
@@ -318,22 +317,22 @@ impl ReplicationStream {
     }
 
     /// Maps a server ErrorResponse after startup to the error to report.
-    fn server_failure(&self, server: ServerError, action: &'static str) -> ReplicationError {
+    fn server_failure(&self, server: ServerError, action: &'static str) -> PgError {
         match server.sqlstate() {
             // The slot vanished after the check, or (while streaming) the
             // publication was dropped.
             SqlState::UNDEFINED_OBJECT if server.message.contains("publication") => {
-                ReplicationError::PublicationMissing {
+                PgError::PublicationMissing {
                     publication: self.publication.clone(),
                     database: self.database.clone(),
                 }
             }
-            SqlState::UNDEFINED_OBJECT => ReplicationError::SlotMissing {
+            SqlState::UNDEFINED_OBJECT => PgError::SlotMissing {
                 slot: self.slot.clone(),
                 database: self.database.clone(),
             },
             // "replication slot "s" is active for PID 1234".
-            SqlState::OBJECT_IN_USE => ReplicationError::SlotInUse {
+            SqlState::OBJECT_IN_USE => PgError::SlotInUse {
                 slot: self.slot.clone(),
                 active_pid: server
                     .message
@@ -350,13 +349,13 @@ impl ReplicationStream {
                         .as_deref()
                         .is_some_and(|d| d.contains("invalidated")) =>
             {
-                ReplicationError::SlotInvalidated {
+                PgError::SlotInvalidated {
                     slot: self.slot.clone(),
                     wal_status: "lost".to_owned(),
                     reason: format!(", server: {server}"),
                 }
             }
-            _ => ReplicationError::Server {
+            _ => PgError::Server {
                 target: self.target.clone(),
                 action,
                 server: Box::new(server),
@@ -364,16 +363,16 @@ impl ReplicationStream {
         }
     }
 
-    fn io(&self, action: &'static str, source: std::io::Error) -> ReplicationError {
-        ReplicationError::Io {
+    fn io(&self, action: &'static str, source: std::io::Error) -> PgError {
+        PgError::Io {
             target: self.target.clone(),
             action,
             source,
         }
     }
 
-    fn protocol(&self, action: &'static str, error: std::io::Error) -> ReplicationError {
-        ReplicationError::Protocol {
+    fn protocol(&self, action: &'static str, error: std::io::Error) -> PgError {
+        PgError::Protocol {
             target: self.target.clone(),
             action,
             reason: error.to_string(),

@@ -454,7 +454,7 @@ async fn check_reports_a_slot_held_by_another_process() {
     // Another reader: a relay under another application_name than the one
     // this config's relay would show.
     let mut other_settings = o.settings();
-    other_settings.replication.application_name = "another-reader".to_owned();
+    other_settings.replication.connection.application_name = "another-reader".to_owned();
     let other = Relay::in_process(other_settings);
     wait_until(
         "the other reader holds the slot",

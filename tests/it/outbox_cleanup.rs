@@ -219,7 +219,7 @@ async fn rows_not_yet_visible_when_the_deleter_runs_are_deleted_once_visible() {
     let outbox = outbox_with_cleanup().await;
     let settings = cleanup_settings(&outbox);
     let (mut deleter, task) = spawn_deleter(DeleterSettings {
-        connection: settings.replication.clone(),
+        connection: settings.replication.connection.clone(),
         table: settings.table.clone(),
         id_column: settings.columns.id.clone(),
         aggregate_id_column: settings.columns.aggregate_id.clone(),

@@ -11,10 +11,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use outbox_relay::replication::{
-    Conninfo, ErrorKind, ReplicationError, ReplicationSettings, ReplicationStream, SqlConnection,
-    StreamItem,
-};
+use outbox_relay::pg::{ConnectSettings, Conninfo, ErrorKind, PgError, SqlConnection};
+use outbox_relay::replication::{ReplicationSettings, ReplicationStream, StreamItem};
 use pgoutput::lsn::Lsn;
 use pgoutput::{self, DecodeContext, Message, TupleValue};
 use tokio::time::{Instant, sleep, timeout};
@@ -122,15 +120,17 @@ impl Fixture {
 
     fn settings(&self, conninfo: String) -> ReplicationSettings {
         ReplicationSettings {
-            conninfo: Conninfo::parse(&conninfo).unwrap_or_else(|e| panic!("{e}")),
+            connection: ConnectSettings {
+                conninfo: Conninfo::parse(&conninfo).unwrap_or_else(|e| panic!("{e}")),
+                connect_timeout: WAIT,
+                application_name: "outbox-relay-test".into(),
+            },
             slot: self.slot.clone(),
             publication: self.publication.clone(),
             outbox_table: None,
             outbox_table_optional: false,
             outbox_oid: None,
             status_interval: Duration::from_secs(10),
-            connect_timeout: WAIT,
-            application_name: "outbox-relay-test".into(),
         }
     }
 
@@ -290,7 +290,7 @@ async fn connect_when_free(settings: &ReplicationSettings) -> ReplicationStream 
     }
 }
 
-async fn connect_error(settings: &ReplicationSettings) -> ReplicationError {
+async fn connect_error(settings: &ReplicationSettings) -> PgError {
     match ReplicationStream::connect(settings, Lsn::ZERO).await {
         Ok(_) => panic!("connect succeeded, expected an error"),
         Err(e) => e,
@@ -497,7 +497,7 @@ async fn missing_or_busy_slot_and_missing_publication_are_named() {
     let busy = connect_error(&fx.relay_settings()).await;
     assert_eq!(busy.kind(), ErrorKind::SlotBusy, "{busy}");
     assert!(
-        matches!(busy, ReplicationError::SlotInUse { active_pid: Some(pid), .. } if pid == first.backend_pid()),
+        matches!(busy, PgError::SlotInUse { active_pid: Some(pid), .. } if pid == first.backend_pid()),
         "{busy}"
     );
     first.shutdown().await.expect("clean shutdown");
@@ -595,10 +595,7 @@ async fn tls_modes_connect_verify_and_refuse_like_libpq() {
     ));
     let error = connect_error(&fx.settings(wrong_name)).await;
     assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
-    assert!(
-        matches!(error, ReplicationError::TlsVerify { .. }),
-        "{error}"
-    );
+    assert!(matches!(error, PgError::TlsVerify { .. }), "{error}");
     let text = error.to_string();
     assert!(
         text.contains("wrong.example") && text.contains("certificate"),
@@ -660,10 +657,7 @@ async fn tls_verification_needs_the_right_root_certificate() {
     ));
     let error = connect_error(&fx.settings(other_ca)).await;
     assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
-    assert!(
-        matches!(error, ReplicationError::TlsVerify { .. }),
-        "{error}"
-    );
+    assert!(matches!(error, PgError::TlsVerify { .. }), "{error}");
 
     // (d) verify-ca / verify-full without sslrootcert: refused with the fix,
     // never verified against the system trust store behind the user's back.
@@ -690,7 +684,7 @@ async fn tls_verification_needs_the_right_root_certificate() {
     // sslrootcert=system: only with verify-full (like libpq 16), which is
     // then also the default sslmode. Refused by the conninfo itself.
     for weak in ["verify-ca", "require", "prefer", "disable"] {
-        let error = ReplicationError::from(
+        let error = PgError::from(
             Conninfo::parse(
                 &fx.server
                     .relay_conninfo(&format!("host=localhost sslmode={weak} sslrootcert=system")),
@@ -708,7 +702,7 @@ async fn tls_verification_needs_the_right_root_certificate() {
     ] {
         let error = connect_error(&fx.settings(fx.server.relay_conninfo(conninfo))).await;
         assert!(
-            matches!(error, ReplicationError::TlsVerify { .. }),
+            matches!(error, PgError::TlsVerify { .. }),
             "{conninfo}: {error}"
         );
     }
@@ -721,7 +715,7 @@ async fn channel_binding_is_required_honoured_and_detects_a_tls_man_in_the_middl
 
     // (b) require without TLS is refused by the conninfo itself, naming the
     // fix.
-    let error = ReplicationError::from(
+    let error = PgError::from(
         Conninfo::parse(
             &fx.server
                 .relay_conninfo("sslmode=disable channel_binding=require"),
@@ -769,7 +763,7 @@ async fn channel_binding_is_required_honoured_and_detects_a_tls_man_in_the_middl
         println!("through a man in the middle with {binding:?}: {error}");
         assert_eq!(error.kind(), ErrorKind::Fatal, "{binding}: {error}");
         assert!(
-            matches!(error, ReplicationError::ChannelBinding { .. }),
+            matches!(error, PgError::ChannelBinding { .. }),
             "{binding}: {error}"
         );
         assert!(
@@ -821,7 +815,7 @@ async fn names_with_quotes_and_backslashes_work_whatever_standard_conforming_str
         );
         settings.publication = publication.clone();
         // The setting reaches the relay's sessions (else this proves little).
-        let mut sql = SqlConnection::connect(&settings).await.unwrap();
+        let mut sql = SqlConnection::connect(&settings.connection).await.unwrap();
         let shown = sql
             .query("SHOW standard_conforming_strings", "test")
             .await

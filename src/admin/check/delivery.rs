@@ -8,7 +8,7 @@ use postgres_protocol::escape::escape_literal;
 
 use super::Item;
 use crate::config::Config;
-use crate::replication::SqlConnection;
+use crate::pg::SqlConnection;
 
 /// The items; `role` is the relay's role.
 pub(super) async fn items(

@@ -14,7 +14,8 @@ use postgres_protocol::escape::escape_identifier;
 use crate::admin::facts::PgFacts;
 use crate::admin::shards;
 use crate::config::Config;
-use crate::replication::{ErrorKind, ReplicationError, evaluate_slot_json};
+use crate::pg::{ErrorKind, PgError};
+use crate::replication::evaluate_slot_json;
 
 use super::{Item, PgSide};
 
@@ -77,7 +78,7 @@ pub(super) fn outbox_items(config: &Config, side: &PgSide, table_shown: &str) ->
                 );
             }
         }
-        Err(e @ ReplicationError::TableMissing { .. }) => {
+        Err(e @ PgError::TableMissing { .. }) => {
             items.push(
                 Item::fail("postgres.table", e.to_string()).fix("outbox-relay init --create-table"),
             );
@@ -94,9 +95,9 @@ pub(super) fn outbox_items(config: &Config, side: &PgSide, table_shown: &str) ->
             });
         }
         Err(
-            e @ (ReplicationError::PublicationMissing { .. }
-            | ReplicationError::PublicationWithoutInserts { .. }
-            | ReplicationError::PublicationLacksTable { .. }),
+            e @ (PgError::PublicationMissing { .. }
+            | PgError::PublicationWithoutInserts { .. }
+            | PgError::PublicationLacksTable { .. }),
         ) => {
             items.push(Item::ok("postgres.table", table_shown.to_owned()));
             items.push(Item::fail("postgres.publication", e.to_string()).fix(init_fix));
@@ -241,7 +242,7 @@ pub(super) fn slot_items(
 ) -> Vec<Item> {
     let slot = &config.postgres.slot;
     let Some(row) = &facts.slot else {
-        let missing = ReplicationError::SlotMissing {
+        let missing = PgError::SlotMissing {
             slot: slot.clone(),
             database: facts.database.clone(),
         };

@@ -15,7 +15,8 @@ use crate::admin::facts::PgFacts;
 use crate::admin::init::MIN_SERVER_VERSION_NUM;
 use crate::cleanup::Cleanup;
 use crate::config::Config;
-use crate::replication::{OutboxTable, ReplicationError, display_ident};
+use crate::pg::{PgError, display_ident};
+use crate::replication::OutboxTable;
 
 use super::Item;
 use super::outbox::{column_items, outbox_items, slot_items};
@@ -25,7 +26,7 @@ use super::outbox::{column_items, outbox_items, slot_items};
 pub struct PgSide {
     pub facts: PgFacts,
     /// The relay's own verdict on the table and the publication.
-    pub outbox: Result<OutboxTable, ReplicationError>,
+    pub outbox: Result<OutboxTable, PgError>,
 }
 
 /// The PostgreSQL items. `relay_role` is the user of `postgres.url`;

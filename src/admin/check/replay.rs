@@ -7,7 +7,7 @@
 use super::Item;
 use crate::admin::dead::table::{self, REPLAY_PRIVILEGES};
 use crate::config::Config;
-use crate::replication::SqlConnection;
+use crate::pg::SqlConnection;
 
 /// The item; `role` is the relay's role.
 pub(super) async fn item(connection: &mut SqlConnection, config: &Config, role: &str) -> Item {

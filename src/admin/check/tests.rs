@@ -5,7 +5,8 @@ use crate::admin::facts::{
     ColumnFacts, HolderFacts, PgFacts, PublicationFacts, RoleFacts, TableFacts,
 };
 use crate::admin::kafka::KafkaFacts;
-use crate::replication::{OutboxTable, ReplicationError};
+use crate::pg::PgError;
+use crate::replication::OutboxTable;
 
 fn config() -> Config {
     let mut config = Config::default();
@@ -306,20 +307,20 @@ fn a_missing_role_fails_with_create_role() {
 fn publication_problems_carry_the_relays_own_message() {
     for (error, needle) in [
         (
-            ReplicationError::PublicationWithoutInserts {
+            PgError::PublicationWithoutInserts {
                 publication: "outbox_pub".into(),
             },
             "does not publish inserts",
         ),
         (
-            ReplicationError::PublicationMissing {
+            PgError::PublicationMissing {
                 publication: "outbox_pub".into(),
                 database: "app".into(),
             },
             "does not exist",
         ),
         (
-            ReplicationError::PublicationLacksTable {
+            PgError::PublicationLacksTable {
                 publication: "outbox_pub".into(),
                 table: "public.outbox".into(),
             },
@@ -347,7 +348,7 @@ fn a_missing_table_fails_and_skips_its_columns() {
     facts.role.as_mut().unwrap().table_select = None;
     let side = PgSide {
         facts,
-        outbox: Err(ReplicationError::TableMissing {
+        outbox: Err(PgError::TableMissing {
             table: "public.outbox".into(),
             database: "app".into(),
         }),

@@ -22,7 +22,7 @@
 use super::table::{self, TableName};
 use super::{Entry, Inventory, Sink, State, kafka, shown_id};
 use crate::config::Config;
-use crate::replication::SqlConnection;
+use crate::pg::SqlConnection;
 
 /// What `retry` or `discard` did.
 #[derive(Debug, Default)]

@@ -32,7 +32,7 @@
 
 use postgres_protocol::escape::{escape_identifier, escape_literal};
 
-use crate::replication::{ReplicationError, SqlConnection};
+use crate::pg::{PgError, SqlConnection};
 
 /// The delivery table's name when the config names none.
 pub const DEFAULT_DELIVERY_TABLE: &str = "outbox_delivery";
@@ -237,7 +237,7 @@ pub async fn replay_facts(
     connection: &mut SqlConnection,
     table: &TableName,
     role: &str,
-) -> Result<ReplayFacts, ReplicationError> {
+) -> Result<ReplayFacts, PgError> {
     const ACTION: &str = "looking the replay record up";
     let rows = connection
         .query(&replay_facts_sql(table, role), ACTION)
@@ -304,8 +304,8 @@ pub struct Replay {
     pub at: String,
 }
 
-fn shape(connection: &SqlConnection, action: &'static str) -> ReplicationError {
-    ReplicationError::Protocol {
+fn shape(connection: &SqlConnection, action: &'static str) -> PgError {
+    PgError::Protocol {
         target: connection.target().to_owned(),
         action,
         reason: "unexpected result shape".into(),
@@ -316,10 +316,7 @@ fn shape(connection: &SqlConnection, action: &'static str) -> ReplicationError {
 ///
 /// # Errors
 /// The query fails.
-pub async fn exists(
-    connection: &mut SqlConnection,
-    table: &TableName,
-) -> Result<bool, ReplicationError> {
+pub async fn exists(connection: &mut SqlConnection, table: &TableName) -> Result<bool, PgError> {
     const ACTION: &str = "looking a table up";
     let rows = connection.query(&exists_sql(table), ACTION).await?;
     match rows.first().and_then(|r| r.first()).cloned().flatten() {
@@ -336,7 +333,7 @@ pub async fn dead_rows(
     connection: &mut SqlConnection,
     table: &TableName,
     also: &[i64],
-) -> Result<Vec<DeadRow>, ReplicationError> {
+) -> Result<Vec<DeadRow>, PgError> {
     const ACTION: &str = "reading the DEAD rows of the delivery table";
     let rows = connection.query(&list_sql(table, also), ACTION).await?;
     let mut out = Vec::with_capacity(rows.len());
@@ -378,7 +375,7 @@ pub async fn replays(
     table: &TableName,
     dlq_topic: &str,
     delivery: &TableName,
-) -> Result<Vec<Replay>, ReplicationError> {
+) -> Result<Vec<Replay>, PgError> {
     const ACTION: &str = "reading the replay record";
     let sql = replays_sql(table, dlq_topic, &delivery.shown());
     let rows = connection.query(&sql, ACTION).await?;
@@ -423,7 +420,7 @@ pub async fn returning(
     connection: &mut SqlConnection,
     sql: &str,
     action: &'static str,
-) -> Result<Vec<String>, ReplicationError> {
+) -> Result<Vec<String>, PgError> {
     let rows = connection.query(sql, action).await?;
     Ok(rows
         .into_iter()

@@ -12,7 +12,8 @@ use postgres_protocol::escape::escape_identifier;
 
 use crate::cleanup::Cleanup;
 use crate::config::Config;
-use crate::replication::{ErrorKind, evaluate_slot_json};
+use crate::pg::ErrorKind;
+use crate::replication::evaluate_slot_json;
 
 use super::steps::{InitOptions, Plan, Step};
 use super::{InitError, MIN_SERVER_VERSION_NUM};

@@ -461,7 +461,7 @@ fn a_failed_step_after_creating_the_publication_says_allow_new_slot_is_safe() {
         done: vec!["create publication \"p\" on public.outbox".into()],
         failed_step: "create replication slot \"s\" (pgoutput)".into(),
         publication_created: true,
-        source: Box::new(ReplicationError::Protocol {
+        source: Box::new(PgError::Protocol {
             target: "db".into(),
             action: "running init",
             reason: "x".into(),

@@ -6,7 +6,8 @@ use tokio::task::JoinHandle;
 
 use super::{Session, SessionResult};
 use crate::metrics as m;
-use crate::replication::{ReplicationSettings, SqlConnection, emit_heartbeat, look_up};
+use crate::pg::SqlConnection;
+use crate::replication::{ReplicationSettings, emit_heartbeat, look_up};
 
 impl Session<'_> {
     /// One catalog look-up on the session's SQL connection (opened on
@@ -22,7 +23,7 @@ impl Session<'_> {
             Some(connection) => connection,
             None => self
                 .catalog
-                .insert(SqlConnection::connect(&self.replication).await?),
+                .insert(SqlConnection::connect(&self.replication.connection).await?),
         };
         let result = look_up(connection, &outbox, &self.replication.publication, oid).await;
         if result.is_err() {

@@ -24,8 +24,8 @@ fn supervisor() -> Supervisor {
     Supervisor::new(SLOT, Backoff::exact(ms(100), ms(30_000), 3))
 }
 
-fn closed() -> ReplicationError {
-    ReplicationError::Closed {
+fn closed() -> PgError {
+    PgError::Closed {
         target: "db:5432".to_owned(),
         action: "streaming",
     }
@@ -42,7 +42,7 @@ fn unconnected() -> Outcome {
 /// relay lock (and told that process to end).
 fn slot_busy(holding_lock: bool) -> Outcome {
     Outcome::Unconnected {
-        error: ReplicationError::SlotInUse {
+        error: PgError::SlotInUse {
             slot: SLOT.to_owned(),
             active_pid: Some(42),
         },
@@ -181,7 +181,7 @@ fn a_fatal_error_exits_on_its_side_whatever_the_backoff() {
     }
     // Exit codes: Source 3, Sink 4 (main.rs).
     let table_missing = Outcome::Unconnected {
-        error: ReplicationError::TableMissing {
+        error: PgError::TableMissing {
             table: "public.outbox".to_owned(),
             database: "app".to_owned(),
         },

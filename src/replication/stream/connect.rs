@@ -14,13 +14,13 @@ use tokio::time::{Instant, timeout};
 
 use super::ReplicationStream;
 use super::status::{read_timeout, status_interval};
+use crate::pg::auth;
+use crate::pg::conninfo::{Conninfo, Endpoint};
+use crate::pg::error::{ErrorKind, PgError};
+use crate::pg::protocol::{read_error, server_error};
+use crate::pg::socket::{self, FramedSocket};
 use crate::replication::ReplicationSettings;
-use crate::replication::auth;
 use crate::replication::catalog::{self, start_replication_command, validate_slot_name};
-use crate::replication::conninfo::{Conninfo, Endpoint};
-use crate::replication::error::{ErrorKind, ReplicationError};
-use crate::replication::protocol::{read_error, server_error};
-use crate::replication::socket::{self, FramedSocket};
 use pgoutput::lsn::Lsn;
 
 impl ReplicationStream {
@@ -36,13 +36,13 @@ impl ReplicationStream {
     pub async fn connect(
         settings: &ReplicationSettings,
         start_confirmed: Lsn,
-    ) -> Result<Self, ReplicationError> {
-        let conninfo = &settings.conninfo;
+    ) -> Result<Self, PgError> {
+        let conninfo = &settings.connection.conninfo;
         validate_slot_name(&settings.slot)?;
         let connect_timeout = conninfo
             .connect_timeout
-            .map_or(settings.connect_timeout, |t| {
-                t.min(settings.connect_timeout)
+            .map_or(settings.connection.connect_timeout, |t| {
+                t.min(settings.connection.connect_timeout)
             });
         let mut last_error = None;
         for endpoint in &conninfo.endpoints {
@@ -58,7 +58,7 @@ impl ReplicationStream {
                 Ok(Ok(stream)) => return Ok(stream),
                 Ok(Err(error)) if error.kind() != ErrorKind::Transient => return Err(error),
                 Ok(Err(error)) => error,
-                Err(_elapsed) => ReplicationError::ConnectTimeout {
+                Err(_elapsed) => PgError::ConnectTimeout {
                     target,
                     timeout: connect_timeout,
                 },
@@ -66,7 +66,7 @@ impl ReplicationStream {
             tracing::warn!(%error, "replication endpoint failed");
             last_error = Some(error);
         }
-        Err(last_error.unwrap_or_else(|| ReplicationError::Conninfo {
+        Err(last_error.unwrap_or_else(|| PgError::Conninfo {
             conninfo: conninfo.to_string(),
             reason: "no host to connect to".into(),
         }))
@@ -78,11 +78,16 @@ impl ReplicationStream {
         endpoint: &Endpoint,
         target: String,
         start_confirmed: Lsn,
-    ) -> Result<Self, ReplicationError> {
+    ) -> Result<Self, PgError> {
         let socket = socket::open(endpoint, &conninfo.tls, &target).await?;
         let mut socket = FramedSocket::new(socket);
-        let session =
-            auth::startup(&mut socket, conninfo, &settings.application_name, &target).await?;
+        let session = auth::startup(
+            &mut socket,
+            conninfo,
+            &settings.connection.application_name,
+            &target,
+        )
+        .await?;
         let checked = catalog::check(&mut socket, settings, &target).await?;
         let mut stream = ReplicationStream {
             socket,
@@ -125,7 +130,7 @@ impl ReplicationStream {
     }
 
     /// Sends START_REPLICATION and waits for CopyBothResponse.
-    async fn start(&mut self) -> Result<(), ReplicationError> {
+    async fn start(&mut self) -> Result<(), PgError> {
         let action = "starting replication";
         let command = start_replication_command(&self.slot, &self.publication);
         frontend::query(&command, self.socket.write_buf()).map_err(|e| self.protocol(action, e))?;
@@ -148,7 +153,7 @@ impl ReplicationStream {
                 }
                 Some(Message::NoticeResponse(_) | Message::ParameterStatus(_)) => {}
                 _ => {
-                    return Err(ReplicationError::Protocol {
+                    return Err(PgError::Protocol {
                         target: self.target.clone(),
                         action,
                         reason: format!(

@@ -14,7 +14,7 @@ use postgres_protocol::message::frontend;
 use tokio::time::Instant;
 
 use super::ReplicationStream;
-use crate::replication::error::ReplicationError;
+use crate::pg::error::PgError;
 use pgoutput::encode_standby_status_update;
 
 /// Floor for the status interval, so a zero or tiny setting cannot turn the
@@ -47,7 +47,7 @@ impl ReplicationStream {
     }
 
     /// Queues the status update that is due, if any; returns whether it did.
-    pub(super) fn queue_due_status(&mut self) -> Result<bool, ReplicationError> {
+    pub(super) fn queue_due_status(&mut self) -> Result<bool, PgError> {
         let now = Instant::now();
         if now >= self.next_status_at {
             // Asking for a reply when the server has been quiet is the
@@ -66,7 +66,7 @@ impl ReplicationStream {
 
     /// Appends a status update carrying the confirmed LSN to the write buffer
     /// and restarts the periodic interval.
-    pub(super) fn queue_status(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
+    pub(super) fn queue_status(&mut self, reply_requested: bool) -> Result<(), PgError> {
         self.write_status_update(reply_requested)?;
         let now = Instant::now();
         self.next_status_at = now + self.status_interval;
@@ -79,11 +79,11 @@ impl ReplicationStream {
 
     /// A status update that only reports progress: it leaves the periodic
     /// interval and the liveness probe alone.
-    fn queue_progress_report(&mut self) -> Result<(), ReplicationError> {
+    fn queue_progress_report(&mut self) -> Result<(), PgError> {
         self.write_status_update(false)
     }
 
-    fn write_status_update(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
+    fn write_status_update(&mut self, reply_requested: bool) -> Result<(), PgError> {
         let lsn = self.confirmed;
         let client_time = pgoutput::utc_to_pg_timestamp(chrono::Utc::now());
         let update = encode_standby_status_update(lsn, lsn, lsn, client_time, reply_requested);
@@ -101,7 +101,7 @@ impl ReplicationStream {
     ///
     /// # Errors
     /// Transient I/O errors.
-    pub async fn send_due_status(&mut self) -> Result<(), ReplicationError> {
+    pub async fn send_due_status(&mut self) -> Result<(), PgError> {
         self.queue_due_status()?;
         self.socket
             .flush()
@@ -114,7 +114,7 @@ impl ReplicationStream {
     ///
     /// # Errors
     /// Transient I/O errors.
-    pub async fn send_status(&mut self, reply_requested: bool) -> Result<(), ReplicationError> {
+    pub async fn send_status(&mut self, reply_requested: bool) -> Result<(), PgError> {
         self.queue_status(reply_requested)?;
         self.socket
             .flush()

@@ -10,8 +10,8 @@ use tokio::net::UnixStream;
 
 use super::status::{MIN_STATUS_INTERVAL, read_timeout, status_interval};
 use super::*;
-use crate::replication::ErrorKind;
-use crate::replication::socket::Socket;
+use crate::pg::ErrorKind;
+use crate::pg::socket::Socket;
 
 const CONFIRMED: Lsn = Lsn(0x100);
 
@@ -185,7 +185,7 @@ async fn silent_server_is_a_transient_read_timeout() {
     let (mut stream, _server) = stream(Duration::from_millis(100), Duration::from_millis(300));
     let started = Instant::now();
     let err = stream.next().await.unwrap_err();
-    assert!(matches!(err, ReplicationError::ReadTimeout { .. }), "{err}");
+    assert!(matches!(err, PgError::ReadTimeout { .. }), "{err}");
     assert_eq!(err.kind(), ErrorKind::Transient);
     assert!(started.elapsed() < Duration::from_secs(2));
 }
@@ -261,16 +261,13 @@ async fn server_errors_are_classified() {
         let err = stream.next().await.unwrap_err();
         assert_eq!(err.kind(), kind, "{err}");
         if code == "42704" {
-            assert!(
-                matches!(err, ReplicationError::PublicationMissing { .. }),
-                "{err}"
-            );
+            assert!(matches!(err, PgError::PublicationMissing { .. }), "{err}");
         }
         if code == "55006" {
             assert!(
                 matches!(
                     err,
-                    ReplicationError::SlotInUse {
+                    PgError::SlotInUse {
                         active_pid: Some(77),
                         ..
                     }
@@ -289,15 +286,15 @@ async fn server_errors_are_classified() {
 /// another message where PostgreSQL reuses it.
 #[tokio::test]
 async fn server_errors_map_to_the_object_they_name() {
-    type Expected = fn(&ReplicationError) -> bool;
+    type Expected = fn(&PgError) -> bool;
     let cases: [(&str, &str, Expected); 6] = [
         ("42704", "publication \"test_pub\" does not exist", |e| {
-            matches!(e, ReplicationError::PublicationMissing { .. })
+            matches!(e, PgError::PublicationMissing { .. })
         }),
         (
             "42704",
             "replication slot \"test_slot\" does not exist",
-            |e| matches!(e, ReplicationError::SlotMissing { .. }),
+            |e| matches!(e, PgError::SlotMissing { .. }),
         ),
         (
             "55006",
@@ -305,7 +302,7 @@ async fn server_errors_map_to_the_object_they_name() {
             |e| {
                 matches!(
                     e,
-                    ReplicationError::SlotInUse {
+                    PgError::SlotInUse {
                         active_pid: Some(77),
                         ..
                     }
@@ -315,17 +312,17 @@ async fn server_errors_map_to_the_object_they_name() {
         (
             "55000",
             "cannot read from logical replication slot \"test_slot\": it has been invalidated",
-            |e| matches!(e, ReplicationError::SlotInvalidated { .. }),
+            |e| matches!(e, PgError::SlotInvalidated { .. }),
         ),
         (
             "55000",
             "logical decoding requires wal_level >= logical",
-            |e| matches!(e, ReplicationError::Server { .. }),
+            |e| matches!(e, PgError::Server { .. }),
         ),
         (
             "57P01",
             "terminating connection due to administrator command",
-            |e| matches!(e, ReplicationError::Server { .. }),
+            |e| matches!(e, PgError::Server { .. }),
         ),
     ];
     for (code, message, expected) in cases {
@@ -345,7 +342,7 @@ async fn command_complete_without_copy_done_is_a_transient_end_of_stream() {
     let (mut stream, mut server) = quiet_stream();
     server.write_all(&backend(b'C', b"COPY 0\0")).await.unwrap();
     let err = stream.next().await.unwrap_err();
-    assert!(matches!(err, ReplicationError::StreamEnded { .. }), "{err}");
+    assert!(matches!(err, PgError::StreamEnded { .. }), "{err}");
     assert_eq!(err.kind(), ErrorKind::Transient);
 }
 
@@ -354,7 +351,7 @@ async fn garbage_is_a_fatal_protocol_error() {
     let (mut stream, mut server) = quiet_stream();
     server.write_all(&backend(b'd', b"zzz")).await.unwrap();
     let err = stream.next().await.unwrap_err();
-    assert!(matches!(err, ReplicationError::Decode { .. }), "{err}");
+    assert!(matches!(err, PgError::Decode { .. }), "{err}");
     assert_eq!(err.kind(), ErrorKind::Fatal);
 }
 

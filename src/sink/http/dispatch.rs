@@ -44,7 +44,7 @@ use super::store::{self, DeliveryTable, NewRow};
 use super::{HttpSinkSettings, WebhookEvent};
 use crate::backoff::{Backoff, Incident};
 use crate::metrics::{self as m, webhook_outcome};
-use crate::replication::{ReplicationError, ReplicationSettings, SqlConnection};
+use crate::pg::{ConnectSettings, PgError, SqlConnection};
 use crate::sink::DeliveryReport;
 
 /// A sink's shared parts: settings, client, request limit, SQL connections.
@@ -60,7 +60,7 @@ pub struct SinkRuntime {
 
 impl SinkRuntime {
     /// The connection settings of its SQL connections.
-    pub fn pool_settings(&self) -> &ReplicationSettings {
+    pub fn pool_settings(&self) -> &ConnectSettings {
         &self.pool.settings
     }
 
@@ -78,7 +78,7 @@ impl SinkRuntime {
     pub fn new(
         settings: HttpSinkSettings,
         table: DeliveryTable,
-        connection: ReplicationSettings,
+        connection: ConnectSettings,
     ) -> Result<Arc<SinkRuntime>, super::client::TransportError> {
         Ok(Arc::new(SinkRuntime {
             client: Client::new(&settings)?,
@@ -93,12 +93,12 @@ impl SinkRuntime {
 
 /// A few plain SQL connections, opened on demand, dropped after an error.
 pub struct Pool {
-    settings: ReplicationSettings,
+    settings: ConnectSettings,
     idle: Mutex<Vec<SqlConnection>>,
 }
 
 impl Pool {
-    pub fn new(settings: ReplicationSettings) -> Pool {
+    pub fn new(settings: ConnectSettings) -> Pool {
         Pool {
             settings,
             idle: Mutex::new(Vec::new()),
@@ -109,7 +109,7 @@ impl Pool {
     ///
     /// # Errors
     /// The connection's.
-    pub async fn get(&self) -> Result<SqlConnection, ReplicationError> {
+    pub async fn get(&self) -> Result<SqlConnection, PgError> {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         match idle {
             Some(conn) => Ok(conn),
@@ -389,7 +389,7 @@ async fn park(
 async fn with_sql<T, F, Fut>(sink: &SinkRuntime, what: &'static str, mut op: F) -> T
 where
     F: FnMut(SqlConnection) -> Fut,
-    Fut: std::future::Future<Output = (SqlConnection, Result<T, ReplicationError>)>,
+    Fut: std::future::Future<Output = (SqlConnection, Result<T, PgError>)>,
 {
     loop {
         let error = match sink.pool.get().await {
@@ -432,7 +432,7 @@ impl SqlTrouble {
         route: &str,
         table: &DeliveryTable,
         what: &str,
-        error: &ReplicationError,
+        error: &PgError,
     ) -> Duration {
         let reason = m::reason::DELIVERY_TABLE;
         metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);

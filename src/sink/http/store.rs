@@ -19,7 +19,7 @@ use std::time::Duration;
 use postgres_protocol::escape::{escape_identifier, escape_literal};
 
 use super::WebhookEvent;
-use crate::replication::{ReplicationError, SqlConnection};
+use crate::pg::{PgError, SqlConnection};
 
 /// The delivery table, `(schema, name)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,7 +95,7 @@ pub async fn look_up(
     table: &DeliveryTable,
     route: &str,
     event: &WebhookEvent,
-) -> Result<Known, ReplicationError> {
+) -> Result<Known, PgError> {
     let t = table.quoted();
     let sql = format!(
         "SELECT EXISTS (SELECT 1 FROM {t} WHERE event_id = {id}), \
@@ -140,7 +140,7 @@ pub async fn insert(
     conn: &mut SqlConnection,
     table: &DeliveryTable,
     row: &NewRow<'_>,
-) -> Result<(), ReplicationError> {
+) -> Result<(), PgError> {
     let headers: serde_json::Map<String, serde_json::Value> = row
         .event
         .headers
@@ -198,7 +198,7 @@ pub async fn claim(
     conn: &mut SqlConnection,
     table: &DeliveryTable,
     route: &str,
-) -> Result<Option<Claimed>, ReplicationError> {
+) -> Result<Option<Claimed>, PgError> {
     let t = table.quoted();
     conn.query("BEGIN", "begin a webhook retry").await?;
     // Only the head of each aggregate's queue: no older PENDING row of the
@@ -271,7 +271,7 @@ pub async fn finish(
     table: &DeliveryTable,
     id: i64,
     how: &Finish,
-) -> Result<(), ReplicationError> {
+) -> Result<(), PgError> {
     let status = |s: Option<u16>| s.map_or_else(|| "NULL".to_owned(), |s| s.to_string());
     let set = match how {
         Finish::Sent { status: s } => format!(
@@ -322,7 +322,7 @@ pub struct RouteStats {
 pub async fn stats(
     conn: &mut SqlConnection,
     table: &DeliveryTable,
-) -> Result<Vec<RouteStats>, ReplicationError> {
+) -> Result<Vec<RouteStats>, PgError> {
     let sql = format!(
         "SELECT route, count(*) FILTER (WHERE status = 'PENDING'), \
                 count(*) FILTER (WHERE status = 'PENDING' AND created_at < now() - interval '10 minutes'), \

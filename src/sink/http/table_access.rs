@@ -17,7 +17,7 @@ use postgres_protocol::escape::escape_literal;
 
 use super::dispatch::SinkRuntime;
 use super::store::DeliveryTable;
-use crate::replication::{ReplicationError, SqlConnection};
+use crate::pg::{PgError, SqlConnection};
 
 /// What the catalog says about the delivery table, for the current role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -180,7 +180,7 @@ pub async fn check_at_start(sinks: &[Arc<SinkRuntime>]) -> Result<(), DeliveryTa
 pub async fn check(
     conn: &mut SqlConnection,
     table: &DeliveryTable,
-) -> Result<Result<(), DeliveryTableRefused>, ReplicationError> {
+) -> Result<Result<(), DeliveryTableRefused>, PgError> {
     let rows = conn
         .query(&access_sql(table), "checking the delivery table")
         .await?;

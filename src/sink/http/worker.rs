@@ -40,7 +40,7 @@ use super::status::{Outcome, classify};
 use super::store::{self, Finish};
 use crate::backoff::{Backoff, Incident};
 use crate::metrics::{self as m, webhook_outcome};
-use crate::replication::{ReplicationError, SqlConnection};
+use crate::pg::{PgError, SqlConnection};
 
 /// Loops per sink, at most (and at most its `max_concurrency`).
 const LOOPS_PER_SINK: usize = 4;
@@ -153,13 +153,7 @@ impl Trouble {
     /// A try on the delivery table failed (`what`: what the loop was doing;
     /// `prober`: whether this loop is the prober): counted, logged once per
     /// incident, and what the loop does next.
-    fn failed(
-        &self,
-        sink: &SinkRuntime,
-        prober: bool,
-        what: &str,
-        error: &ReplicationError,
-    ) -> Next {
+    fn failed(&self, sink: &SinkRuntime, prober: bool, what: &str, error: &PgError) -> Next {
         let reason = m::reason::DELIVERY_TABLE;
         metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
         let mut t = self.lock();

@@ -1,4 +1,4 @@
-//! TLS for the replication connection, following libpq's `sslmode`.
+//! TLS for a PostgreSQL connection, following libpq's `sslmode`.
 //!
 //! Role: turn a connected TCP stream into what the connection runs on
 //! ([`Negotiated`]: the plain stream, or a [`TlsStream`]): send SSLRequest,
@@ -47,7 +47,7 @@ use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
 
 use super::conninfo::{RootCert, SslMode, TlsSettings};
-use super::error::ReplicationError;
+use super::error::PgError;
 
 /// A TCP connection after [`establish`]: plain (`sslmode=disable`, or
 /// `prefer` and the server said no) or TLS.
@@ -130,7 +130,7 @@ pub async fn establish(
     settings: &TlsSettings,
     server_name: &str,
     target: &str,
-) -> Result<Negotiated, ReplicationError> {
+) -> Result<Negotiated, PgError> {
     if settings.mode == SslMode::Disable {
         return Ok(Negotiated::Plain(tcp));
     }
@@ -138,7 +138,7 @@ pub async fn establish(
     // and should be reported as such, not after a round trip.
     let connector = connector(settings, target)?;
 
-    let io_error = |action, source| ReplicationError::Io {
+    let io_error = |action, source| PgError::Io {
         target: target.to_owned(),
         action,
         source,
@@ -156,13 +156,13 @@ pub async fn establish(
         b'S' => {}
         b'N' if settings.mode == SslMode::Prefer => return Ok(Negotiated::Plain(tcp)),
         b'N' => {
-            return Err(ReplicationError::TlsNotOffered {
+            return Err(PgError::TlsNotOffered {
                 target: target.to_owned(),
                 sslmode: settings.mode.as_str(),
             });
         }
         other => {
-            return Err(ReplicationError::Protocol {
+            return Err(PgError::Protocol {
                 target: target.to_owned(),
                 action: "negotiating TLS",
                 reason: format!("answer {other:#04x} to SSLRequest, expected 'S' or 'N'"),
@@ -170,7 +170,7 @@ pub async fn establish(
         }
     }
 
-    let tls_error = |reason: String| ReplicationError::Tls {
+    let tls_error = |reason: String| PgError::Tls {
         target: target.to_owned(),
         reason,
     };
@@ -185,7 +185,7 @@ pub async fn establish(
     if let Err(error) = Pin::new(&mut stream).connect().await {
         let verify = stream.ssl().verify_result();
         if verify != X509VerifyResult::OK {
-            return Err(ReplicationError::TlsVerify {
+            return Err(PgError::TlsVerify {
                 target: target.to_owned(),
                 server_name: server_name.to_owned(),
                 reason: verify.error_string().to_owned(),
@@ -200,8 +200,8 @@ pub async fn establish(
     Ok(Negotiated::Tls(Box::new(TlsStream(stream))))
 }
 
-fn connector(settings: &TlsSettings, target: &str) -> Result<SslConnector, ReplicationError> {
-    let error = |what: &str, path: Option<&Path>, e: String| ReplicationError::Tls {
+fn connector(settings: &TlsSettings, target: &str) -> Result<SslConnector, PgError> {
+    let error = |what: &str, path: Option<&Path>, e: String| PgError::Tls {
         target: target.to_owned(),
         reason: match path {
             Some(p) => format!("cannot load {what} {}: {e}", p.display()),
@@ -223,7 +223,7 @@ fn connector(settings: &TlsSettings, target: &str) -> Result<SslConnector, Repli
                     builder.set_cert_store(store);
                 }
                 None => {
-                    return Err(ReplicationError::TlsRootCertMissing {
+                    return Err(PgError::TlsRootCertMissing {
                         target: target.to_owned(),
                         sslmode: settings.mode.as_str(),
                     });
@@ -330,10 +330,7 @@ mod tests {
                 ..TlsSettings::default()
             };
             let err = connector(&settings, "h:1").err().unwrap();
-            assert!(
-                matches!(err, ReplicationError::TlsRootCertMissing { .. }),
-                "{err}"
-            );
+            assert!(matches!(err, PgError::TlsRootCertMissing { .. }), "{err}");
             assert_eq!(err.kind(), super::super::ErrorKind::Fatal);
             let text = err.to_string();
             assert!(

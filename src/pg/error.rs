@@ -1,7 +1,8 @@
-//! `ReplicationError`: everything that can go wrong on the replication
-//! connection, and its classification into [`ErrorKind`].
+//! `PgError`: everything that can go wrong on a PostgreSQL connection (the
+//! replication stream's or a plain SQL session's), and its classification
+//! into [`ErrorKind`].
 //!
-//! Role: the relay's reconnect loop looks only at [`ReplicationError::kind`]:
+//! Role: the relay's reconnect loop looks only at [`PgError::kind`]:
 //! transient errors reconnect with [`crate::backoff::Backoff`], `SlotBusy` waits for the
 //! other reader to go away, fatal errors stop the relay with the message.
 //!
@@ -79,9 +80,9 @@ impl ServerError {
     }
 }
 
-/// An error on the replication connection. See [`ReplicationError::kind`].
+/// An error on a PostgreSQL connection. See [`PgError::kind`].
 #[derive(Debug, Error)]
-pub enum ReplicationError {
+pub enum PgError {
     #[error("invalid replication conninfo {conninfo}: {reason}")]
     Conninfo { conninfo: String, reason: String },
 
@@ -306,10 +307,10 @@ pub enum ReplicationError {
     Decode { target: String, source: DecodeError },
 }
 
-impl ReplicationError {
+impl PgError {
     /// Transient (reconnect), slot busy (wait), or fatal (stop and tell).
     pub fn kind(&self) -> ErrorKind {
-        use ReplicationError as E;
+        use PgError as E;
         match self {
             E::Connect { .. }
             | E::ConnectTimeout { .. }
@@ -349,10 +350,10 @@ impl ReplicationError {
     /// The SQLSTATE when the server reported the error.
     pub fn sqlstate(&self) -> Option<&str> {
         match self {
-            ReplicationError::AuthFailed { server, .. }
-            | ReplicationError::MissingReplicationRole { server, .. }
-            | ReplicationError::DatabaseMissing { server, .. }
-            | ReplicationError::Server { server, .. } => Some(&server.code),
+            PgError::AuthFailed { server, .. }
+            | PgError::MissingReplicationRole { server, .. }
+            | PgError::DatabaseMissing { server, .. }
+            | PgError::Server { server, .. } => Some(&server.code),
             _ => None,
         }
     }
@@ -389,7 +390,7 @@ mod tests {
             ("55000", ErrorKind::Fatal),
             ("XX000", ErrorKind::Fatal),
         ] {
-            let error = ReplicationError::Server {
+            let error = PgError::Server {
                 target: "h".into(),
                 action: "streaming",
                 server: Box::new(server(code)),
@@ -401,7 +402,7 @@ mod tests {
 
     #[test]
     fn fatal_messages_name_the_object_and_the_fix() {
-        let missing = ReplicationError::SlotMissing {
+        let missing = PgError::SlotMissing {
             slot: "outbox_slot".into(),
             database: "app".into(),
         };
@@ -418,13 +419,13 @@ mod tests {
             "{text}"
         );
 
-        let role = ReplicationError::MissingReplicationRole {
+        let role = PgError::MissingReplicationRole {
             role: "relay".into(),
             server: Box::new(server("42501")),
         };
         assert!(role.to_string().contains("ALTER ROLE relay REPLICATION"));
 
-        let busy = ReplicationError::SlotInUse {
+        let busy = PgError::SlotInUse {
             slot: "s".into(),
             active_pid: Some(42),
         };

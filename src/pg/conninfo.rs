@@ -1,4 +1,4 @@
-//! Connection strings for the replication connection: libpq's URL
+//! Connection strings for every PostgreSQL connection: libpq's URL
 //! (`postgres://user:pw@host:port/db?k=v`) and key=value (`host=h user=u`)
 //! forms, parsed into the endpoints, credentials and TLS settings the
 //! connection needs, plus the redacted form every log line and error shows.
@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use tokio_postgres::config::SslNegotiation;
 
-use super::error::ReplicationError;
+use super::error::PgError;
 use crate::redact::redact_conninfo;
 
 mod params;
@@ -382,9 +382,9 @@ impl ConninfoError {
 }
 
 /// Fatal, like every configuration mistake.
-impl From<ConninfoError> for ReplicationError {
+impl From<ConninfoError> for PgError {
     fn from(error: ConninfoError) -> Self {
-        ReplicationError::Conninfo {
+        PgError::Conninfo {
             conninfo: error.conninfo,
             reason: error.reason,
         }

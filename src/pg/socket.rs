@@ -1,12 +1,13 @@
-//! The byte pipe under the replication connection: TCP, TLS over TCP, or a
+//! The byte pipe under every PostgreSQL connection: TCP, TLS over TCP, or a
 //! Unix socket, with a read buffer split into backend frames and a write
 //! buffer of encoded frontend messages.
 //!
 //! Role: [`open`] connects to an endpoint (TLS negotiated per `sslmode`);
-//! all socket I/O of the replication connection then goes through
+//! all socket I/O of the connection then goes through
 //! [`FramedSocket`]; everything above it works on whole frames.
 //!
-//! Invariants (what makes [`super::ReplicationStream::next`] cancel-safe):
+//! Invariants (what makes [`crate::replication::ReplicationStream::next`]
+//! cancel-safe):
 //! * bytes read live in `read_buf` until a complete frame is split off, so a
 //!   read cancelled at an `.await` loses nothing;
 //! * bytes to write live in `write_buf` and are removed only once the socket
@@ -27,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 use tokio::net::{TcpStream, UnixStream};
 
 use super::conninfo::{Endpoint, TlsSettings};
-use super::error::ReplicationError;
+use super::error::PgError;
 use super::tls::{self, Negotiated, TlsStream};
 
 /// Room made in the read buffer before each read: large enough that a busy
@@ -96,8 +97,8 @@ pub async fn open(
     endpoint: &Endpoint,
     tls_settings: &TlsSettings,
     target: &str,
-) -> Result<Socket, ReplicationError> {
-    let connect_error = |source| ReplicationError::Connect {
+) -> Result<Socket, PgError> {
+    let connect_error = |source| PgError::Connect {
         target: target.to_owned(),
         source,
     };

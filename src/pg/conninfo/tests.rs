@@ -260,7 +260,7 @@ fn rejects_bad_input_without_echoing_the_password() {
     ] {
         let err = Conninfo::parse(s).unwrap_err();
         let text = format!("{err} {err:?} {}", err.reason());
-        let err = ReplicationError::from(err);
+        let err = PgError::from(err);
         assert_eq!(err.kind(), super::super::ErrorKind::Fatal);
         for secret in ["topsecret", "tops3cr", "et9x"] {
             assert!(!text.contains(secret), "{text}");

@@ -1,6 +1,8 @@
-//! Startup and authentication of the replication connection.
+//! Startup and authentication of a PostgreSQL connection: the replication
+//! stream's, or a plain SQL session's.
 //!
-//! Role: send the StartupMessage with `replication=database`, answer the
+//! Role: send the StartupMessage (with `replication=database` for the
+//! stream and its sessions, without for an ordinary one), answer the
 //! server's authentication request (trust, cleartext password, md5,
 //! SCRAM-SHA-256), and read up to the first ReadyForQuery, keeping the
 //! backend pid. Startup ErrorResponses become the specific fatal errors the
@@ -32,7 +34,7 @@ use postgres_protocol::message::frontend;
 use tokio_postgres::error::SqlState;
 
 use super::conninfo::{ChannelBinding, Conninfo};
-use super::error::{ReplicationError, ServerError};
+use super::error::{PgError, ServerError};
 use super::protocol::{read_message, server_error};
 use super::socket::FramedSocket;
 
@@ -136,7 +138,7 @@ pub async fn startup(
     conninfo: &Conninfo,
     fallback_application_name: &str,
     target: &str,
-) -> Result<Session, ReplicationError> {
+) -> Result<Session, PgError> {
     startup_as(
         socket,
         conninfo,
@@ -154,7 +156,7 @@ pub async fn startup_as(
     fallback_application_name: &str,
     target: &str,
     kind: SessionKind,
-) -> Result<Session, ReplicationError> {
+) -> Result<Session, PgError> {
     let application_name = conninfo
         .application_name
         .as_deref()
@@ -174,7 +176,7 @@ pub async fn startup_as(
     if let Some(options) = &conninfo.options {
         params.push(("options", options));
     }
-    let protocol_error = |reason: String| ReplicationError::Protocol {
+    let protocol_error = |reason: String| PgError::Protocol {
         target: target.to_owned(),
         action: "starting up",
         reason,
@@ -190,7 +192,7 @@ pub async fn startup_as(
     let mut binding_claimed = false;
     let mut session = Session::default();
     let require = conninfo.channel_binding == ChannelBinding::Require;
-    let unbindable = |what: &str| ReplicationError::ChannelBinding {
+    let unbindable = |what: &str| PgError::ChannelBinding {
         target: target.to_owned(),
         reason: format!(
             "channel_binding=require, but the server {what}, which cannot be bound to the TLS \
@@ -234,13 +236,13 @@ pub async fn startup_as(
                     &offered,
                     socket.tls_server_end_point(),
                 )
-                .map_err(|reason| ReplicationError::ChannelBinding {
+                .map_err(|reason| PgError::ChannelBinding {
                     target: target.to_owned(),
                     reason,
                 })?;
                 let mechanism = binding.mechanism();
                 if !offered.iter().any(|m| m == mechanism) {
-                    return Err(ReplicationError::UnsupportedAuth {
+                    return Err(PgError::UnsupportedAuth {
                         target: target.to_owned(),
                         method: format!("SASL with {}", offered.join(", ")),
                     });
@@ -303,7 +305,7 @@ pub async fn startup_as(
                             | SqlState::PROTOCOL_VIOLATION
                     )
                 {
-                    return Err(ReplicationError::ChannelBinding {
+                    return Err(PgError::ChannelBinding {
                         target: target.to_owned(),
                         reason: format!(
                             "PostgreSQL refused it ({server}): the TLS channel the relay \
@@ -325,25 +327,23 @@ async fn flush(
     socket: &mut FramedSocket,
     target: &str,
     action: &'static str,
-) -> Result<(), ReplicationError> {
-    socket.flush().await.map_err(|source| ReplicationError::Io {
+) -> Result<(), PgError> {
+    socket.flush().await.map_err(|source| PgError::Io {
         target: target.to_owned(),
         action,
         source,
     })
 }
 
-fn password<'a>(conninfo: &'a Conninfo, target: &str) -> Result<&'a [u8], ReplicationError> {
-    conninfo
-        .password()
-        .ok_or_else(|| ReplicationError::PasswordMissing {
-            role: conninfo.user.clone(),
-            target: target.to_owned(),
-        })
+fn password<'a>(conninfo: &'a Conninfo, target: &str) -> Result<&'a [u8], PgError> {
+    conninfo.password().ok_or_else(|| PgError::PasswordMissing {
+        role: conninfo.user.clone(),
+        target: target.to_owned(),
+    })
 }
 
-fn unsupported(target: &str, method: &str) -> ReplicationError {
-    ReplicationError::UnsupportedAuth {
+fn unsupported(target: &str, method: &str) -> PgError {
+    PgError::UnsupportedAuth {
         target: target.to_owned(),
         method: method.to_owned(),
     }
@@ -355,12 +355,12 @@ fn startup_error(
     conninfo: &Conninfo,
     target: &str,
     kind: SessionKind,
-) -> ReplicationError {
+) -> PgError {
     match server.sqlstate() {
         // Also "no pg_hba.conf entry" (28000), which the server message
         // spells out.
         SqlState::INVALID_PASSWORD | SqlState::INVALID_AUTHORIZATION_SPECIFICATION => {
-            ReplicationError::AuthFailed {
+            PgError::AuthFailed {
                 role: conninfo.user.clone(),
                 target: target.to_owned(),
                 server: Box::new(server),
@@ -371,17 +371,17 @@ fn startup_error(
         // session it means something else (no CONNECT privilege on the
         // database), which the server's message says.
         SqlState::INSUFFICIENT_PRIVILEGE if kind == SessionKind::Replication => {
-            ReplicationError::MissingReplicationRole {
+            PgError::MissingReplicationRole {
                 role: conninfo.user.clone(),
                 server: Box::new(server),
             }
         }
-        SqlState::UNDEFINED_DATABASE => ReplicationError::DatabaseMissing {
+        SqlState::UNDEFINED_DATABASE => PgError::DatabaseMissing {
             database: conninfo.dbname.clone(),
             target: target.to_owned(),
             server: Box::new(server),
         },
-        _ => ReplicationError::Server {
+        _ => PgError::Server {
             target: target.to_owned(),
             action: "the connection",
             server: Box::new(server),

@@ -4,7 +4,7 @@
 //! Role: the frame-level helpers every conversation with the server shares
 //! (startup, simple queries, START_REPLICATION, the stream's own
 //! ErrorResponses): read one message, turn a failed read into the
-//! [`ReplicationError`] the caller reports, parse error fields into a
+//! [`PgError`] the caller reports, parse error fields into a
 //! [`ServerError`]. No policy: what an error *means* (wrong password, slot
 //! missing...) is decided by the caller, by SQLSTATE.
 //!
@@ -16,22 +16,22 @@ use postgres_protocol::message::backend::{
     ErrorFields, ErrorResponseBody, Message, NoticeResponseBody,
 };
 
-use super::error::{ReplicationError, ServerError};
+use super::error::{PgError, ServerError};
 use super::socket::{FramedSocket, ReadError};
 
 /// Maps a frame-reading failure to the error the caller reports.
-pub fn read_error(target: &str, action: &'static str, error: ReadError) -> ReplicationError {
+pub fn read_error(target: &str, action: &'static str, error: ReadError) -> PgError {
     match error {
-        ReadError::Io(source) => ReplicationError::Io {
+        ReadError::Io(source) => PgError::Io {
             target: target.to_owned(),
             action,
             source,
         },
-        ReadError::Closed => ReplicationError::Closed {
+        ReadError::Closed => PgError::Closed {
             target: target.to_owned(),
             action,
         },
-        ReadError::BadLength(len) => ReplicationError::Protocol {
+        ReadError::BadLength(len) => PgError::Protocol {
             target: target.to_owned(),
             action,
             reason: format!("message length {len}"),
@@ -44,7 +44,7 @@ pub async fn read_message(
     socket: &mut FramedSocket,
     target: &str,
     action: &'static str,
-) -> Result<Message, ReplicationError> {
+) -> Result<Message, PgError> {
     let mut frame = socket
         .read_frame()
         .await
@@ -53,7 +53,7 @@ pub async fn read_message(
     match Message::parse(&mut frame.bytes) {
         Ok(Some(message)) => Ok(message),
         Ok(None) => unreachable_incomplete(target, action),
-        Err(e) => Err(ReplicationError::Protocol {
+        Err(e) => Err(PgError::Protocol {
             target: target.to_owned(),
             action,
             reason: format!("message {:?}: {e}", char::from(tag)),
@@ -63,8 +63,8 @@ pub async fn read_message(
 
 /// `read_frame` only returns complete frames, so `parse` cannot ask for more;
 /// reported as a protocol error rather than a panic all the same.
-fn unreachable_incomplete<T>(target: &str, action: &'static str) -> Result<T, ReplicationError> {
-    Err(ReplicationError::Protocol {
+fn unreachable_incomplete<T>(target: &str, action: &'static str) -> Result<T, PgError> {
+    Err(PgError::Protocol {
         target: target.to_owned(),
         action,
         reason: "incomplete message".into(),
@@ -173,10 +173,7 @@ mod tests {
     #[test]
     fn read_errors_name_the_endpoint_and_the_action() {
         let closed = read_error("db:5432", "streaming", ReadError::Closed);
-        assert!(
-            matches!(closed, ReplicationError::Closed { .. }),
-            "{closed}"
-        );
+        assert!(matches!(closed, PgError::Closed { .. }), "{closed}");
         let bad = read_error("db:5432", "streaming", ReadError::BadLength(-1));
         let text = bad.to_string();
         assert!(

@@ -14,7 +14,7 @@
 //! ` E'...'` (leading space included) with `\` and `'` doubled, which is an
 //! escape string under both settings.
 //!
-//! Invariant: nothing here depends on another module of the connection, so
+//! Invariant: nothing here depends on another module of the client, so
 //! error texts can use it without a cycle.
 
 use postgres_protocol::escape::escape_identifier;

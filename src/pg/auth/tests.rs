@@ -3,8 +3,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 use super::*;
-use crate::replication::ErrorKind;
-use crate::replication::socket::Socket;
+use crate::pg::ErrorKind;
+use crate::pg::socket::Socket;
 
 fn offered(mechanisms: &[&str]) -> Vec<String> {
     mechanisms.iter().map(|m| (*m).to_owned()).collect()
@@ -90,32 +90,26 @@ fn startup_errors_name_what_to_fix_by_sqlstate() {
     let error = |code| startup_error(server(code), &conninfo, "h:5432", SessionKind::Replication);
     for code in ["28P01", "28000"] {
         assert!(
-            matches!(error(code), ReplicationError::AuthFailed { ref role, .. } if role == "relay"),
+            matches!(error(code), PgError::AuthFailed { ref role, .. } if role == "relay"),
             "{code}"
         );
     }
     assert!(matches!(
         error("42501"),
-        ReplicationError::MissingReplicationRole { .. }
+        PgError::MissingReplicationRole { .. }
     ));
     assert!(matches!(
         error("3D000"),
-        ReplicationError::DatabaseMissing { ref database, .. } if database == "app"
+        PgError::DatabaseMissing { ref database, .. } if database == "app"
     ));
     for code in ["57P03", "53300", "XX000"] {
-        assert!(
-            matches!(error(code), ReplicationError::Server { .. }),
-            "{code}"
-        );
+        assert!(matches!(error(code), PgError::Server { .. }), "{code}");
     }
 }
 
 /// `server` once the startup message arrived and hangs up; returns the
 /// outcome and everything the client wrote after its startup message.
-async fn startup_against(
-    conninfo: &str,
-    server: Vec<u8>,
-) -> (Result<Session, ReplicationError>, Vec<u8>) {
+async fn startup_against(conninfo: &str, server: Vec<u8>) -> (Result<Session, PgError>, Vec<u8>) {
     let conninfo = Conninfo::parse(conninfo).unwrap();
     let (ours, mut theirs) = UnixStream::pair().unwrap();
     let fake = tokio::spawn(async move {
@@ -146,7 +140,7 @@ async fn startup_against(
 async fn startup_message_for(
     kind: SessionKind,
     server: Vec<u8>,
-) -> (Result<Session, ReplicationError>, Vec<u8>) {
+) -> (Result<Session, PgError>, Vec<u8>) {
     let conninfo = Conninfo::parse("host=/nonexistent user=u dbname=app").unwrap();
     let (ours, mut theirs) = UnixStream::pair().unwrap();
     let fake = tokio::spawn(async move {
@@ -229,15 +223,12 @@ async fn insufficient_privilege_names_the_replication_attribute_only_for_a_walse
     let refused = error_response("42501", "permission denied for database app");
     let (outcome, _) = startup_message_for(SessionKind::Replication, refused.clone()).await;
     assert!(
-        matches!(
-            outcome,
-            Err(ReplicationError::MissingReplicationRole { .. })
-        ),
+        matches!(outcome, Err(PgError::MissingReplicationRole { .. })),
         "{outcome:?}"
     );
     let (outcome, _) = startup_message_for(SessionKind::Normal, refused).await;
     let err = outcome.unwrap_err();
-    assert!(matches!(err, ReplicationError::Server { .. }), "{err}");
+    assert!(matches!(err, PgError::Server { .. }), "{err}");
     assert!(
         err.to_string()
             .contains("permission denied for database app"),
@@ -264,10 +255,7 @@ async fn require_without_tls_sends_nothing_and_says_how_to_fix() {
         )
         .await;
         let err = outcome.unwrap_err();
-        assert!(
-            matches!(err, ReplicationError::ChannelBinding { .. }),
-            "{err}"
-        );
+        assert!(matches!(err, PgError::ChannelBinding { .. }), "{err}");
         assert_eq!(err.kind(), ErrorKind::Fatal);
         let text = err.to_string();
         assert!(

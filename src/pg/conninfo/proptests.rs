@@ -3,7 +3,7 @@
 //! conninfo can carry one and under any key spelling, never shows in what the
 //! relay prints about a conninfo: the redacted string, `Display` and `Debug`
 //! of [`Conninfo`], [`ReplicationSettings`] and [`Config`], and the text of
-//! every [`ReplicationError`] that parsing or connecting returns.
+//! every [`PgError`] that parsing or connecting returns.
 //!
 //! Each password starts and ends with a random marker, so a leak of its
 //! beginning or its end is caught even where the middle was cut off, and a
@@ -203,7 +203,7 @@ fn shown(conninfo: &str) -> Vec<(&'static str, String)> {
     }
     if let Ok(parsed) = Conninfo::parse(conninfo) {
         let mut settings = ReplicationSettings::new(parsed, "s", "p");
-        settings.connect_timeout = Duration::from_secs(2);
+        settings.connection.connect_timeout = Duration::from_secs(2);
         out.push(("ReplicationSettings Debug", format!("{settings:?}")));
         // Port 1 on loopback refuses at once: the error of a real connect attempt.
         let runtime = tokio::runtime::Builder::new_current_thread()

@@ -28,10 +28,10 @@ use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
 use tokio::time::timeout;
 
-use super::ReplicationSettings;
+use super::ConnectSettings;
 use super::auth::{self, SessionKind};
 use super::conninfo::Endpoint;
-use super::error::{ReplicationError, ServerError};
+use super::error::{PgError, ServerError};
 use super::protocol::{read_message, server_error};
 use super::socket::{self, FramedSocket};
 
@@ -49,7 +49,7 @@ impl SqlConnection {
     /// # Errors
     /// The stream's classification: transient for network trouble, fatal
     /// for a refused login.
-    pub async fn connect(settings: &ReplicationSettings) -> Result<Self, ReplicationError> {
+    pub async fn connect(settings: &ConnectSettings) -> Result<Self, PgError> {
         Self::connect_as(settings, SessionKind::Replication).await
     }
 
@@ -59,14 +59,11 @@ impl SqlConnection {
     ///
     /// # Errors
     /// As [`SqlConnection::connect`].
-    pub async fn connect_normal(settings: &ReplicationSettings) -> Result<Self, ReplicationError> {
+    pub async fn connect_normal(settings: &ConnectSettings) -> Result<Self, PgError> {
         Self::connect_as(settings, SessionKind::Normal).await
     }
 
-    async fn connect_as(
-        settings: &ReplicationSettings,
-        kind: SessionKind,
-    ) -> Result<Self, ReplicationError> {
+    async fn connect_as(settings: &ConnectSettings, kind: SessionKind) -> Result<Self, PgError> {
         let conninfo = &settings.conninfo;
         let mut last_error = None;
         for endpoint in &conninfo.endpoints {
@@ -82,7 +79,7 @@ impl SqlConnection {
                     kind,
                 )
                 .await?;
-                Ok::<_, ReplicationError>(socket)
+                Ok::<_, PgError>(socket)
             };
             match timeout(settings.connect_timeout, attempt).await {
                 Ok(Ok(socket)) => {
@@ -94,14 +91,14 @@ impl SqlConnection {
                 }
                 Ok(Err(e)) => last_error = Some(e),
                 Err(_) => {
-                    last_error = Some(ReplicationError::ConnectTimeout {
+                    last_error = Some(PgError::ConnectTimeout {
                         target,
                         timeout: settings.connect_timeout,
                     });
                 }
             }
         }
-        Err(last_error.unwrap_or_else(|| ReplicationError::Conninfo {
+        Err(last_error.unwrap_or_else(|| PgError::Conninfo {
             conninfo: conninfo.to_string(),
             reason: "no host to connect to".into(),
         }))
@@ -115,13 +112,13 @@ impl SqlConnection {
         &mut self,
         sql: &str,
         action: &'static str,
-    ) -> Result<Vec<Vec<Option<String>>>, ReplicationError> {
+    ) -> Result<Vec<Vec<Option<String>>>, PgError> {
         simple_query(&mut self.socket, sql, &self.target, action).await
     }
 
     /// The socket, for the catalog checks that run on either kind of
     /// connection.
-    pub(super) fn socket_mut(&mut self) -> &mut FramedSocket {
+    pub(crate) fn socket_mut(&mut self) -> &mut FramedSocket {
         &mut self.socket
     }
 
@@ -148,26 +145,23 @@ impl SqlConnection {
 ///
 /// # Errors
 /// Transient I/O errors; the server's error for a failed statement
-/// ([`ReplicationError::Server`]); a protocol error for a malformed answer.
+/// ([`PgError::Server`]); a protocol error for a malformed answer.
 pub async fn simple_query(
     socket: &mut FramedSocket,
     sql: &str,
     target: &str,
     action: &'static str,
-) -> Result<Vec<Vec<Option<String>>>, ReplicationError> {
-    frontend::query(sql, socket.write_buf()).map_err(|e| ReplicationError::Protocol {
+) -> Result<Vec<Vec<Option<String>>>, PgError> {
+    frontend::query(sql, socket.write_buf()).map_err(|e| PgError::Protocol {
         target: target.to_owned(),
         action,
         reason: e.to_string(),
     })?;
-    socket
-        .flush()
-        .await
-        .map_err(|source| ReplicationError::Io {
-            target: target.to_owned(),
-            action,
-            source,
-        })?;
+    socket.flush().await.map_err(|source| PgError::Io {
+        target: target.to_owned(),
+        action,
+        source,
+    })?;
     let mut rows = Vec::new();
     let mut failure: Option<ServerError> = None;
     loop {
@@ -180,7 +174,7 @@ pub async fn simple_query(
                         |range| Ok(range.map(|r| String::from_utf8_lossy(&buffer[r]).into_owned())),
                     )
                     .collect()
-                    .map_err(|e| ReplicationError::Protocol {
+                    .map_err(|e| PgError::Protocol {
                         target: target.to_owned(),
                         action,
                         reason: format!("DataRow: {e}"),
@@ -195,7 +189,7 @@ pub async fn simple_query(
         }
     }
     match failure {
-        Some(server) => Err(ReplicationError::Server {
+        Some(server) => Err(PgError::Server {
             target: target.to_owned(),
             action,
             server: Box::new(server),
@@ -206,8 +200,8 @@ pub async fn simple_query(
 
 /// The error for a result that does not have the rows and columns the
 /// statement that produced it always returns.
-pub fn unexpected_shape(target: &str, action: &'static str) -> ReplicationError {
-    ReplicationError::Protocol {
+pub fn unexpected_shape(target: &str, action: &'static str) -> PgError {
+    PgError::Protocol {
         target: target.to_owned(),
         action,
         reason: "unexpected result shape".into(),

@@ -1,0 +1,97 @@
+//! The PostgreSQL client: conninfo, TLS, authentication, the wire protocol,
+//! simple-query SQL, and its error type, [`PgError`]. The one place that
+//! opens a connection to PostgreSQL (one module owns the I/O of each
+//! external system): the replication stream ([`crate::replication`]) and
+//! every plain SQL session (the relay lock, the slot's lag, the heartbeat,
+//! the cleanup, webhook deliveries, the operator's commands) run on it.
+//!
+//! Role: parse a conninfo once ([`Conninfo`]), open a socket to one of its
+//! endpoints (TLS per `sslmode`), authenticate (trust / password / md5 /
+//! SCRAM-SHA-256, bound to TLS per `channel_binding`), and run simple
+//! queries on it ([`SqlConnection`], [`sql::simple_query`]). What a
+//! connection is *for* (a slot, a publication, START_REPLICATION, the
+//! outbox table) is not known here: that is `replication`'s.
+//!
+//! Invariants:
+//! * no password in any log line or error (see `conninfo.rs`);
+//! * every error is classified once, by SQLSTATE where the server sent one
+//!   ([`PgError::kind`]);
+//! * every connect is bounded by [`ConnectSettings::connect_timeout`].
+//!
+//! Modules, and which others each uses (no cycles; `pg` is this file, for
+//! [`ConnectSettings`]; tests aside):
+//! * `quote`: none (quoting for fix hints and replication commands);
+//! * `error`: quote;
+//! * `conninfo`: error (and the crate's conninfo redactor in `redact`);
+//! * `tls`: conninfo, error;
+//! * `socket`: conninfo, error, tls;
+//! * `protocol`: error, socket (one backend message, ErrorResponse fields);
+//! * `auth`: conninfo, error, protocol, socket;
+//! * `sql`: pg, auth, conninfo, error, protocol, socket (simple queries,
+//!   [`SqlConnection`]);
+//! * `pg`: conninfo (the settings hold a [`Conninfo`]).
+//!
+//! `conninfo` has private submodules (`conninfo/params.rs`,
+//! `conninfo/secrets.rs`) that use only what its line above names.
+//!
+//! The replication stream builds on `auth`, `protocol`, `socket` and `sql`
+//! directly (its startup asks for a walsender, and it reads CopyData
+//! frames), so those are visible to the crate, not only here.
+
+pub(crate) mod auth;
+pub mod conninfo;
+pub mod error;
+pub(crate) mod protocol;
+pub(crate) mod quote;
+pub(crate) mod socket;
+pub mod sql;
+mod tls;
+
+use std::time::Duration;
+
+pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, Endpoint, RootCert, SslMode};
+pub use error::{ErrorKind, PgError, ServerError};
+pub use quote::display_ident;
+pub use sql::SqlConnection;
+
+/// What opening a connection needs, as validated plain data: where and as
+/// whom, how long a connect may take, and the name it shows.
+#[derive(Debug, Clone)]
+pub struct ConnectSettings {
+    /// Where and as whom to connect, parsed once (the config check does it
+    /// for the relay). Holds the password; shows itself redacted.
+    pub conninfo: Conninfo,
+    /// Bounds the whole connect: TCP, TLS, authentication (and, for the
+    /// replication stream, its checks and start).
+    pub connect_timeout: Duration,
+    /// Used when the conninfo has no `application_name` (libpq's
+    /// `fallback_application_name`); shows in `pg_stat_activity` (and
+    /// `pg_stat_replication` for the stream).
+    pub application_name: String,
+}
+
+impl ConnectSettings {
+    /// Settings with the documented defaults: 10 s to connect, application
+    /// name `outbox-relay`.
+    pub fn new(conninfo: Conninfo) -> Self {
+        ConnectSettings {
+            conninfo,
+            connect_timeout: Duration::from_secs(10),
+            application_name: "outbox-relay".to_owned(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_debug_hides_the_password() {
+        let conninfo = Conninfo::parse("postgres://relay:hunter2@db/app").unwrap();
+        let settings = ConnectSettings::new(conninfo);
+        let debug = format!("{settings:?}");
+        assert!(!debug.contains("hunter2"), "{debug}");
+        assert!(debug.contains("postgres://relay:***@db/app"), "{debug}");
+    }
+}
