@@ -13,7 +13,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::transactional::connect_at_once;
+use super::kafka::transactional::connect_at_once;
 use super::{SinkSettings, log::Reader, log::ReaderContext};
 
 /// Reading the checkpoint topic failed.

@@ -14,24 +14,17 @@
 //! returned to the caller ([`SendError::QueueFull`]) so the relay stops
 //! reading the slot instead of buffering ("bounded memory" in docs/design.md).
 //!
-//! Every refusal is classified once, in [`refusal`].
+//! Every refusal is classified once, in [`super::refusal`].
 //!
 //! The producer does not know what the relay tracks about a record: each
 //! record travels with an opaque tag of the caller's type `T`, returned in
 //! its [`DeliveryReport`].
+//!
+//! Exactly-once is this producer with a `transactional.id`: its submodule
+//! `transactional` (`kafka/transactional.rs`) adds the transactional calls
+//! to [`KafkaSink`].
 
-mod broker_watch;
-mod checkpoint_reader;
-pub mod checkpoint_topic;
-mod counters;
-pub mod http;
-mod log;
-mod reach;
-mod refusal;
-mod transactional;
-
-use broker_watch::BrokerWatch;
-use counters::AckCounters;
+pub(super) mod transactional;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -46,14 +39,13 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::types::RDKafka;
 use tokio::sync::mpsc;
 
+use super::broker_watch::{BrokerWatch, ReachObserver};
+use super::counters::AckCounters;
+use super::log;
+use super::refusal::{DeliveryError, RefusalClass, RefusalKind, Refused, classify, classify_error};
 use crate::backoff::Backoff;
 use crate::envelope::KafkaRecord;
 
-pub use broker_watch::ReachObserver;
-pub use checkpoint_reader::{CheckpointRead, CheckpointReadError, read_checkpoint};
-pub use refusal::{
-    DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
-};
 pub use transactional::{TransactionSettings, TxnFailure};
 
 /// A Kafka client config with the operator's `[kafka.properties]` (TLS,
