@@ -65,7 +65,7 @@ use supervisor::{Action, HealthNote, Line, Outcome, Report, Supervisor};
 pub use error::{RelayError, SessionError, Side};
 pub use fates::Refusals;
 pub use lock::{DEFAULT_LEASE, LockError, LockSettings, MAX_LEASE, MIN_LEASE, lock_key};
-pub use machine::{Producer, SessionMachine, Step};
+pub use machine::{Notice, Producer, SessionMachine, Step};
 pub use settings::{Observability, RelaySettings, SourceSettings};
 pub use tag::DeliveryTag;
 

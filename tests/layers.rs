@@ -1,6 +1,8 @@
 //! The structure guard: the relay's modules import one another only down
 //! the layer order that `docs/design.md` ("Layers") draws, and no group of
-//! files imports itself round in a circle.
+//! files imports itself round in a circle. Beside it, the session machine
+//! (`src/relay/machine.rs`, `src/relay/machine/`) does not log: it has no
+//! I/O, and returns what it has to say to the shell.
 //!
 //! Run by `make lint` (and with the rest of the suite). It reads the source,
 //! not the compiled crate: every `crate::…`, `super::…` and `self::…` path in
@@ -391,4 +393,82 @@ fn the_guard_sees_the_imports_it_must() {
         code_lines("use crate::a;\n#[cfg(test)]\nmod tests {\nuse crate::b;\n}\n").len(),
         1
     );
+}
+
+/// The session machine's files: `src/relay/machine.rs` and everything
+/// under `src/relay/machine/` (its tests live beside it, in
+/// `machine_tests.rs`, and may log).
+fn is_machine_file(src: &Path, path: &Path) -> bool {
+    path == src.join("relay/machine.rs") || path.starts_with(src.join("relay/machine"))
+}
+
+/// What logs: the `tracing` crate by path, or one of its (or the standard
+/// library's printing) macros by name.
+fn logs(line: &str) -> Option<&'static str> {
+    const LOGGING: [&str; 9] = [
+        "tracing::",
+        "trace!",
+        "debug!",
+        "info!",
+        "warn!",
+        "error!",
+        "event!",
+        "println!",
+        "eprintln!",
+    ];
+    LOGGING.into_iter().find(|word| {
+        line.match_indices(word).any(|(at, _)| {
+            let before = line[..at].chars().next_back();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    })
+}
+
+#[test]
+fn the_session_machine_does_not_log() {
+    // The machine does no I/O, logging included: what it has to say goes
+    // back to the shell as a `Notice`, which the shell logs
+    // (src/relay/session/notices.rs).
+    let src = root().join("src");
+    let machine: Vec<Source> = sources(&src)
+        .into_iter()
+        .filter(|s| is_machine_file(&src, &s.path))
+        .collect();
+    assert!(
+        machine.len() > 2,
+        "the machine's files are not where this test looks"
+    );
+    let found: Vec<String> = machine
+        .iter()
+        .flat_map(|s| {
+            s.code.iter().filter_map(move |(number, line)| {
+                logs(line).map(|word| {
+                    format!(
+                        "{}:{number}: {word} (return a Notice instead)",
+                        s.path.display()
+                    )
+                })
+            })
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the session machine logs:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_log_guard_sees_what_logs() {
+    assert_eq!(logs("tracing::warn!(x = 1, \"y\");"), Some("tracing::"));
+    assert_eq!(logs("    warn!(\"y\");"), Some("warn!"));
+    assert_eq!(logs("use tracing::error;"), Some("tracing::"));
+    assert_eq!(logs("eprintln!(\"y\");"), Some("eprintln!"));
+    assert_eq!(logs("self.notify(Notice::MessagesOff { prefix });"), None);
+    assert_eq!(logs("let e = my_error!(x);"), None);
+    let src = root().join("src");
+    assert!(is_machine_file(&src, &src.join("relay/machine/sources.rs")));
+    assert!(is_machine_file(&src, &src.join("relay/machine.rs")));
+    assert!(!is_machine_file(&src, &src.join("relay/machine_tests.rs")));
+    assert!(!is_machine_file(&src, &src.join("relay/session.rs")));
 }

@@ -10,7 +10,10 @@
 //! docs/design.md); the loop reads it from [`SessionMachine::confirmed`].
 //! This file takes the stream apart; `machine/delivery.rs` hands records to
 //! the producer and takes the reports; `machine/sources.rs` turns logical
-//! messages into events.
+//! messages into events. The machine does no I/O, logging included: a line
+//! the operator must read goes back to the shell as a [`Notice`]
+//! (`machine/notice.rs`), which the shell logs; the machine decides that it
+//! is due, and that a once-per-session one was not said yet.
 //!
 //! States, named:
 //! * the transaction arriving: [`TxnState`] (`Idle`, `Delivering` one the
@@ -70,6 +73,7 @@ use pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
 
 mod commit;
 mod delivery;
+mod notice;
 mod pace;
 mod sources;
 mod webhook;
@@ -78,6 +82,7 @@ type SessionResult<T> = Result<T, SessionError>;
 
 pub use commit::CommitPlan;
 use commit::Commits;
+pub use notice::Notice;
 use pace::Pace;
 
 /// Where records go: a non-blocking hand-off whose answers come back later
@@ -199,6 +204,8 @@ pub struct SessionMachine<'a> {
     warned_rows_in_messages_mode: bool,
     /// A malformed trace context was dropped: said once.
     warned_trace_context: bool,
+    /// Lines for the shell to log, oldest first (`notice.rs`).
+    notices: Vec<Notice>,
     /// Everything up to here was handed to the producer (the end LSN of
     /// the last transaction delivered, or an idle position): where an
     /// exactly-once checkpoint may point once the records are committed.
@@ -270,6 +277,7 @@ impl<'a> SessionMachine<'a> {
             warned_messages_off: false,
             warned_rows_in_messages_mode: false,
             warned_trace_context: false,
+            notices: Vec::new(),
             transactions: metrics::counter!(m::TRANSACTIONS),
             handed_off: confirmed,
             commits: None,
@@ -492,13 +500,10 @@ impl<'a> SessionMachine<'a> {
                 {
                     self.transactions.increment(1);
                     if self.skip > 0 {
-                        tracing::error!(
-                            commit_lsn = %commit.lsn,
-                            missing = self.skip,
-                            "the checkpoint says more of this transaction's events are in Kafka \
-                             than it has now (postgres.source, the shards or the table changed \
-                             since?): none of it was sent again"
-                        );
+                        self.notify(Notice::CheckpointAhead {
+                            commit_lsn: commit.lsn,
+                            missing: self.skip,
+                        });
                         self.skip = 0;
                     }
                     self.tracker.close(commit.txn, end_lsn)?;
@@ -540,35 +545,30 @@ impl<'a> SessionMachine<'a> {
                     && relation.oid == outbox.oid
                     && (relation.namespace != outbox.schema || relation.name != outbox.name)
                 {
-                    tracing::warn!(
-                        configured = %outbox.qualified_name(),
-                        now = %relation.qualified_name(),
-                        oid = relation.oid,
-                        "the outbox table was renamed; streaming on (same table). Set \
-                         postgres.table to the new name before the next restart"
-                    );
+                    self.notify(Notice::OutboxRenamed {
+                        configured: outbox.qualified_name(),
+                        now: relation.qualified_name(),
+                        oid: relation.oid,
+                    });
                 }
             }
-            RelationClass::OutboxByPublication => tracing::warn!(
-                relation = %relation.qualified_name(),
-                oid = relation.oid,
-                outbox = %self.outbox.as_ref().map(OutboxTable::qualified_name).unwrap_or_default(),
-                "relation is not in the outbox's partition tree now, but the publication \
-                 publishes nothing else: taking its rows as outbox rows (a partition detached \
-                 or dropped since)"
-            ),
+            RelationClass::OutboxByPublication => self.notify(Notice::OutboxByPublication {
+                relation: relation.qualified_name(),
+                oid: relation.oid,
+                outbox: self
+                    .outbox
+                    .as_ref()
+                    .map(OutboxTable::qualified_name)
+                    .unwrap_or_default(),
+            }),
             RelationClass::Other => {}
             RelationClass::Unknown => {
                 metrics::counter!(m::CHANGES_IGNORED, "kind" => "unknown_relation").increment(1);
-                tracing::error!(
-                    relation = %relation.qualified_name(),
-                    oid = relation.oid,
-                    publication = %self.settings.replication.publication,
-                    "a relation in the stream was dropped since and the publication also \
-                     publishes other tables: the catalog cannot tell whether its rows were \
-                     outbox rows, so they are skipped. Give the relay a publication of its own \
-                     (CREATE PUBLICATION ... FOR TABLE <outbox> WITH (publish = 'insert'))"
-                );
+                self.notify(Notice::UnknownRelation {
+                    relation: relation.qualified_name(),
+                    oid: relation.oid,
+                    publication: self.settings.replication.publication.clone(),
+                });
             }
         }
         self.classes.insert(relation.oid, class);
@@ -613,13 +613,9 @@ impl<'a> SessionMachine<'a> {
         }
         if !self.settings.source.kind.table() && !self.warned_rows_in_messages_mode {
             self.warned_rows_in_messages_mode = true;
-            tracing::warn!(
-                table = %relation.qualified_name(),
-                "rows arrive in the outbox table while postgres.source = \"messages\": they \
-                 are published (as with \"both\"), not skipped. Set postgres.source = \"both\" \
-                 while services still insert rows, or take the table out of the publication once \
-                 none do"
-            );
+            self.notify(Notice::RowsInMessagesMode {
+                table: relation.qualified_name(),
+            });
         }
         self.rows_seen += 1;
         let written = self.written_before();

@@ -1245,3 +1245,41 @@ fn a_heartbeat_is_due_after_an_idle_interval_and_not_while_one_runs() {
     assert!(!machine.heartbeat_due(t1 + Duration::from_secs(9), every, false));
     assert!(machine.heartbeat_due(t1 + every, every, false));
 }
+
+/// Rows inserted into the outbox table while `postgres.source = "messages"`
+/// are published all the same, and the machine says so once per session:
+/// not by logging (it does no I/O) but as a notice the shell takes and
+/// logs. Every row after the first adds no notice; a new session (a new
+/// machine) says it again.
+#[test]
+fn rows_in_messages_mode_are_a_notice_returned_once_per_session() {
+    let mut settings = settings(10);
+    settings.source.kind = Source::Messages;
+    let first = table_rows(&["a", "b"], 0x100);
+    let second = table_rows(&["c"], 0x200);
+    let said = vec![Notice::RowsInMessagesMode {
+        table: "public.outbox".into(),
+    }];
+
+    let mut refusals = Refusals::new();
+    let (mut machine, mut producer) =
+        fed_machine(&settings, &mut refusals, None, std::slice::from_ref(&first));
+    assert_eq!(machine.take_notices(), said, "said at the first row");
+    assert_eq!(machine.take_notices(), [], "taken, so said once");
+    for data in messages(&second, 2, false) {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    assert_eq!(machine.take_notices(), [], "not again in the same session");
+    let sent: Vec<String> = producer
+        .queues
+        .values()
+        .flatten()
+        .map(|(_, tag)| tag.row_key.clone())
+        .collect();
+    assert_eq!(sent.len(), 3, "every row published, not skipped: {sent:?}");
+    drop(machine);
+
+    let mut refusals = Refusals::new();
+    let (mut machine, _) = fed_machine(&settings, &mut refusals, None, &[second]);
+    assert_eq!(machine.take_notices(), said, "a new session says it again");
+}

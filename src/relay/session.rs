@@ -50,6 +50,7 @@ use pgoutput::lsn::Lsn;
 
 mod feed;
 mod io;
+mod notices;
 mod stop;
 
 use io::{HotMetrics, lock_lost, spawn_heartbeat};

@@ -8,7 +8,7 @@
 //! publishes it (by the row filter's function, `crate::outbox::shard`); a
 //! malformed trace context never costs the event.
 
-use super::{Producer, SessionMachine, SessionResult, TxnState};
+use super::{Notice, Producer, SessionMachine, SessionResult, TxnState};
 use crate::metrics as m;
 use crate::relay::error::SessionError;
 use crate::relay::tag::DeliveryTag;
@@ -29,14 +29,11 @@ impl SessionMachine<'_> {
                 // Written whether or not its transaction commits, and
                 // decoded at once: not atomic with any business write.
                 metrics::counter!(m::MESSAGES_REFUSED).increment(1);
-                tracing::error!(
-                    prefix = %msg.prefix,
-                    lsn = %msg.lsn,
-                    bytes = msg.content.len(),
-                    "a non-transactional logical message with the outbox prefix is not \
-                     published: it is not atomic with the business write. Emit outbox \
-                     messages with pg_logical_emit_message(true, ...), as outbox_emit does"
-                );
+                self.notify(Notice::NonTransactionalMessage {
+                    prefix: msg.prefix.clone(),
+                    lsn: msg.lsn,
+                    bytes: msg.content.len(),
+                });
             }
             // A non-transactional message (the heartbeat, or anyone's)
             // arrives when it is decoded: every transaction committed
@@ -62,12 +59,9 @@ impl SessionMachine<'_> {
             metrics::counter!(m::CHANGES_IGNORED, "kind" => "message").increment(1);
             if !self.warned_messages_off {
                 self.warned_messages_off = true;
-                tracing::warn!(
-                    prefix = %msg.prefix,
-                    "outbox logical messages arrive but postgres.source = \"table\": they are \
-                     not published. Set postgres.source = \"both\" (or \"messages\") to \
-                     publish them"
-                );
+                self.notify(Notice::MessagesOff {
+                    prefix: msg.prefix.clone(),
+                });
             }
             return Ok(());
         }
@@ -94,13 +88,10 @@ impl SessionMachine<'_> {
         metrics::counter!(m::TRACE_CONTEXT_DROPPED, "part" => part).increment(1);
         if !self.warned_trace_context {
             self.warned_trace_context = true;
-            tracing::warn!(
-                event_id,
+            self.notify(Notice::TraceContextDropped {
                 part,
-                "an outbox event's {part} is not valid W3C Trace Context: it is left out of \
-                 the event, which is published without it (counted in \
-                 outbox_relay_trace_context_dropped_total, logged once per session)"
-            );
+                event_id: event_id.to_owned(),
+            });
         }
     }
 

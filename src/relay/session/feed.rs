@@ -1,6 +1,7 @@
 //! What the session hands to the machine (stream messages, delivery
 //! reports) and what it takes back to the stream (the confirmable
-//! position) and the deleter (rows to delete), with the metrics on the way.
+//! position), the deleter (rows to delete) and the log (the machine's
+//! notices, `notices.rs`), with the metrics on the way.
 
 use super::io::seconds_since;
 use super::{Session, SessionResult};
@@ -74,21 +75,25 @@ impl Session<'_> {
                         &mut Transactional {
                             sink: &mut self.sink,
                         },
-                    )?,
+                    ),
                     None => self.machine.on_wal(
                         data,
                         &mut Sinks {
                             kafka: &mut self.sink,
                             http: &mut self.http,
                         },
-                    )?,
+                    ),
                 };
-                if let Step::LookUp(relation) = step {
+                // What the machine noted is said even when the message
+                // ended the session.
+                self.log_notices();
+                if let Step::LookUp(relation) = step? {
                     let class = match self.look_up(relation.oid).await? {
                         Some(lookup) => classify(lookup),
                         None => RelationClass::Other,
                     };
                     self.machine.relation_classified(&relation, class);
+                    self.log_notices();
                 }
             }
             StreamItem::Keepalive { wal_end } => {
