@@ -198,7 +198,7 @@ fn bench_outbox_row(c: &mut Cpu) {
         b.iter(|| {
             for tuple in &rows {
                 let row = extractor.extract(&relation, tuple).expect("row extracts");
-                let record = build_record_cached(&row, commit_time, &settings, &mut topics)
+                let record = build_record_cached(&row, commit_time, &settings, &mut topics, None)
                     .expect("row builds");
                 black_box(record);
             }

@@ -25,6 +25,7 @@
 
 mod addr;
 mod build;
+mod contracts;
 mod effective;
 mod env_names;
 mod show;
@@ -48,6 +49,7 @@ use crate::sink::OnUnroutable;
 
 pub use crate::redact::{is_secret_property, redact_conninfo};
 pub use addr::ListenAddr;
+pub use contracts::ContractConfig;
 pub use env_names::ENV_PREFIX;
 pub use sinks::{RouteConfig, SinkConfig, SinkKind, warnings};
 
@@ -112,6 +114,13 @@ pub struct Config {
     pub routes: Vec<RouteConfig>,
     /// `[sinks.NAME]`: the webhook endpoints routes name.
     pub sinks: BTreeMap<String, SinkConfig>,
+    /// `[[contracts]]`: the schema each event type's payload must satisfy,
+    /// first match wins.
+    pub contracts: Vec<ContractConfig>,
+    /// The directory of the config file the `[[contracts]]` came from:
+    /// their relative schema paths start there. Not a key of the file.
+    #[serde(skip)]
+    pub config_dir: Option<PathBuf>,
 }
 
 /// `[postgres]`: where the outbox rows come from.
@@ -412,7 +421,13 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Parse`] or [`ConfigError::Invalid`].
     pub fn from_figment(figment: &Figment) -> Result<Config, ConfigError> {
-        let config: Config = sources::extract(figment)?;
+        let mut config: Config = sources::extract(figment)?;
+        config.config_dir = figment
+            .find_metadata("contracts")
+            .and_then(|md| match &md.source {
+                Some(figment::Source::File(path)) => path.parent().map(Path::to_owned),
+                _ => None,
+            });
         config.validate()?;
         Ok(config)
     }

@@ -121,6 +121,8 @@ pub struct CloudEvent {
     /// RFC 3339, microseconds, `Z`.
     pub time: String,
     pub datacontenttype: &'static str,
+    /// The schema the payload was checked against (`[[contracts]]`).
+    pub dataschema: Option<String>,
     /// The payload, validated as JSON, bytes unchanged.
     pub data: Bytes,
     /// `None` when the aggregate id is empty (the partitioning extension
@@ -202,6 +204,7 @@ impl CloudEvent {
             data: row.payload.clone(),
             partitionkey: non_empty(&row.aggregate_id),
             tracestate: trace.as_ref().and_then(|t| t.tracestate.clone()),
+            dataschema: None,
             traceparent: trace.map(|t| t.traceparent),
         })
     }
@@ -235,6 +238,9 @@ impl CloudEvent {
         if let Some(ts) = self.tracestate {
             push("ce_tracestate", Bytes::from(ts));
         }
+        if let Some(schema) = self.dataschema {
+            push("ce_dataschema", Bytes::from(schema));
+        }
         // The Kafka binding carries `datacontenttype` in `content-type`, not `ce_`.
         push(
             "content-type",
@@ -260,6 +266,8 @@ impl CloudEvent {
             time: &'a str,
             datacontenttype: &'a str,
             #[serde(skip_serializing_if = "Option::is_none")]
+            dataschema: Option<&'a str>,
+            #[serde(skip_serializing_if = "Option::is_none")]
             partitionkey: Option<&'a str>,
             #[serde(skip_serializing_if = "Option::is_none")]
             traceparent: Option<&'a str>,
@@ -276,6 +284,7 @@ impl CloudEvent {
             subject: self.subject.as_deref(),
             time: &self.time,
             datacontenttype: self.datacontenttype,
+            dataschema: self.dataschema.as_deref(),
             partitionkey: self.partitionkey.as_deref(),
             traceparent: self.traceparent.as_deref(),
             tracestate: self.tracestate.as_deref(),
@@ -303,11 +312,13 @@ pub fn build_record(
         &row.aggregate_type,
         &row.event_type,
     )?;
-    record_for(row, topic, commit_time, settings)
+    record_for(row, topic, commit_time, settings, None)
 }
 
 /// [`build_record`], with the topic taken from `topics` when a row of the
-/// same aggregate type (and event type, if the template uses it) was seen.
+/// same aggregate type (and event type, if the template uses it) was seen,
+/// and `dataschema` (the schema the payload was checked against) as the
+/// event's attribute.
 ///
 /// # Errors
 /// As [`build_record`].
@@ -316,13 +327,14 @@ pub fn build_record_cached(
     commit_time: DateTime<Utc>,
     settings: &EnvelopeSettings,
     topics: &mut TopicCache,
+    dataschema: Option<&str>,
 ) -> Result<KafkaRecord, EnvelopeError> {
     let topic = topics.topic(
         &settings.topic_template,
         &row.aggregate_type,
         &row.event_type,
     )?;
-    record_for(row, topic, commit_time, settings)
+    record_for(row, topic, commit_time, settings, dataschema)
 }
 
 fn record_for(
@@ -330,8 +342,10 @@ fn record_for(
     topic: String,
     commit_time: DateTime<Utc>,
     settings: &EnvelopeSettings,
+    dataschema: Option<&str>,
 ) -> Result<KafkaRecord, EnvelopeError> {
-    let event = CloudEvent::from_row(row, commit_time, &settings.source)?;
+    let mut event = CloudEvent::from_row(row, commit_time, &settings.source)?;
+    event.dataschema = dataschema.map(str::to_owned);
     let (value, mut headers) = match settings.mode {
         ContentMode::Binary => event.into_binary(),
         ContentMode::Structured => {

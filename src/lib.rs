@@ -28,6 +28,7 @@ pub mod admin;
 pub mod backoff;
 pub mod cleanup;
 pub mod config;
+pub mod contracts;
 pub mod deadletter;
 pub mod envelope;
 pub mod error;

@@ -120,6 +120,44 @@ enum Command {
     /// Dead letters of the Kafka dead-letter topic and of the HTTP delivery
     /// table: list them, send them again, or drop them.
     Dead(DeadArgs),
+    /// Event contracts offline: check payload files against the schema the
+    /// relay checks an event type against (for a service's CI).
+    Schema(SchemaArgs),
+}
+
+#[derive(Args)]
+struct SchemaArgs {
+    #[command(subcommand)]
+    action: SchemaAction,
+}
+
+#[derive(Subcommand)]
+enum SchemaAction {
+    /// Check JSON payload files against the contract of an event type, as
+    /// the relay does before it sends. Exit 0 when every one satisfies it,
+    /// 1 when one does not (or no contract covers the type), 2 when the
+    /// config or schema cannot be used.
+    Check(SchemaCheckArgs),
+}
+
+#[derive(Args)]
+struct SchemaCheckArgs {
+    /// The relay's TOML config file, whose [[contracts]] are used.
+    #[arg(short, long, env = "OUTBOX_RELAY_CONFIG")]
+    config: Option<PathBuf>,
+    /// The event type (the outbox `type` column).
+    #[arg(long = "type", value_name = "TYPE", required_unless_present = "schema")]
+    event_type: Option<String>,
+    /// The aggregate type (the `aggregatetype` column), when the contracts
+    /// name one.
+    #[arg(long, value_name = "AGGREGATETYPE", default_value = "")]
+    aggregatetype: String,
+    /// A JSON Schema file to check against, instead of a config's contracts.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["config", "event_type"])]
+    schema: Option<PathBuf>,
+    /// Payload files (JSON); `-` reads standard input.
+    #[arg(value_name = "PAYLOAD", required = true)]
+    payloads: Vec<PathBuf>,
 }
 
 #[derive(Args)]
@@ -308,6 +346,9 @@ impl RunArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match &cli.command {
+        Command::Schema(schema) => match &schema.action {
+            SchemaAction::Check(check) => return schema_check_command(check),
+        },
         Command::Run(args) | Command::CheckConfig(args) => args,
         Command::Init(init) => &init.run,
         Command::Check(check) => &check.run,
@@ -385,7 +426,68 @@ fn main() -> ExitCode {
         Command::Check(check) => runtime.block_on(check_command(&config, check)),
         Command::Status(status) => runtime.block_on(status_command(&config, status)),
         Command::Dead(dead) => runtime.block_on(dead_command(&config, dead.action)),
-        Command::CheckConfig(_) => ExitCode::SUCCESS,
+        Command::CheckConfig(_) | Command::Schema(_) => ExitCode::SUCCESS,
+    }
+}
+
+fn schema_check_command(args: &SchemaCheckArgs) -> ExitCode {
+    use outbox_relay::admin::schema;
+    use outbox_relay::contracts::Schema;
+    let contracts;
+    let loaded;
+    let checked_against = match &args.schema {
+        Some(path) => match Schema::load(path, &path.display().to_string(), None) {
+            Ok(s) => {
+                loaded = s;
+                &loaded
+            }
+            Err(e) => {
+                eprintln!("outbox-relay schema check: {e}");
+                return ExitCode::from(EXIT_CONFIG);
+            }
+        },
+        None => {
+            let config = Config::figment(args.config.as_deref(), std::env::vars())
+                .and_then(|figment| Config::from_figment(&figment))
+                .and_then(|config| config.contracts());
+            contracts = match config {
+                Ok(contracts) => contracts,
+                Err(e) => {
+                    eprintln!("outbox-relay schema check: invalid configuration: {e}");
+                    return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            let event_type = args.event_type.as_deref().unwrap_or_default();
+            match schema::contract_for(&contracts, &args.aggregatetype, event_type) {
+                Ok(s) => s,
+                Err(why) => {
+                    eprintln!("outbox-relay schema check: {why}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
+    let payloads = args
+        .payloads
+        .iter()
+        .map(|path| {
+            let name = path.display().to_string();
+            let bytes = if name == "-" {
+                let mut buf = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf).map(|_| buf)
+            } else {
+                std::fs::read(path)
+            };
+            let bytes = bytes.map_err(|e| format!("cannot read {name}: {e}"));
+            (name, bytes)
+        })
+        .collect();
+    let report = schema::check(checked_against, payloads);
+    print!("{report}");
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }
 

@@ -242,6 +242,7 @@ pub const DEAD_LETTER_REASONS: &[&str] = &[
     "policy_violation",
     "invalid_record",
     "checkpoint_topic",
+    "contract_violation",
 ];
 
 /// The `kind` values of [`CHANGES_IGNORED`].

@@ -166,8 +166,7 @@ pub struct DeadOptions {
 pub fn kafka_entries(
     records: Vec<DlqRecord>,
     replays: &HashMap<(i32, i64), (String, String)>,
-    topic_template: &str,
-    source: &str,
+    rebuild: kafka::Rebuild<'_>,
 ) -> Vec<Entry> {
     let mut order: Vec<String> = Vec::new();
     let mut by_id: HashMap<String, Vec<DlqRecord>> = HashMap::new();
@@ -201,11 +200,11 @@ pub fn kafka_entries(
                 (true, Some((_, at))) => (State::Replayed, Some(at.clone())),
                 _ => (State::Dead, None),
             };
-            let not_retryable = kafka::not_retryable(&newest, topic_template, source);
+            let not_retryable = kafka::not_retryable(&newest, rebuild);
             Entry {
                 id,
                 sink: Sink::Kafka,
-                route: kafka::original_topic(&newest, topic_template).unwrap_or_default(),
+                route: kafka::original_topic(&newest, rebuild.topic_template).unwrap_or_default(),
                 reason: newest.header_text(REASON_HEADER).unwrap_or("").to_owned(),
                 reason_code: newest.header_text(REASON_CODE_HEADER).map(str::to_owned),
                 attempts: None,
@@ -367,12 +366,20 @@ pub async fn gather(
             )),
         }
     }
+    let contracts = match config.contracts() {
+        Ok(contracts) => contracts,
+        Err(e) => {
+            inventory
+                .problems
+                .push(format!("cannot read [[contracts]]: {e}"));
+            return (inventory, connection);
+        }
+    };
     match kafka::read_topic(&config.kafka, &config.kafka.dlq_topic, options.timeout).await {
         Ok(records) => inventory.entries.extend(kafka_entries(
             records,
             &replays,
-            &config.kafka.topic,
-            &config.cloudevents.source,
+            kafka::Rebuild::new(config, &contracts),
         )),
         Err(e) => inventory.problems.push(e.to_string()),
     }

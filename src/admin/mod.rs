@@ -1,6 +1,7 @@
 //! The operator commands: `init` (set the database up), `check` (a
 //! preflight of everything `run` needs), `status` (how far behind the
-//! slot is) and `dead` (list, retry and discard dead letters).
+//! slot is), `dead` (list, retry and discard dead letters) and `schema check`
+//! (payloads against their contract, offline).
 //!
 //! Role: read the catalog and the broker, decide, and print. Each command
 //! gathers facts with I/O ([`facts`], [`kafka`]) and hands them to pure
@@ -28,6 +29,7 @@ pub mod dead;
 pub mod facts;
 pub mod init;
 pub mod kafka;
+pub mod schema;
 pub mod shards;
 pub mod status;
 

@@ -109,6 +109,7 @@ impl Config {
             },
             otlp: self.otlp()?,
             exactly_once: self.exactly_once(),
+            contracts: self.contracts()?,
         })
     }
 

@@ -9,7 +9,8 @@
 //!   `transaction_timeout_ms` as derived;
 //! * `[tracing]` only with an `otlp_endpoint`, `service_name` filled in;
 //! * `[sinks.NAME]` and `postgres.delivery_table` only when a sink is
-//!   configured, `[[routes]]` only when a route is;
+//!   configured, `[[routes]]` only when a route is, `[[contracts]]` only
+//!   when a contract is;
 //! * `postgres.shards` and `shard` only when sharded, `relay.lock_lease_ms`
 //!   only with the standby lock;
 //! * unset optional keys and empty tables left out.
@@ -85,6 +86,9 @@ impl Config {
             _ => {
                 root.remove("tracing");
             }
+        }
+        if self.contracts.is_empty() {
+            root.remove("contracts");
         }
         if self.routes.is_empty() {
             root.remove("routes");

@@ -265,7 +265,8 @@ impl<'a> SessionMachine<'a> {
                 source_table,
             )
             .with_message_prefix(&settings.source.message_prefix)
-            .with_checkpoint_topic(&settings.checkpoint_topic),
+            .with_checkpoint_topic(&settings.checkpoint_topic)
+            .with_contracts(settings.contracts.clone()),
             refusals,
             outgoing: Outgoing::Clear,
             isolation: Isolation::None,

@@ -82,6 +82,7 @@ fn settings(max_in_flight: usize) -> RelaySettings {
         otlp: None,
         exactly_once: None,
         webhooks: Default::default(),
+        contracts: Default::default(),
     }
 }
 

@@ -4,7 +4,8 @@
 //! A row or message becomes its CloudEvent record, or, when it cannot (a
 //! column that cannot be read, a message that is not the JSON object
 //! `outbox_emit` writes, a payload that is not JSON, a topic Kafka would
-//! refuse, a fate a refused earlier attempt left in [`Refusals`]), its dead
+//! refuse, a payload that breaks its event type's contract, a fate a
+//! refused earlier attempt left in [`Refusals`]), its dead
 //! letter: the payload (a broken message's whole content) and every
 //! readable column or member, with the reason ("bad rows don't stop the
 //! stream", docs/design.md). Both sources take the same path from the
@@ -21,6 +22,7 @@ use chrono::{DateTime, Utc};
 use super::fates::{EventFate, Refusals, anonymous_row_key};
 pub use super::tag::{DeliveryTag, Origin};
 use crate::ack::TxnId;
+use crate::contracts::{CONTRACT_VIOLATION, Contracts};
 use crate::deadletter::{self as dl, DeadLetter, dead_letter_record, row_columns};
 use crate::envelope::{
     EnvelopeSettings, KafkaRecord, TopicCache, build_record_cached, render_topic,
@@ -88,6 +90,8 @@ pub struct Router {
     /// `kafka.checkpoint_topic`: no event goes there (see
     /// [`Router::with_checkpoint_topic`]).
     checkpoint_topic: Option<String>,
+    /// `[[contracts]]`: the schema each event type's payload must satisfy.
+    contracts: Contracts,
 }
 
 impl Router {
@@ -105,7 +109,15 @@ impl Router {
             source_table,
             message_source: format!("message:{}", message::DEFAULT_PREFIX),
             checkpoint_topic: None,
+            contracts: Contracts::default(),
         }
+    }
+
+    /// Events are checked against these contracts before they are sent; one
+    /// that breaks its contract becomes a dead letter.
+    pub fn with_contracts(mut self, contracts: Contracts) -> Self {
+        self.contracts = contracts;
+        self
     }
 
     /// An event whose topic renders to `topic` is dead-lettered: the
@@ -263,7 +275,26 @@ impl Router {
             let (record, tag) = self.dead_letter(&row, origin, reason, code, tag);
             return Routed::DeadLetter { record, tag };
         }
-        match build_record_cached(&row, commit.time, &self.envelope, &mut self.topics) {
+        let schema = self.contracts.find(&row.aggregate_type, &row.event_type);
+        let built = build_record_cached(
+            &row,
+            commit.time,
+            &self.envelope,
+            &mut self.topics,
+            schema.map(|s| s.dataschema()),
+        );
+        // Checked once the envelope took the payload for JSON, so a payload
+        // that is not JSON keeps its own reason.
+        let broken = match (&built, schema) {
+            (Ok(_), Some(schema)) => schema.check(&row.payload).err(),
+            _ => None,
+        };
+        if let Some(violation) = broken {
+            let (record, tag) =
+                self.dead_letter(&row, origin, violation.to_string(), CONTRACT_VIOLATION, tag);
+            return Routed::DeadLetter { record, tag };
+        }
+        match built {
             Ok(record) if self.checkpoint_topic.as_deref() == Some(record.topic.as_str()) => {
                 let reason = format!(
                     "topic {:?} is kafka.checkpoint_topic, the relay's own topic of exactly-once \

@@ -442,11 +442,162 @@ fn every_dead_letter_reason_code_is_a_known_series() {
                 .filter(|k| k.class() != RefusalClass::Unauthorized)
                 .map(|k| k.reason_code()),
         )
-        .chain([CHECKPOINT_TOPIC]);
+        .chain([CHECKPOINT_TOPIC, CONTRACT_VIOLATION]);
     for code in codes {
         assert!(
             crate::metrics::DEAD_LETTER_REASONS.contains(&code),
             "dead-letter reason {code} is not made at 0 at start-up"
         );
     }
+}
+
+fn contracted_router(mode: ContentMode) -> Router {
+    use crate::contracts::Schema;
+    let schema = Schema::from_value(
+        &serde_json::json!({
+            "$id": "https://schemas.example.com/order-placed/v1",
+            "type": "object",
+            "required": ["amount"],
+            "properties": {"amount": {"type": "integer", "minimum": 0}}
+        }),
+        "order-placed.json",
+        None,
+    )
+    .unwrap();
+    let contracts = Contracts::from_parts(vec![(
+        Some("order".into()),
+        Some("Placed".into()),
+        Arc::new(schema),
+    )]);
+    let mut router = router().with_contracts(contracts);
+    router.envelope.mode = mode;
+    router
+}
+
+fn order_row(event_type: &str, payload: &str) -> TupleData {
+    tuple([
+        Some("e1"),
+        Some("order"),
+        Some("7"),
+        Some(event_type),
+        Some(payload),
+    ])
+}
+
+#[test]
+fn an_event_that_keeps_its_contract_names_the_schema_in_dataschema() {
+    let mut router = contracted_router(ContentMode::Binary);
+    let routed = router.route(
+        &relation(),
+        &order_row("Placed", r#"{"amount":3}"#),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::Event { record, .. } = routed else {
+        panic!("expected the event, got {routed:?}");
+    };
+    assert_eq!(
+        header(&record, "ce_dataschema"),
+        Some(&b"https://schemas.example.com/order-placed/v1"[..])
+    );
+    assert_eq!(record.value.as_ref(), br#"{"amount":3}"#);
+
+    let mut structured = contracted_router(ContentMode::Structured);
+    let routed = structured.route(
+        &relation(),
+        &order_row("Placed", r#"{"amount":3}"#),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::Event { record, .. } = routed else {
+        panic!("expected the event, got {routed:?}");
+    };
+    let doc: serde_json::Value = serde_json::from_slice(&record.value).unwrap();
+    assert_eq!(
+        doc["dataschema"],
+        "https://schemas.example.com/order-placed/v1"
+    );
+    assert_eq!(doc["data"], serde_json::json!({"amount": 3}));
+}
+
+#[test]
+fn an_event_no_contract_covers_goes_unchecked_without_dataschema() {
+    let mut router = contracted_router(ContentMode::Binary);
+    let routed = router.route(
+        &relation(),
+        &order_row("Shipped", r#"{"amount":"not checked"}"#),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::Event { record, .. } = routed else {
+        panic!("expected the event, got {routed:?}");
+    };
+    assert_eq!(header(&record, "ce_dataschema"), None);
+}
+
+#[test]
+fn an_event_that_breaks_its_contract_is_dead_lettered_with_the_reason_and_payload() {
+    let mut router = contracted_router(ContentMode::Binary);
+    let payload = r#"{"amount":-1,"note":"kept byte for byte"}"#;
+    let routed = router.route(
+        &relation(),
+        &order_row("Placed", payload),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::DeadLetter { record, tag } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(record.topic, "dlq");
+    assert_eq!(record.value.as_ref(), payload.as_bytes());
+    assert_eq!(
+        header(&record, "dlq_reason_code"),
+        Some(CONTRACT_VIOLATION.as_bytes())
+    );
+    let reason = std::str::from_utf8(header(&record, "dlq_reason").unwrap()).unwrap();
+    assert!(
+        reason.starts_with("payload breaks contract order-placed.json: at /amount:")
+            && reason.ends_with("(rule `minimum`)"),
+        "{reason}"
+    );
+    assert_eq!(
+        header(&record, "dlq_original_topic"),
+        Some(&b"outbox.event.order"[..])
+    );
+    assert!(tag.dead_letter);
+}
+
+#[test]
+fn a_payload_that_is_not_json_keeps_its_own_reason_under_a_contract() {
+    let mut router = contracted_router(ContentMode::Binary);
+    let routed = router.route(
+        &relation(),
+        &order_row("Placed", "not json"),
+        &commit(),
+        &Refusals::new(),
+    );
+    let Routed::DeadLetter { record, .. } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_ne!(
+        header(&record, "dlq_reason_code"),
+        Some(CONTRACT_VIOLATION.as_bytes())
+    );
+}
+
+#[test]
+fn a_message_is_checked_against_its_contract_as_a_row_is() {
+    let mut router = contracted_router(ContentMode::Binary);
+    let content = Bytes::from_static(
+        br#"{"id":"m1","aggregatetype":"order","aggregateid":"7","type":"Placed","payload":{"amount":"x"}}"#,
+    );
+    let routed = router.route_message(&content, Lsn(0x200), &commit(), &Refusals::new());
+    let Routed::DeadLetter { record, .. } = routed else {
+        panic!("expected a dead letter, got {routed:?}");
+    };
+    assert_eq!(
+        header(&record, "dlq_reason_code"),
+        Some(CONTRACT_VIOLATION.as_bytes())
+    );
+    assert_eq!(record.value.as_ref(), br#"{"amount":"x"}"#);
 }

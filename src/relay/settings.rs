@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use crate::cleanup::Cleanup;
+use crate::contracts::Contracts;
 use crate::envelope::EnvelopeSettings;
 use crate::otel::OtlpSettings;
 use crate::outbox::message::DEFAULT_PREFIX;
@@ -52,6 +53,8 @@ pub struct RelaySettings {
     pub webhooks: Webhooks,
     /// Standby relays: the relay lock (`relay.standby_lock`).
     pub lock: LockSettings,
+    /// `[[contracts]]`: the schema each event type's payload must satisfy.
+    pub contracts: Contracts,
 }
 
 /// Where events come from (`postgres.source`, `postgres.message_prefix`),

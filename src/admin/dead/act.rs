@@ -259,9 +259,21 @@ async fn act_on_letters(
         Action::Retry => {
             let mut sendable = Vec::new();
             let mut records = Vec::new();
+            // A retry checks each event against today's contracts: fixing
+            // the schema file is how a contract violation is retried.
+            let contracts = match config.contracts() {
+                Ok(contracts) => contracts,
+                Err(e) => {
+                    outcome
+                        .problems
+                        .push(format!("cannot read [[contracts]]: {e}"));
+                    return;
+                }
+            };
+            let rebuild = kafka::Rebuild::new(config, &contracts);
             for entry in letters {
                 let newest = entry.records.last().expect("a Kafka entry has a record");
-                match kafka::republished(newest, &config.kafka.topic, &config.cloudevents.source) {
+                match kafka::republished(newest, rebuild) {
                     Ok(record) => {
                         sendable.push(*entry);
                         records.push(record);

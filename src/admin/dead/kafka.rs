@@ -31,7 +31,8 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::config::KafkaConfig;
+use crate::config::{Config, KafkaConfig};
+use crate::contracts::Contracts;
 use crate::deadletter::{
     AGGREGATE_ID_HEADER, AGGREGATE_TYPE_HEADER, ID_HEADER, LSN_HEADER, ORIGINAL_TOPIC_HEADER,
     PAYLOAD_SHA256_HEADER, PAYLOAD_SIZE_HEADER, REASON_CODE_HEADER, REASON_HEADER,
@@ -155,9 +156,31 @@ pub fn original_topic(record: &DlqRecord, topic_template: &str) -> Result<String
     render_topic(topic_template, aggregate_type, event_type).map_err(|e| e.to_string())
 }
 
+/// What an event is rebuilt from its dead letter with: the config's topic
+/// template and `cloudevents.source`, and its `[[contracts]]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Rebuild<'a> {
+    pub topic_template: &'a str,
+    pub source: &'a str,
+    /// A dead letter whose event type has a contract is checked against it
+    /// again: a retry never sends an event that breaks its contract.
+    pub contracts: &'a Contracts,
+}
+
+impl<'a> Rebuild<'a> {
+    /// The config's, with its compiled `contracts`.
+    pub fn new(config: &'a Config, contracts: &'a Contracts) -> Self {
+        Rebuild {
+            topic_template: &config.kafka.topic,
+            source: &config.cloudevents.source,
+            contracts,
+        }
+    }
+}
+
 /// Why a dead letter cannot be republished, or `None` when it can.
-pub fn not_retryable(record: &DlqRecord, topic_template: &str, source: &str) -> Option<String> {
-    republished(record, topic_template, source).err()
+pub fn not_retryable(record: &DlqRecord, rebuild: Rebuild<'_>) -> Option<String> {
+    republished(record, rebuild).err()
 }
 
 /// A record ready for the producer (the key and value are kept absent when
@@ -177,14 +200,17 @@ pub struct Republished {
 /// own time), `content-type`, `id`, the row's header columns, and
 /// `dlq_replayed_from`; key and value unchanged.
 ///
+/// A checked event also carries `ce_dataschema`, its contract's schema.
+///
 /// # Errors
 /// The dead letter lacks its payload, its id or type, or a topic other
-/// than the dead-letter topic.
-pub fn republished(
-    record: &DlqRecord,
-    topic_template: &str,
-    source: &str,
-) -> Result<Republished, String> {
+/// than the dead-letter topic, or its payload breaks its contract.
+pub fn republished(record: &DlqRecord, rebuild: Rebuild<'_>) -> Result<Republished, String> {
+    let Rebuild {
+        topic_template,
+        source,
+        contracts,
+    } = rebuild;
     if record.header(TRUNCATED_HEADER).is_some() {
         let size = record.header_text(PAYLOAD_SIZE_HEADER).unwrap_or("?");
         let sha = record.header_text(PAYLOAD_SHA256_HEADER).unwrap_or("?");
@@ -210,6 +236,15 @@ pub fn republished(
              dead letter of itself; fix kafka.topic, then retry"
         ));
     }
+    let schema = contracts.find(text(AGGREGATE_TYPE_HEADER).unwrap_or(""), event_type);
+    if let Some(schema) = schema
+        && let Err(violation) = schema.check(record.value.as_deref().unwrap_or_default())
+    {
+        return Err(format!(
+            "{violation}: fix the schema file (or write the event to the outbox again, \
+             then `dead discard` this one)"
+        ));
+    }
     let time = text(TIMESTAMP_HEADER)
         .map(str::to_owned)
         .or_else(|| record.timestamp.map(format_time));
@@ -230,6 +265,9 @@ pub fn republished(
     }
     if let Some(subject) = subject {
         push("ce_partitionkey", subject.as_bytes());
+    }
+    if let Some(schema) = schema {
+        push("ce_dataschema", schema.dataschema().as_bytes());
     }
     push("content-type", DATA_CONTENT_TYPE.as_bytes());
     push(ID_HEADER, id.as_bytes());

@@ -6,6 +6,17 @@ use pgoutput::lsn::Lsn;
 
 const TEMPLATE: &str = "outbox.event.{aggregatetype}";
 
+static NO_CONTRACTS: std::sync::LazyLock<Contracts> = std::sync::LazyLock::new(Contracts::default);
+
+/// Rebuilt with `template` and `source`, no contracts.
+fn rebuild<'a>(template: &'a str, source: &'a str) -> Rebuild<'a> {
+    Rebuild {
+        topic_template: template,
+        source,
+        contracts: &NO_CONTRACTS,
+    }
+}
+
 /// A dead letter as the relay writes it, read back from `dlq` at `offset`.
 fn read_back(record: crate::envelope::KafkaRecord, offset: i64) -> DlqRecord {
     DlqRecord {
@@ -72,7 +83,7 @@ fn a_dead_letter_is_republished_as_its_event_to_its_topic() {
         ),
         41,
     );
-    let out = republished(&dlq, TEMPLATE, "/orders").unwrap();
+    let out = republished(&dlq, rebuild(TEMPLATE, "/orders")).unwrap();
     assert_eq!(
         out.topic, "orders.placed",
         "the header wins over the template"
@@ -115,11 +126,11 @@ fn without_the_topic_header_the_template_names_the_topic() {
     let mut dlq = read_back(dead_letter("e-1", b"k", b"{}", vec![]), 0);
     dlq.headers.retain(|(n, _)| n != "dlq_original_topic");
     assert_eq!(
-        republished(&dlq, TEMPLATE, "/s").unwrap().topic,
+        republished(&dlq, rebuild(TEMPLATE, "/s")).unwrap().topic,
         "outbox.event.order"
     );
     dlq.headers.retain(|(n, _)| n != "aggregatetype");
-    let why = republished(&dlq, TEMPLATE, "/s").unwrap_err();
+    let why = republished(&dlq, rebuild(TEMPLATE, "/s")).unwrap_err();
     assert!(why.contains("topic is not known"), "{why}");
 }
 
@@ -127,7 +138,7 @@ fn without_the_topic_header_the_template_names_the_topic() {
 fn a_dead_letter_without_its_payload_or_its_id_is_not_retryable() {
     let whole = dead_letter("e-1", b"k", &[b'x'; 100], vec![]);
     let cut = read_back(headers_only(&whole), 3);
-    let why = republished(&cut, TEMPLATE, "/s").unwrap_err();
+    let why = republished(&cut, rebuild(TEMPLATE, "/s")).unwrap_err();
     assert!(
         why.contains("not kept") && why.contains("100 bytes"),
         "{why}"
@@ -136,7 +147,7 @@ fn a_dead_letter_without_its_payload_or_its_id_is_not_retryable() {
     let mut anonymous = read_back(whole, 4);
     anonymous.headers.retain(|(n, _)| n != "id");
     assert_eq!(dead_letter_id(&anonymous), "outbox.dlq/0/4");
-    let why = republished(&anonymous, TEMPLATE, "/s").unwrap_err();
+    let why = republished(&anonymous, rebuild(TEMPLATE, "/s")).unwrap_err();
     assert!(why.contains("no readable event id"), "{why}");
 }
 
@@ -189,7 +200,7 @@ proptest! {
     ) {
         let extra: Vec<(String, Bytes)> = extra.into_iter().map(|(n, v)| (n, Bytes::from(v))).collect();
         let dlq = read_back(dead_letter(&id, &key, &value, extra.clone()), 9);
-        let out = republished(&dlq, TEMPLATE, "/s").unwrap();
+        let out = republished(&dlq, rebuild(TEMPLATE, "/s")).unwrap();
         prop_assert_eq!(out.key.as_deref(), Some(&key[..]));
         prop_assert_eq!(out.value.as_deref(), Some(&value[..]));
         prop_assert_eq!(get(&out, "ce_id"), Some(id.as_bytes()));
@@ -209,7 +220,52 @@ fn a_dead_letter_is_never_republished_into_the_dead_letter_topic() {
     // event would come back as a dead letter of itself, for ever.
     let mut dlq = read_back(dead_letter("e-1", b"k", b"{}", vec![]), 0);
     dlq.headers.retain(|(n, _)| n != "dlq_original_topic");
-    let why = republished(&dlq, "outbox.dlq", "/s").unwrap_err();
+    let why = republished(&dlq, rebuild("outbox.dlq", "/s")).unwrap_err();
     assert!(why.contains("dead-letter topic"), "{why}");
-    assert!(not_retryable(&dlq, "outbox.dlq", "/s").is_some());
+    assert!(not_retryable(&dlq, rebuild("outbox.dlq", "/s")).is_some());
+}
+
+#[test]
+fn a_retry_checks_the_event_against_todays_contract() {
+    use crate::contracts::Schema;
+    use std::sync::Arc;
+    let contracts = |schema: serde_json::Value| {
+        Contracts::from_parts(vec![(
+            Some("order".into()),
+            Some("Placed".into()),
+            Arc::new(Schema::from_value(&schema, "order.json", Some("urn:order:v2")).unwrap()),
+        )])
+    };
+    let dlq = read_back(dead_letter("e-1", b"o-7", br#"{"amount":"12"}"#, vec![]), 3);
+
+    let strict = contracts(serde_json::json!({"properties": {"amount": {"type": "integer"}}}));
+    let with_strict = Rebuild {
+        contracts: &strict,
+        ..rebuild(TEMPLATE, "/s")
+    };
+    let why = republished(&dlq, with_strict).unwrap_err();
+    assert!(
+        why.starts_with("payload breaks contract order.json: at /amount:")
+            && why.contains("fix the schema"),
+        "{why}"
+    );
+    assert!(not_retryable(&dlq, with_strict).is_some());
+
+    // The schema fixed (the amount may be a string): the retry goes, and
+    // says which schema it was checked against.
+    let fixed =
+        contracts(serde_json::json!({"properties": {"amount": {"type": ["integer", "string"]}}}));
+    let out = republished(
+        &dlq,
+        Rebuild {
+            contracts: &fixed,
+            ..rebuild(TEMPLATE, "/s")
+        },
+    )
+    .unwrap();
+    assert_eq!(get(&out, "ce_dataschema"), Some(&b"urn:order:v2"[..]));
+    assert_eq!(out.value.as_deref(), Some(&br#"{"amount":"12"}"#[..]));
+    // No contract: no dataschema.
+    let plain = republished(&dlq, rebuild(TEMPLATE, "/s")).unwrap();
+    assert_eq!(get(&plain, "ce_dataschema"), None);
 }

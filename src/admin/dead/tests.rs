@@ -54,8 +54,11 @@ fn inventory(replays: &HashMap<(i32, i64), (String, String)>) -> Inventory {
             letter(Some("e-1"), 1, 5, "new"),
         ],
         replays,
-        TEMPLATE,
-        "/s",
+        kafka::Rebuild {
+            topic_template: TEMPLATE,
+            source: "/s",
+            contracts: &crate::contracts::Contracts::default(),
+        },
     ));
     Inventory {
         entries,

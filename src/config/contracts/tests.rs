@@ -1,0 +1,115 @@
+use std::path::Path;
+
+use crate::config::{Config, ConfigError};
+
+const BASE: &str = r#"
+[postgres]
+url = "postgres://relay@127.0.0.1:5432/app"
+slot = "outbox_relay"
+publication = "outbox_pub"
+
+[kafka]
+brokers = "127.0.0.1:9092"
+
+[cloudevents]
+source = "/orders-service"
+"#;
+
+/// A directory with a config file and a schema beside it, removed on drop.
+struct Dir(std::path::PathBuf);
+
+impl Dir {
+    fn new(name: &str) -> Dir {
+        let dir =
+            std::env::temp_dir().join(format!("config-contracts-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("schemas")).unwrap();
+        std::fs::write(
+            dir.join("schemas/order.json"),
+            r#"{"type": "object", "required": ["amount"]}"#,
+        )
+        .unwrap();
+        Dir(dir)
+    }
+
+    fn load(&self, contracts: &str) -> Result<Config, ConfigError> {
+        let path = self.0.join("relay.toml");
+        std::fs::write(&path, format!("{BASE}\n{contracts}")).unwrap();
+        Config::load(Some(&path), Vec::new())
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn invalid(result: Result<Config, ConfigError>) -> (String, String) {
+    match result {
+        Err(ConfigError::Invalid { field, constraint }) => (field, constraint),
+        other => panic!("expected ConfigError::Invalid, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_relative_schema_path_starts_at_the_config_files_directory() {
+    let dir = Dir::new("relative");
+    let config = dir
+        .load("[[contracts]]\naggregatetype = \"order\"\nschema = \"schemas/order.json\"\n")
+        .expect("the schema beside the config loads, whatever the working directory");
+    assert_eq!(config.config_dir.as_deref(), Some(dir.0.as_path()));
+    let contracts = config.contracts().unwrap();
+    let schema = contracts.find("order", "order.placed").expect("a contract");
+    assert_eq!(schema.name(), "schemas/order.json");
+    assert!(schema.check(br#"{"amount": 1}"#).is_ok());
+    assert!(schema.check(br#"{}"#).is_err());
+    assert!(contracts.find("customer", "customer.created").is_none());
+    let settings = config.relay_settings().unwrap();
+    assert_eq!(settings.contracts, contracts);
+}
+
+#[test]
+fn a_contract_that_cannot_be_used_names_its_entry_and_the_fix() {
+    let dir = Dir::new("broken");
+    let (field, constraint) = invalid(dir.load(
+        "[[contracts]]\ntype = \"a\"\nschema = \"schemas/order.json\"\n\n\
+         [[contracts]]\ntype = \"b\"\nschema = \"schemas/missing.json\"\n",
+    ));
+    assert_eq!(field, "contracts[1].schema");
+    assert!(constraint.contains("missing.json"), "{constraint}");
+
+    std::fs::write(dir.0.join("schemas/bad.json"), r#"{"type": 5}"#).unwrap();
+    let (field, constraint) = invalid(dir.load("[[contracts]]\nschema = \"schemas/bad.json\"\n"));
+    assert_eq!(field, "contracts[0].schema");
+    assert!(
+        constraint.contains("not a valid JSON Schema"),
+        "{constraint}"
+    );
+
+    let (field, _) = invalid(dir.load("[[contracts]]\ntype = \"a\"\n"));
+    assert_eq!(field, "contracts[0].schema");
+    let (field, _) =
+        invalid(dir.load("[[contracts]]\ntype = \"\"\nschema = \"schemas/order.json\"\n"));
+    assert_eq!(field, "contracts[0].type");
+
+    let unknown = dir.load("[[contracts]]\nschema = \"schemas/order.json\"\nsubjet = \"x\"\n");
+    assert!(matches!(unknown, Err(ConfigError::Parse(_))), "{unknown:?}");
+}
+
+#[test]
+fn an_absolute_schema_path_is_taken_as_it_is() {
+    let dir = Dir::new("absolute");
+    let absolute = dir.0.join("schemas/order.json");
+    let config = dir
+        .load(&format!(
+            "[[contracts]]\nschema = {:?}\n",
+            absolute.display().to_string()
+        ))
+        .unwrap();
+    let contracts = config.contracts().unwrap();
+    assert!(contracts.find("any", "thing").is_some());
+    assert_eq!(
+        config.contracts[0].schema_path(Some(Path::new("/elsewhere"))),
+        absolute
+    );
+}

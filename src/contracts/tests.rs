@@ -1,0 +1,170 @@
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::*;
+
+fn order_schema() -> Schema {
+    Schema::from_value(
+        &json!({
+            "$id": "https://schemas.example.com/order-placed/v1",
+            "type": "object",
+            "required": ["order_id", "amount"],
+            "properties": {
+                "order_id": {"type": "string"},
+                "amount": {"type": "integer", "minimum": 0},
+                "lines": {"type": "array", "items": {"type": "object", "required": ["sku"]}}
+            }
+        }),
+        "schemas/order-placed.json",
+        None,
+    )
+    .expect("a valid schema")
+}
+
+#[test]
+fn a_payload_that_satisfies_its_schema_passes() {
+    let schema = order_schema();
+    assert_eq!(schema.check(br#"{"order_id":"o-1","amount":5}"#), Ok(()));
+}
+
+#[test]
+fn a_violation_names_the_place_and_the_rule() {
+    let schema = order_schema();
+    let missing = schema.check(br#"{"order_id":"o-1"}"#).unwrap_err();
+    assert_eq!(missing.path, "");
+    assert_eq!(missing.keyword, "required");
+    assert!(missing.message.contains("amount"), "{missing}");
+    assert_eq!(
+        missing.to_string(),
+        format!(
+            "payload breaks contract schemas/order-placed.json: at /: {} (rule `required`)",
+            missing.message
+        )
+    );
+
+    let negative = schema
+        .check(br#"{"order_id":"o-1","amount":-3}"#)
+        .unwrap_err();
+    assert_eq!(
+        (negative.path.as_str(), negative.keyword.as_str()),
+        ("/amount", "minimum")
+    );
+
+    let nested = schema
+        .check(br#"{"order_id":"o-1","amount":1,"lines":[{"sku":"a"},{}]}"#)
+        .unwrap_err();
+    assert_eq!(
+        (nested.path.as_str(), nested.keyword.as_str()),
+        ("/lines/1", "required")
+    );
+}
+
+#[test]
+fn a_violation_never_quotes_the_payload() {
+    let schema = order_schema();
+    let secret = "card-4111-1111-1111-1111";
+    for payload in [
+        format!(r#"{{"order_id":"o-1","amount":"{secret}"}}"#),
+        format!(r#"{{"order_id":["{secret}"],"amount":1}}"#),
+        format!(r#""{secret}""#),
+    ] {
+        let violation = schema.check(payload.as_bytes()).unwrap_err();
+        assert!(!violation.to_string().contains(secret), "{violation}");
+    }
+    let not_json = schema.check(format!("{{{secret}").as_bytes()).unwrap_err();
+    assert!(!not_json.to_string().contains(secret), "{not_json}");
+}
+
+#[test]
+fn dataschema_is_the_contracts_else_the_id_else_a_digest_of_the_file() {
+    assert_eq!(
+        order_schema().dataschema(),
+        "https://schemas.example.com/order-placed/v1"
+    );
+    let given = Schema::from_value(&json!({"$id": "urn:a"}), "a.json", Some("urn:b")).unwrap();
+    assert_eq!(given.dataschema(), "urn:b");
+
+    let dir = std::env::temp_dir().join(format!("contracts-digest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("order.json");
+    std::fs::write(&path, r#"{"type": "object"}"#).unwrap();
+    let v1 = Schema::load(&path, "order.json", None).unwrap();
+    std::fs::write(&path, r#"{"type": "object", "required": ["id"]}"#).unwrap();
+    let v2 = Schema::load(&path, "order.json", None).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    for schema in [&v1, &v2] {
+        assert!(
+            schema
+                .dataschema()
+                .starts_with("urn:outbox-relay:contract:order.json:sha256:"),
+            "{}",
+            schema.dataschema()
+        );
+    }
+    assert_ne!(
+        v1.dataschema(),
+        v2.dataschema(),
+        "a new version, a new dataschema"
+    );
+}
+
+#[test]
+fn a_ref_to_a_sibling_file_resolves_against_the_schemas_place() {
+    let dir = std::env::temp_dir().join(format!("contracts-ref-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("money.json"),
+        r#"{"type": "object", "required": ["currency"]}"#,
+    )
+    .unwrap();
+    let path = dir.join("order.json");
+    std::fs::write(
+        &path,
+        r#"{"type": "object", "properties": {"total": {"$ref": "money.json"}}}"#,
+    )
+    .unwrap();
+    let schema = Schema::load(&path, "order.json", None);
+    std::fs::remove_dir_all(&dir).unwrap();
+    let schema = schema.unwrap();
+    assert_eq!(schema.check(br#"{"total":{"currency":"EUR"}}"#), Ok(()));
+    let broken = schema.check(br#"{"total":{}}"#).unwrap_err();
+    assert_eq!(
+        (broken.path.as_str(), broken.keyword.as_str()),
+        ("/total", "required")
+    );
+}
+
+#[test]
+fn a_schema_that_cannot_be_used_says_why() {
+    assert!(matches!(
+        Schema::from_value(&json!({"type": 5}), "bad.json", None),
+        Err(ContractError::Invalid { .. })
+    ));
+    let missing = Schema::load(Path::new("/nonexistent/order.json"), "order.json", None);
+    assert!(
+        matches!(missing, Err(ContractError::Read { .. })),
+        "{missing:?}"
+    );
+}
+
+#[test]
+fn the_first_contract_that_matches_wins() {
+    let named = |name: &str| Arc::new(Schema::from_value(&json!({}), name, None).unwrap());
+    let contracts = Contracts::from_parts(vec![
+        (
+            Some("order".into()),
+            Some("order.placed".into()),
+            named("placed"),
+        ),
+        (Some("order".into()), None, named("any-order")),
+        (None, Some("*.deleted".into()), named("deleted")),
+    ]);
+    let found = |a: &str, t: &str| contracts.find(a, t).map(Schema::name);
+    assert_eq!(found("order", "order.placed"), Some("placed"));
+    assert_eq!(found("order", "order.shipped"), Some("any-order"));
+    assert_eq!(found("order", "order.deleted"), Some("any-order"));
+    assert_eq!(found("customer", "customer.deleted"), Some("deleted"));
+    assert_eq!(found("customer", "customer.created"), None);
+    assert!(Contracts::default().find("order", "order.placed").is_none());
+}
