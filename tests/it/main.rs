@@ -11,6 +11,8 @@
 //! * [`dead_cli`]: `outbox-relay dead list | retry | discard` on the Kafka
 //!   dead-letter topic and the delivery table.
 //! * [`payloads`]: structured mode, payloads that break JSON handling.
+//! * [`contracts`]: events checked against their JSON Schema; a violation
+//!   dead-lettered, retried once the schema is fixed; `schema check`.
 //! * [`schema_change`]: ALTER TABLE, a partitioned or renamed outbox,
 //!   publications, and what is refused at start.
 //! * [`auth_tls`]: authentication, TLS, secrets never in logs.
@@ -80,6 +82,7 @@ mod admin;
 mod auth_tls;
 mod broker_faults;
 mod combinations;
+mod contracts;
 mod crossings;
 mod dead_cli;
 mod dead_letters;
