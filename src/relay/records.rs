@@ -137,6 +137,14 @@ impl Router {
         self
     }
 
+    /// The `dataschema` of a row's event: its contract's schema, if one
+    /// covers it (the Router checked the payload against it).
+    pub fn dataschema(&self, row: &OutboxRow) -> Option<&str> {
+        self.contracts
+            .find(&row.aggregate_type, &row.event_type)
+            .map(|s| s.dataschema())
+    }
+
     /// The id column's text of an inserted row, when it can be read.
     pub fn event_id(&self, relation: &Relation, tuple: &TupleData) -> Option<String> {
         self.extractor.event_id(relation, tuple)

@@ -1,7 +1,7 @@
 //! The pages a user follows, run as written: every fenced block marked
 //! ```` ```sh runnable ```` in docs/getting-started.md, docs/webhooks.md,
-//! docs/exactly-once.md, docs/outbox-messages.md and docs/dead-letters.md
-//! runs, in page order, in one `bash -euo pipefail` per page, in a fresh
+//! docs/exactly-once.md, docs/outbox-messages.md, docs/dead-letters.md and
+//! docs/contracts.md runs, in page order, in one `bash -euo pipefail` per page, in a fresh
 //! directory (with `scripts/` and `sql/` of this clone beside it, as in a
 //! clone's root) against the services of `scripts/services`, with this
 //! build's `outbox-relay` first on `PATH`. A block that fails names the
@@ -27,12 +27,13 @@ use std::time::Duration;
 
 use crate::support::*;
 
-const PAGES: [&str; 5] = [
+const PAGES: [&str; 6] = [
     "docs/getting-started.md",
     "docs/webhooks.md",
     "docs/exactly-once.md",
     "docs/outbox-messages.md",
     "docs/dead-letters.md",
+    "docs/contracts.md",
 ];
 
 /// What a fence's info string asks for: `Some((head, tail))` to put around

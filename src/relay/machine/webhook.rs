@@ -40,7 +40,8 @@ impl SessionMachine<'_> {
             TxnState::Delivering(commit) => commit.time,
             _ => Utc::now(),
         };
-        match WebhookEvent::of_row(row, time, &self.settings.envelope.source) {
+        let dataschema = self.router.dataschema(row);
+        match WebhookEvent::of_row(row, time, &self.settings.envelope.source, dataschema) {
             Ok(event) => {
                 self.tracker.add_event(tag.txn)?;
                 producer.send_webhook(sink, event, tag).map_err(|_| {

@@ -204,7 +204,8 @@ pub struct WebhookEvent {
 impl WebhookEvent {
     /// The CloudEvents HTTP binding, binary mode: `ce-*` headers, the
     /// idempotency key (the event id), the content type, and the payload
-    /// bytes unchanged as the body.
+    /// bytes unchanged as the body. `dataschema`: the schema the payload
+    /// was checked against (`[[contracts]]`), as `ce-dataschema`.
     ///
     /// # Errors
     /// As [`CloudEvent::from_row`]: the row cannot be an event.
@@ -212,6 +213,7 @@ impl WebhookEvent {
         row: &OutboxRow,
         commit_time: chrono::DateTime<chrono::Utc>,
         default_source: &str,
+        dataschema: Option<&str>,
     ) -> Result<WebhookEvent, EnvelopeError> {
         let ce = CloudEvent::from_row(row, commit_time, default_source)?;
         let mut headers = vec![
@@ -224,6 +226,9 @@ impl WebhookEvent {
             headers.push(("ce-subject".to_owned(), subject.clone()));
         }
         headers.push(("ce-time".to_owned(), ce.time.clone()));
+        if let Some(schema) = dataschema {
+            headers.push(("ce-dataschema".to_owned(), schema.to_owned()));
+        }
         if let Some(tp) = &ce.traceparent {
             headers.push(("ce-traceparent".to_owned(), tp.clone()));
         }
@@ -316,7 +321,7 @@ mod tests {
             source: None,
         };
         let time = chrono::DateTime::from_timestamp(1_700_000_000, 0).unwrap();
-        let event = WebhookEvent::of_row(&row, time, "/svc").unwrap();
+        let event = WebhookEvent::of_row(&row, time, "/svc", None).unwrap();
         assert_eq!(event.body, payload);
         let h = |name: &str| {
             event
@@ -333,9 +338,17 @@ mod tests {
         assert_eq!(h("ce-specversion"), Some("1.0"));
         assert_eq!(h("ce-time"), Some("2023-11-14T22:13:20.000000Z"));
         assert_eq!(h("content-type"), Some("application/json"));
+        assert_eq!(h("ce-dataschema"), None, "unchecked: no dataschema");
+        let checked = WebhookEvent::of_row(&row, time, "/svc", Some("urn:payment:v3")).unwrap();
+        assert!(
+            checked
+                .headers
+                .contains(&("ce-dataschema".to_owned(), "urn:payment:v3".to_owned()))
+        );
+        assert_eq!(checked.body, payload);
         let mut odd = row.clone();
         odd.event_type = "paiement.capturé".into();
-        let event = WebhookEvent::of_row(&odd, time, "/svc").unwrap();
+        let event = WebhookEvent::of_row(&odd, time, "/svc", None).unwrap();
         assert!(
             event
                 .headers
