@@ -1,7 +1,8 @@
 //! Features together, end to end: each test runs several of the relay's
 //! features at once (delivery mode, source, cleanup, shards, webhook routes,
-//! standby relays, dead letters, trace context) under a steady writer, kills
-//! a relay process with -9 at least once, and then judges every sink with
+//! standby relays, dead letters, trace context, contracts) under a steady
+//! writer, kills a relay process with -9 at least once, and then judges
+//! every sink with
 //! the checker: nothing lost, per-aggregate order kept, no duplicate on an
 //! exactly-once topic read read_committed, each bad row dead-lettered, each
 //! writer's trace context on its record. docs/design.md ("Where features
@@ -34,7 +35,11 @@ async fn exactly_once_with_source_both_trace_context_and_dead_letters_survives_k
     let outbox = text_outbox(false, true).await;
     let topic = outbox.topic("order");
     let checkpoints = checkpoint_topic(&outbox).await;
-    let config = outbox.write_config_with(&source_both(&outbox), &exactly_once(&checkpoints), "");
+    let config = outbox.write_config_with(
+        &source_both(&outbox),
+        &exactly_once(&checkpoints),
+        &contract_toml(),
+    );
     let mut relay = Relay::process(&config);
     relay.wait_for_log(STREAMING, DEADLINE).await;
     let mix = Mix {
@@ -43,6 +48,7 @@ async fn exactly_once_with_source_both_trace_context_and_dead_letters_survives_k
         messages: true,
         bad_every: 7,
         hook_type: None,
+        contract_breaks: true,
     };
     let writer = MixWriter::start(outbox.clone(), mix, PAUSE);
     for kill in 0..3 {
@@ -63,6 +69,7 @@ async fn exactly_once_with_source_both_trace_context_and_dead_letters_survives_k
     check_exactly_once(case, &written.kafka, &everything);
     let traced = check_kafka_traceparents(case, &written, &received);
     assert!(traced >= written.kafka.len(), "every event traced");
+    assert!(check_kafka_dataschemas(case, &received) >= written.kafka.len());
     outbox.drop_all().await;
     report_wall_time(case, started);
 }
@@ -86,7 +93,7 @@ async fn cleanup_webhook_route_standby_and_dead_letters_survive_kill9_of_the_act
             source_both(&outbox)
         ),
         "",
-        &webhook_route_toml("hook*", &receiver.url(), &secrets(), ""),
+        &(webhook_route_toml("hook*", &receiver.url(), &secrets(), "") + &contract_toml()),
     );
     let active = Relay::process(&config);
     active.wait_for_log(STREAMING, DEADLINE).await;
@@ -98,6 +105,7 @@ async fn cleanup_webhook_route_standby_and_dead_letters_survive_kill9_of_the_act
         messages: true,
         bad_every: 7,
         hook_type: Some("hook"),
+        contract_breaks: true,
     };
     let writer = MixWriter::start(outbox.clone(), mix, PAUSE);
     writer.wait_for_more(60).await;
@@ -123,6 +131,8 @@ async fn cleanup_webhook_route_standby_and_dead_letters_survive_kill9_of_the_act
     assert!(receiver.bad_signatures().is_empty());
     assert!(check_kafka_traceparents(case, &written, &everything) >= written.kafka.len());
     assert!(check_webhook_traceparents(case, &written, &receiver) >= written.hooks.len());
+    assert!(check_kafka_dataschemas(case, &everything) >= written.kafka.len());
+    assert!(check_webhook_dataschemas(case, &receiver) >= written.hooks.len());
     outbox.drop_all().await;
     report_wall_time(case, started);
 }
@@ -146,10 +156,11 @@ async fn two_shards_exactly_once_with_a_standby_trace_context_and_dead_letters_s
         create_shard(&base, 2, 0).await,
         create_shard(&base, 2, 1).await,
     ];
+    let contract = contract_toml();
     let configs: Vec<_> = (0..2u32)
         .map(|k| {
             let eos = exactly_once(&checkpoints[k as usize]);
-            shard_config(&shards[k as usize], (2, k), "", &eos, "")
+            shard_config(&shards[k as usize], (2, k), "", &eos, &contract)
         })
         .collect();
     let active0 = Relay::process(&configs[0]);
@@ -164,6 +175,7 @@ async fn two_shards_exactly_once_with_a_standby_trace_context_and_dead_letters_s
         messages: false,
         bad_every: 7,
         hook_type: None,
+        contract_breaks: true,
     };
     let writer = MixWriter::start(base.clone(), mix, PAUSE);
     writer.wait_for_more(50).await;
@@ -185,6 +197,7 @@ async fn two_shards_exactly_once_with_a_standby_trace_context_and_dead_letters_s
     let everything = consume_ids_to_end(&topic).await;
     check_exactly_once(case, &written.kafka, &everything);
     assert!(check_kafka_traceparents(case, &written, &received) >= written.kafka.len());
+    assert!(check_kafka_dataschemas(case, &received) >= written.kafka.len());
     let sources: HashSet<&str> = received
         .iter()
         .filter_map(|r| r.header("ce_source"))
@@ -214,7 +227,7 @@ async fn two_shards_with_cleanup_a_webhook_route_and_dead_letters_survive_kill9(
         create_shard(&base, 2, 0).await,
         create_shard(&base, 2, 1).await,
     ];
-    let hooks = webhook_route_toml("hook*", &receiver.url(), &secrets(), "");
+    let hooks = webhook_route_toml("hook*", &receiver.url(), &secrets(), "") + &contract_toml();
     let configs: Vec<_> = (0..2u32)
         .map(|k| {
             shard_config(
@@ -236,6 +249,7 @@ async fn two_shards_with_cleanup_a_webhook_route_and_dead_letters_survive_kill9(
         messages: false,
         bad_every: 7,
         hook_type: Some("hook"),
+        contract_breaks: true,
     };
     let writer = MixWriter::start(base.clone(), mix, PAUSE);
     writer.wait_for_more(60).await;
@@ -263,6 +277,8 @@ async fn two_shards_with_cleanup_a_webhook_route_and_dead_letters_survive_kill9(
     assert!(receiver.bad_signatures().is_empty());
     assert!(check_kafka_traceparents(case, &written, &everything) >= written.kafka.len());
     assert!(check_webhook_traceparents(case, &written, &receiver) >= written.hooks.len());
+    assert!(check_kafka_dataschemas(case, &everything) >= written.kafka.len());
+    assert!(check_webhook_dataschemas(case, &receiver) >= written.hooks.len());
     for shard in &shards {
         drop_shard(shard).await;
     }

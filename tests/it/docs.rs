@@ -83,7 +83,7 @@ fn the_name_parser_finds_names_in_the_tests_column_only() {
 }
 
 /// The features of docs/design.md "Where features meet", as its rows name them.
-const FEATURES: [&str; 8] = [
+const FEATURES: [&str; 9] = [
     "delivery",
     "source",
     "cleanup",
@@ -92,6 +92,7 @@ const FEATURES: [&str; 8] = [
     "standby relays",
     "dead letters",
     "trace context",
+    "contracts",
 ];
 
 /// One clause of a verdict cell.

@@ -38,6 +38,7 @@ async fn cleanup_with_exactly_once_deletes_no_row_before_its_kafka_transaction_c
         messages: false,
         bad_every: 0,
         hook_type: None,
+        contract_breaks: false,
     };
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
@@ -136,6 +137,7 @@ async fn shards_with_outbox_messages_publish_each_message_once() {
         messages: true,
         bad_every: 0,
         hook_type: None,
+        contract_breaks: false,
     };
     let writer = MixWriter::start(base.clone(), mix, PAUSE);
     writer.wait_for_more(40).await;
@@ -282,6 +284,7 @@ async fn shards_sharing_one_checkpoint_topic_take_over_under_load() {
         messages: false,
         bad_every: 0,
         hook_type: None,
+        contract_breaks: false,
     };
     let writer = MixWriter::start(base.clone(), mix, PAUSE);
     writer.wait_for_more(40).await;

@@ -112,6 +112,7 @@ mod alone {
             messages: true,
             bad_every: 250,
             hook_type: None,
+            contract_breaks: false,
         };
         let writer = MixWriter::start(base.clone(), mix, PAUSE);
         let mut exits = Exits::default();
@@ -224,6 +225,7 @@ mod alone {
             messages: true,
             bad_every: 250,
             hook_type: Some("hook"),
+            contract_breaks: false,
         };
         let writer = MixWriter::start(outbox.clone(), mix, PAUSE);
         let mut exits = Exits::default();

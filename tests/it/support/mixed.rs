@@ -3,7 +3,8 @@
 //! table rows or as outbox messages (`postgres.source = "both"`), each with a
 //! trace context of its own (`tracingspancontext` -> `traceparent`), events
 //! for a webhook route beside those for Kafka, and now and then a row whose
-//! payload is not JSON (a dead letter). What was committed comes back
+//! payload is not JSON, and an event whose JSON breaks its contract (dead
+//! letters both). What was committed comes back
 //! sorted by where it must arrive, so each sink gets its own checker.
 //!
 //! Beside it, the set-up and the verdicts those tests share: the outbox, the
@@ -45,6 +46,11 @@ pub struct Mix {
     /// Every third event of this aggregate type, which a `[[routes]]`
     /// entry sends to a webhook; `None`: every event goes to Kafka.
     pub hook_type: Option<&'static str>,
+    /// Each bad transaction also holds an event whose payload is JSON but
+    /// breaks [`ORDER_SCHEMA`] (the relay runs with [`contract_toml`]): a
+    /// row, or by turns a message (with `messages`) and an event of the
+    /// webhook's type (with `hook_type`). It must be dead-lettered too.
+    pub contract_breaks: bool,
 }
 
 /// Everything committed, by where it must arrive.
@@ -151,6 +157,46 @@ impl TestOutbox {
             .await
             .unwrap();
             out.bad.push(id);
+            if mix.contract_breaks {
+                let n = t / mix.bad_every;
+                let aggregate_type = match mix.hook_type {
+                    Some(kind) if n % 2 == 1 => kind,
+                    _ => "order",
+                };
+                // A number where the contract wants text, text where it
+                // wants a number.
+                let broken = r#"{"aggregate": 5, "seq": "five"}"#;
+                let id = if mix.messages && n % 3 == 2 {
+                    let traceparent = new_traceparent();
+                    tx.query_one(
+                        emit,
+                        &[
+                            &aggregate_type,
+                            &"agg-broken",
+                            &broken,
+                            &traceparent,
+                            &prefix,
+                        ],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0)
+                } else {
+                    let id = uuid::Uuid::new_v4().to_string();
+                    tx.execute(
+                        &format!(
+                            "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload) \
+                             VALUES ($1::text::uuid, $2, 'agg-broken', 'OrderPlaced', $3)",
+                            self.table
+                        ),
+                        &[&id, &aggregate_type, &broken],
+                    )
+                    .await
+                    .unwrap();
+                    id
+                };
+                out.bad.push(id);
+            }
         }
         tx.commit().await.unwrap();
         out.transactions += 1;
@@ -242,6 +288,61 @@ pub fn dead_letter_ids(records: &[Received]) -> std::collections::HashSet<String
 }
 
 // ------------------------------------------------ set-up and verdicts
+
+/// The contract of every event the writer commits: what a good payload is.
+pub const ORDER_SCHEMA: &str = r#"{
+  "$id": "urn:combinations:order:v1",
+  "type": "object",
+  "required": ["aggregate", "seq"],
+  "properties": {"aggregate": {"type": "string"}, "seq": {"type": "integer"}}
+}"#;
+
+/// The `dataschema` of events checked against [`ORDER_SCHEMA`].
+pub const ORDER_DATASCHEMA: &str = "urn:combinations:order:v1";
+
+/// A `[[contracts]]` entry holding every event type to [`ORDER_SCHEMA`],
+/// written to a file of its own (named by its absolute path).
+pub fn contract_toml() -> String {
+    let dir = std::env::temp_dir().join(random_name("contract"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("order.schema.json");
+    std::fs::write(&path, ORDER_SCHEMA).unwrap();
+    format!(
+        "\n[[contracts]]\nschema = {:?}\n",
+        path.display().to_string()
+    )
+}
+
+/// Every event record (a `ce_id`) says it was checked against
+/// [`ORDER_SCHEMA`]; returns how many were checked.
+pub fn check_kafka_dataschemas(case: &str, received: &[Received]) -> usize {
+    let mut checked = 0;
+    for r in received.iter().filter(|r| r.header("ce_id").is_some()) {
+        assert_eq!(
+            r.header("ce_dataschema"),
+            Some(ORDER_DATASCHEMA),
+            "{case}: event {:?} not checked against its contract",
+            r.header("ce_id")
+        );
+        checked += 1;
+    }
+    checked
+}
+
+/// Every accepted webhook request says it was checked against
+/// [`ORDER_SCHEMA`] (`ce-dataschema`); returns how many were checked.
+pub fn check_webhook_dataschemas(case: &str, receiver: &Receiver) -> usize {
+    let accepted = receiver.accepted();
+    for a in &accepted {
+        assert_eq!(
+            a.headers.get("ce-dataschema").map(String::as_str),
+            Some(ORDER_DATASCHEMA),
+            "{case}: webhook event {} not checked against its contract",
+            a.id
+        );
+    }
+    accepted.len()
+}
 
 pub const STREAMING: &str = "streaming from the slot";
 pub const STANDING_BY: &str = "standby: another relay holds the relay lock";
