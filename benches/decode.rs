@@ -11,6 +11,8 @@
 //! `timestamptz` column, ~500-byte jsonb payload) extracted into an
 //! `OutboxRow` and built into its CloudEvents record (binary mode), the
 //! step the W3 flame graph shows between the decoder and the producer.
+//! `contract/check_w3_payload` is what `[[contracts]]` adds per event: the
+//! same payloads parsed and checked against a JSON Schema of their shape.
 //! `time/*` sets the general timestamp parser beside the hand-written fast
 //! path the relay uses for every event.
 //!
@@ -26,6 +28,7 @@ use bytes::{Buf, Bytes};
 use chrono::DateTime;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use outbox_relay::contracts::Schema;
 use outbox_relay::envelope::{
     ContentMode, EnvelopeSettings, TopicCache, build_record, build_record_cached,
 };
@@ -207,6 +210,51 @@ fn bench_outbox_row(c: &mut Cpu) {
     group.finish();
 }
 
+/// The JSON Schema a W3 payload keeps: the contract the W3 drain with
+/// `[[contracts]]` runs under (benches/run.py writes the same schema).
+const W3_SCHEMA: &str = r#"{
+  "$id": "urn:bench:order-placed:v1",
+  "type": "object",
+  "required": ["n", "aggregate", "seq", "total"],
+  "properties": {
+    "n": {"type": "integer", "minimum": 0},
+    "aggregate": {"type": "string", "pattern": "^agg-[0-9]+$"},
+    "seq": {"type": "integer"},
+    "total": {"type": "number"},
+    "pad": {"type": "string"}
+  }
+}"#;
+
+/// What a contract adds per event: the payload checked against its JSON
+/// Schema (parse and validate), beside the event built without one.
+fn bench_contract(c: &mut Cpu) {
+    let (relation, rows) = w3_rows();
+    let mut extractor = RowExtractor::new(ColumnMap::default());
+    let payloads: Vec<Bytes> = rows
+        .iter()
+        .map(|tuple| {
+            extractor
+                .extract(&relation, tuple)
+                .expect("row extracts")
+                .payload
+        })
+        .collect();
+    let schema: serde_json::Value = serde_json::from_str(W3_SCHEMA).expect("schema is JSON");
+    let schema = Schema::from_value(&schema, "order-placed.json", None).expect("schema compiles");
+    let mut group = c.benchmark_group("contract");
+    group.throughput(Throughput::Elements(payloads.len() as u64));
+    group.bench_function("check_w3_payload", |b| {
+        b.iter(|| {
+            for payload in &payloads {
+                schema
+                    .check(black_box(payload))
+                    .expect("the payload keeps its contract");
+            }
+        })
+    });
+    group.finish();
+}
+
 fn bench_time(c: &mut Cpu) {
     let texts: Vec<String> = (0..100)
         .map(|i| format!("2026-11-30 15:{:02}:57.{:06}+00", i % 60, i * 1013))
@@ -235,6 +283,6 @@ fn bench_time(c: &mut Cpu) {
 criterion_group! {
     name = benches;
     config = Criterion::default().with_measurement(ThreadCpuTime(WallTime));
-    targets = bench_outbox_stream, bench_outbox_row, bench_time
+    targets = bench_outbox_stream, bench_outbox_row, bench_contract, bench_time
 }
 criterion_main!(benches);
