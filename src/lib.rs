@@ -16,8 +16,10 @@
 //!
 //! Beside the flow: [`cleanup`] deletes confirmed rows of a table outbox,
 //! [`otel`] exports the produce spans of traced events, [`http_client`] is
-//! the one HTTP client (webhook sinks, OTLP export), and [`backoff`] is the
-//! one back-off policy of every retry loop.
+//! the one HTTP client (webhook sinks, OTLP export, the schema registry),
+//! [`registry`] talks to a Confluent-compatible schema registry and encodes
+//! records in its wire format, and [`backoff`] is the one back-off policy
+//! of every retry loop.
 
 pub mod ack;
 pub mod admin;
@@ -32,6 +34,7 @@ pub mod metrics;
 pub mod otel;
 pub mod outbox;
 pub mod redact;
+pub mod registry;
 pub mod relay;
 pub mod replication;
 pub mod routes;
