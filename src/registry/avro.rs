@@ -83,7 +83,7 @@ impl std::fmt::Debug for AvroEncoder {
 /// Where a JSON value comes from: the payload, or a default in the schema
 /// (Avro's JSON encoding).
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum From_ {
+enum Source {
     Payload,
     Default,
 }
@@ -151,7 +151,7 @@ impl AvroEncoder {
     /// # Errors
     /// The payload does not fit the schema: the first place and why.
     pub fn to_value(&self, payload: &Json) -> Result<Value, AvroMappingError> {
-        self.map(self.schema(), payload, From_::Payload, None)
+        self.map(self.schema(), payload, Source::Payload, None)
             .map_err(|f| AvroMappingError {
                 path: pointer(&f.steps),
                 reason: f.reason,
@@ -178,7 +178,7 @@ impl AvroEncoder {
             })
     }
 
-    fn map(&self, schema: &Schema, json: &Json, from: From_, ns: NamespaceRef<'_>) -> Mapped {
+    fn map(&self, schema: &Schema, json: &Json, from: Source, ns: NamespaceRef<'_>) -> Mapped {
         use Schema as S;
         let expected = || {
             fail(format!(
@@ -290,7 +290,7 @@ impl AvroEncoder {
         }
     }
 
-    fn record(&self, record: &RecordSchema, json: &Json, from: From_, ns: NamespaceRef) -> Mapped {
+    fn record(&self, record: &RecordSchema, json: &Json, from: Source, ns: NamespaceRef) -> Mapped {
         let name = record.name.fullname(None);
         let Some(object) = json.as_object() else {
             return Err(fail(format!(
@@ -304,7 +304,7 @@ impl AvroEncoder {
         for field in &record.fields {
             let value = match (object.get(&field.name), &field.default) {
                 (Some(value), _) => self.map(&field.schema, value, from, inner),
-                (None, Some(default)) => self.map(&field.schema, default, From_::Default, inner),
+                (None, Some(default)) => self.map(&field.schema, default, Source::Default, inner),
                 (None, None) if self.nullable(&field.schema, inner) => {
                     self.map(&field.schema, &Json::Null, from, inner)
                 }
@@ -323,9 +323,9 @@ impl AvroEncoder {
         Ok(Value::Record(fields))
     }
 
-    fn union(&self, variants: &[Schema], json: &Json, from: From_, ns: NamespaceRef) -> Mapped {
+    fn union(&self, variants: &[Schema], json: &Json, from: Source, ns: NamespaceRef) -> Mapped {
         let null = variants.iter().position(|v| matches!(v, Schema::Null));
-        if from == From_::Default {
+        if from == Source::Default {
             // Avro: a union's default is a value of its first branch.
             let first = variants.first().ok_or_else(|| fail("empty union"))?;
             return Ok(Value::Union(0, Box::new(self.map(first, json, from, ns)?)));
@@ -373,8 +373,8 @@ impl AvroEncoder {
         )))
     }
 
-    fn decimal(&self, d: &DecimalSchema, json: &Json, from: From_, schema: &Schema) -> Mapped {
-        if from == From_::Default {
+    fn decimal(&self, d: &DecimalSchema, json: &Json, from: Source, schema: &Schema) -> Mapped {
+        if from == Source::Default {
             return Ok(Value::Decimal(Decimal::from(bytes(json, from, schema)?)));
         }
         let text = match json {
@@ -436,7 +436,7 @@ fn long(json: &Json, schema: &Schema) -> Result<i64, Fail> {
 
 /// Bytes of a `bytes` or `fixed`: base64 in a payload, code points 0-255
 /// in a default.
-fn bytes(json: &Json, from: From_, schema: &Schema) -> Result<Vec<u8>, Fail> {
+fn bytes(json: &Json, from: Source, schema: &Schema) -> Result<Vec<u8>, Fail> {
     let Some(text) = json.as_str() else {
         return Err(fail(format!(
             "expected {} (base64), got {}",
@@ -445,10 +445,10 @@ fn bytes(json: &Json, from: From_, schema: &Schema) -> Result<Vec<u8>, Fail> {
         )));
     };
     match from {
-        From_::Payload => BASE64
+        Source::Payload => BASE64
             .decode(text)
             .map_err(|_| fail(format!("expected {} as base64", describe(schema)))),
-        From_::Default => text
+        Source::Default => text
             .chars()
             .map(|c| u8::try_from(u32::from(c)).ok())
             .collect::<Option<_>>()
@@ -476,8 +476,8 @@ fn timestamp(json: &Json, unit: logical::Unit, local: bool, schema: &Schema) -> 
     }
 }
 
-fn duration(json: &Json, from: From_, schema: &Schema) -> Mapped {
-    if from == From_::Default {
+fn duration(json: &Json, from: Source, schema: &Schema) -> Mapped {
+    if from == Source::Default {
         let b: [u8; 12] = bytes(json, from, schema)?
             .try_into()
             .map_err(|_| fail("a duration is 12 bytes"))?;
