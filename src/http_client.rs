@@ -1,5 +1,6 @@
-//! The relay's one HTTP/1.1 client: the webhook sinks POST events with it
-//! and the OTLP exporter its span batches. hyper-util's pooled client over
+//! The relay's one HTTP/1.1 client: the webhook sinks POST events with it,
+//! the OTLP exporter its span batches, and the schema registry client asks
+//! for schemas. hyper-util's pooled client over
 //! hyper-openssl's connector: TLS through the system OpenSSL, the
 //! certificate and host name verified against the system trust store plus
 //! an optional `ca_file`, as for PostgreSQL.
@@ -7,7 +8,8 @@
 //! Invariants:
 //! * One request is bounded by the client's timeout from connect to the
 //!   end of the answer; at most [`MAX_ANSWER_BODY`] bytes of an answer's
-//!   body are read, then dropped.
+//!   body are read, then dropped ([`HttpClient::fetch`] keeps the body, up
+//!   to the caller's limit).
 //! * A connection whose answer was read to its end goes back to the pool
 //!   and serves the next request; idle ones close after [`IDLE_TIMEOUT`].
 //!   One the server closes (`Connection: close`), or whose answer is not
@@ -23,7 +25,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::{HeaderMap, Request, Uri};
 use hyper_openssl::client::legacy::HttpsConnector;
 use hyper_util::client::legacy::Client;
@@ -39,6 +41,9 @@ pub const MAX_ANSWER_BODY: usize = 64 * 1024;
 /// Node.js servers, the shortest common one, so a request seldom meets a
 /// connection the server is closing.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
+/// Why a body could not be read to its end.
+type BodyError = Box<dyn StdError + Send + Sync>;
 
 /// Why no answer came: connect, TLS, I/O or timeout. Never holds a secret
 /// or the body.
@@ -129,8 +134,40 @@ impl HttpClient {
     /// # Errors
     /// No answer within the timeout, or the connection failed.
     pub async fn send(&self, request: Request<Full<Bytes>>) -> Result<Answer, TransportError> {
+        let (answer, _) = self.timed(request, MAX_ANSWER_BODY).await?;
+        Ok(answer)
+    }
+
+    /// Like [`HttpClient::send`], and keeps the answer's body, of at most
+    /// `max_body` bytes (the limit replaces [`MAX_ANSWER_BODY`]).
+    ///
+    /// # Errors
+    /// As [`HttpClient::send`]; or the body was longer than `max_body`, or
+    /// broke off.
+    pub async fn fetch(
+        &self,
+        request: Request<Full<Bytes>>,
+        max_body: usize,
+    ) -> Result<(Answer, Bytes), TransportError> {
         let target = target(request.uri());
-        match tokio::time::timeout(self.timeout, self.exchange(request, &target)).await {
+        match self.timed(request, max_body).await? {
+            (answer, Ok(body)) => Ok((answer, body)),
+            (_, Err(e)) if e.is::<LengthLimitError>() => Err(TransportError(format!(
+                "the answer of {target} is longer than {max_body} bytes"
+            ))),
+            (_, Err(e)) => Err(TransportError(format!(
+                "the answer of {target} broke off: {e}"
+            ))),
+        }
+    }
+
+    async fn timed(
+        &self,
+        request: Request<Full<Bytes>>,
+        max_body: usize,
+    ) -> Result<(Answer, Result<Bytes, BodyError>), TransportError> {
+        let target = target(request.uri());
+        match tokio::time::timeout(self.timeout, self.exchange(request, &target, max_body)).await {
             Ok(answer) => answer,
             Err(_) => Err(TransportError(format!(
                 "no answer within {} ms",
@@ -143,7 +180,8 @@ impl HttpClient {
         &self,
         request: Request<Full<Bytes>>,
         target: &str,
-    ) -> Result<Answer, TransportError> {
+        max_body: usize,
+    ) -> Result<(Answer, Result<Bytes, BodyError>), TransportError> {
         let response = self
             .client
             .request(request)
@@ -152,11 +190,17 @@ impl HttpClient {
         let (head, body) = response.into_parts();
         // Read the answer to its end, so the connection can be reused; a
         // longer one (or a broken one) is dropped with its connection.
-        let _ = Limited::new(body, MAX_ANSWER_BODY).collect().await;
-        Ok(Answer {
-            status: head.status.as_u16(),
-            headers: head.headers,
-        })
+        let body = Limited::new(body, max_body)
+            .collect()
+            .await
+            .map(http_body_util::Collected::to_bytes);
+        Ok((
+            Answer {
+                status: head.status.as_u16(),
+                headers: head.headers,
+            },
+            body,
+        ))
     }
 }
 

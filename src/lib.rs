@@ -20,8 +20,10 @@
 //!
 //! Beside the flow: [`cleanup`] deletes confirmed rows of a table outbox,
 //! [`otel`] exports the produce spans of traced events, [`http_client`] is
-//! the one HTTP client (webhook sinks, OTLP export), and [`backoff`] is the
-//! one back-off policy of every retry loop.
+//! the one HTTP client (webhook sinks, OTLP export, the schema registry),
+//! [`registry`] talks to a Confluent-compatible schema registry and encodes
+//! records in its wire format, and [`backoff`] is the one back-off policy
+//! of every retry loop.
 
 pub mod ack;
 pub mod admin;
@@ -38,6 +40,7 @@ pub mod otel;
 pub mod outbox;
 pub mod pg;
 pub mod redact;
+pub mod registry;
 pub mod relay;
 pub mod replication;
 pub mod routes;

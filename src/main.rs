@@ -641,8 +641,16 @@ async fn wait_for_signal() {
 }
 
 fn init_tracing(format: LogFormat) {
+    // apache-avro logs through `log` with schema text or payload values in
+    // its messages; the relay says what it needs itself, and logs never
+    // carry payloads, whatever RUST_LOG asks.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+        .add_directive(
+            "apache_avro=off"
+                .parse()
+                .expect("a static filter directive parses"),
+        );
     // Colour only for a person at a terminal: escape codes in a log file or
     // a log shipper's input are noise that breaks searching.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())

@@ -210,3 +210,31 @@ async fn https_verifies_the_certificate_against_ca_file_and_the_host() {
     .unwrap_err();
     assert!(err.0.starts_with("cannot read ca_file "), "{err}");
 }
+
+#[tokio::test]
+async fn fetch_keeps_the_body_up_to_its_limit() {
+    let server =
+        TestServer::start("HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"id\": 42}\n").await;
+    let client = client(None, 2_000);
+    let url = format!("http://127.0.0.1:{}/schemas/ids/42", server.port);
+    let get = || Request::get(&url).body(Full::default()).unwrap();
+    for _ in 0..2 {
+        let (answer, body) = client.fetch(get(), 11).await.unwrap();
+        assert_eq!(answer.status, 200);
+        assert_eq!(&body[..], b"{\"id\": 42}\n");
+    }
+    assert_eq!(
+        server.accepted(),
+        1,
+        "a body read to its end frees the connection"
+    );
+
+    let err = client.fetch(get(), 10).await.unwrap_err();
+    assert_eq!(
+        err.0,
+        format!(
+            "the answer of 127.0.0.1:{} is longer than 10 bytes",
+            server.port
+        )
+    );
+}

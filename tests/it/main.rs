@@ -51,6 +51,9 @@
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
 //!   slot dropped or invalidated (these hold the services alone).
 //! * [`replication`]: the replication client itself.
+//! * [`registry`]: the schema registry client, Confluent's wire format and
+//!   JSON payloads as Avro against Apicurio Registry, read back by the
+//!   official Python deserializers; a registry outage.
 //! * [`admin`]: the operator commands `init`, `check` and `status` as a
 //!   user runs them.
 //! * [`ops`]: what on-call relies on, through the binary: exit codes and
@@ -98,6 +101,7 @@ mod outbox_cleanup;
 mod outbox_messages;
 mod payloads;
 mod quiet_run;
+mod registry;
 mod replication;
 mod schema_change;
 mod secured_broker;

@@ -1,0 +1,196 @@
+//! Avro's logical types from JSON: dates, times and timestamps as numbers
+//! or ISO 8601 text, decimals as exact digits; and the names of types.
+
+use apache_avro::Schema;
+use apache_avro::schema::{DecimalSchema, InnerDecimalSchema, UuidSchema};
+use chrono::{DateTime, NaiveDate, NaiveDateTime, NaiveTime, Timelike};
+use serde_json::Value as Json;
+
+/// A timestamp's unit.
+#[derive(Debug, Clone, Copy)]
+pub enum Unit {
+    Millis,
+    Micros,
+    Nanos,
+}
+
+/// Days since 1970-01-01: an `int`, or `"YYYY-MM-DD"`.
+pub fn date(json: &Json) -> Option<i32> {
+    match json {
+        Json::String(text) => {
+            let date = NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
+            let days = date.signed_duration_since(NaiveDate::default()).num_days();
+            i32::try_from(days).ok()
+        }
+        _ => i32::try_from(json.as_i64()?).ok(),
+    }
+}
+
+/// Time since midnight in `per_second` units: an integer, or
+/// `"HH:MM:SS[.fraction]"` (a finer fraction is cut, not rounded).
+pub fn time(json: &Json, per_second: i64) -> Option<i64> {
+    match json {
+        Json::String(text) => {
+            let t = NaiveTime::parse_from_str(text, "%H:%M:%S%.f").ok()?;
+            let seconds = i64::from(t.num_seconds_from_midnight());
+            let fraction = i64::from(t.nanosecond()) / (1_000_000_000 / per_second);
+            Some(seconds * per_second + fraction)
+        }
+        _ => json.as_i64(),
+    }
+}
+
+/// `text` as a timestamp in `unit`: RFC 3339 with its offset, or (`local`)
+/// a date-time without one.
+pub fn timestamp(text: &str, unit: Unit, local: bool) -> Option<i64> {
+    let utc = if local {
+        NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
+            .ok()?
+            .and_utc()
+    } else {
+        DateTime::parse_from_rfc3339(text).ok()?.to_utc()
+    };
+    match unit {
+        Unit::Millis => Some(utc.timestamp_millis()),
+        Unit::Micros => Some(utc.timestamp_micros()),
+        Unit::Nanos => utc.timestamp_nanos_opt(),
+    }
+}
+
+/// The decimal `text` (`-12.30`, `1e3`, `0.5E-2`) times 10^`scale`, exact:
+/// refused when that leaves a fraction or does not fit 128 bits.
+pub fn unscaled(text: &str, scale: usize) -> Result<i128, String> {
+    let malformed = || "expected a decimal number".to_string();
+    let (negative, unsigned) = match text.as_bytes().first() {
+        Some(b'-') => (true, &text[1..]),
+        Some(b'+') => (false, &text[1..]),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match unsigned.find(['e', 'E']) {
+        Some(i) => (
+            &unsigned[..i],
+            unsigned[i + 1..].parse::<i64>().map_err(|_| malformed())?,
+        ),
+        None => (unsigned, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if whole.is_empty() && fraction.is_empty() || !all_digits(whole) || !all_digits(fraction) {
+        return Err(malformed());
+    }
+    // digits × 10^shift is the unscaled value.
+    let digits = format!("{whole}{fraction}");
+    let shift = exponent
+        .checked_add(scale as i64)
+        .and_then(|e| e.checked_sub(fraction.len() as i64))
+        .ok_or_else(malformed)?;
+    let digits = digits.trim_start_matches('0');
+    let kept = if shift < 0 {
+        let cut = usize::try_from(-shift)
+            .unwrap_or(usize::MAX)
+            .min(digits.len());
+        let (kept, dropped) = digits.split_at(digits.len() - cut);
+        if dropped.bytes().any(|b| b != b'0') {
+            return Err(format!("more decimal places than the scale {scale}"));
+        }
+        kept
+    } else {
+        digits
+    };
+    let too_big = || "too many digits".to_string();
+    let mut value: i128 = 0;
+    for b in kept.bytes() {
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(i128::from(b - b'0')))
+            .ok_or_else(too_big)?;
+    }
+    if shift > 0 && value != 0 {
+        let factor = u32::try_from(shift)
+            .ok()
+            .and_then(|s| 10i128.checked_pow(s))
+            .ok_or_else(too_big)?;
+        value = value.checked_mul(factor).ok_or_else(too_big)?;
+    }
+    Ok(if negative { -value } else { value })
+}
+
+/// How many decimal digits `value` has (0 has one).
+pub fn digits(value: i128) -> usize {
+    value
+        .unsigned_abs()
+        .checked_ilog10()
+        .map_or(1, |d| d as usize + 1)
+}
+
+/// `value` as the fewest big-endian two's complement bytes, as Avro's
+/// decimal holds it.
+pub fn twos_complement(value: i128) -> Vec<u8> {
+    let bytes = value.to_be_bytes();
+    let mut start = 0;
+    while start < bytes.len() - 1 {
+        let (first, next) = (bytes[start], bytes[start + 1]);
+        if (first == 0x00 && next & 0x80 == 0) || (first == 0xff && next & 0x80 != 0) {
+            start += 1;
+        } else {
+            break;
+        }
+    }
+    bytes[start..].to_vec()
+}
+
+/// The name of the Avro type a schema is written as: a logical type's
+/// underlying type (a union branch's name in Avro's JSON encoding).
+pub fn base_type(schema: &Schema) -> &'static str {
+    use Schema as S;
+    match schema {
+        S::Null => "null",
+        S::Boolean => "boolean",
+        S::Int | S::Date | S::TimeMillis => "int",
+        S::Long
+        | S::TimeMicros
+        | S::TimestampMillis
+        | S::TimestampMicros
+        | S::TimestampNanos
+        | S::LocalTimestampMillis
+        | S::LocalTimestampMicros
+        | S::LocalTimestampNanos => "long",
+        S::Float => "float",
+        S::Double => "double",
+        S::Bytes
+        | S::BigDecimal
+        | S::Uuid(UuidSchema::Bytes)
+        | S::Decimal(DecimalSchema {
+            inner: InnerDecimalSchema::Bytes,
+            ..
+        }) => "bytes",
+        S::String | S::Uuid(UuidSchema::String) => "string",
+        S::Array(_) => "array",
+        S::Map(_) => "map",
+        S::Union(_) => "union",
+        S::Record(_) | S::Ref { .. } => "record",
+        S::Enum(_) => "enum",
+        S::Fixed(_) | S::Duration(_) | S::Uuid(UuidSchema::Fixed(_)) | S::Decimal(_) => "fixed",
+    }
+}
+
+/// A logical type's name, `None` for the others.
+pub fn logical_name(schema: &Schema) -> Option<&'static str> {
+    use Schema as S;
+    Some(match schema {
+        S::Date => "date",
+        S::TimeMillis => "time-millis",
+        S::TimeMicros => "time-micros",
+        S::TimestampMillis => "timestamp-millis",
+        S::TimestampMicros => "timestamp-micros",
+        S::TimestampNanos => "timestamp-nanos",
+        S::LocalTimestampMillis => "local-timestamp-millis",
+        S::LocalTimestampMicros => "local-timestamp-micros",
+        S::LocalTimestampNanos => "local-timestamp-nanos",
+        S::Decimal(_) => "decimal",
+        S::BigDecimal => "big-decimal",
+        S::Uuid(_) => "uuid",
+        S::Duration(_) => "duration",
+        _ => return None,
+    })
+}
