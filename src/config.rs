@@ -49,7 +49,7 @@ use crate::sink::OnUnroutable;
 
 pub use crate::redact::{is_secret_property, redact_conninfo};
 pub use addr::ListenAddr;
-pub use contracts::ContractConfig;
+pub use contracts::{ContractConfig, Framing, RegistryConfig, SubjectStrategy};
 pub use env_names::ENV_PREFIX;
 pub use sinks::{RouteConfig, SinkConfig, SinkKind, warnings};
 
@@ -117,6 +117,8 @@ pub struct Config {
     /// `[[contracts]]`: the schema each event type's payload must satisfy,
     /// first match wins.
     pub contracts: Vec<ContractConfig>,
+    /// `[registry]`: the schema registry of registry contracts.
+    pub registry: RegistryConfig,
     /// The directory of the config file the `[[contracts]]` came from:
     /// their relative schema paths start there. Not a key of the file.
     #[serde(skip)]

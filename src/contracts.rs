@@ -23,8 +23,12 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use serde_json::Value;
 
+use crate::registry::{
+    AvroEncoder, RegistryClient, RegistryError, RegistrySettings, SchemaType, SubjectVersion, wire,
+};
 use crate::routes::glob_match;
 
 /// The dead-letter reason code of an event whose payload breaks its
@@ -47,14 +51,32 @@ pub enum ContractError {
     Invalid { path: String, reason: String },
 }
 
-/// One compiled JSON Schema and what it is called.
+/// One compiled schema and what it is called: a JSON Schema (from a file,
+/// or a registry subject's), or a registry subject's Avro schema.
 pub struct Schema {
-    /// The schema as the config names it (its file path, as given).
+    /// The schema as the config names it (its file path as given, or
+    /// `subject <name> version <n>`).
     name: String,
     /// The CloudEvents `dataschema` of events checked against it.
     dataschema: String,
-    validator: jsonschema::Validator,
+    kind: Kind,
 }
+
+/// How a payload is checked, and what is sent.
+enum Kind {
+    /// Validated; sent as written, or framed with the registry's schema id
+    /// (Confluent's wire format) when `frame` holds one.
+    Json {
+        validator: Box<jsonschema::Validator>,
+        frame: Option<u32>,
+    },
+    /// Encoded to Avro binary by the schema (which checks it), framed with
+    /// the registry's schema id.
+    Avro { encoder: Box<AvroEncoder>, id: u32 },
+}
+
+/// `content-type` of an event encoded as Avro.
+pub const AVRO_CONTENT_TYPE: &str = "application/avro";
 
 impl fmt::Debug for Schema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -142,7 +164,72 @@ impl Schema {
         Ok(Schema {
             name: name.to_owned(),
             dataschema,
-            validator,
+            kind: Kind::Json {
+                validator: Box::new(validator),
+                frame: None,
+            },
+        })
+    }
+
+    /// A registry subject's version as a contract: a JSON Schema validates
+    /// (and, with `frame`, the event is sent in Confluent's wire format with
+    /// the version's schema id), an Avro schema encodes. `dataschema`: the
+    /// contract's own, else `<registry>/schemas/ids/<id>`.
+    ///
+    /// # Errors
+    /// The schema cannot be used (not valid, or of another type than JSON
+    /// Schema or Avro).
+    pub fn from_registry(
+        version: &SubjectVersion,
+        registry: &str,
+        frame: bool,
+        dataschema: Option<&str>,
+    ) -> Result<Schema, ContractError> {
+        let name = format!("subject {} version {}", version.subject, version.version);
+        let dataschema = dataschema.filter(|d| !d.is_empty()).map_or_else(
+            || {
+                format!(
+                    "{}/schemas/ids/{}",
+                    registry.trim_end_matches('/'),
+                    version.id
+                )
+            },
+            str::to_owned,
+        );
+        let invalid = |reason: String| ContractError::Invalid {
+            path: name.clone(),
+            reason,
+        };
+        let kind = match version.schema.schema_type {
+            SchemaType::Json => {
+                let value: Value = serde_json::from_str(&version.schema.text)
+                    .map_err(|e| invalid(format!("not JSON: {}", e.classify_text())))?;
+                let validator = jsonschema::options()
+                    .build(&value)
+                    .map_err(|e| invalid(e.to_string()))?;
+                Kind::Json {
+                    validator: Box::new(validator),
+                    frame: frame.then_some(version.id),
+                }
+            }
+            SchemaType::Avro => Kind::Avro {
+                encoder: Box::new(
+                    AvroEncoder::new(&version.schema.text).map_err(|e| invalid(e.to_string()))?,
+                ),
+                id: version.id,
+            },
+            SchemaType::Protobuf => {
+                return Err(invalid(
+                    "a Protobuf schema: the relay checks and encodes JSON Schema and Avro \
+                     contracts only"
+                        .to_owned(),
+                ));
+            }
+        };
+        Ok(Schema {
+            name,
+            dataschema,
+            kind,
         })
     }
 
@@ -161,18 +248,60 @@ impl Schema {
     /// # Errors
     /// The first [`Violation`]: where, which rule, what it asks.
     pub fn check(&self, payload: &[u8]) -> Result<(), Violation> {
+        self.encode(payload).map(drop)
+    }
+
+    /// Checks a payload (JSON text) and gives the record value to send in
+    /// its place when that is not the payload itself: framed JSON, or Avro.
+    ///
+    /// # Errors
+    /// As [`Schema::check`].
+    pub fn encode(&self, payload: &[u8]) -> Result<Option<Bytes>, Violation> {
         let value: Value = serde_json::from_slice(payload).map_err(|e| Violation {
             schema: self.name.clone(),
             path: String::new(),
             keyword: "type".to_owned(),
             message: format!("the payload is not JSON ({})", e.classify_text()),
         })?;
-        self.validator.validate(&value).map_err(|e| Violation {
-            schema: self.name.clone(),
-            path: e.instance_path().to_string(),
-            keyword: e.kind().keyword().to_owned(),
-            message: e.masked().to_string(),
-        })
+        match &self.kind {
+            Kind::Json { validator, frame } => {
+                validator.validate(&value).map_err(|e| Violation {
+                    schema: self.name.clone(),
+                    path: e.instance_path().to_string(),
+                    keyword: e.kind().keyword().to_owned(),
+                    message: e.masked().to_string(),
+                })?;
+                Ok(frame.map(|id| Bytes::from(wire::frame(id, payload))))
+            }
+            Kind::Avro { encoder, id } => {
+                let body = encoder.encode(&value).map_err(|e| Violation {
+                    schema: self.name.clone(),
+                    path: e.path,
+                    keyword: "avro".to_owned(),
+                    message: e.reason,
+                })?;
+                Ok(Some(Bytes::from(wire::frame(*id, &body))))
+            }
+        }
+    }
+
+    /// The `content-type` of a checked event when it is not the payload's
+    /// JSON: Avro.
+    pub fn content_type(&self) -> Option<&'static str> {
+        match self.kind {
+            Kind::Avro { .. } => Some(AVRO_CONTENT_TYPE),
+            Kind::Json { .. } => None,
+        }
+    }
+
+    /// Whether the record value is something else than the payload as
+    /// written (framed, or Avro), which CloudEvents' structured mode cannot
+    /// carry.
+    pub fn reframes(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Avro { .. } | Kind::Json { frame: Some(_), .. }
+        )
     }
 }
 
@@ -221,18 +350,38 @@ impl ClassifyText for serde_json::Error {
     }
 }
 
-/// One `[[contracts]]` entry, compiled.
+/// One `[[contracts]]` entry.
 #[derive(Debug, Clone)]
 struct Contract {
     aggregate_type: Option<String>,
     event_type: Option<String>,
-    schema: Arc<Schema>,
+    schema: Slot,
 }
 
-/// The contracts of a config, in order.
+/// A contract's schema: compiled, or still in the registry.
+#[derive(Debug, Clone)]
+enum Slot {
+    Ready(Arc<Schema>),
+    Registry(RegistryContract),
+}
+
+/// One contract as the config gives it: the `aggregatetype` and `type`
+/// globs, and its compiled schema or the registry subject that holds it.
+pub type ContractPart = (
+    Option<String>,
+    Option<String>,
+    Result<Arc<Schema>, RegistryContract>,
+);
+
+/// The contracts of a config, in order. Those kept in a schema registry
+/// are fetched by [`Contracts::resolve`] before the first event; until
+/// then, [`Contracts::find`] may not be asked (it panics: an event must
+/// never go unchecked because its schema was not fetched yet).
 #[derive(Debug, Clone, Default)]
 pub struct Contracts {
     contracts: Vec<Contract>,
+    /// Where the registry contracts are, when there are any.
+    registry: Option<RegistrySettings>,
 }
 
 impl PartialEq for Contracts {
@@ -243,8 +392,13 @@ impl PartialEq for Contracts {
             && self.contracts.iter().zip(&other.contracts).all(|(a, b)| {
                 a.aggregate_type == b.aggregate_type
                     && a.event_type == b.event_type
-                    && a.schema.name == b.schema.name
-                    && a.schema.dataschema == b.schema.dataschema
+                    && match (&a.schema, &b.schema) {
+                        (Slot::Ready(a), Slot::Ready(b)) => {
+                            a.name == b.name && a.dataschema == b.dataschema
+                        }
+                        (Slot::Registry(a), Slot::Registry(b)) => a == b,
+                        _ => false,
+                    }
             })
     }
 }
@@ -261,10 +415,79 @@ impl Contracts {
                 .map(|(aggregate_type, event_type, schema)| Contract {
                     aggregate_type,
                     event_type,
-                    schema,
+                    schema: Slot::Ready(schema),
                 })
                 .collect(),
+            registry: None,
         }
+    }
+
+    /// Contracts of which some are kept in the registry `registry` (the
+    /// `Err` entries), to [`Contracts::resolve`] before use.
+    pub fn with_registry(parts: Vec<ContractPart>, registry: Option<RegistrySettings>) -> Self {
+        Contracts {
+            contracts: parts
+                .into_iter()
+                .map(|(aggregate_type, event_type, schema)| Contract {
+                    aggregate_type,
+                    event_type,
+                    schema: match schema {
+                        Ok(ready) => Slot::Ready(ready),
+                        Err(kept) => Slot::Registry(kept),
+                    },
+                })
+                .collect(),
+            registry,
+        }
+    }
+
+    /// Some contracts are still in the registry.
+    pub fn needs_registry(&self) -> bool {
+        self.contracts
+            .iter()
+            .any(|c| matches!(c.schema, Slot::Registry(_)))
+    }
+
+    /// The contracts with every registry one fetched and compiled: a pinned
+    /// version, else the subject's latest now.
+    ///
+    /// # Errors
+    /// [`ResolveError`]: the registry did not answer (retryable: see
+    /// [`ResolveError::is_retryable`]), a subject or version is missing, or
+    /// a schema cannot be used.
+    pub async fn resolve(&self) -> Result<Contracts, ResolveError> {
+        if !self.needs_registry() {
+            return Ok(self.clone());
+        }
+        let settings = self.registry.as_ref().ok_or(ResolveError::NoRegistry)?;
+        let client = RegistryClient::new(settings)?;
+        let mut contracts = Vec::with_capacity(self.contracts.len());
+        for contract in &self.contracts {
+            let schema = match &contract.schema {
+                Slot::Ready(schema) => Slot::Ready(Arc::clone(schema)),
+                Slot::Registry(kept) => {
+                    let version = match kept.version {
+                        Some(n) => client.version(&kept.subject, n).await?,
+                        None => client.latest(&kept.subject).await?,
+                    };
+                    let schema = Schema::from_registry(
+                        &version,
+                        client.url(),
+                        kept.frame,
+                        kept.dataschema.as_deref(),
+                    )?;
+                    Slot::Ready(Arc::new(schema))
+                }
+            };
+            contracts.push(Contract {
+                schema,
+                ..contract.clone()
+            });
+        }
+        Ok(Contracts {
+            contracts,
+            registry: self.registry.clone(),
+        })
     }
 
     /// No contract at all: every event goes unchecked.
@@ -274,6 +497,10 @@ impl Contracts {
 
     /// The schema an event must satisfy, by its aggregate type and type;
     /// `None`: no contract covers it.
+    ///
+    /// # Panics
+    /// When the contract that matches is still in the registry: resolve
+    /// first.
     pub fn find(&self, aggregate_type: &str, event_type: &str) -> Option<&Schema> {
         self.contracts
             .iter()
@@ -285,7 +512,45 @@ impl Contracts {
                         .as_deref()
                         .is_none_or(|g| glob_match(g, event_type))
             })
-            .map(|c| c.schema.as_ref())
+            .map(|c| match &c.schema {
+                Slot::Ready(schema) => schema.as_ref(),
+                Slot::Registry(kept) => panic!(
+                    "the contract of subject {:?} is used before it was fetched from the \
+                     registry (Contracts::resolve)",
+                    kept.subject
+                ),
+            })
+    }
+}
+
+/// A contract kept in a schema registry: which subject, which version
+/// (`None`: the latest when the relay starts), whether a JSON Schema's
+/// events go in Confluent's wire format, and the `dataschema` to give them
+/// (`None`: `<registry>/schemas/ids/<id>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistryContract {
+    pub subject: String,
+    pub version: Option<u32>,
+    pub frame: bool,
+    pub dataschema: Option<String>,
+}
+
+/// Why the registry contracts could not be fetched.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("contract {0}")]
+    Unusable(#[from] ContractError),
+    #[error("contracts name registry subjects but no [registry] url is set")]
+    NoRegistry,
+}
+
+impl ResolveError {
+    /// Whether asking the registry again later can help (it did not
+    /// answer, or failed): the relay waits, sending nothing unchecked.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ResolveError::Registry(e) if e.is_retryable())
     }
 }
 

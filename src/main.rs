@@ -450,11 +450,26 @@ fn schema_check_command(args: &SchemaCheckArgs) -> ExitCode {
             let config = Config::figment(args.config.as_deref(), std::env::vars())
                 .and_then(|figment| Config::from_figment(&figment))
                 .and_then(|config| config.contracts());
-            contracts = match config {
+            let planned = match config {
                 Ok(contracts) => contracts,
                 Err(e) => {
                     eprintln!("outbox-relay schema check: invalid configuration: {e}");
                     return ExitCode::from(EXIT_CONFIG);
+                }
+            };
+            // Registry contracts: the schemas the relay would fetch now.
+            let resolved = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+                .and_then(|rt| rt.block_on(planned.resolve()).map_err(|e| e.to_string()));
+            contracts = match resolved {
+                Ok(contracts) => contracts,
+                Err(e) => {
+                    eprintln!(
+                        "outbox-relay schema check: cannot fetch the contracts' schemas: {e}"
+                    );
+                    return ExitCode::from(EXIT_FATAL);
                 }
             };
             let event_type = args.event_type.as_deref().unwrap_or_default();

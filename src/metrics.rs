@@ -178,6 +178,9 @@ pub mod reason {
     /// The cleanup's DELETE of confirmed outbox rows failed and is tried
     /// again, backing off.
     pub const CLEANUP_DELETE: &str = "cleanup_delete";
+    /// The schema registry did not answer when the relay fetched its
+    /// contracts' schemas: it waits, sending nothing unchecked.
+    pub const SCHEMA_REGISTRY: &str = "schema_registry";
 }
 
 /// Values of the `kind` label of [`CHANGES_IGNORED`] (besides `update`,
@@ -221,6 +224,7 @@ pub const RECONNECT_REASONS: &[&str] = &[
     reason::LOCK_LOST,
     reason::DELIVERY_TABLE,
     reason::CLEANUP_DELETE,
+    reason::SCHEMA_REGISTRY,
 ];
 
 /// The `reason` values of [`EVENTS_DEAD_LETTERED`]: every reason code a

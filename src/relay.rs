@@ -229,9 +229,52 @@ async fn run_sessions(
         std::time::Instant::now(),
     );
     health.set_unhealthy_after(settings.unhealthy_after);
-    let supervisor = Supervisor::new(&settings.replication.slot, Backoff::reconnect());
+    let mut supervisor = Supervisor::new(&settings.replication.slot, Backoff::reconnect());
+    let mut shutdown = shutdown;
+    let Some(settings) =
+        resolve_contracts(settings, &mut supervisor, &mut shutdown, &health).await?
+    else {
+        health.set_stopping();
+        return Ok(Stopped::Drained);
+    };
     let sessions = round::Sessions::new(&settings, progress, health.clone(), background);
     supervise(supervisor, sessions, shutdown, &health).await
+}
+
+/// The settings with every registry contract's schema fetched (a pinned
+/// version, or the latest now), before the first session: an event is
+/// never sent unchecked for want of its schema. While the registry does
+/// not answer, the supervisor's policy goes round (retry after its
+/// back-off, /health told, the reconnect counter's `schema_registry`);
+/// `None`: a stop was asked for meanwhile.
+async fn resolve_contracts(
+    mut settings: RelaySettings,
+    supervisor: &mut Supervisor,
+    shutdown: &mut watch::Receiver<bool>,
+    health: &Health,
+) -> Result<Option<RelaySettings>, RelayError> {
+    loop {
+        if *shutdown.borrow() {
+            return Ok(None);
+        }
+        let error = match settings.contracts.resolve().await {
+            Ok(contracts) => {
+                settings.contracts = contracts;
+                return Ok(Some(settings));
+            }
+            Err(error) => error,
+        };
+        match supervisor.decide(Outcome::Unresolved(error)) {
+            Action::Retry { after, report } => {
+                tell(&report, health);
+                if wait_or_shutdown(after, shutdown).await {
+                    return Ok(None);
+                }
+            }
+            Action::Exit(error) => return Err(error),
+            other => unreachable!("the supervisor retries or exits on a registry error: {other:?}"),
+        }
+    }
 }
 
 /// What the outer loop goes round: the real sessions, or a test's script.

@@ -161,6 +161,21 @@ pub struct DeadOptions {
     pub delivery_table: Option<String>,
 }
 
+/// The config's `[[contracts]]`, those of the schema registry fetched: what
+/// a retried event is checked against (and encoded by), as the relay would.
+///
+/// # Errors
+/// Why they cannot be had, as text.
+pub async fn contracts(config: &Config) -> Result<crate::contracts::Contracts, String> {
+    let contracts = config
+        .contracts()
+        .map_err(|e| format!("cannot read [[contracts]]: {e}"))?;
+    contracts
+        .resolve()
+        .await
+        .map_err(|e| format!("cannot fetch the schemas of [[contracts]]: {e}"))
+}
+
 /// Builds the entries of one dead-letter topic: one per id, newest copy
 /// first in its fields, in topic order of first appearance.
 pub fn kafka_entries(
@@ -366,12 +381,10 @@ pub async fn gather(
             )),
         }
     }
-    let contracts = match config.contracts() {
+    let contracts = match contracts(config).await {
         Ok(contracts) => contracts,
         Err(e) => {
-            inventory
-                .problems
-                .push(format!("cannot read [[contracts]]: {e}"));
+            inventory.problems.push(e);
             return (inventory, connection);
         }
     };

@@ -90,6 +90,9 @@ impl Config {
         if self.contracts.is_empty() {
             root.remove("contracts");
         }
+        if self.registry.url.is_empty() {
+            root.remove("registry");
+        }
         if self.routes.is_empty() {
             root.remove("routes");
         }

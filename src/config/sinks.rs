@@ -113,7 +113,7 @@ impl SinkConfig {
     }
 }
 
-fn serialize_redacted_option<S: Serializer>(
+pub(super) fn serialize_redacted_option<S: Serializer>(
     value: &Option<String>,
     serializer: S,
 ) -> Result<S::Ok, S::Error> {

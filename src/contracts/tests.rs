@@ -3,6 +3,7 @@ use std::sync::Arc;
 use serde_json::json;
 
 use super::*;
+use crate::registry::SchemaType;
 
 fn order_schema() -> Schema {
     Schema::from_value(
@@ -167,4 +168,83 @@ fn the_first_contract_that_matches_wins() {
     assert_eq!(found("customer", "customer.deleted"), Some("deleted"));
     assert_eq!(found("customer", "customer.created"), None);
     assert!(Contracts::default().find("order", "order.placed").is_none());
+}
+
+fn version(schema_type: crate::registry::SchemaType, text: &str, id: u32) -> SubjectVersion {
+    SubjectVersion {
+        subject: "orders-value".into(),
+        version: 2,
+        id,
+        schema: Arc::new(crate::registry::Schema {
+            schema_type,
+            text: text.into(),
+            references: Vec::new(),
+        }),
+    }
+}
+
+#[test]
+fn a_registry_json_schema_validates_and_frames_with_its_id() {
+    let v = version(
+        SchemaType::Json,
+        r#"{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","required":["amount"]}"#,
+        7,
+    );
+    let framed = Schema::from_registry(&v, "http://r/apis/ccompat/v7/", true, None).unwrap();
+    assert_eq!(
+        framed.dataschema(),
+        "http://r/apis/ccompat/v7/schemas/ids/7"
+    );
+    assert_eq!(framed.name(), "subject orders-value version 2");
+    let value = framed.encode(br#"{"amount":1}"#).unwrap().expect("framed");
+    assert_eq!(&value[..5], &[0, 0, 0, 0, 7]);
+    assert_eq!(&value[5..], br#"{"amount":1}"#);
+    assert!(framed.reframes());
+    assert_eq!(framed.content_type(), None);
+    assert!(framed.encode(br#"{}"#).is_err());
+    let plain = Schema::from_registry(&v, "http://r", false, Some("urn:x")).unwrap();
+    assert_eq!(plain.encode(br#"{"amount":1}"#).unwrap(), None);
+    assert_eq!(plain.dataschema(), "urn:x");
+}
+
+#[test]
+fn a_registry_avro_schema_encodes_and_its_mismatch_is_a_violation() {
+    let v = version(
+        SchemaType::Avro,
+        r#"{"type":"record","name":"OrderPlaced","namespace":"com.acme","fields":[{"name":"amount","type":"long"}]}"#,
+        9,
+    );
+    let avro = Schema::from_registry(&v, "http://r", true, None).unwrap();
+    assert_eq!(avro.content_type(), Some(AVRO_CONTENT_TYPE));
+    let value = avro.encode(br#"{"amount":3}"#).unwrap().expect("avro");
+    // Magic, id 9, then the zigzag varint of 3.
+    assert_eq!(value.as_ref(), &[0, 0, 0, 0, 9, 6]);
+    let broken = avro.encode(br#"{"amount":"card-4111"}"#).unwrap_err();
+    assert_eq!(
+        (broken.path.as_str(), broken.keyword.as_str()),
+        ("/amount", "avro")
+    );
+    assert!(!broken.to_string().contains("4111"), "{broken}");
+    let protobuf = version(SchemaType::Protobuf, "syntax = \"proto3\";", 1);
+    assert!(Schema::from_registry(&protobuf, "http://r", true, None).is_err());
+}
+
+#[test]
+#[should_panic(expected = "before it was fetched")]
+fn a_registry_contract_is_never_used_unfetched() {
+    let contracts = Contracts::with_registry(
+        vec![(
+            None,
+            None,
+            Err(RegistryContract {
+                subject: "s".into(),
+                version: None,
+                frame: true,
+                dataschema: None,
+            }),
+        )],
+        None,
+    );
+    assert!(contracts.needs_registry());
+    let _ = contracts.find("order", "placed");
 }

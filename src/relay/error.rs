@@ -113,6 +113,11 @@ pub enum RelayError {
     /// role may not use it (checked at start).
     #[error(transparent)]
     DeliveryTable(#[from] DeliveryTableRefused),
+    /// A contract's schema cannot be had from the schema registry: the
+    /// subject or version is missing, the schema cannot be used, the
+    /// registry refuses the credentials.
+    #[error("cannot fetch the schemas of [[contracts]]: {0}")]
+    Contracts(#[from] crate::contracts::ResolveError),
 }
 
 impl RelayError {
@@ -120,7 +125,7 @@ impl RelayError {
     pub fn side(&self) -> Side {
         match self {
             RelayError::Replication(_) => Side::Source,
-            RelayError::Sink(_) | RelayError::Webhook(_) => Side::Sink,
+            RelayError::Sink(_) | RelayError::Webhook(_) | RelayError::Contracts(_) => Side::Sink,
             RelayError::Lock(_) | RelayError::DeliveryTable(_) => Side::Source,
             RelayError::Session(e) => match e {
                 SessionError::Replication(_)

@@ -115,7 +115,15 @@ impl Router {
 
     /// Events are checked against these contracts before they are sent; one
     /// that breaks its contract becomes a dead letter.
+    ///
+    /// # Panics
+    /// When a registry contract's schema was not fetched yet
+    /// ([`Contracts::resolve`]).
     pub fn with_contracts(mut self, contracts: Contracts) -> Self {
+        assert!(
+            !contracts.needs_registry(),
+            "the registry contracts are resolved before a session starts"
+        );
         self.contracts = contracts;
         self
     }
@@ -293,15 +301,30 @@ impl Router {
         );
         // Checked once the envelope took the payload for JSON, so a payload
         // that is not JSON keeps its own reason.
-        let broken = match (&built, schema) {
-            (Ok(_), Some(schema)) => schema.check(&row.payload).err(),
-            _ => None,
+        let built = match (built, schema) {
+            (Ok(mut record), Some(schema)) => match schema.encode(&row.payload) {
+                Ok(encoded) => {
+                    if let Some(value) = encoded {
+                        record.value = value;
+                    }
+                    if let Some(content_type) = schema.content_type() {
+                        set_content_type(&mut record, content_type);
+                    }
+                    Ok(record)
+                }
+                Err(violation) => {
+                    let (record, tag) = self.dead_letter(
+                        &row,
+                        origin,
+                        violation.to_string(),
+                        CONTRACT_VIOLATION,
+                        tag,
+                    );
+                    return Routed::DeadLetter { record, tag };
+                }
+            },
+            (built, _) => built,
         };
-        if let Some(violation) = broken {
-            let (record, tag) =
-                self.dead_letter(&row, origin, violation.to_string(), CONTRACT_VIOLATION, tag);
-            return Routed::DeadLetter { record, tag };
-        }
         match built {
             Ok(record) if self.checkpoint_topic.as_deref() == Some(record.topic.as_str()) => {
                 let reason = format!(
@@ -361,6 +384,17 @@ impl Router {
             ..tag
         };
         (record, tag)
+    }
+}
+
+/// The binary-mode `content-type` header of `record`, replaced.
+fn set_content_type(record: &mut KafkaRecord, content_type: &'static str) {
+    let value = Bytes::from_static(content_type.as_bytes());
+    match record.headers.iter_mut().find(|(n, _)| n == "content-type") {
+        Some((_, v)) => *v = value,
+        None => record
+            .headers
+            .push((std::borrow::Cow::Borrowed("content-type"), value)),
     }
 }
 

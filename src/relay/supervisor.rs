@@ -30,6 +30,7 @@ use super::Stopped;
 use super::error::{RelayError, SessionError};
 use super::lock::LockError;
 use crate::backoff::Backoff;
+use crate::contracts::ResolveError;
 use crate::metrics as m;
 use crate::pg::{ErrorKind, PgError};
 use crate::sink::TxnFailure;
@@ -62,6 +63,9 @@ pub(crate) enum Outcome {
     /// A fatal error before a session could start (the producer cannot be
     /// built, the dead-letter topic refused, the outbox table missing).
     Fatal(RelayError),
+    /// The schemas of registry contracts could not be fetched before the
+    /// first session: nothing is sent until they are.
+    Unresolved(ResolveError),
 }
 
 /// What the shell does next.
@@ -189,6 +193,20 @@ impl Supervisor {
                 error,
                 holding_lock,
             } => self.unconnected(error, holding_lock),
+            Outcome::Unresolved(e) if !e.is_retryable() => Action::Exit(e.into()),
+            Outcome::Unresolved(e) => {
+                let reason = m::reason::SCHEMA_REGISTRY;
+                let line = Line {
+                    attempt: Some(self.attempt),
+                    ..Line::warn(
+                        reason,
+                        &e,
+                        "cannot fetch the contracts' schemas from the schema registry; \
+                         nothing is sent until it answers; retrying",
+                    )
+                };
+                self.retry(m::RECONNECTS, reason, HealthNote::Retrying, line)
+            }
             Outcome::Unprepared(e) if e.is_fatal() => Action::Exit(e.into()),
             Outcome::Unprepared(e) => {
                 let reason = m::reason::PRODUCER_FATAL;

@@ -223,3 +223,250 @@ async fn schema_check_gives_the_relays_verdict_offline() {
     assert_eq!(unusable.status.code(), Some(2), "{}", text(&unusable));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Registry contracts through the relay process, read back by Confluent's
+/// own deserializers (the official Python client): the acceptance test of
+/// the registry wire formats.
+mod registry {
+    use outbox_relay::registry::{Schema, SchemaType};
+
+    use crate::registry::{client, python_reads, registry_url};
+    use crate::support::*;
+
+    const ORDER_AVRO: &str = r#"{
+      "type": "record", "name": "OrderPlaced", "namespace": "com.acme.contracts",
+      "fields": [
+        {"name": "order_id", "type": "string"},
+        {"name": "amount", "type": "long"},
+        {"name": "note", "type": ["null", "string"], "default": null}
+      ]
+    }"#;
+
+    const ORDER_JSON: &str = r#"{
+      "$schema": "http://json-schema.org/draft-07/schema#",
+      "type": "object",
+      "required": ["order_id", "amount"],
+      "properties": {"order_id": {"type": "string"}, "amount": {"type": "integer"}}
+    }"#;
+
+    /// An outbox whose `order` topic's value subject (`<topic>-value`)
+    /// holds `schema`; the relay's config with a topic-strategy contract.
+    async fn set_up(
+        outbox: TestOutbox,
+        schema_type: SchemaType,
+        text: &str,
+        extra: &str,
+    ) -> (TestOutbox, u32, std::path::PathBuf) {
+        let topic = outbox.topic("order");
+        outbox.create_topic(&topic, 1).await;
+        outbox.create_topic(&outbox.dlq_topic, 1).await;
+        let id = client()
+            .register(
+                &format!("{topic}-value"),
+                &Schema {
+                    schema_type,
+                    text: text.to_owned(),
+                    references: Vec::new(),
+                },
+            )
+            .await
+            .expect("schema registered");
+        let config = outbox.write_config(&format!(
+            "[registry]\nurl = \"{}\"\n\n[[contracts]]\naggregatetype = \"order\"\nsubject_strategy = \"topic\"\n{extra}",
+            registry_url()
+        ));
+        (outbox, id, config)
+    }
+
+    async fn insert(outbox: &TestOutbox, id: &str, payload: &str) {
+        outbox
+            .admin
+            .execute(
+                &format!(
+                    "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload) \
+                     VALUES ($1::text::uuid, 'order', 'o-1', 'OrderPlaced', $2::text::jsonb)",
+                    outbox.table
+                ),
+                &[&id, &payload],
+            )
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn avro_events_are_read_back_by_confluents_deserializer_and_a_mismatch_is_dead_lettered()
+    {
+        let (outbox, id, config) = set_up(
+            TestOutbox::create("jsonb").await,
+            SchemaType::Avro,
+            ORDER_AVRO,
+            "",
+        )
+        .await;
+        let topic = outbox.topic("order");
+        let mut relay = Relay::process(&config);
+        let [first, broken, second] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
+        insert(&outbox, &first, r#"{"order_id": "o-1", "amount": 1200}"#).await;
+        insert(
+            &outbox,
+            &broken,
+            r#"{"order_id": "o-1", "amount": "12.00"}"#,
+        )
+        .await;
+        insert(
+            &outbox,
+            &second,
+            r#"{"order_id": "o-1", "amount": 7, "note": "gift"}"#,
+        )
+        .await;
+        let read = python_reads(&topic, 2, "avro").await;
+        assert_eq!(
+            read,
+            [
+                serde_json::json!({"order_id": "o-1", "amount": 1200, "note": null}),
+                serde_json::json!({"order_id": "o-1", "amount": 7, "note": "gift"}),
+            ]
+        );
+        let events = consume(&topic, DEADLINE, |r| r.len() >= 2).await;
+        let dataschema = format!("{}/schemas/ids/{id}", registry_url().trim_end_matches('/'));
+        for event in &events {
+            assert_eq!(event.header("ce_dataschema"), Some(dataschema.as_str()));
+            assert_eq!(event.header("content-type"), Some("application/avro"));
+        }
+        let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| !r.is_empty()).await;
+        assert_eq!(dlq[0].header("id"), Some(broken.as_str()));
+        assert_eq!(dlq[0].header("dlq_reason_code"), Some("contract_violation"));
+        let reason = dlq[0].header("dlq_reason").unwrap();
+        assert!(
+            reason.contains("at /amount:") && !reason.contains("12.00"),
+            "{reason}"
+        );
+        assert_eq!(
+            dlq[0].value.as_deref(),
+            Some(&br#"{"amount": "12.00", "order_id": "o-1"}"#[..]),
+            "the JSON payload, not Avro"
+        );
+        let status = relay.terminate().await;
+        assert!(status.success(), "{status:?}\n{}", relay.log_text());
+        assert!(!relay.log_text().contains("ERROR"), "{}", relay.log_text());
+        outbox.drop_all().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn framed_json_events_are_read_back_by_confluents_deserializer() {
+        let (outbox, id, config) = set_up(
+            TestOutbox::create("jsonb").await,
+            SchemaType::Json,
+            ORDER_JSON,
+            "",
+        )
+        .await;
+        let topic = outbox.topic("order");
+        let mut relay = Relay::process(&config);
+        let good = uuid::Uuid::new_v4().to_string();
+        insert(&outbox, &good, r#"{"order_id": "o-9", "amount": 3}"#).await;
+        let read = python_reads(&topic, 1, "json").await;
+        assert_eq!(read, [serde_json::json!({"order_id": "o-9", "amount": 3})]);
+        let events = consume(&topic, DEADLINE, |r| !r.is_empty()).await;
+        let value = events[0].value.as_deref().unwrap();
+        assert_eq!(
+            &value[..5],
+            &[
+                0,
+                (id >> 24) as u8,
+                (id >> 16) as u8,
+                (id >> 8) as u8,
+                id as u8
+            ]
+        );
+        let status = relay.terminate().await;
+        assert!(status.success(), "{status:?}\n{}", relay.log_text());
+        outbox.drop_all().await;
+    }
+
+    pub(super) mod alone {
+        use super::*;
+        use crate::support::http::http_get;
+
+        /// The registry down when the relay starts: it sends nothing,
+        /// checked or not, says so at each retry (WARN, the reconnect
+        /// counter's `schema_registry`, /ready 503 naming it), and
+        /// delivers every event, checked, once the registry is back.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_registry_down_at_start_delays_every_event_and_loses_none() {
+            let services = services::exclusive().await;
+            let metrics_port = free_port();
+            let (outbox, id, config) = set_up(
+                TestOutbox::create_exclusive(&services, "jsonb").await,
+                SchemaType::Avro,
+                ORDER_AVRO,
+                &format!("\n[relay]\nmetrics_addr = \"127.0.0.1:{metrics_port}\"\n"),
+            )
+            .await;
+            let topic = outbox.topic("order");
+            let ids: Vec<String> = (0..5).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+            for (n, id) in ids.iter().enumerate() {
+                insert(
+                    &outbox,
+                    id,
+                    &format!(r#"{{"order_id": "o-{n}", "amount": {n}}}"#),
+                )
+                .await;
+            }
+            let down = services::ServiceDown::stop(&["stop-registry"], "start-registry").await;
+            let mut relay = Relay::process(&config);
+            relay
+                .wait_for_log(
+                    "cannot fetch the contracts' schemas from the schema registry",
+                    DEADLINE,
+                )
+                .await;
+            wait_until(
+                "/ready to answer 503 naming the registry",
+                DEADLINE,
+                || async {
+                    http_get(metrics_port, "/ready")
+                        .await
+                        .is_some_and(|(status, body)| {
+                            status == 503 && body.contains("schema_registry")
+                        })
+                },
+            )
+            .await;
+            // Nothing went out while it waited.
+            let held = consume_to_end(&topic).await;
+            assert!(
+                held.is_empty(),
+                "{} events sent before their schema was known",
+                held.len()
+            );
+            assert!(
+                relay.log_text().contains("schema_registry"),
+                "{}",
+                relay.log_text()
+            );
+            down.start().await;
+            let read = python_reads(&topic, ids.len(), "avro").await;
+            let orders: Vec<&str> = read
+                .iter()
+                .map(|v| v["order_id"].as_str().unwrap())
+                .collect();
+            assert_eq!(orders, ["o-0", "o-1", "o-2", "o-3", "o-4"]);
+            let events = consume(&topic, DEADLINE, |r| r.len() >= 5).await;
+            assert!(events.iter().all(|e| {
+                e.header("ce_dataschema")
+                    .is_some_and(|d| d.ends_with(&format!("/{id}")))
+            }));
+            wait_until("/ready to answer 200 once streaming", DEADLINE, || async {
+                http_get(metrics_port, "/ready")
+                    .await
+                    .is_some_and(|(status, _)| status == 200)
+            })
+            .await;
+            let status = relay.terminate().await;
+            assert!(status.success(), "{status:?}\n{}", relay.log_text());
+            assert!(!relay.log_text().contains("ERROR"), "{}", relay.log_text());
+            outbox.drop_all().await;
+        }
+    }
+}

@@ -30,7 +30,7 @@ use serde_json::json;
 
 use crate::support::{env, random_name, services};
 
-fn registry_url() -> String {
+pub(crate) fn registry_url() -> String {
     std::env::var("OUTBOX_TEST_REGISTRY_URL").unwrap_or_else(|_| {
         panic!(
             "OUTBOX_TEST_REGISTRY_URL is not set: start the registry with \
@@ -40,7 +40,7 @@ fn registry_url() -> String {
     })
 }
 
-fn client() -> RegistryClient {
+pub(crate) fn client() -> RegistryClient {
     RegistryClient::new(&RegistrySettings {
         url: registry_url(),
         timeout: Duration::from_secs(10),
@@ -70,7 +70,7 @@ async fn produce(topic: &str, values: &[Vec<u8>]) {
 
 /// The values of the first `n` records of `topic` as the Python
 /// deserializer for `format` reads them, one JSON value each.
-async fn python_reads(topic: &str, n: usize, format: &str) -> Vec<serde_json::Value> {
+pub(crate) async fn python_reads(topic: &str, n: usize, format: &str) -> Vec<serde_json::Value> {
     let args: Vec<String> = [
         "registry-consume",
         topic,

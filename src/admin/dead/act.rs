@@ -261,12 +261,10 @@ async fn act_on_letters(
             let mut records = Vec::new();
             // A retry checks each event against today's contracts: fixing
             // the schema file is how a contract violation is retried.
-            let contracts = match config.contracts() {
+            let contracts = match super::contracts(config).await {
                 Ok(contracts) => contracts,
                 Err(e) => {
-                    outcome
-                        .problems
-                        .push(format!("cannot read [[contracts]]: {e}"));
+                    outcome.problems.push(e);
                     return;
                 }
             };

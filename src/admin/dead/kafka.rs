@@ -237,14 +237,17 @@ pub fn republished(record: &DlqRecord, rebuild: Rebuild<'_>) -> Result<Republish
         ));
     }
     let schema = contracts.find(text(AGGREGATE_TYPE_HEADER).unwrap_or(""), event_type);
-    if let Some(schema) = schema
-        && let Err(violation) = schema.check(record.value.as_deref().unwrap_or_default())
-    {
-        return Err(format!(
-            "{violation}: fix the schema file (or write the event to the outbox again, \
-             then `dead discard` this one)"
-        ));
-    }
+    let encoded = match schema {
+        Some(schema) => schema
+            .encode(record.value.as_deref().unwrap_or_default())
+            .map_err(|violation| {
+                format!(
+                    "{violation}: fix the schema (or write the event to the outbox again, \
+                     then `dead discard` this one)"
+                )
+            })?,
+        None => None,
+    };
     let time = text(TIMESTAMP_HEADER)
         .map(str::to_owned)
         .or_else(|| record.timestamp.map(format_time));
@@ -269,7 +272,10 @@ pub fn republished(record: &DlqRecord, rebuild: Rebuild<'_>) -> Result<Republish
     if let Some(schema) = schema {
         push("ce_dataschema", schema.dataschema().as_bytes());
     }
-    push("content-type", DATA_CONTENT_TYPE.as_bytes());
+    let content_type = schema
+        .and_then(|s| s.content_type())
+        .unwrap_or(DATA_CONTENT_TYPE);
+    push("content-type", content_type.as_bytes());
     push(ID_HEADER, id.as_bytes());
     for (name, value) in &record.headers {
         let relay_made = BOOKKEEPING.contains(&name.as_str())
@@ -286,7 +292,7 @@ pub fn republished(record: &DlqRecord, rebuild: Rebuild<'_>) -> Result<Republish
     Ok(Republished {
         topic,
         key: record.key.clone(),
-        value: record.value.clone(),
+        value: encoded.or_else(|| record.value.clone()),
         headers,
     })
 }

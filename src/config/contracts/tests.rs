@@ -113,3 +113,90 @@ fn an_absolute_schema_path_is_taken_as_it_is() {
         absolute
     );
 }
+
+/// `[registry]` and a registry contract, with `extra` keys in the contract.
+fn registry(contract: &str) -> String {
+    format!(
+        "[registry]\nurl = \"http://127.0.0.1:1/apis/ccompat/v7\"\npassword = \"Canary-Registry-Secret\"\nusername = \"u\"\n\n[[contracts]]\naggregatetype = \"order\"\n{contract}\n"
+    )
+}
+
+#[test]
+fn a_registry_contract_names_its_subject_when_the_config_loads() {
+    use crate::contracts::RegistryContract;
+    let dir = Dir::new("registry");
+    let config = dir
+        .load(&registry("subject_strategy = \"topic\"\nversion = 3"))
+        .unwrap();
+    let contracts = config.contracts().unwrap();
+    assert!(contracts.needs_registry());
+    let kept = config.registry_contract(0, &config.contracts[0]).unwrap();
+    assert_eq!(
+        kept,
+        RegistryContract {
+            subject: "outbox.event.order-value".into(),
+            version: Some(3),
+            frame: true,
+            dataschema: None,
+        }
+    );
+    let record = dir
+        .load(&registry(
+            "subject_strategy = \"topic-record\"\nrecord = \"com.acme.OrderPlaced\"\nframing = \"none\"",
+        ))
+        .unwrap();
+    let kept = record.registry_contract(0, &record.contracts[0]).unwrap();
+    assert_eq!(kept.subject, "outbox.event.order-com.acme.OrderPlaced");
+    assert!(!kept.frame);
+    // The password never shows.
+    let shown = format!("{:?} {}", record.registry, record.effective_toml());
+    assert!(!shown.contains("Canary-Registry-Secret"), "{shown}");
+}
+
+#[test]
+fn a_registry_contract_the_relay_cannot_place_is_refused_naming_the_key() {
+    let dir = Dir::new("registry-refused");
+    let cases = [
+        // No [registry].
+        ("[[contracts]]\nsubject = \"s\"\n".to_owned(), "registry.url"),
+        (registry("subject = \"s\"\nschema = \"schemas/order.json\""), "contracts[0].schema"),
+        (registry("subject = \"s\"\nsubject_strategy = \"topic\""), "contracts[0].subject_strategy"),
+        (registry("subject_strategy = \"record\""), "contracts[0].record"),
+        (registry("subject = \"s\"\nversion = 0"), "contracts[0].version"),
+        (
+            "[registry]\nurl = \"http://r/\"\n[[contracts]]\naggregatetype = \"ord*\"\nsubject_strategy = \"topic\"\n".to_owned(),
+            "contracts[0].subject_strategy",
+        ),
+        (
+            "[registry]\nurl = \"http://r/\"\n[[contracts]]\nschema = \"schemas/order.json\"\nversion = 2\n".to_owned(),
+            "contracts[0].version",
+        ),
+        (
+            "[registry]\nurl = \"ftp://r/\"\n[[contracts]]\nsubject = \"s\"\n".to_owned(),
+            "registry.url",
+        ),
+    ];
+    for (toml, field) in cases {
+        let (got, constraint) = invalid(dir.load(&toml));
+        assert_eq!(got, field, "{toml}: {constraint}");
+    }
+    let structured = dir.load(&format!(
+        "{}\n[cloudevents]\nmode = \"structured\"\n",
+        registry("subject = \"s\"")
+    ));
+    // `[cloudevents]` appears twice in that TOML: build it through the
+    // environment instead.
+    drop(structured);
+    let path = dir.0.join("relay.toml");
+    std::fs::write(&path, format!("{BASE}\n{}", registry("subject = \"s\""))).unwrap();
+    let result = Config::load(
+        Some(&path),
+        vec![(
+            "OUTBOX_RELAY__CLOUDEVENTS__MODE".to_owned(),
+            "structured".to_owned(),
+        )],
+    );
+    let (field, constraint) = invalid(result);
+    assert_eq!(field, "contracts[0].subject");
+    assert!(constraint.contains("binary"), "{constraint}");
+}

@@ -391,3 +391,37 @@ async fn a_stop_during_a_backoff_wait_stops_at_once() {
     assert_eq!(script.rounds_at, [ms(0)], "no round after the stop");
     assert_eq!(health.readiness().1, "stopping\n");
 }
+
+/// A registry that does not answer delays the start, counted and told to
+/// /health, with the back-off of any retry; a missing subject exits.
+#[test]
+fn a_registry_that_does_not_answer_is_waited_for_and_a_missing_subject_exits() {
+    use crate::contracts::ResolveError;
+    use crate::registry::RegistryError;
+    let mut s = supervisor();
+    let away = || {
+        Outcome::Unresolved(ResolveError::Registry(RegistryError::Unreachable {
+            registry: "http://r".into(),
+            reason: "connection refused".into(),
+        }))
+    };
+    let (first, r) = retry(s.decide(away()));
+    assert_eq!(
+        (r.counter, r.reason, r.health),
+        (
+            m::RECONNECTS,
+            m::reason::SCHEMA_REGISTRY,
+            HealthNote::Retrying
+        )
+    );
+    assert!(r.line.text.contains("nothing is sent"), "{}", r.line.text);
+    let (second, _) = retry(s.decide(away()));
+    assert!(second > first, "backs off: {first:?} then {second:?}");
+    let missing = Outcome::Unresolved(ResolveError::Registry(RegistryError::SubjectNotFound {
+        registry: "http://r".into(),
+        subject: "orders-value".into(),
+    }));
+    let error = exit(s.decide(missing));
+    assert_eq!(error.side(), Side::Sink);
+    assert!(error.to_string().contains("orders-value"), "{error}");
+}
