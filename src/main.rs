@@ -73,7 +73,8 @@ Exit codes of `run`:
      exactly-once: fenced by another relay with the same
      kafka.transactional_id, transactional id not authorized, brokers
      without transactions, the checkpoint topic missing, not compacted,
-     of more than one partition or not readable
+     of more than one partition or not readable; a contract's registry
+     subject or version missing, or its schema unusable
   5  stop (SIGTERM/SIGINT) before every event was acknowledged: the drain
      deadline (kafka.shutdown_drain_secs) passed; nothing lost, they are
      sent again at the next start
