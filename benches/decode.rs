@@ -12,7 +12,9 @@
 //! `OutboxRow` and built into its CloudEvents record (binary mode), the
 //! step the W3 flame graph shows between the decoder and the producer.
 //! `contract/check_w3_payload` is what `[[contracts]]` adds per event: the
-//! same payloads parsed and checked against a JSON Schema of their shape.
+//! same payloads parsed and checked against a JSON Schema of their shape;
+//! `contract/encode_w3_payload_avro` parses them, encodes them to Avro by a
+//! registry subject's schema of that shape and frames them.
 //! `time/*` sets the general timestamp parser beside the hand-written fast
 //! path the relay uses for every event.
 //!
@@ -35,6 +37,7 @@ use outbox_relay::envelope::{
 use outbox_relay::outbox::{
     ColumnMap, RowExtractor, parse_pg_timestamp, parse_pg_timestamp_general,
 };
+use outbox_relay::registry::{Schema as RegistrySchema, SchemaType, SubjectVersion};
 use pgoutput::assembler::Relation;
 use pgoutput::assembler::{TransactionAssembler, TxEvent};
 use pgoutput::{Column, DecodeContext, TupleData, TupleValue, decode};
@@ -252,8 +255,40 @@ fn bench_contract(c: &mut Cpu) {
             }
         })
     });
+    // A registry subject's Avro schema of the same shape: the payload
+    // parsed, encoded to Avro binary and framed (the record value sent).
+    let avro = SubjectVersion {
+        subject: "bench.order-value".into(),
+        version: 1,
+        id: 1,
+        schema: Arc::new(RegistrySchema {
+            schema_type: SchemaType::Avro,
+            text: W3_AVRO.into(),
+            references: Vec::new(),
+        }),
+    };
+    let avro = Schema::from_registry(&avro, "http://registry", true, None).expect("avro compiles");
+    group.bench_function("encode_w3_payload_avro", |b| {
+        b.iter(|| {
+            for payload in &payloads {
+                black_box(avro.encode(black_box(payload)).expect("the payload fits"));
+            }
+        })
+    });
     group.finish();
 }
+
+/// The Avro schema of a W3 payload.
+const W3_AVRO: &str = r#"{
+  "type": "record", "name": "OrderPlaced", "namespace": "bench",
+  "fields": [
+    {"name": "n", "type": "long"},
+    {"name": "pad", "type": "string"},
+    {"name": "seq", "type": "long"},
+    {"name": "total", "type": "double"},
+    {"name": "aggregate", "type": "string"}
+  ]
+}"#;
 
 fn bench_time(c: &mut Cpu) {
     let texts: Vec<String> = (0..100)

@@ -441,6 +441,19 @@ impl Contracts {
         }
     }
 
+    /// The registry contracts, in order, and where the registry is.
+    pub fn registry_contracts(&self) -> (Vec<&RegistryContract>, Option<&RegistrySettings>) {
+        let kept = self
+            .contracts
+            .iter()
+            .filter_map(|c| match &c.schema {
+                Slot::Registry(kept) => Some(kept),
+                Slot::Ready(_) => None,
+            })
+            .collect();
+        (kept, self.registry.as_ref())
+    }
+
     /// Some contracts are still in the registry.
     pub fn needs_registry(&self) -> bool {
         self.contracts

@@ -15,6 +15,7 @@
 //!   the exit status is 0 only when nothing fails, and nothing is claimed
 //!   that was not checked.
 
+mod contracts;
 mod delivery;
 mod exactly_once;
 mod outbox;
@@ -277,6 +278,7 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
     }
     let cluster = kafka::gather(&config.kafka, &wanted, kafka_timeout).await;
     items.extend(evaluate_kafka(config, &cluster, &topics));
+    items.extend(contracts::items(config).await);
     if exactly_once {
         items.extend(exactly_once::evaluate(config, &cluster));
         items.push(exactly_once::probe_transactional_id(config, slot_held, kafka_timeout).await);

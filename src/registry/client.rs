@@ -189,6 +189,11 @@ struct IdAnswer {
     id: u32,
 }
 
+#[derive(Deserialize)]
+struct CompatibilityAnswer {
+    is_compatible: bool,
+}
+
 #[derive(Serialize)]
 struct RegisterRequest<'a> {
     schema: &'a str,
@@ -320,6 +325,36 @@ impl RegistryClient {
             .call(request, Bytes::from(body), Asked::Register(subject))
             .await?;
         Ok(self.parse::<IdAnswer>(&answer)?.id)
+    }
+
+    /// Whether `schema` is compatible with the latest version of `subject`
+    /// by the subject's compatibility rule (`POST
+    /// /compatibility/subjects/<subject>/versions/latest`).
+    ///
+    /// # Errors
+    /// [`RegistryError`], as [`RegistryClient::latest`].
+    pub async fn compatible_with_latest(
+        &self,
+        subject: &str,
+        schema: &Schema,
+    ) -> Result<bool, RegistryError> {
+        let url = format!(
+            "{}/compatibility/subjects/{}/versions/latest",
+            self.base,
+            encode(subject)
+        );
+        let body = serde_json::to_vec(&RegisterRequest {
+            schema: &schema.text,
+            schema_type: (schema.schema_type != SchemaType::Avro)
+                .then_some(schema.schema_type.as_str()),
+            references: &schema.references,
+        })
+        .expect("a schema serializes");
+        let request = Request::post(&url).header(CONTENT_TYPE, MEDIA_TYPE);
+        let answer = self
+            .call(request, Bytes::from(body), Asked::Version(subject, None))
+            .await?;
+        Ok(self.parse::<CompatibilityAnswer>(&answer)?.is_compatible)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cache> {

@@ -384,6 +384,78 @@ mod registry {
         outbox.drop_all().await;
     }
 
+    /// `check` finds each subject at the version the relay takes; a pin
+    /// behind the latest is a warning with the compatibility verdict; a
+    /// missing subject fails it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn check_names_each_subject_its_version_and_a_pin_behind_the_latest() {
+        let (outbox, _, config) = set_up(
+            TestOutbox::create("jsonb").await,
+            SchemaType::Avro,
+            ORDER_AVRO,
+            "version = 1\n",
+        )
+        .await;
+        let subject = format!("{}-value", outbox.topic("order"));
+        let newer = ORDER_AVRO.replace(
+            r#"{"name": "note", "type": ["null", "string"], "default": null}"#,
+            r#"{"name": "note", "type": ["null", "string"], "default": null},
+        {"name": "channel", "type": "string", "default": "web"}"#,
+        );
+        assert_ne!(newer, ORDER_AVRO);
+        client()
+            .register(
+                &subject,
+                &Schema {
+                    schema_type: SchemaType::Avro,
+                    text: newer,
+                    references: Vec::new(),
+                },
+            )
+            .await
+            .expect("version 2 registered");
+        let check = |config: std::path::PathBuf| async move {
+            crate::support::cli::cli(vec![
+                "check".into(),
+                "--config".into(),
+                config.display().to_string(),
+            ])
+            .await
+        };
+        let out = check(config.clone()).await;
+        let shown = crate::support::cli::shown(&out);
+        let line = shown
+            .lines()
+            .find(|l| l.contains(&format!("registry.subject.{subject}")))
+            .unwrap_or_else(|| panic!("no line for the subject: {shown}"));
+        assert!(
+            line.contains("WARN")
+                && line.contains("version 1")
+                && line.contains("version 2 is the latest"),
+            "{line}"
+        );
+        assert!(!shown.contains("FAIL"), "{shown}");
+        assert_eq!(out.status.code(), Some(0), "{shown}");
+
+        let text = std::fs::read_to_string(&config).unwrap();
+        std::fs::write(
+            &config,
+            text.replace(
+                "subject_strategy = \"topic\"",
+                "subject = \"no-such-subject-value\"",
+            ),
+        )
+        .unwrap();
+        let out = check(config).await;
+        let shown = crate::support::cli::shown(&out);
+        assert_eq!(out.status.code(), Some(1), "{shown}");
+        assert!(
+            shown.contains("registry.subject.no-such-subject-value") && shown.contains("FAIL"),
+            "{shown}"
+        );
+        outbox.drop_all().await;
+    }
+
     pub(super) mod alone {
         use super::*;
         use crate::support::http::http_get;
@@ -391,7 +463,8 @@ mod registry {
         /// The registry down when the relay starts: it sends nothing,
         /// checked or not, says so at each retry (WARN, the reconnect
         /// counter's `schema_registry`, /ready 503 naming it), and
-        /// delivers every event, checked, once the registry is back.
+        /// delivers every event, checked, once the registry is back; gone
+        /// again mid-stream, it changes nothing (the schema is kept).
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn a_registry_down_at_start_delays_every_event_and_loses_none() {
             let services = services::exclusive().await;
@@ -463,6 +536,22 @@ mod registry {
                     .is_some_and(|(status, _)| status == 200)
             })
             .await;
+            // The registry gone again while events keep coming: the relay
+            // has its schema, every event goes, checked.
+            let down = services::ServiceDown::stop(&["stop-registry"], "start-registry").await;
+            let later: Vec<String> = (0..5).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+            for (n, id) in later.iter().enumerate() {
+                insert(
+                    &outbox,
+                    id,
+                    &format!(r#"{{"order_id": "p-{n}", "amount": {n}}}"#),
+                )
+                .await;
+            }
+            let events = consume(&topic, DEADLINE, |r| r.len() >= 10).await;
+            assert_eq!(events.len(), 10);
+            assert!(events.iter().all(|e| e.header("ce_dataschema").is_some()));
+            down.start().await;
             let status = relay.terminate().await;
             assert!(status.success(), "{status:?}\n{}", relay.log_text());
             assert!(!relay.log_text().contains("ERROR"), "{}", relay.log_text());
