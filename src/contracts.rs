@@ -409,17 +409,8 @@ impl Contracts {
     /// Contracts from `(aggregatetype glob, type glob, schema)` triples, in
     /// the order given (the first match wins).
     pub fn from_parts(parts: Vec<(Option<String>, Option<String>, Arc<Schema>)>) -> Self {
-        Contracts {
-            contracts: parts
-                .into_iter()
-                .map(|(aggregate_type, event_type, schema)| Contract {
-                    aggregate_type,
-                    event_type,
-                    schema: Slot::Ready(schema),
-                })
-                .collect(),
-            registry: None,
-        }
+        let parts = parts.into_iter().map(|(a, t, schema)| (a, t, Ok(schema)));
+        Contracts::with_registry(parts.collect(), None)
     }
 
     /// Contracts of which some are kept in the registry `registry` (the

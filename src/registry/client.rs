@@ -203,6 +203,18 @@ struct RegisterRequest<'a> {
     references: &'a [SchemaReference],
 }
 
+/// A schema as the registry's requests carry it (register, compatibility).
+fn schema_body(schema: &Schema) -> Bytes {
+    let body = serde_json::to_vec(&RegisterRequest {
+        schema: &schema.text,
+        schema_type: (schema.schema_type != SchemaType::Avro)
+            .then_some(schema.schema_type.as_str()),
+        references: &schema.references,
+    })
+    .expect("a schema serializes");
+    Bytes::from(body)
+}
+
 /// What was asked, to name what was not found.
 enum Asked<'a> {
     Version(&'a str, Option<u32>),
@@ -313,16 +325,9 @@ impl RegistryClient {
     /// it incompatible with the subject's versions, 422 when invalid.
     pub async fn register(&self, subject: &str, schema: &Schema) -> Result<u32, RegistryError> {
         let url = format!("{}/subjects/{}/versions", self.base, encode(subject));
-        let body = serde_json::to_vec(&RegisterRequest {
-            schema: &schema.text,
-            schema_type: (schema.schema_type != SchemaType::Avro)
-                .then_some(schema.schema_type.as_str()),
-            references: &schema.references,
-        })
-        .expect("a schema serializes");
         let request = Request::post(&url).header(CONTENT_TYPE, MEDIA_TYPE);
         let answer = self
-            .call(request, Bytes::from(body), Asked::Register(subject))
+            .call(request, schema_body(schema), Asked::Register(subject))
             .await?;
         Ok(self.parse::<IdAnswer>(&answer)?.id)
     }
@@ -343,16 +348,9 @@ impl RegistryClient {
             self.base,
             encode(subject)
         );
-        let body = serde_json::to_vec(&RegisterRequest {
-            schema: &schema.text,
-            schema_type: (schema.schema_type != SchemaType::Avro)
-                .then_some(schema.schema_type.as_str()),
-            references: &schema.references,
-        })
-        .expect("a schema serializes");
         let request = Request::post(&url).header(CONTENT_TYPE, MEDIA_TYPE);
         let answer = self
-            .call(request, Bytes::from(body), Asked::Version(subject, None))
+            .call(request, schema_body(schema), Asked::Version(subject, None))
             .await?;
         Ok(self.parse::<CompatibilityAnswer>(&answer)?.is_compatible)
     }
