@@ -263,7 +263,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             r = con["rate"]["median"] / relay["rate"]["median"]
             w(f"* with a JSON Schema contract / without: drain **{r:.2f}**, CPU {relay['cpu']['median']:.2f} → "
               f"{con['cpu']['median']:.2f} µs/event (**{extra:+.2f}**; per repeat "
-              f"{', '.join(f'{d:+.2f}' for d in paired)}), peak RSS {relay['rss']['median']:.1f} → "
+              f"{', '.join(f'{d:+.2f}' for d in paired)}, their median {statistics.median(paired):+.2f}), peak RSS {relay['rss']['median']:.1f} → "
               f"{con['rss']['median']:.1f} MiB (same build, same WAL, own slots, alternating order)")
             contract_target = ("contract adds ≤ 2 µs relay CPU/event in W3",
                                f"{extra:+.2f} µs/event ({con['cpu']['median']:.2f} with the contract − "
