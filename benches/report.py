@@ -241,6 +241,14 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
                 w(f"| {SYSTEMS[key]} | {fmt(st['rate'])} | {fmt(st['startup'], digits=3)} | "
                   f"{fmt(st['cpu'], digits=2)} | {fmt(st['rss'], digits=1)} |")
         w("")
+        quiet = [r["quiet"] for key in stats for r in w3[key] if r.get("quiet")]
+        if quiet:
+            busy = sum(q["busy_cpus"] >= s["quiet_cpus"] for q in quiet)
+            w(f"Each relay drain started once the machine's CPUs had been busy less than {s['quiet_cpus']:g} CPUs "
+              f"over 2 s (BENCH_QUIET_CPUS; this run's own idle services included): it waited "
+              f"{fmt(mmm([q['waited_s'] for q in quiet]), digits=0)} s"
+              + (f"; {busy} of {len(quiet)} drains started on a busier machine after "
+                 f"{s['quiet_max_secs']:g} s" if busy else "") + ".\n")
         relay = stats.get("relay")
         if relay and stats.get("relay_base"):
             base = stats["relay_base"]

@@ -38,8 +38,10 @@ raw JSON in benches/results/ (git-ignored). Sizes and rates are overridable
 by environment variables (see `Settings`); BENCH_RELAY_LINGER_MS sets the
 relay's kafka.linger_ms and the W1 broker-alone producer's linger.ms (both 5,
 the relay's default, otherwise); BENCH_RELAY_BASELINE=<another outbox-relay
-binary> runs that build beside this one in W1, W3, W4 and start-up. No figure is asserted: this is
-a measurement, not a test.
+binary> runs that build beside this one in W1, W3, W4 and start-up; BENCH_QUIET_CPUS=<CPUs> makes
+each relay drain of W3 wait until the machine's CPUs were busy less than that over 2 s (for a
+shared machine; at most BENCH_QUIET_MAX_SECS, 300). No figure is asserted: this is a measurement,
+not a test.
 """
 
 from __future__ import annotations
@@ -117,6 +119,11 @@ class Settings:
     startup_runs: int
     # W3 also drains with a JSON Schema contract on every event.
     contract: bool
+    # Before each relay drain of W3, wait (at most quiet_max_secs) until
+    # the machine's CPUs were busy less than this many CPUs over 2 s
+    # (0 = do not wait).
+    quiet_cpus: float
+    quiet_max_secs: float
 
     @staticmethod
     def from_env(quick: bool, only: str | None, no_debezium: bool) -> "Settings":
@@ -144,6 +151,8 @@ class Settings:
             relay_linger_ms=os.environ.get("BENCH_RELAY_LINGER_MS", ""),
             startup_runs=env_int("BENCH_STARTUP_RUNS", 5 if quick else 9),
             contract=os.environ.get("BENCH_CONTRACT", "1") != "0",
+            quiet_cpus=env_float("BENCH_QUIET_CPUS", 0),
+            quiet_max_secs=env_float("BENCH_QUIET_MAX_SECS", 300),
         )
 
 
@@ -268,6 +277,28 @@ def machine_cpu_s() -> tuple[float, float]:
     # user nice system idle iowait irq softirq steal.
     idle = ticks[3] + ticks[4]
     return (sum(ticks) - idle) / CLK_TCK, idle / CLK_TCK
+
+
+def wait_quiet(s: "Settings") -> dict | None:
+    """With BENCH_QUIET_CPUS: waits until the machine's CPUs were busy less
+    than that many CPUs over 2 s (this run's own services idling included),
+    at most BENCH_QUIET_MAX_SECS. On a shared machine other work that lands
+    on one drain of a side-by-side pair and not the other moves its CPU per
+    event by more than the difference measured; this keeps it from
+    starting a drain in the middle of someone's build. Returns how long it
+    waited and the busy CPUs it last saw."""
+    if s.quiet_cpus <= 0:
+        return None
+    t0 = time.monotonic()
+    while True:
+        b0 = machine_busy_s()
+        time.sleep(2)
+        busy = (machine_busy_s() - b0) / 2
+        waited = time.monotonic() - t0
+        if busy < s.quiet_cpus or waited >= s.quiet_max_secs:
+            if busy >= s.quiet_cpus:
+                log(f"machine still busy ({busy:.2f} CPUs) after {waited:.0f} s: draining anyway")
+            return {"waited_s": waited, "busy_cpus": busy}
 
 
 def machine_busy_s() -> float:
@@ -979,32 +1010,36 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
         log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s")
         res["recv"].append(r)
 
-        def this_build() -> None:
+        def this_build() -> dict:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows)
             log(f"{name} run {i + 1}: relay {r['drain_events_per_s']:.0f} events/s, first event after "
                 f"{r['startup_to_first_event_s']:.3f} s, {r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay"].append(r)
+            return r
 
-        def baseline_build() -> None:
+        def baseline_build() -> dict:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_base"][i], p,
                                                   binary=Path(s.relay_baseline)), rows)
             log(f"{name} run {i + 1}: baseline relay {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_base"].append(r)
+            return r
 
-        def exactly_once_build() -> None:
+        def exactly_once_build() -> dict:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_eos"][i], p, exactly_once=True),
                              rows)
             log(f"{name} run {i + 1}: relay exactly-once {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_eos"].append(r)
+            return r
 
-        def contract_build() -> None:
+        def contract_build() -> dict:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_contract"][i], p, contract=True),
                              rows)
             log(f"{name} run {i + 1}: relay with a JSON Schema contract {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_contract"].append(r)
+            return r
 
         # Another build of the relay (BENCH_RELAY_BASELINE), and this build
         # with a contract and in exactly-once mode, drain the same WAL from
@@ -1016,7 +1051,10 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
                  + ([exactly_once_build] if exactly_once else [])
                  + ([baseline_build] if s.relay_baseline else []))
         for drain in order if i % 2 == 0 else reversed(order):
-            drain()
+            quiet = wait_quiet(s)
+            r = drain()
+            if quiet is not None:
+                r["quiet"] = quiet
         if s.debezium:
             for key, tuned in (("dbz_default", False), ("dbz_tuned", True)):
                 r = system_drain(env, lambda p: Debezium(env, table, pub, slots[key][i], p, tuned), rows)
