@@ -20,6 +20,7 @@ PLOTS = BENCHES / "plots"
 SYSTEMS = {
     "relay": "outbox-relay",
     "relay_eos": "outbox-relay (exactly-once)",
+    "relay_contract": "outbox-relay (JSON Schema contract)",
     "relay_base": "outbox-relay (baseline build)",
     "relay_base_eos": "outbox-relay (baseline build, exactly-once)",
     "dbz_default": "Debezium (defaults)",
@@ -66,7 +67,8 @@ def budget_rows(wl: dict) -> list[tuple[str, dict]]:
     out = []
     rows = wl["rows"]
     for key, label in [("recv", "pg_recvlogical")] + [(k, SYSTEMS[k]) for k in
-                                                       ("relay", "relay_eos", "relay_base", "dbz_default", "dbz_tuned")]:
+                                                       ("relay", "relay_contract", "relay_eos", "relay_base",
+                                                        "dbz_default", "dbz_tuned")]:
         runs = [r for r in wl.get(key) or [] if r.get("budget")]
         if not runs:
             continue
@@ -233,12 +235,20 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w(f"| pg_recvlogical (decode ceiling) | {fmt(decode)} | | "
           f"{fmt(mmm([r['cpu_s'] / w3['rows'] * 1e6 for r in w3['recv']]), digits=2)} | |")
         stats = {}
-        for key in ("relay", "relay_eos", "relay_base", "dbz_default", "dbz_tuned"):
+        for key in ("relay", "relay_contract", "relay_eos", "relay_base", "dbz_default", "dbz_tuned"):
             if w3.get(key):
                 st = stats[key] = drain_stats(w3[key])
                 w(f"| {SYSTEMS[key]} | {fmt(st['rate'])} | {fmt(st['startup'], digits=3)} | "
                   f"{fmt(st['cpu'], digits=2)} | {fmt(st['rss'], digits=1)} |")
         w("")
+        quiet = [r["quiet"] for key in stats for r in w3[key] if r.get("quiet")]
+        if quiet:
+            busy = sum(q["busy_cpus"] >= s["quiet_cpus"] for q in quiet)
+            w(f"Each relay drain started once the machine's CPUs had been busy less than {s['quiet_cpus']:g} CPUs "
+              f"over 2 s (BENCH_QUIET_CPUS; this run's own idle services included): it waited "
+              f"{fmt(mmm([q['waited_s'] for q in quiet]), digits=0)} s"
+              + (f"; {busy} of {len(quiet)} drains started on a busier machine after "
+                 f"{s['quiet_max_secs']:g} s" if busy else "") + ".\n")
         relay = stats.get("relay")
         if relay and stats.get("relay_base"):
             base = stats["relay_base"]
@@ -249,6 +259,23 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             r = stats["relay_eos"]["rate"]["median"] / relay["rate"]["median"]
             w(f"* exactly-once / at-least-once drain: **{r:.2f}** (same build, same WAL, own slots, "
               f"alternating order; default transaction bounds)")
+        contract_target = None
+        if relay and stats.get("relay_contract"):
+            # What a contract costs: the relay with a JSON Schema on every
+            # event beside the same build without, drained side by side
+            # (benches/decode.rs's W3_SCHEMA; its micro-benchmark,
+            # contract/check_w3_payload, times the check alone).
+            con = stats["relay_contract"]
+            extra = con["cpu"]["median"] - relay["cpu"]["median"]
+            paired = [c["cpu_us_per_event"] - p["cpu_us_per_event"] for p, c in zip(w3["relay"], w3["relay_contract"])]
+            r = con["rate"]["median"] / relay["rate"]["median"]
+            w(f"* with a JSON Schema contract / without: drain **{r:.2f}**, CPU {relay['cpu']['median']:.2f} → "
+              f"{con['cpu']['median']:.2f} µs/event (**{extra:+.2f}**; per repeat "
+              f"{', '.join(f'{d:+.2f}' for d in paired)}, their median {statistics.median(paired):+.2f}), peak RSS {relay['rss']['median']:.1f} → "
+              f"{con['rss']['median']:.1f} MiB (same build, same WAL, own slots, alternating order)")
+            contract_target = ("contract adds ≤ 2 µs relay CPU/event in W3",
+                               f"{extra:+.2f} µs/event ({con['cpu']['median']:.2f} with the contract − "
+                               f"{relay['cpu']['median']:.2f} without, medians of the same run)", extra <= 2)
         if relay and decode:
             r = relay["rate"]["median"] / decode["median"]
             w(f"* relay / decode ceiling: **{r:.2f}**")
@@ -269,6 +296,8 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         if relay:
             c = relay["cpu"]["median"]
             targets.append(("relay CPU ≤ 5 µs/event in W3", f"{c:.2f} µs/event", c <= 5))
+            if contract_target:
+                targets.append(contract_target)
             st = relay["startup"]["median"]
             if not results.get("startup"):
                 targets.append(("start-up to first event < 0.5 s (W3)", f"{st:.3f} s", st < 0.5))

@@ -18,6 +18,10 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
 * exactly-once delivery (kafka.delivery = "exactly-once") beside the default
   at-least-once: in W3, draining the same WAL from its own slot, and in W1
   at 1000 events/s (or the first BENCH_W1_RATES rate);
+* an event contract: in W3, this build with a `[[contracts]]` entry whose
+  JSON Schema (benches/decode.rs's W3_SCHEMA) covers every W3 payload,
+  draining the same WAL from its own slot beside the plain relay
+  (BENCH_CONTRACT=0 leaves it out);
 * start-up: BENCH_STARTUP_RUNS starts of the relay in each delivery mode
   (and of the baseline build, when given), each on its own slot and fresh
   topics with a small backlog waiting, to the first event on the topic;
@@ -34,8 +38,10 @@ raw JSON in benches/results/ (git-ignored). Sizes and rates are overridable
 by environment variables (see `Settings`); BENCH_RELAY_LINGER_MS sets the
 relay's kafka.linger_ms and the W1 broker-alone producer's linger.ms (both 5,
 the relay's default, otherwise); BENCH_RELAY_BASELINE=<another outbox-relay
-binary> runs that build beside this one in W1, W3, W4 and start-up. No figure is asserted: this is
-a measurement, not a test.
+binary> runs that build beside this one in W1, W3, W4 and start-up; BENCH_QUIET_CPUS=<CPUs> makes
+each relay drain of W3 wait until the machine's CPUs were busy less than that over 2 s (for a
+shared machine; at most BENCH_QUIET_MAX_SECS, 300). No figure is asserted: this is a measurement,
+not a test.
 """
 
 from __future__ import annotations
@@ -111,6 +117,13 @@ class Settings:
     relay_linger_ms: str
     # Starts of each relay build and mode in the start-up workload.
     startup_runs: int
+    # W3 also drains with a JSON Schema contract on every event.
+    contract: bool
+    # Before each relay drain of W3, wait (at most quiet_max_secs) until
+    # the machine's CPUs were busy less than this many CPUs over 2 s
+    # (0 = do not wait).
+    quiet_cpus: float
+    quiet_max_secs: float
 
     @staticmethod
     def from_env(quick: bool, only: str | None, no_debezium: bool) -> "Settings":
@@ -137,6 +150,9 @@ class Settings:
             relay_baseline=os.environ.get("BENCH_RELAY_BASELINE", ""),
             relay_linger_ms=os.environ.get("BENCH_RELAY_LINGER_MS", ""),
             startup_runs=env_int("BENCH_STARTUP_RUNS", 5 if quick else 9),
+            contract=os.environ.get("BENCH_CONTRACT", "1") != "0",
+            quiet_cpus=env_float("BENCH_QUIET_CPUS", 0),
+            quiet_max_secs=env_float("BENCH_QUIET_MAX_SECS", 300),
         )
 
 
@@ -261,6 +277,28 @@ def machine_cpu_s() -> tuple[float, float]:
     # user nice system idle iowait irq softirq steal.
     idle = ticks[3] + ticks[4]
     return (sum(ticks) - idle) / CLK_TCK, idle / CLK_TCK
+
+
+def wait_quiet(s: "Settings") -> dict | None:
+    """With BENCH_QUIET_CPUS: waits until the machine's CPUs were busy less
+    than that many CPUs over 2 s (this run's own services idling included),
+    at most BENCH_QUIET_MAX_SECS. On a shared machine other work that lands
+    on one drain of a side-by-side pair and not the other moves its CPU per
+    event by more than the difference measured; this keeps it from
+    starting a drain in the middle of someone's build. Returns how long it
+    waited and the busy CPUs it last saw."""
+    if s.quiet_cpus <= 0:
+        return None
+    t0 = time.monotonic()
+    while True:
+        b0 = machine_busy_s()
+        time.sleep(2)
+        busy = (machine_busy_s() - b0) / 2
+        waited = time.monotonic() - t0
+        if busy < s.quiet_cpus or waited >= s.quiet_max_secs:
+            if busy >= s.quiet_cpus:
+                log(f"machine still busy ({busy:.2f} CPUs) after {waited:.0f} s: draining anyway")
+            return {"waited_s": waited, "busy_cpus": busy}
 
 
 def machine_busy_s() -> float:
@@ -480,11 +518,23 @@ CREATE PUBLICATION {pub} FOR TABLE public.{table} WITH (publish = 'insert');
 # ------------------------------------------------------------------ systems under test
 
 
+def w3_schema() -> str:
+    """The JSON Schema of the W3 payloads: benches/decode.rs's W3_SCHEMA
+    (required n, aggregate, seq, total; their types; a pattern on
+    aggregate), read from there so that the drain checks what the
+    micro-benchmark `contract/check_w3_payload` times."""
+    m = re.search(r'const W3_SCHEMA: &str = r#"(.*?)"#;', (BENCHES / "decode.rs").read_text(), re.S)
+    if m is None:
+        raise RuntimeError("benches/decode.rs has no W3_SCHEMA raw string")
+    json.loads(m.group(1))
+    return m.group(1)
+
+
 class Relay:
     label = "outbox-relay"
 
     def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, perf_out: Path | None = None,
-                 binary: Path | None = None, exactly_once: bool = False):
+                 binary: Path | None = None, exactly_once: bool = False, contract: bool = False):
         self.env = env
         self.slot = slot
         if binary is not None:
@@ -500,6 +550,15 @@ class Relay:
         self.topic = f"{prefix}.order"
         if env.s.relay_linger_ms:
             delivery += f"linger_ms = {int(env.s.relay_linger_ms)}\n"
+        # A contract on every event the backlog holds (aggregatetype
+        # "order", type "OrderPlaced"), its schema file beside the config
+        # and named relative to it, as docs/contracts.md shows.
+        contracts = ""
+        if contract:
+            self.label = "outbox-relay (JSON Schema contract)"
+            schema = env.work / f"{prefix}.order-placed.schema.json"
+            schema.write_text(w3_schema())
+            contracts = f'[[contracts]]\naggregatetype = "order"\ntype = "OrderPlaced"\nschema = "{schema.name}"\n'
         conf = env.work / f"{prefix}.toml"
         conf.write_text(
             f"""[postgres]
@@ -514,7 +573,7 @@ topic = "{prefix}.{{aggregatetype}}"
 dlq_topic = "{prefix}.dlq"
 {delivery}[cloudevents]
 source = "/bench"
-"""
+{contracts}"""
         )
         self.log = env.work / f"{prefix}.log"
         if exactly_once:
@@ -898,7 +957,26 @@ def system_drain(env: Env, make_sut, rows: int) -> dict:
     }
 
 
-def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool, exactly_once: bool) -> dict:
+def contract_keeps(env: Env, table: str) -> None:
+    """The backlog's first and last payloads keep the W3 contract
+    (`outbox-relay schema check`): a payload that broke it would be
+    dead-lettered, and its drain would wait for the watcher's timeout
+    instead of failing here."""
+    schema = env.work / "w3-check.schema.json"
+    schema.write_text(w3_schema())
+    files = []
+    for which in ("ASC", "DESC"):
+        f = env.work / f"w3-check-{which.lower()}.json"
+        f.write_text(env.sql(f"SELECT payload FROM public.{table} ORDER BY (payload->>'n')::int {which} LIMIT 1"))
+        files.append(str(f))
+    r = run([str(env.relay_bin), "schema", "check", "--schema", str(schema)] + files, check=False,
+            capture_output=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"the W3 payloads break benches/decode.rs's W3_SCHEMA: {r.stdout}{r.stderr}")
+
+
+def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool, exactly_once: bool,
+                     contract: bool = False) -> dict:
     s = env.s
     table, pub = env.create_outbox()
     slots = {
@@ -909,6 +987,8 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
     # Kafka transaction, bounded by the producer's transaction timeout.
     if exactly_once:
         slots["relay_eos"] = [env.create_slot() for _ in range(s.repeat)]
+    if contract:
+        slots["relay_contract"] = [env.create_slot() for _ in range(s.repeat)]
     if s.relay_baseline:
         slots["relay_base"] = [env.create_slot() for _ in range(s.repeat)]
     if s.debezium:
@@ -921,41 +1001,60 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
     load_backlog(env, table, rows, one_txn)
     end_lsn = env.sql("SELECT pg_current_wal_insert_lsn()")
     log(f"{name}: loaded in {time.time() - t0:.1f} s; WAL up to {end_lsn}")
-    res: dict = {"rows": rows, "recv": [], "relay": [], "relay_eos": [], "relay_base": [], "dbz_default": [],
-                 "dbz_tuned": []}
+    if contract:
+        contract_keeps(env, table)
+    res: dict = {"rows": rows, "recv": [], "relay": [], "relay_eos": [], "relay_contract": [], "relay_base": [],
+                 "dbz_default": [], "dbz_tuned": []}
     for i in range(s.repeat):
         r = recvlogical_drain(env, slots["recv"][i], pub, end_lsn, rows)
         log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s")
         res["recv"].append(r)
 
-        def this_build() -> None:
+        def this_build() -> dict:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows)
             log(f"{name} run {i + 1}: relay {r['drain_events_per_s']:.0f} events/s, first event after "
                 f"{r['startup_to_first_event_s']:.3f} s, {r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay"].append(r)
+            return r
 
-        def baseline_build() -> None:
+        def baseline_build() -> dict:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_base"][i], p,
                                                   binary=Path(s.relay_baseline)), rows)
             log(f"{name} run {i + 1}: baseline relay {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_base"].append(r)
+            return r
 
-        def exactly_once_build() -> None:
+        def exactly_once_build() -> dict:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_eos"][i], p, exactly_once=True),
                              rows)
             log(f"{name} run {i + 1}: relay exactly-once {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_eos"].append(r)
+            return r
 
-        # Another build of the relay (BENCH_RELAY_BASELINE), and this build in
-        # exactly-once mode, drain the same WAL from their own slots beside
-        # this one, the order reversed on every other repeat: side by side in
-        # one run, not biased by which drains first.
-        order = ([this_build] + ([exactly_once_build] if exactly_once else [])
+        def contract_build() -> dict:
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_contract"][i], p, contract=True),
+                             rows)
+            log(f"{name} run {i + 1}: relay with a JSON Schema contract {r['drain_events_per_s']:.0f} events/s, "
+                f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
+            res["relay_contract"].append(r)
+            return r
+
+        # Another build of the relay (BENCH_RELAY_BASELINE), and this build
+        # with a contract and in exactly-once mode, drain the same WAL from
+        # their own slots beside this one, the order reversed on every other
+        # repeat: side by side in one run, not biased by which drains first.
+        # The contract drain is next to the plain one either way, so the two
+        # are the closest pair in time.
+        order = ([this_build] + ([contract_build] if contract else [])
+                 + ([exactly_once_build] if exactly_once else [])
                  + ([baseline_build] if s.relay_baseline else []))
         for drain in order if i % 2 == 0 else reversed(order):
-            drain()
+            quiet = wait_quiet(s)
+            r = drain()
+            if quiet is not None:
+                r["quiet"] = quiet
         if s.debezium:
             for key, tuned in (("dbz_default", False), ("dbz_tuned", True)):
                 r = system_drain(env, lambda p: Debezium(env, table, pub, slots[key][i], p, tuned), rows)
@@ -1226,7 +1325,7 @@ def main() -> None:
             results["broker_ceiling"] = ceiling_broker(env)
             save()
         if "w3" in s.workloads:
-            results["w3"] = backlog_workload(env, "W3", s.w3_rows, False, s.flamegraph, True)
+            results["w3"] = backlog_workload(env, "W3", s.w3_rows, False, s.flamegraph, True, s.contract)
             save()
         if "w4" in s.workloads:
             results["w4"] = backlog_workload(env, "W4", s.w4_rows, True, False, False)
