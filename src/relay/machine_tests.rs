@@ -2,7 +2,8 @@
 //!
 //! A model test: committed transactions (outbox events over a few keys,
 //! each an inserted row or a transactional outbox message, mixed in one
-//! transaction, some too large for the broker, some transactions touching
+//! transaction, some too large for the broker, some breaking the contract
+//! every event is under (dead letters, never events), some transactions touching
 //! only another table; between them, non-transactional outbox messages the
 //! machine must refuse and messages of other prefixes it must ignore) are
 //! streamed into the machine while a fake producer and broker answer in
@@ -28,6 +29,7 @@ use proptest::prelude::*;
 
 use super::pace::BUFFERED_ITEMS_PER_WAKE;
 use super::*;
+use crate::contracts::{Contracts, Schema};
 use crate::envelope::{ContentMode, EnvelopeSettings};
 use crate::outbox::ColumnMap;
 use crate::outbox::Source;
@@ -82,7 +84,20 @@ fn settings(max_in_flight: usize) -> RelaySettings {
         otlp: None,
         exactly_once: None,
         webhooks: Default::default(),
-        contracts: Default::default(),
+        // Every event's `id` member, when it has one, is text: a row whose
+        // payload says otherwise (`Row::breaks`) is a dead letter.
+        contracts: Contracts::from_parts(vec![(
+            None,
+            None,
+            std::sync::Arc::new(
+                Schema::from_value(
+                    &serde_json::json!({"properties": {"id": {"type": "string"}}}),
+                    "model.json",
+                    None,
+                )
+                .expect("the model's schema compiles"),
+            ),
+        )]),
     }
 }
 
@@ -103,6 +118,9 @@ struct Row {
     id: String,
     key: String,
     too_large: bool,
+    /// Its payload is JSON that breaks the model's contract (see
+    /// [`settings`]): it must become a dead letter, never an event.
+    breaks: bool,
     /// Written with `outbox_emit` (a transactional logical message) rather
     /// than inserted.
     message: bool,
@@ -187,6 +205,8 @@ fn messages(txn: &Txn, xid: u32, strays: bool) -> Vec<Bytes> {
     for (i, row) in txn.rows.iter().enumerate() {
         let payload = if row.too_large {
             format!(r#"{{"pad":"{}"}}"#, "x".repeat(BROKER_LIMIT * 2))
+        } else if row.breaks {
+            r#"{"id":5}"#.to_owned()
         } else {
             format!(r#"{{"id":"{}"}}"#, row.id)
         };
@@ -460,9 +480,18 @@ fn check(txns: &[Txn], confirmed: Lsn, log: &BrokerLog) -> Result<(), TestCaseEr
 }
 
 fn txns_strategy() -> impl Strategy<Value = Vec<Txn>> {
-    // (rows per transaction, key of each, too large?, a message?)
+    // (rows per transaction, key of each, too large?, a message?, breaks
+    // the contract?)
     prop::collection::vec(
-        prop::collection::vec((0u8..4, prop::bool::weighted(0.08), prop::bool::ANY), 0..4),
+        prop::collection::vec(
+            (
+                0u8..4,
+                prop::bool::weighted(0.08),
+                prop::bool::ANY,
+                prop::bool::weighted(0.08),
+            ),
+            0..4,
+        ),
         1..25,
     )
     .prop_map(|specs| {
@@ -474,12 +503,13 @@ fn txns_strategy() -> impl Strategy<Value = Vec<Txn>> {
                 lsn += 0x100;
                 let rows = rows
                     .into_iter()
-                    .map(|(key, too_large, message)| {
+                    .map(|(key, too_large, message, breaks)| {
                         n += 1;
                         Row {
                             id: format!("r{n}"),
                             key: format!("k{key}"),
                             too_large,
+                            breaks,
                             message,
                         }
                     })
@@ -743,6 +773,11 @@ fn run_model_in(
                 prop_assert_eq!(confirmed, last, "the last transaction is confirmed");
                 for row in txns.iter().flat_map(|t| &t.rows) {
                     prop_assert!(log.acked.contains(&row.id), "row {} lost", row.id);
+                    prop_assert!(
+                        !(row.breaks && log.events.values().flatten().any(|id| id == &row.id)),
+                        "row {} broke its contract but was sent as an event",
+                        row.id
+                    );
                 }
                 if mode.exactly_once {
                     let mut seen = HashSet::new();
@@ -895,6 +930,7 @@ fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space()
             id: "head".into(),
             key: "k".into(),
             too_large: false,
+            breaks: false,
             message: false,
         }],
         final_lsn: Lsn(lsn),
@@ -999,6 +1035,7 @@ fn routed_events_go_to_their_webhook_sink_and_hold_their_transaction() {
         id: id.into(),
         key: key.into(),
         too_large: false,
+        breaks: false,
         message: false,
     };
     let txn = Txn {
@@ -1086,6 +1123,7 @@ fn table_rows(ids: &[&str], final_lsn: u64) -> Txn {
                 id: (*id).into(),
                 key: format!("k-{id}"),
                 too_large: false,
+                breaks: false,
                 message: false,
             })
             .collect(),
