@@ -150,6 +150,9 @@ pub struct Inventory {
     replay: Option<TableName>,
     /// Why `retry` and `discard` cannot record anything, when they cannot.
     replay_unusable: Option<String>,
+    /// The `[[contracts]]`, registry ones fetched once here: what `list`
+    /// judged retryable and what `retry` checks and encodes by.
+    contracts: crate::contracts::Contracts,
 }
 
 /// What `dead` needs besides the config.
@@ -166,7 +169,7 @@ pub struct DeadOptions {
 ///
 /// # Errors
 /// Why they cannot be had, as text.
-pub async fn contracts(config: &Config) -> Result<crate::contracts::Contracts, String> {
+async fn contracts(config: &Config) -> Result<crate::contracts::Contracts, String> {
     let contracts = config
         .contracts()
         .map_err(|e| format!("cannot read [[contracts]]: {e}"))?;
@@ -396,6 +399,7 @@ pub async fn gather(
         )),
         Err(e) => inventory.problems.push(e.to_string()),
     }
+    inventory.contracts = contracts;
     (inventory, connection)
 }
 

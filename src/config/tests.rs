@@ -4,7 +4,8 @@ use super::*;
 
 const CANARY: &str = "Canary-Secret-90210";
 
-const MINIMAL: &str = r#"
+/// The smallest valid config (the other config test modules start from it).
+pub(in crate::config) const MINIMAL: &str = r#"
 [postgres]
 url = "postgres://relay:pw@127.0.0.1:5432/app"
 slot = "outbox_relay"

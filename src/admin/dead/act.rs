@@ -123,7 +123,16 @@ async fn act(
         act_on_rows(inventory, conn, replay, &rows, action, &mut outcome).await;
     }
     if !letters.is_empty() {
-        act_on_letters(config, conn, replay, &letters, action, &mut outcome).await;
+        act_on_letters(
+            config,
+            inventory,
+            conn,
+            replay,
+            &letters,
+            action,
+            &mut outcome,
+        )
+        .await;
     }
     outcome
 }
@@ -247,6 +256,7 @@ async fn record(
 
 async fn act_on_letters(
     config: &Config,
+    inventory: &Inventory,
     conn: &mut SqlConnection,
     replay: &TableName,
     letters: &[&Entry],
@@ -259,16 +269,9 @@ async fn act_on_letters(
         Action::Retry => {
             let mut sendable = Vec::new();
             let mut records = Vec::new();
-            // A retry checks each event against today's contracts: fixing
-            // the schema file is how a contract violation is retried.
-            let contracts = match super::contracts(config).await {
-                Ok(contracts) => contracts,
-                Err(e) => {
-                    outcome.problems.push(e);
-                    return;
-                }
-            };
-            let rebuild = kafka::Rebuild::new(config, &contracts);
+            // Checked against the contracts `gather` fetched (today's: fixing
+            // the schema is how a contract violation is retried).
+            let rebuild = kafka::Rebuild::new(config, &inventory.contracts);
             for entry in letters {
                 let newest = entry.records.last().expect("a Kafka entry has a record");
                 match kafka::republished(newest, rebuild) {

@@ -1,19 +1,7 @@
 use std::path::Path;
 
+use crate::config::tests::MINIMAL as BASE;
 use crate::config::{Config, ConfigError};
-
-const BASE: &str = r#"
-[postgres]
-url = "postgres://relay@127.0.0.1:5432/app"
-slot = "outbox_relay"
-publication = "outbox_pub"
-
-[kafka]
-brokers = "127.0.0.1:9092"
-
-[cloudevents]
-source = "/orders-service"
-"#;
 
 /// A directory with a config file and a schema beside it, removed on drop.
 struct Dir(std::path::PathBuf);
