@@ -30,7 +30,7 @@ use bytes::{Buf, Bytes};
 use chrono::DateTime;
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use outbox_relay::contracts::Schema;
+use outbox_relay::contracts::{RegistryContract, Schema};
 use outbox_relay::envelope::{
     ContentMode, EnvelopeSettings, TopicCache, build_record, build_record_cached,
 };
@@ -267,7 +267,14 @@ fn bench_contract(c: &mut Cpu) {
             references: Vec::new(),
         }),
     };
-    let avro = Schema::from_registry(&avro, "http://registry", true, None).expect("avro compiles");
+    let kept = RegistryContract {
+        subject: "bench.order-value".into(),
+        version: None,
+        frame: true,
+        dataschema: None,
+        record: None,
+    };
+    let avro = Schema::from_registry(&avro, "http://registry", &kept).expect("avro compiles");
     group.bench_function("encode_w3_payload_avro", |b| {
         b.iter(|| {
             for payload in &payloads {
@@ -275,8 +282,36 @@ fn bench_contract(c: &mut Cpu) {
             }
         })
     });
+    // The same shape as a Protobuf message: parsed, encoded and framed.
+    let protobuf = SubjectVersion {
+        subject: "bench.order-value".into(),
+        version: 1,
+        id: 2,
+        schema: Arc::new(RegistrySchema {
+            schema_type: SchemaType::Protobuf,
+            text: W3_PROTO.into(),
+            references: Vec::new(),
+        }),
+    };
+    let protobuf =
+        Schema::from_registry(&protobuf, "http://registry", &kept).expect("proto compiles");
+    group.bench_function("encode_w3_payload_protobuf", |b| {
+        b.iter(|| {
+            for payload in &payloads {
+                black_box(
+                    protobuf
+                        .encode(black_box(payload))
+                        .expect("the payload fits"),
+                );
+            }
+        })
+    });
     group.finish();
 }
+
+/// The Protobuf schema of a W3 payload.
+const W3_PROTO: &str = "syntax = \"proto3\"; package bench; message OrderPlaced { \
+    int64 n = 1; string pad = 2; int64 seq = 3; double total = 4; string aggregate = 5; }";
 
 /// The Avro schema of a W3 payload.
 const W3_AVRO: &str = r#"{

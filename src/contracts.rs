@@ -27,7 +27,8 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::registry::{
-    AvroEncoder, RegistryClient, RegistryError, RegistrySettings, SchemaType, SubjectVersion, wire,
+    AvroEncoder, ProtobufEncoder, RegistryClient, RegistryError, RegistrySettings, SchemaType,
+    SubjectVersion, wire,
 };
 use crate::routes::glob_match;
 
@@ -49,10 +50,13 @@ pub enum ContractError {
     NotJson { path: String, reason: String },
     #[error("schema file {path} is not a valid JSON Schema: {reason}")]
     Invalid { path: String, reason: String },
+    /// A registry schema (`subject <s> version <n>`) the relay cannot use.
+    #[error("{name} cannot be used: {reason}")]
+    Unusable { name: String, reason: String },
 }
 
 /// One compiled schema and what it is called: a JSON Schema (from a file,
-/// or a registry subject's), or a registry subject's Avro schema.
+/// or a registry subject's), or a registry subject's Avro or Protobuf schema.
 pub struct Schema {
     /// The schema as the config names it (its file path as given, or
     /// `subject <name> version <n>`).
@@ -73,10 +77,20 @@ enum Kind {
     /// Encoded to Avro binary by the schema (which checks it), framed with
     /// the registry's schema id.
     Avro { encoder: Box<AvroEncoder>, id: u32 },
+    /// Encoded as the schema's message (which checks it), framed with the
+    /// registry's schema id and the message's indexes.
+    Protobuf {
+        encoder: Box<ProtobufEncoder>,
+        id: u32,
+    },
 }
 
 /// `content-type` of an event encoded as Avro.
 pub const AVRO_CONTENT_TYPE: &str = "application/avro";
+
+/// `content-type` of an event encoded as Protobuf (CloudEvents' Protobuf
+/// format names it so).
+pub const PROTOBUF_CONTENT_TYPE: &str = "application/protobuf";
 
 impl fmt::Debug for Schema {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -171,21 +185,23 @@ impl Schema {
         })
     }
 
-    /// A registry subject's version as a contract: a JSON Schema validates
-    /// (and, with `frame`, the event is sent in Confluent's wire format with
-    /// the version's schema id), an Avro schema encodes. `dataschema`: the
+    /// A registry subject's version as the schema of `contract`: a JSON
+    /// Schema validates (and, with `frame`, the event is sent in
+    /// Confluent's wire format with the version's schema id), an Avro or
+    /// Protobuf schema encodes (the contract's `record` naming the Avro
+    /// record it must be, or which Protobuf message). `dataschema`: the
     /// contract's own, else `<registry>/schemas/ids/<id>`.
     ///
     /// # Errors
-    /// The schema cannot be used (not valid, or of another type than JSON
-    /// Schema or Avro).
+    /// The schema cannot be used: not valid, or not the record named.
     pub fn from_registry(
         version: &SubjectVersion,
         registry: &str,
-        frame: bool,
-        dataschema: Option<&str>,
+        contract: &RegistryContract,
     ) -> Result<Schema, ContractError> {
+        let frame = contract.frame;
         let name = format!("subject {} version {}", version.subject, version.version);
+        let dataschema = contract.dataschema.as_deref();
         let dataschema = dataschema.filter(|d| !d.is_empty()).map_or_else(
             || {
                 format!(
@@ -196,8 +212,8 @@ impl Schema {
             },
             str::to_owned,
         );
-        let invalid = |reason: String| ContractError::Invalid {
-            path: name.clone(),
+        let invalid = |reason: String| ContractError::Unusable {
+            name: name.clone(),
             reason,
         };
         let kind = match version.schema.schema_type {
@@ -212,19 +228,29 @@ impl Schema {
                     frame: frame.then_some(version.id),
                 }
             }
-            SchemaType::Avro => Kind::Avro {
+            SchemaType::Avro => {
+                let encoder =
+                    AvroEncoder::new(&version.schema.text).map_err(|e| invalid(e.to_string()))?;
+                if let Some(record) = &contract.record
+                    && encoder.record_name().as_deref() != Some(record.as_str())
+                {
+                    return Err(invalid(format!(
+                        "holds Avro record {}, not record {record} as the contract says",
+                        encoder.record_name().as_deref().unwrap_or("(none)")
+                    )));
+                }
+                Kind::Avro {
+                    encoder: Box::new(encoder),
+                    id: version.id,
+                }
+            }
+            SchemaType::Protobuf => Kind::Protobuf {
                 encoder: Box::new(
-                    AvroEncoder::new(&version.schema.text).map_err(|e| invalid(e.to_string()))?,
+                    ProtobufEncoder::new(&version.schema.text, contract.record.as_deref())
+                        .map_err(|e| invalid(e.to_string()))?,
                 ),
                 id: version.id,
             },
-            SchemaType::Protobuf => {
-                return Err(invalid(
-                    "a Protobuf schema: the relay checks and encodes JSON Schema and Avro \
-                     contracts only"
-                        .to_owned(),
-                ));
-            }
         };
         Ok(Schema {
             name,
@@ -282,26 +308,37 @@ impl Schema {
                 })?;
                 Ok(Some(Bytes::from(wire::frame(*id, &body))))
             }
+            Kind::Protobuf { encoder, id } => {
+                let body = encoder.encode(&value).map_err(|e| Violation {
+                    schema: self.name.clone(),
+                    path: e.path,
+                    keyword: "protobuf".to_owned(),
+                    message: e.reason,
+                })?;
+                Ok(Some(Bytes::from(wire::frame_protobuf(
+                    *id,
+                    encoder.message_indexes(),
+                    &body,
+                ))))
+            }
         }
     }
 
     /// The `content-type` of a checked event when it is not the payload's
-    /// JSON: Avro.
+    /// JSON: Avro, Protobuf.
     pub fn content_type(&self) -> Option<&'static str> {
         match self.kind {
             Kind::Avro { .. } => Some(AVRO_CONTENT_TYPE),
+            Kind::Protobuf { .. } => Some(PROTOBUF_CONTENT_TYPE),
             Kind::Json { .. } => None,
         }
     }
 
     /// Whether the record value is something else than the payload as
-    /// written (framed, or Avro), which CloudEvents' structured mode cannot
-    /// carry.
+    /// written (framed, Avro, Protobuf), which CloudEvents' structured mode
+    /// cannot carry.
     pub fn reframes(&self) -> bool {
-        matches!(
-            self.kind,
-            Kind::Avro { .. } | Kind::Json { frame: Some(_), .. }
-        )
+        !matches!(self.kind, Kind::Json { frame: None, .. })
     }
 }
 
@@ -474,12 +511,7 @@ impl Contracts {
                         Some(n) => client.version(&kept.subject, n).await?,
                         None => client.latest(&kept.subject).await?,
                     };
-                    let schema = Schema::from_registry(
-                        &version,
-                        client.url(),
-                        kept.frame,
-                        kept.dataschema.as_deref(),
-                    )?;
+                    let schema = Schema::from_registry(&version, client.url(), kept)?;
                     Slot::Ready(Arc::new(schema))
                 }
             };
@@ -529,14 +561,17 @@ impl Contracts {
 
 /// A contract kept in a schema registry: which subject, which version
 /// (`None`: the latest when the relay starts), whether a JSON Schema's
-/// events go in Confluent's wire format, and the `dataschema` to give them
-/// (`None`: `<registry>/schemas/ids/<id>`).
+/// events go in Confluent's wire format, the `dataschema` to give them
+/// (`None`: `<registry>/schemas/ids/<id>`), and the record's full name
+/// (an Avro schema must be that record; a Protobuf schema's message it
+/// names, `None` its first).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RegistryContract {
     pub subject: String,
     pub version: Option<u32>,
     pub frame: bool,
     pub dataschema: Option<String>,
+    pub record: Option<String>,
 }
 
 /// Why the registry contracts could not be fetched.

@@ -11,6 +11,9 @@
 //! * [`avro`]: a JSON payload as an Avro record of a schema (the mapping a
 //!   user expects, errors naming the first failing place), in Avro's
 //!   binary encoding.
+//! * [`protobuf`]: a JSON payload as a message of a `.proto` schema
+//!   (proto3's JSON mapping), in Protobuf's binary encoding.
+//! * [`mapping`]: what the two mappings share: the error, its path.
 //!
 //! Only [`client`] does I/O. Nothing here logs: never a schema's text,
 //! never a payload.
@@ -18,15 +21,19 @@
 pub mod avro;
 pub mod client;
 pub mod error;
+pub mod mapping;
+pub mod protobuf;
 pub mod subject;
 pub mod wire;
 
-pub use avro::{AvroEncoder, AvroMappingError, AvroSchemaError};
+pub use avro::{AvroEncoder, AvroSchemaError};
 pub use client::{
     Credentials, RegistryClient, RegistrySettings, Schema, SchemaReference, SchemaType,
     SubjectVersion,
 };
 pub use error::RegistryError;
+pub use mapping::MappingError;
+pub use protobuf::{ProtobufEncoder, ProtobufSchemaError};
 pub use subject::SubjectNameStrategy;
 
 #[cfg(test)]

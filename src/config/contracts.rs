@@ -27,13 +27,17 @@ pub struct ContractConfig {
     /// A JSON Schema file; a relative path is taken from the config file's
     /// directory.
     pub schema: String,
-    /// A subject of the `[registry]`: its JSON Schema or Avro schema.
+    /// A subject of the `[registry]`: its JSON Schema, Avro or Protobuf
+    /// schema.
     pub subject: Option<String>,
     /// The subject named as Confluent's serializers name it: `topic`
     /// (`<topic>-value`), `record` (`record`), `topic-record`
     /// (`<topic>-<record>`).
     pub subject_strategy: Option<SubjectStrategy>,
-    /// The record name of the `record` and `topic-record` strategies.
+    /// The record's full name: the subject of the `record` and
+    /// `topic-record` strategies; the Avro record the subject's schema
+    /// must be; which message of a Protobuf schema the payload is (default:
+    /// its first).
     pub record: Option<String>,
     /// A pinned version of the subject; default: its latest when the relay
     /// starts.
@@ -243,7 +247,7 @@ impl Config {
             return Err(invalid(
                 at("subject"),
                 "registry contracts send the record value in the registry's wire format \
-                 (Avro, or framed JSON), which cloudevents.mode = \"structured\" cannot \
+                 (Avro, Protobuf, or framed JSON), which cloudevents.mode = \"structured\" cannot \
                  carry: use binary mode",
             ));
         }
@@ -308,6 +312,7 @@ impl Config {
             version: contract.version,
             frame: contract.framing.unwrap_or_default() == Framing::Confluent,
             dataschema: contract.dataschema.clone(),
+            record: contract.record.clone().filter(|r| !r.is_empty()),
         })
     }
 }

@@ -190,7 +190,8 @@ fn a_registry_json_schema_validates_and_frames_with_its_id() {
         r#"{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","required":["amount"]}"#,
         7,
     );
-    let framed = Schema::from_registry(&v, "http://r/apis/ccompat/v7/", true, None).unwrap();
+    let framed =
+        Schema::from_registry(&v, "http://r/apis/ccompat/v7/", &kept(true, None, None)).unwrap();
     assert_eq!(
         framed.dataschema(),
         "http://r/apis/ccompat/v7/schemas/ids/7"
@@ -202,7 +203,7 @@ fn a_registry_json_schema_validates_and_frames_with_its_id() {
     assert!(framed.reframes());
     assert_eq!(framed.content_type(), None);
     assert!(framed.encode(br#"{}"#).is_err());
-    let plain = Schema::from_registry(&v, "http://r", false, Some("urn:x")).unwrap();
+    let plain = Schema::from_registry(&v, "http://r", &kept(false, Some("urn:x"), None)).unwrap();
     assert_eq!(plain.encode(br#"{"amount":1}"#).unwrap(), None);
     assert_eq!(plain.dataschema(), "urn:x");
 }
@@ -214,7 +215,7 @@ fn a_registry_avro_schema_encodes_and_its_mismatch_is_a_violation() {
         r#"{"type":"record","name":"OrderPlaced","namespace":"com.acme","fields":[{"name":"amount","type":"long"}]}"#,
         9,
     );
-    let avro = Schema::from_registry(&v, "http://r", true, None).unwrap();
+    let avro = Schema::from_registry(&v, "http://r", &kept(true, None, None)).unwrap();
     assert_eq!(avro.content_type(), Some(AVRO_CONTENT_TYPE));
     let value = avro.encode(br#"{"amount":3}"#).unwrap().expect("avro");
     // Magic, id 9, then the zigzag varint of 3.
@@ -225,8 +226,49 @@ fn a_registry_avro_schema_encodes_and_its_mismatch_is_a_violation() {
         ("/amount", "avro")
     );
     assert!(!broken.to_string().contains("4111"), "{broken}");
-    let protobuf = version(SchemaType::Protobuf, "syntax = \"proto3\";", 1);
-    assert!(Schema::from_registry(&protobuf, "http://r", true, None).is_err());
+    // The contract's record must be the schema's.
+    let other = Schema::from_registry(&v, "http://r", &kept(true, None, Some("com.acme.Other")));
+    assert_eq!(
+        other.unwrap_err().to_string(),
+        "subject orders-value version 2 cannot be used: holds Avro record \
+         com.acme.OrderPlaced, not record com.acme.Other as the contract says"
+    );
+}
+
+#[test]
+fn a_registry_protobuf_schema_encodes_the_message_the_contract_names() {
+    let v = version(
+        SchemaType::Protobuf,
+        "syntax = \"proto3\"; package shop; message A { int64 n = 1; } message B { int64 amount = 1; }",
+        4,
+    );
+    let first = Schema::from_registry(&v, "http://r", &kept(true, None, None)).unwrap();
+    assert_eq!(first.content_type(), Some(PROTOBUF_CONTENT_TYPE));
+    assert!(first.reframes());
+    // Magic, id 4, message indexes [0] as one 0, then field 1 = 3.
+    let value = first.encode(br#"{"n":3}"#).unwrap().expect("protobuf");
+    assert_eq!(value.as_ref(), &[0, 0, 0, 0, 4, 0, 0x08, 3]);
+    let b = Schema::from_registry(&v, "http://r", &kept(true, None, Some("shop.B"))).unwrap();
+    // Indexes [1]: a count of 1 and the index 1, each a zigzag varint.
+    let value = b.encode(br#"{"amount":"3"}"#).unwrap().expect("protobuf");
+    assert_eq!(value.as_ref(), &[0, 0, 0, 0, 4, 2, 2, 0x08, 3]);
+    let broken = b.encode(br#"{"amount":"card-4111"}"#).unwrap_err();
+    assert_eq!(
+        (broken.path.as_str(), broken.keyword.as_str()),
+        ("/amount", "protobuf")
+    );
+    assert!(!broken.to_string().contains("4111"), "{broken}");
+    assert!(Schema::from_registry(&v, "http://r", &kept(true, None, Some("shop.C"))).is_err());
+}
+
+fn kept(frame: bool, dataschema: Option<&str>, record: Option<&str>) -> RegistryContract {
+    RegistryContract {
+        subject: "s".into(),
+        version: None,
+        frame,
+        dataschema: dataschema.map(str::to_owned),
+        record: record.map(str::to_owned),
+    }
 }
 
 #[test]
@@ -241,6 +283,7 @@ fn a_registry_contract_is_never_used_unfetched() {
                 version: None,
                 frame: true,
                 dataschema: None,
+                record: None,
             }),
         )],
         None,

@@ -46,23 +46,14 @@ use serde_json::Value as Json;
 mod logical;
 mod names;
 
-use names::{
-    Step, branch_names, describe, is_avro_name, json_kind, pointer, truncate, union_description,
-};
+use names::{branch_names, describe, union_description};
+
+use super::mapping::{Fail, MappingError, Step, at, fail, is_identifier, json_kind, truncate};
 
 /// The schema text is not an Avro schema this mapping handles.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("not a usable Avro schema: {0}")]
 pub struct AvroSchemaError(pub String);
-
-/// Why a payload does not fit the schema: where (a JSON pointer; `/` the
-/// payload itself) and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: {reason}")]
-pub struct AvroMappingError {
-    pub path: String,
-    pub reason: String,
-}
 
 /// One Avro schema, parsed once, that payloads are encoded by.
 pub struct AvroEncoder {
@@ -88,27 +79,7 @@ enum Source {
     Default,
 }
 
-/// A failure on its way out, collecting its path.
-struct Fail {
-    steps: Vec<Step>,
-    reason: String,
-}
-
 type Mapped = Result<Value, Fail>;
-
-fn fail(reason: impl Into<String>) -> Fail {
-    Fail {
-        steps: Vec::new(),
-        reason: reason.into(),
-    }
-}
-
-fn at(step: Step) -> impl FnOnce(Fail) -> Fail {
-    move |mut f| {
-        f.steps.push(step);
-        f
-    }
-}
 
 impl AvroEncoder {
     /// Parses `schema_text` (Avro's JSON schema, as the registry holds it).
@@ -150,12 +121,9 @@ impl AvroEncoder {
     ///
     /// # Errors
     /// The payload does not fit the schema: the first place and why.
-    pub fn to_value(&self, payload: &Json) -> Result<Value, AvroMappingError> {
+    pub fn to_value(&self, payload: &Json) -> Result<Value, MappingError> {
         self.map(self.schema(), payload, Source::Payload, None)
-            .map_err(|f| AvroMappingError {
-                path: pointer(&f.steps),
-                reason: f.reason,
-            })
+            .map_err(Fail::finish)
     }
 
     /// `payload` in Avro's binary encoding (the record alone: the caller
@@ -163,7 +131,7 @@ impl AvroEncoder {
     ///
     /// # Errors
     /// As [`AvroEncoder::to_value`].
-    pub fn encode(&self, payload: &Json) -> Result<Vec<u8>, AvroMappingError> {
+    pub fn encode(&self, payload: &Json) -> Result<Vec<u8>, MappingError> {
         let value = self.to_value(payload)?;
         // No validation by the crate: the mapping made the value by the
         // schema, and the crate's validator logs values it refuses.
@@ -171,7 +139,7 @@ impl AvroEncoder {
             .validate(false)
             .build()
             .and_then(|w| w.write_value_to_vec(value))
-            .map_err(|_| AvroMappingError {
+            .map_err(|_| MappingError {
                 path: "/".into(),
                 // Not the crate's text: it may quote the value.
                 reason: "the Avro encoder refused the value".into(),
@@ -314,7 +282,7 @@ impl AvroEncoder {
             fields.push((field.name.clone(), value));
         }
         if let Some(unknown) = object.keys().find(|k| !record.lookup.contains_key(*k)) {
-            return Err(if is_avro_name(unknown) {
+            return Err(if is_identifier(unknown) {
                 fail(format!("record {name} has no field {unknown}"))
             } else {
                 fail(format!("a field record {name} does not have"))

@@ -230,7 +230,7 @@ async fn schema_check_gives_the_relays_verdict_offline() {
 mod registry {
     use outbox_relay::registry::{Schema, SchemaType};
 
-    use crate::registry::{client, python_reads, registry_url};
+    use crate::registry::{client, python_reads, python_reads_protobuf, registry_url};
     use crate::support::*;
 
     const ORDER_AVRO: &str = r#"{
@@ -293,6 +293,30 @@ mod registry {
             .unwrap();
     }
 
+    /// Inserts a payload that fits, one whose amount is text ("12.00"),
+    /// and `fits`; gives the id of the one that breaks the schema.
+    async fn insert_fits_breaks_fits(outbox: &TestOutbox, fits: &str) -> String {
+        let [first, broken, second] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
+        insert(outbox, &first, r#"{"order_id": "o-1", "amount": 1200}"#).await;
+        insert(outbox, &broken, r#"{"order_id": "o-1", "amount": "12.00"}"#).await;
+        insert(outbox, &second, fits).await;
+        broken
+    }
+
+    /// The dead letters, the first `broken`'s: a contract violation at
+    /// /amount, its reason without the payload's value.
+    async fn broken_is_dead_lettered(outbox: &TestOutbox, broken: &str) -> Vec<Received> {
+        let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| !r.is_empty()).await;
+        assert_eq!(dlq[0].header("id"), Some(broken));
+        assert_eq!(dlq[0].header("dlq_reason_code"), Some("contract_violation"));
+        let reason = dlq[0].header("dlq_reason").unwrap();
+        assert!(
+            reason.contains("at /amount:") && !reason.contains("12.00"),
+            "{reason}"
+        );
+        dlq
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn avro_events_are_read_back_by_confluents_deserializer_and_a_mismatch_is_dead_lettered()
     {
@@ -305,17 +329,8 @@ mod registry {
         .await;
         let topic = outbox.topic("order");
         let mut relay = Relay::process(&config);
-        let [first, broken, second] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
-        insert(&outbox, &first, r#"{"order_id": "o-1", "amount": 1200}"#).await;
-        insert(
+        let broken = insert_fits_breaks_fits(
             &outbox,
-            &broken,
-            r#"{"order_id": "o-1", "amount": "12.00"}"#,
-        )
-        .await;
-        insert(
-            &outbox,
-            &second,
             r#"{"order_id": "o-1", "amount": 7, "note": "gift"}"#,
         )
         .await;
@@ -333,18 +348,96 @@ mod registry {
             assert_eq!(event.header("ce_dataschema"), Some(dataschema.as_str()));
             assert_eq!(event.header("content-type"), Some("application/avro"));
         }
-        let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| !r.is_empty()).await;
-        assert_eq!(dlq[0].header("id"), Some(broken.as_str()));
-        assert_eq!(dlq[0].header("dlq_reason_code"), Some("contract_violation"));
-        let reason = dlq[0].header("dlq_reason").unwrap();
-        assert!(
-            reason.contains("at /amount:") && !reason.contains("12.00"),
-            "{reason}"
-        );
+        let dlq = broken_is_dead_lettered(&outbox, &broken).await;
         assert_eq!(
             dlq[0].value.as_deref(),
             Some(&br#"{"amount": "12.00", "order_id": "o-1"}"#[..]),
             "the JSON payload, not Avro"
+        );
+        let status = relay.terminate().await;
+        assert!(status.success(), "{status:?}\n{}", relay.log_text());
+        assert!(!relay.log_text().contains("ERROR"), "{}", relay.log_text());
+        outbox.drop_all().await;
+    }
+
+    /// Two messages, the contract's the second: its records carry the
+    /// message indexes [1], which the deserializer must read to find the
+    /// message's bytes.
+    const ORDER_PROTO: &str = r#"syntax = "proto3";
+package com.acme.contracts;
+import "google/protobuf/timestamp.proto";
+
+message Envelope { string kind = 1; }
+message OrderPlaced {
+  string order_id = 1;
+  int64 amount = 2;
+  Status status = 3;
+  repeated Line lines = 4;
+  google.protobuf.Timestamp placed_at = 5;
+  message Line { string sku = 1; int32 qty = 2; }
+}
+enum Status { STATUS_UNKNOWN = 0; PAID = 1; }
+"#;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn protobuf_events_are_read_back_by_confluents_deserializer_and_a_mismatch_is_dead_lettered()
+     {
+        let (outbox, id, config) = set_up(
+            TestOutbox::create("jsonb").await,
+            SchemaType::Protobuf,
+            ORDER_PROTO,
+            "record = \"com.acme.contracts.OrderPlaced\"\n",
+        )
+        .await;
+        // The consumer's copy of the schema, for protoc.
+        let proto = config.with_file_name("order_events.proto");
+        std::fs::write(&proto, ORDER_PROTO).unwrap();
+        let topic = outbox.topic("order");
+        let mut relay = Relay::process(&config);
+        let broken = insert_fits_breaks_fits(
+            &outbox,
+            r#"{"orderId": "o-1", "amount": 7, "status": "PAID",
+                "lines": [{"sku": "s-1", "qty": 2}], "placedAt": "2026-12-04T10:00:00.5Z"}"#,
+        )
+        .await;
+        let read = python_reads_protobuf(&topic, 2, &proto, "OrderPlaced").await;
+        assert_eq!(
+            read,
+            [
+                // protobuf's json_format: 64-bit integers as strings.
+                serde_json::json!({"order_id": "o-1", "amount": "1200"}),
+                serde_json::json!({
+                    "order_id": "o-1", "amount": "7", "status": "PAID",
+                    "lines": [{"sku": "s-1", "qty": 2}],
+                    "placed_at": "2026-12-04T10:00:00.500Z"
+                }),
+            ]
+        );
+        let events = consume(&topic, DEADLINE, |r| r.len() >= 2).await;
+        let dataschema = format!("{}/schemas/ids/{id}", registry_url().trim_end_matches('/'));
+        for event in &events {
+            assert_eq!(event.header("ce_dataschema"), Some(dataschema.as_str()));
+            assert_eq!(event.header("content-type"), Some("application/protobuf"));
+            let value = event.value.as_deref().unwrap();
+            // Magic, the id, then the message indexes [1]: count 1, index 1.
+            assert_eq!(
+                &value[..7],
+                &[
+                    0,
+                    (id >> 24) as u8,
+                    (id >> 16) as u8,
+                    (id >> 8) as u8,
+                    id as u8,
+                    2,
+                    2
+                ]
+            );
+        }
+        let dlq = broken_is_dead_lettered(&outbox, &broken).await;
+        assert_eq!(
+            dlq[0].value.as_deref(),
+            Some(&br#"{"amount": "12.00", "order_id": "o-1"}"#[..]),
+            "the JSON payload, not Protobuf"
         );
         let status = relay.terminate().await;
         assert!(status.success(), "{status:?}\n{}", relay.log_text());
@@ -446,11 +539,26 @@ mod registry {
             ),
         )
         .unwrap();
-        let out = check(config).await;
+        let out = check(config.clone()).await;
         let shown = crate::support::cli::shown(&out);
         assert_eq!(out.status.code(), Some(1), "{shown}");
         assert!(
             shown.contains("registry.subject.no-such-subject-value") && shown.contains("FAIL"),
+            "{shown}"
+        );
+
+        // The subject is there, but its schema is not the record the
+        // contract names: the relay could not use it, and check says so.
+        std::fs::write(&config, text + "record = \"com.acme.contracts.Refund\"\n").unwrap();
+        let out = check(config).await;
+        let shown = crate::support::cli::shown(&out);
+        assert_eq!(out.status.code(), Some(1), "{shown}");
+        let line = shown
+            .lines()
+            .find(|l| l.contains(&format!("registry.subject.{subject}")))
+            .unwrap_or_else(|| panic!("no line for the subject: {shown}"));
+        assert!(
+            line.contains("FAIL") && line.contains("not record com.acme.contracts.Refund"),
             "{shown}"
         );
         outbox.drop_all().await;

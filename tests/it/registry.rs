@@ -69,20 +69,44 @@ async fn produce(topic: &str, values: &[Vec<u8>]) {
 }
 
 /// The values of the first `n` records of `topic` as the Python
-/// deserializer for `format` reads them, one JSON value each.
+/// deserializer for `format` (avro, json) reads them, one JSON value each.
 pub(crate) async fn python_reads(topic: &str, n: usize, format: &str) -> Vec<serde_json::Value> {
-    let args: Vec<String> = [
+    registry_consume(topic, n, &["--format", format]).await
+}
+
+/// The values of the first `n` records of `topic` as Confluent's Python
+/// Protobuf deserializer reads them into the message class `message`,
+/// which protoc generates from `proto` (as a consumer's build would).
+pub(crate) async fn python_reads_protobuf(
+    topic: &str,
+    n: usize,
+    proto: &std::path::Path,
+    message: &str,
+) -> Vec<serde_json::Value> {
+    let proto = proto.to_str().expect("a UTF-8 path");
+    let args = [
+        "--format",
+        "protobuf",
+        "--proto",
+        proto,
+        "--message",
+        message,
+    ];
+    registry_consume(topic, n, &args).await
+}
+
+async fn registry_consume(topic: &str, n: usize, extra: &[&str]) -> Vec<serde_json::Value> {
+    let mut args: Vec<String> = [
         "registry-consume",
         topic,
         "--max",
         &n.to_string(),
         "--timeout",
         "90",
-        "--format",
-        format,
     ]
     .map(String::from)
     .to_vec();
+    args.extend(extra.iter().map(|a| (*a).to_owned()));
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env("OUTBOX_RELAY_SERVICES"))
             .args(&args)

@@ -1,11 +1,13 @@
 //! `check`'s items for `[[contracts]]`: the schema files compiled (the
 //! config did that), and each registry subject there, at the version the
-//! relay would take. A pinned version that is not the latest is a
-//! warning saying whether the latest is compatible with it, by the
-//! subject's own compatibility rule.
+//! relay would take, compiled as the relay compiles it (a schema it could
+//! not use fails here, not at the start). A pinned version that is not the
+//! latest is a warning saying whether the latest is compatible with it, by
+//! the subject's own compatibility rule.
 
 use super::Item;
 use crate::config::Config;
+use crate::contracts::Schema;
 use crate::registry::RegistryClient;
 
 /// The items, none when there are no contracts.
@@ -55,6 +57,13 @@ pub async fn items(config: &Config) -> Vec<Item> {
                 continue;
             }
         };
+        if let Err(e) = Schema::from_registry(&version, client.url(), contract) {
+            items.push(Item::fail(name, e.to_string()).fix(
+                "correct the subject's schema, or the contract's record (the Avro record, or \
+                 the Protobuf message, it names)",
+            ));
+            continue;
+        }
         let what = format!(
             "version {} (schema id {}, {})",
             version.version,

@@ -126,6 +126,7 @@ fn a_registry_contract_names_its_subject_when_the_config_loads() {
             version: Some(3),
             frame: true,
             dataschema: None,
+            record: None,
         }
     );
     let record = dir

@@ -5,16 +5,8 @@ use apache_avro::Schema;
 use apache_avro::schema::{
     DecimalSchema, InnerDecimalSchema, Name, NamespaceRef, RecordSchema, UuidSchema,
 };
-use serde_json::Value as Json;
 
 use super::logical;
-
-/// One step of the path to a failing value, innermost first.
-pub enum Step {
-    Field(String),
-    Index(usize),
-    MapValue,
-}
 
 /// The names a union branch goes by in Avro's JSON encoding: its type's
 /// name (the full and the short name of a named type).
@@ -52,55 +44,4 @@ pub fn describe(schema: &Schema) -> String {
 pub fn union_description(variants: &[Schema]) -> String {
     let names: Vec<String> = variants.iter().map(describe).collect();
     format!("union [{}]", names.join(", "))
-}
-
-pub fn json_kind(json: &Json) -> &'static str {
-    match json {
-        Json::Null => "null",
-        Json::Bool(_) => "boolean",
-        Json::Number(n) if n.is_f64() => "number",
-        Json::Number(_) => "integer",
-        Json::String(_) => "string",
-        Json::Array(_) => "array",
-        Json::Object(_) => "object",
-    }
-}
-
-/// The JSON pointer of `steps` (innermost first); `/` for the payload.
-pub fn pointer(steps: &[Step]) -> String {
-    if steps.is_empty() {
-        return "/".into();
-    }
-    let mut out = String::new();
-    for step in steps.iter().rev() {
-        out.push('/');
-        match step {
-            Step::Field(name) => out.push_str(&name.replace('~', "~0").replace('/', "~1")),
-            Step::Index(i) => out.push_str(&i.to_string()),
-            Step::MapValue => out.push('*'),
-        }
-    }
-    out
-}
-
-/// Avro's name syntax, which a field name of a payload shows in errors
-/// only if it has: anything else may be data.
-pub fn is_avro_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && name.len() <= 64
-}
-
-pub fn truncate(text: &mut String, max: usize) {
-    if text.len() > max {
-        let mut end = max;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
-        text.push('…');
-    }
 }
