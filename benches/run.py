@@ -19,9 +19,11 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
   at-least-once: in W3, draining the same WAL from its own slot, and in W1
   at 1000 events/s (or the first BENCH_W1_RATES rate);
 * an event contract: in W3, this build with a `[[contracts]]` entry whose
-  JSON Schema (benches/decode.rs's W3_SCHEMA) covers every W3 payload,
-  draining the same WAL from its own slot beside the plain relay
-  (BENCH_CONTRACT=0 leaves it out);
+  JSON Schema (benches/decode.rs's W3_SCHEMA) covers every W3 payload, and
+  with one whose registry subject (Apicurio, started for it) holds the
+  Avro schema of the same shape (W3_AVRO), each draining the same WAL from
+  its own slot beside the plain relay (BENCH_CONTRACT=0 leaves both out,
+  BENCH_CONTRACT_AVRO=0 the Avro one);
 * start-up: BENCH_STARTUP_RUNS starts of the relay in each delivery mode
   (and of the baseline build, when given), each on its own slot and fresh
   topics with a small backlog waiting, to the first event on the topic;
@@ -61,6 +63,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass, field, asdict
 from pathlib import Path
@@ -117,8 +120,10 @@ class Settings:
     relay_linger_ms: str
     # Starts of each relay build and mode in the start-up workload.
     startup_runs: int
-    # W3 also drains with a JSON Schema contract on every event.
+    # W3 also drains with a JSON Schema contract on every event, and with
+    # an Avro registry contract.
     contract: bool
+    contract_avro: bool
     # Before each relay drain of W3, wait (at most quiet_max_secs) until
     # the machine's CPUs were busy less than this many CPUs over 2 s
     # (0 = do not wait).
@@ -151,6 +156,8 @@ class Settings:
             relay_linger_ms=os.environ.get("BENCH_RELAY_LINGER_MS", ""),
             startup_runs=env_int("BENCH_STARTUP_RUNS", 5 if quick else 9),
             contract=os.environ.get("BENCH_CONTRACT", "1") != "0",
+            contract_avro=os.environ.get("BENCH_CONTRACT", "1") != "0"
+            and os.environ.get("BENCH_CONTRACT_AVRO", "1") != "0",
             quiet_cpus=env_float("BENCH_QUIET_CPUS", 0),
             quiet_max_secs=env_float("BENCH_QUIET_MAX_SECS", 300),
         )
@@ -468,6 +475,21 @@ class Env:
         self.counter += 1
         return f"b{self.run_id}_{what}{self.counter}"
 
+    def registry(self) -> str:
+        """The schema registry's Confluent API (Apicurio, started on first
+        use) with the W3 Avro schema under W3_AVRO_SUBJECT."""
+        if getattr(self, "registry_url", None):
+            return self.registry_url
+        out = run([str(ROOT / "scripts/services"), "start-registry"], capture_output=True).stdout
+        url = dict(re.findall(r"export (\w+)='([^']*)'", out))["OUTBOX_TEST_REGISTRY_URL"]
+        body = json.dumps({"schema": decode_rs_schema("W3_AVRO")}).encode()
+        request = urllib.request.Request(f"{url}/subjects/{W3_AVRO_SUBJECT}/versions", data=body, method="POST",
+                                         headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            json.load(response)
+        self.registry_url = url
+        return url
+
     def sql(self, q: str, quiet: bool = True) -> str:
         return run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", self.pg_url, "-c", q], capture_output=True).stdout.strip()
 
@@ -518,23 +540,31 @@ CREATE PUBLICATION {pub} FOR TABLE public.{table} WITH (publish = 'insert');
 # ------------------------------------------------------------------ systems under test
 
 
-def w3_schema() -> str:
-    """The JSON Schema of the W3 payloads: benches/decode.rs's W3_SCHEMA
-    (required n, aggregate, seq, total; their types; a pattern on
-    aggregate), read from there so that the drain checks what the
-    micro-benchmark `contract/check_w3_payload` times."""
-    m = re.search(r'const W3_SCHEMA: &str = r#"(.*?)"#;', (BENCHES / "decode.rs").read_text(), re.S)
+def decode_rs_schema(name: str) -> str:
+    """A schema of the W3 payloads from benches/decode.rs, read from there so
+    that the drain checks what the micro-benchmarks `contract/*` time:
+    W3_SCHEMA, the JSON Schema (required n, aggregate, seq, total; their
+    types; a pattern on aggregate); W3_AVRO, the Avro record."""
+    m = re.search(rf'const {name}: &str = r#"(.*?)"#;', (BENCHES / "decode.rs").read_text(), re.S)
     if m is None:
-        raise RuntimeError("benches/decode.rs has no W3_SCHEMA raw string")
+        raise RuntimeError(f"benches/decode.rs has no {name} raw string")
     json.loads(m.group(1))
     return m.group(1)
+
+
+def w3_schema() -> str:
+    return decode_rs_schema("W3_SCHEMA")
+
+
+# The registry subject of the W3 Avro contract.
+W3_AVRO_SUBJECT = "bench.w3.order-placed"
 
 
 class Relay:
     label = "outbox-relay"
 
     def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, perf_out: Path | None = None,
-                 binary: Path | None = None, exactly_once: bool = False, contract: bool = False):
+                 binary: Path | None = None, exactly_once: bool = False, contract: str | None = None):
         self.env = env
         self.slot = slot
         if binary is not None:
@@ -554,11 +584,17 @@ class Relay:
         # "order", type "OrderPlaced"), its schema file beside the config
         # and named relative to it, as docs/contracts.md shows.
         contracts = ""
-        if contract:
+        if contract == "json":
             self.label = "outbox-relay (JSON Schema contract)"
             schema = env.work / f"{prefix}.order-placed.schema.json"
             schema.write_text(w3_schema())
             contracts = f'[[contracts]]\naggregatetype = "order"\ntype = "OrderPlaced"\nschema = "{schema.name}"\n'
+        elif contract == "avro":
+            # The subject's latest version, fetched once at start; every
+            # event encoded to Avro and framed.
+            self.label = "outbox-relay (Avro registry contract)"
+            contracts = (f'[registry]\nurl = "{env.registry()}"\n\n[[contracts]]\naggregatetype = "order"\n'
+                         f'type = "OrderPlaced"\nsubject = "{W3_AVRO_SUBJECT}"\n')
         conf = env.work / f"{prefix}.toml"
         conf.write_text(
             f"""[postgres]
@@ -976,7 +1012,7 @@ def contract_keeps(env: Env, table: str) -> None:
 
 
 def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool, exactly_once: bool,
-                     contract: bool = False) -> dict:
+                     contracts: tuple[str, ...] = ()) -> dict:
     s = env.s
     table, pub = env.create_outbox()
     slots = {
@@ -987,8 +1023,11 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
     # Kafka transaction, bounded by the producer's transaction timeout.
     if exactly_once:
         slots["relay_eos"] = [env.create_slot() for _ in range(s.repeat)]
-    if contract:
-        slots["relay_contract"] = [env.create_slot() for _ in range(s.repeat)]
+    # The drains with a contract, by kind: "json" a schema file, "avro" a
+    # registry subject.
+    contract_keys = {"json": "relay_contract", "avro": "relay_avro"}
+    for kind in contracts:
+        slots[contract_keys[kind]] = [env.create_slot() for _ in range(s.repeat)]
     if s.relay_baseline:
         slots["relay_base"] = [env.create_slot() for _ in range(s.repeat)]
     if s.debezium:
@@ -1001,10 +1040,10 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
     load_backlog(env, table, rows, one_txn)
     end_lsn = env.sql("SELECT pg_current_wal_insert_lsn()")
     log(f"{name}: loaded in {time.time() - t0:.1f} s; WAL up to {end_lsn}")
-    if contract:
+    if contracts:
         contract_keeps(env, table)
-    res: dict = {"rows": rows, "recv": [], "relay": [], "relay_eos": [], "relay_contract": [], "relay_base": [],
-                 "dbz_default": [], "dbz_tuned": []}
+    res: dict = {"rows": rows, "recv": [], "relay": [], "relay_eos": [], "relay_contract": [], "relay_avro": [],
+                 "relay_base": [], "dbz_default": [], "dbz_tuned": []}
     for i in range(s.repeat):
         r = recvlogical_drain(env, slots["recv"][i], pub, end_lsn, rows)
         log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s")
@@ -1033,21 +1072,24 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
             res["relay_eos"].append(r)
             return r
 
-        def contract_build() -> dict:
-            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_contract"][i], p, contract=True),
-                             rows)
-            log(f"{name} run {i + 1}: relay with a JSON Schema contract {r['drain_events_per_s']:.0f} events/s, "
-                f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
-            res["relay_contract"].append(r)
-            return r
+        def contract_build(kind: str):
+            key = contract_keys[kind]
+
+            def drain() -> dict:
+                r = system_drain(env, lambda p: Relay(env, table, pub, slots[key][i], p, contract=kind), rows)
+                log(f"{name} run {i + 1}: relay with a {kind} contract {r['drain_events_per_s']:.0f} events/s, "
+                    f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
+                res[key].append(r)
+                return r
+            return drain
 
         # Another build of the relay (BENCH_RELAY_BASELINE), and this build
         # with a contract and in exactly-once mode, drain the same WAL from
         # their own slots beside this one, the order reversed on every other
         # repeat: side by side in one run, not biased by which drains first.
-        # The contract drain is next to the plain one either way, so the two
-        # are the closest pair in time.
-        order = ([this_build] + ([contract_build] if contract else [])
+        # The contract drains are next to the plain one either way, so they
+        # are the closest in time.
+        order = ([this_build] + [contract_build(kind) for kind in contracts]
                  + ([exactly_once_build] if exactly_once else [])
                  + ([baseline_build] if s.relay_baseline else []))
         for drain in order if i % 2 == 0 else reversed(order):
@@ -1325,7 +1367,8 @@ def main() -> None:
             results["broker_ceiling"] = ceiling_broker(env)
             save()
         if "w3" in s.workloads:
-            results["w3"] = backlog_workload(env, "W3", s.w3_rows, False, s.flamegraph, True, s.contract)
+            contracts = (("json",) if s.contract else ()) + (("avro",) if s.contract_avro else ())
+            results["w3"] = backlog_workload(env, "W3", s.w3_rows, False, s.flamegraph, True, contracts)
             save()
         if "w4" in s.workloads:
             results["w4"] = backlog_workload(env, "W4", s.w4_rows, True, False, False)
