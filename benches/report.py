@@ -68,7 +68,7 @@ def budget_rows(wl: dict) -> list[tuple[str, dict]]:
     out = []
     rows = wl["rows"]
     for key, label in [("recv", "pg_recvlogical")] + [(k, SYSTEMS[k]) for k in
-                                                       ("relay", "relay_contract", "relay_avro", "relay_eos", "relay_base",
+                                                       ("relay", "relay_contract", "relay_avro", "relay_eos", "relay_base", "relay_base_eos",
                                                         "dbz_default", "dbz_tuned")]:
         runs = [r for r in wl.get(key) or [] if r.get("budget")]
         if not runs:
@@ -113,7 +113,8 @@ def lat(runs: list[dict], key: str, part: str = "commit_to_consume") -> dict | N
 
 
 # W1's kinds of step, in the order its tables list them.
-W1_STEPS = ("broker", "broker_writers", "postgres", "relay", "relay_base", "relay_eos", "dbz_default", "dbz_tuned")
+W1_STEPS = ("broker", "broker_writers", "postgres", "relay", "relay_base", "relay_eos", "relay_base_eos", "dbz_default",
+            "dbz_tuned")
 
 # The columns of the W1 CPU table: process groups of run.py's PROCESS_GROUPS.
 SHARE_COLUMNS = (
@@ -127,7 +128,8 @@ SHARE_COLUMNS = (
 )
 # Which group is "the system measured" in each kind of step.
 MEASURED_GROUP = {"broker": "producer", "broker_writers": "producer", "postgres": "pg_recvlogical",
-                  "relay": "relay", "relay_base": "relay", "relay_eos": "relay", "dbz_default": "debezium",
+                  "relay": "relay", "relay_base": "relay", "relay_eos": "relay", "relay_base_eos": "relay",
+                  "dbz_default": "debezium",
                   "dbz_tuned": "debezium"}
 
 
@@ -236,7 +238,8 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w(f"| pg_recvlogical (decode ceiling) | {fmt(decode)} | | "
           f"{fmt(mmm([r['cpu_s'] / w3['rows'] * 1e6 for r in w3['recv']]), digits=2)} | |")
         stats = {}
-        for key in ("relay", "relay_contract", "relay_avro", "relay_eos", "relay_base", "dbz_default", "dbz_tuned"):
+        for key in ("relay", "relay_contract", "relay_avro", "relay_eos", "relay_base", "relay_base_eos", "dbz_default",
+                    "dbz_tuned"):
             if w3.get(key):
                 st = stats[key] = drain_stats(w3[key])
                 w(f"| {SYSTEMS[key]} | {fmt(st['rate'])} | {fmt(st['startup'], digits=3)} | "
@@ -260,6 +263,9 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             r = stats["relay_eos"]["rate"]["median"] / relay["rate"]["median"]
             w(f"* exactly-once / at-least-once drain: **{r:.2f}** (same build, same WAL, own slots, "
               f"alternating order; default transaction bounds)")
+        if stats.get("relay_base") and stats.get("relay_base_eos"):
+            r = stats["relay_base_eos"]["rate"]["median"] / stats["relay_base"]["rate"]["median"]
+            w(f"* the baseline build's exactly-once / at-least-once drain: **{r:.2f}**")
         contract_targets = []
         # What a contract costs: the relay with a JSON Schema (benches/
         # decode.rs's W3_SCHEMA; contract/check_w3_payload times the check

@@ -1030,6 +1030,8 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
         slots[contract_keys[kind]] = [env.create_slot() for _ in range(s.repeat)]
     if s.relay_baseline:
         slots["relay_base"] = [env.create_slot() for _ in range(s.repeat)]
+        if exactly_once:
+            slots["relay_base_eos"] = [env.create_slot() for _ in range(s.repeat)]
     if s.debezium:
         slots["dbz_default"] = [env.create_slot() for _ in range(s.repeat)]
         slots["dbz_tuned"] = [env.create_slot() for _ in range(s.repeat)]
@@ -1043,7 +1045,7 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
     if contracts:
         contract_keeps(env, table)
     res: dict = {"rows": rows, "recv": [], "relay": [], "relay_eos": [], "relay_contract": [], "relay_avro": [],
-                 "relay_base": [], "dbz_default": [], "dbz_tuned": []}
+                 "relay_base": [], "relay_base_eos": [], "dbz_default": [], "dbz_tuned": []}
     for i in range(s.repeat):
         r = recvlogical_drain(env, slots["recv"][i], pub, end_lsn, rows)
         log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s")
@@ -1062,6 +1064,14 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
             log(f"{name} run {i + 1}: baseline relay {r['drain_events_per_s']:.0f} events/s, "
                 f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
             res["relay_base"].append(r)
+            return r
+
+        def baseline_exactly_once_build() -> dict:
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_base_eos"][i], p,
+                                                  binary=Path(s.relay_baseline), exactly_once=True), rows)
+            log(f"{name} run {i + 1}: baseline relay exactly-once {r['drain_events_per_s']:.0f} events/s, "
+                f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB")
+            res["relay_base_eos"].append(r)
             return r
 
         def exactly_once_build() -> dict:
@@ -1091,7 +1101,8 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
         # are the closest in time.
         order = ([this_build] + [contract_build(kind) for kind in contracts]
                  + ([exactly_once_build] if exactly_once else [])
-                 + ([baseline_build] if s.relay_baseline else []))
+                 + ([baseline_build] if s.relay_baseline else [])
+                 + ([baseline_exactly_once_build] if s.relay_baseline and exactly_once else []))
         for drain in order if i % 2 == 0 else reversed(order):
             quiet = wait_quiet(s)
             r = drain()
@@ -1170,8 +1181,9 @@ def live_system(env: Env, kind: str, rates: list[int], secs: float, warmup: floa
     prefix = env.name("live")
     if kind in ("relay", "relay_eos"):
         sut = Relay(env, table, pub, slot, prefix, exactly_once=(kind == "relay_eos"))
-    elif kind == "relay_base":
-        sut = Relay(env, table, pub, slot, prefix, binary=Path(env.s.relay_baseline))
+    elif kind in ("relay_base", "relay_base_eos"):
+        sut = Relay(env, table, pub, slot, prefix, binary=Path(env.s.relay_baseline),
+                    exactly_once=(kind == "relay_base_eos"))
     else:
         sut = Debezium(env, table, pub, slot, prefix, tuned=(kind == "dbz_tuned"))
     steps = []
@@ -1222,7 +1234,7 @@ def sustained(r: dict, rate: int, secs: float) -> bool:
 def w1(env: Env) -> dict:
     s = env.s
     res: dict = {"broker": {}, "broker_writers": {}, "postgres": {}, "relay": {}, "relay_eos": {}, "relay_base": {},
-                 "dbz_default": {}, "dbz_tuned": {}}
+                 "relay_base_eos": {}, "dbz_default": {}, "dbz_tuned": {}}
     # Exactly-once delivery at one moderate rate: its latency adds up to
     # kafka.transaction_max_ms (100 ms) and a commit to at-least-once's.
     eos_rates = [r for r in s.w1_rates if r == 1000] or s.w1_rates[:1]
@@ -1252,8 +1264,11 @@ def w1(env: Env) -> dict:
         for kind in kinds:
             for r in live_system(env, kind, s.w1_rates, s.w1_secs, s.w1_warmup, False):
                 res[kind].setdefault(r["rate"], []).append(r)
-        for r in live_system(env, "relay_eos", eos_rates, s.w1_secs, s.w1_warmup, False):
-            res["relay_eos"].setdefault(r["rate"], []).append(r)
+        # Exactly-once, and the baseline build's beside it when given.
+        eos = ["relay_eos"] + (["relay_base_eos"] if s.relay_baseline else [])
+        for kind in eos if i % 2 == 0 else eos[::-1]:
+            for r in live_system(env, kind, eos_rates, s.w1_secs, s.w1_warmup, False):
+                res[kind].setdefault(r["rate"], []).append(r)
     return res
 
 

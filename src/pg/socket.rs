@@ -185,6 +185,16 @@ impl FramedSocket {
         &mut self.write_buf
     }
 
+    /// Whether the read buffer holds a complete frame (or a malformed
+    /// header, which [`FramedSocket::try_frame`] reports): what a reader
+    /// would take without waiting for the socket.
+    pub fn frame_buffered(&self) -> bool {
+        self.read_buf.get(..5).is_some_and(|header| {
+            let len = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+            usize::try_from(len).map_or(true, |len| self.read_buf.len() > len)
+        })
+    }
+
     /// Splits the next complete frame off the read buffer, if there is one.
     /// Synchronous, so it cannot be cancelled halfway.
     pub fn try_frame(&mut self) -> Result<Option<Frame>, ReadError> {
@@ -363,6 +373,24 @@ mod tests {
         let (mut framed, peer) = pair().await;
         drop(peer);
         assert!(matches!(framed.read_frame().await, Err(ReadError::Closed)));
+    }
+
+    /// What a reader learns without waiting: a whole frame is buffered,
+    /// or not (a part of one, or nothing).
+    #[tokio::test]
+    async fn a_buffered_frame_is_known_only_once_whole() {
+        let (mut framed, mut peer) = pair().await;
+        assert!(!framed.frame_buffered(), "nothing read");
+        peer.write_all(&[b'd', 0, 0, 0, 6, b'x']).await.unwrap();
+        framed.fill().await.unwrap();
+        assert!(!framed.frame_buffered(), "a part of a frame");
+        peer.write_all(&[b'y', b'Z', 0, 0]).await.unwrap();
+        while framed.read_buf.len() < 10 {
+            framed.fill().await.unwrap();
+        }
+        assert!(framed.frame_buffered(), "the whole frame, and a part of the next");
+        assert_eq!(&framed.try_frame().unwrap().unwrap().into_body()[..], b"xy");
+        assert!(!framed.frame_buffered(), "the next frame's header is not whole");
     }
 
     #[tokio::test]

@@ -425,6 +425,7 @@ impl<'a> SessionMachine<'a> {
     /// Fatal: undecodable message, broken framing. A send that fails ends the
     /// session like a delivery report would.
     pub fn on_wal(&mut self, mut data: Bytes, producer: &mut impl Producer) -> SessionResult<Step> {
+        self.stream_busy();
         let msg = pgoutput::decode(&mut data, &self.decode_ctx).map_err(|source| {
             SessionError::Decode {
                 slot: self.settings.replication.slot.clone(),

@@ -681,7 +681,14 @@ fn run_model_in(
                 && (rng.chance(50) || producer.in_flight() == 0);
             let outcome = if read {
                 let data = wal.pop_front().unwrap();
-                match machine.on_wal(data, &mut producer) {
+                let outcome = machine.on_wal(data, &mut producer);
+                // Now and then the session finds nothing more read: a
+                // quiet stream (exactly-once: a commit a step later, at a
+                // PostgreSQL transaction boundary, if one is open).
+                if rng.chance(30) {
+                    machine.stream_quiet(now);
+                }
+                match outcome {
                     Ok(Step::LookUp(relation)) => {
                         prop_assert_eq!(relation.oid, OTHER_OID);
                         machine.relation_classified(&relation, RelationClass::Other);

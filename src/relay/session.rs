@@ -258,6 +258,11 @@ impl<'a> Session<'a> {
                             None => break,
                         }
                     }
+                    // All read: what a quiet stream means (exactly-once: an
+                    // early commit) is the machine's to decide.
+                    if !self.stream.has_buffered() {
+                        self.machine.stream_quiet(std::time::Instant::now());
+                    }
                 }
                 // While backpressure keeps `next()` from running, status
                 // updates (periodic, and prompt reports of progress) still

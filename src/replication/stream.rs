@@ -120,6 +120,12 @@ impl ReplicationStream {
         }
     }
 
+    /// Whether a message is already read and waiting (`false`: the next
+    /// one must come off the socket).
+    pub fn has_buffered(&self) -> bool {
+        self.socket.frame_buffered()
+    }
+
     /// The next XLogData or keepalive already read off the socket, without
     /// waiting; `None` when no complete frame is buffered. Lets a caller
     /// handle what one read brought in without a trip through its own

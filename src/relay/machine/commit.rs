@@ -5,7 +5,9 @@
 //! [`SessionMachine::transaction_ended`].
 //!
 //! A Kafka transaction commits at a PostgreSQL transaction boundary once a
-//! bound of its [`Batch`] is reached (events, bytes, time open), or with
+//! bound of its [`Batch`] is reached (events, bytes, time open), or once
+//! the stream has been quiet for [`QUIET_COMMIT_AFTER`] (nothing more is
+//! coming to batch: an event does not wait for the time bound), or with
 //! nothing open once the position moved and [`IDLE_CHECKPOINT_EVERY`]
 //! passed (an idle outbox on a busy database). Inside one PostgreSQL
 //! transaction it commits only past the split bound and only where every
@@ -22,6 +24,15 @@ use pgoutput::lsn::Lsn;
 /// relay had nothing to do with, at most this often.
 pub const IDLE_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
 
+/// An open Kafka transaction commits at a PostgreSQL transaction boundary
+/// once the stream has had nothing more for this long. At a trickle every
+/// event is committed as soon as it is sent; under load the stream is
+/// never this quiet, and events batch up to the [`Batch`]'s bounds (and,
+/// while a commit is under way, in the stream's socket). Not zero: a
+/// reader that emptied the socket a moment before the server's next write
+/// would commit small transactions in a backlog drain.
+pub const QUIET_COMMIT_AFTER: Duration = Duration::from_millis(1);
+
 /// The open Kafka transaction's bounds and the last committed checkpoint.
 #[derive(Debug)]
 pub(super) struct Commits {
@@ -30,6 +41,9 @@ pub(super) struct Commits {
     /// session started). What the slot may be confirmed to.
     committed: Lsn,
     last_commit: Instant,
+    /// Since when the session found nothing more to read (`None`: WAL
+    /// arrived since).
+    quiet_since: Option<Instant>,
 }
 
 /// A commit the machine asks for: a checkpoint at `lsn`, `partial` when it
@@ -46,7 +60,16 @@ impl Commits {
             batch: Batch::new(bounds),
             committed: start,
             last_commit: now,
+            quiet_since: None,
         }
+    }
+
+    /// When the open transaction may commit because nothing more came.
+    fn quiet_commit_at(&self) -> Option<Instant> {
+        self.batch
+            .open()
+            .then_some(self.quiet_since?)
+            .map(|since| since + QUIET_COMMIT_AFTER)
     }
 
     pub(super) fn committed(&self) -> Lsn {
@@ -62,7 +85,7 @@ impl Commits {
             return can_split.then(|| self.batch.split_at()).flatten();
         }
         match self.batch.deadline() {
-            Some(deadline) => Some(deadline),
+            Some(deadline) => Some(self.quiet_commit_at().map_or(deadline, |q| q.min(deadline))),
             None if handed_off > self.committed => Some(self.last_commit + IDLE_CHECKPOINT_EVERY),
             None => None,
         }
@@ -81,7 +104,7 @@ impl Commits {
         let lsn = handed_off.max(self.committed);
         if at_boundary {
             let due = if self.batch.open() {
-                force || self.batch.due(now)
+                force || self.batch.due(now) || self.quiet_commit_at().is_some_and(|at| now >= at)
             } else {
                 lsn > self.committed
                     && (force
@@ -97,6 +120,22 @@ impl Commits {
 }
 
 impl SessionMachine<'_> {
+    /// The session read everything the server had sent: the stream is
+    /// quiet from `now` until the next WAL message (exactly-once: see
+    /// [`QUIET_COMMIT_AFTER`]).
+    pub fn stream_quiet(&mut self, now: Instant) {
+        if let Some(commits) = &mut self.commits {
+            commits.quiet_since.get_or_insert(now);
+        }
+    }
+
+    /// A WAL message arrived: the stream is not quiet.
+    pub(super) fn stream_busy(&mut self) {
+        if let Some(commits) = &mut self.commits {
+            commits.quiet_since = None;
+        }
+    }
+
     /// Exactly-once: when the session must wake to commit even if nothing
     /// arrives; `None` in at-least-once mode or with nothing to commit.
     pub fn commit_wake_at(&self) -> Option<Instant> {
@@ -257,6 +296,45 @@ mod tests {
             Some(c.last_commit + IDLE_CHECKPOINT_EVERY)
         );
         assert_eq!(c.wake_at(false, true, Lsn(2000)), None);
+    }
+
+    /// A quiet stream commits an open transaction at a boundary once
+    /// [`QUIET_COMMIT_AFTER`] passed, and wakes the session for it; WAL
+    /// arriving makes it wait for its bounds again; inside a PostgreSQL
+    /// transaction quiet changes nothing.
+    #[test]
+    fn a_quiet_stream_commits_the_open_transaction_at_a_boundary() {
+        let start = Instant::now();
+        let mut c = commits();
+        c.quiet_since = Some(start);
+        assert_eq!(c.wake_at(true, true, Lsn(1000)), None, "nothing open");
+        c.batch.record(10, start);
+        assert_eq!(
+            c.wake_at(true, true, Lsn(2000)),
+            Some(start + QUIET_COMMIT_AFTER)
+        );
+        let soon = start + QUIET_COMMIT_AFTER / 2;
+        assert_eq!(c.due(soon, false, true, Some(None), Lsn(2000)), None);
+        let quiet = start + QUIET_COMMIT_AFTER;
+        assert_eq!(
+            c.due(quiet, false, true, Some(None), Lsn(2000)),
+            Some(CommitPlan {
+                lsn: Lsn(2000),
+                partial: None
+            })
+        );
+        assert_eq!(
+            c.due(quiet, false, false, Some(None), Lsn(2000)),
+            None,
+            "mid-transaction: only the split bound commits"
+        );
+        c.quiet_since = None;
+        assert_eq!(c.due(quiet, false, true, Some(None), Lsn(2000)), None);
+        assert_eq!(
+            c.wake_at(true, true, Lsn(2000)),
+            Some(start + Duration::from_millis(100)),
+            "busy: the time bound"
+        );
     }
 
     /// The commit decision at each kind of point: a bound reached at a
