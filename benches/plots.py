@@ -19,13 +19,15 @@ NAMES = {
     "relay": "outbox-relay",
     "relay_eos": "outbox-relay (exactly-once)",
     "relay_base": "outbox-relay (baseline build)",
+    "relay_base_eos": "outbox-relay (baseline build, exactly-once)",
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
     "broker": "broker alone",
     "broker_writers": "broker alone beside the writers",
     "postgres": "PostgreSQL only",
 }
-COLOURS = {"relay": "tab:red", "relay_eos": "tab:orange", "relay_base": "tab:purple", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
+COLOURS = {"relay": "tab:red", "relay_eos": "tab:orange", "relay_base": "tab:purple",
+           "relay_base_eos": "tab:pink", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
            "broker": "tab:green", "broker_writers": "tab:olive", "postgres": "tab:gray", "recv": "black"}
 
 

@@ -575,7 +575,8 @@ class Relay:
         # refuses to start without it).
         delivery = ""
         if exactly_once:
-            self.label = "outbox-relay (exactly-once)"
+            self.label = ("outbox-relay (baseline, exactly-once)" if binary is not None
+                          else "outbox-relay (exactly-once)")
             delivery = f'delivery = "exactly-once"\ncheckpoint_topic = "{prefix}.checkpoints"\n'
         self.topic = f"{prefix}.order"
         if env.s.relay_linger_ms:
