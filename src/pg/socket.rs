@@ -388,9 +388,15 @@ mod tests {
         while framed.read_buf.len() < 10 {
             framed.fill().await.unwrap();
         }
-        assert!(framed.frame_buffered(), "the whole frame, and a part of the next");
+        assert!(
+            framed.frame_buffered(),
+            "the whole frame, and a part of the next"
+        );
         assert_eq!(&framed.try_frame().unwrap().unwrap().into_body()[..], b"xy");
-        assert!(!framed.frame_buffered(), "the next frame's header is not whole");
+        assert!(
+            !framed.frame_buffered(),
+            "the next frame's header is not whole"
+        );
     }
 
     #[tokio::test]

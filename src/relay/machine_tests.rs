@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::pace::BUFFERED_ITEMS_PER_WAKE;
+use super::pace::{BUFFERED_ITEMS_PER_WAKE, NUDGE_MAX_PENDING};
 use super::*;
 use crate::contracts::{Contracts, Schema};
 use crate::envelope::{ContentMode, EnvelopeSettings};
@@ -685,8 +685,10 @@ fn run_model_in(
                 // Now and then the session finds nothing more read: a
                 // quiet stream (exactly-once: a commit a step later, at a
                 // PostgreSQL transaction boundary, if one is open).
-                if rng.chance(30) {
-                    machine.stream_quiet(now);
+                if rng.chance(30) && machine.stream_quiet(now) {
+                    // A nudge only hurries the producer; exactly-once
+                    // commits instead.
+                    prop_assert!(!mode.exactly_once, "exactly-once nudged the producer");
                 }
                 match outcome {
                     Ok(Step::LookUp(relation)) => {
@@ -1266,6 +1268,45 @@ fn exactly_once_takes_one_item_per_wake_up() {
     let (eos, _) = fed_machine(&settings, &mut refusals, Some(None), &[]);
     assert_eq!(eos.reports_per_wake(), 1);
     assert_eq!(eos.messages_per_wake(), 1);
+}
+
+/// At-least-once, a quiet stream nudges the producer when records went to
+/// it since the last nudge and few wait for the broker (nothing more is
+/// coming to batch them with), once for those records, and not while many
+/// wait (events are queueing: the linger batches them). Exactly-once
+/// never nudges: it commits.
+#[test]
+fn a_quiet_stream_nudges_the_producer_only_for_a_few_new_records() {
+    let settings = settings(100);
+    let mut refusals = Refusals::new();
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    let now = machine.now();
+    assert!(!machine.stream_quiet(now), "nothing sent");
+    for data in messages(&table_rows(&["a"], 0x100), 1, false) {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    assert!(machine.stream_quiet(now), "one record waits");
+    assert!(!machine.stream_quiet(now), "already nudged for it");
+    let ids: Vec<String> = (0..=NUDGE_MAX_PENDING).map(|i| format!("b{i}")).collect();
+    let ids: Vec<&str> = ids.iter().map(String::as_str).collect();
+    for data in messages(&table_rows(&ids, 0x200), 2, false) {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    assert!(machine.pending_events() > NUDGE_MAX_PENDING);
+    assert!(!machine.stream_quiet(now), "queueing: the linger batches");
+    let mut log = BrokerLog::default();
+    while let Some(reports) = answer(&mut producer, &mut log, false) {
+        for report in reports {
+            machine.on_report(report, &mut producer).unwrap();
+        }
+    }
+    assert!(machine.stream_quiet(now), "still not nudged for those");
+    drop(machine);
+    let (mut eos, mut producer) = fed_machine(&settings, &mut refusals, Some(None), &[]);
+    for data in messages(&table_rows(&["c"], 0x300), 3, false) {
+        eos.on_wal(data, &mut producer).unwrap();
+    }
+    assert!(!eos.stream_quiet(now), "exactly-once commits instead");
 }
 
 /// The heartbeat is due once no outbox row or message arrived for a whole

@@ -259,9 +259,12 @@ impl<'a> Session<'a> {
                         }
                     }
                     // All read: what a quiet stream means (exactly-once: an
-                    // early commit) is the machine's to decide.
-                    if !self.stream.has_buffered() {
-                        self.machine.stream_quiet(std::time::Instant::now());
+                    // early commit; at-least-once: a nudge to the producer)
+                    // is the machine's to decide.
+                    if !self.stream.has_buffered()
+                        && self.machine.stream_quiet(std::time::Instant::now())
+                    {
+                        self.sink.nudge();
                     }
                 }
                 // While backpressure keeps `next()` from running, status

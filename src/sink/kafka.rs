@@ -409,12 +409,19 @@ pub fn producer_config(
     cfg
 }
 
+/// How long a nudge ([`KafkaSink::nudge`]) keeps the producer sending
+/// without its linger: long enough for its broker threads to wake and send.
+const NUDGE_HOLD_MS: i32 = 1;
+
 /// The idempotent producer and its delivery-report channel.
 pub struct KafkaSink<T: Send + Sync + 'static> {
-    /// Shared only with a metadata request in flight on a blocking thread.
+    /// Shared only with a metadata request in flight on a blocking thread,
+    /// and with the nudging thread.
     producer: Arc<ThreadedProducer<ReportingContext<T>>>,
     alarms: mpsc::UnboundedReceiver<Refused>,
     dead_letter_topic: String,
+    /// The nudging thread's doorbell, made at the first nudge.
+    nudges: std::sync::OnceLock<std::sync::mpsc::SyncSender<()>>,
 }
 
 impl<T: Send + Sync + 'static> KafkaSink<T> {
@@ -460,6 +467,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 producer: Arc::new(producer),
                 alarms,
                 dead_letter_topic: settings.dead_letter_topic.clone(),
+                nudges: std::sync::OnceLock::new(),
             },
             rx,
         ))
@@ -680,6 +688,38 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         let left = self.producer.in_flight_count();
         drop(self);
         left
+    }
+
+    /// Asks the producer to send the records it holds now instead of after
+    /// `linger.ms` (the session does when the machine says nothing more is
+    /// coming to batch them with). Returns at once: librdkafka ignores the
+    /// linger while a flush runs, so a thread of the sink's own runs a flush
+    /// of [`NUDGE_HOLD_MS`]. A nudge while one waits is the same nudge.
+    pub fn nudge(&self) {
+        let doorbell = self.nudges.get_or_init(|| {
+            let (ring, rung) = std::sync::mpsc::sync_channel::<()>(1);
+            let producer = Arc::clone(&self.producer);
+            // Ends when the sink (the doorbell's sender) is dropped.
+            let _ = std::thread::Builder::new()
+                .name("kafka-nudge".into())
+                .spawn(move || {
+                    while rung.recv().is_ok() {
+                        // SAFETY: the handle belongs to `producer`, which
+                        // this thread keeps alive for the whole call.
+                        // rdkafka's own flush would hold the no-linger flag
+                        // only for an instant per call.
+                        unsafe {
+                            rdkafka::bindings::rd_kafka_flush(
+                                producer.client().native_ptr(),
+                                NUDGE_HOLD_MS,
+                            );
+                        }
+                    }
+                });
+            ring
+        });
+        // Full: a nudge is already waiting, and sends these records too.
+        let _ = doorbell.try_send(());
     }
 
     /// Waits (blocking, up to `timeout`) for everything in flight; call it

@@ -120,10 +120,9 @@ impl Commits {
 }
 
 impl SessionMachine<'_> {
-    /// The session read everything the server had sent: the stream is
-    /// quiet from `now` until the next WAL message (exactly-once: see
+    /// Exactly-once: the stream is quiet from `now` (see
     /// [`QUIET_COMMIT_AFTER`]).
-    pub fn stream_quiet(&mut self, now: Instant) {
+    pub(super) fn quiet_commit_from(&mut self, now: Instant) {
         if let Some(commits) = &mut self.commits {
             commits.quiet_since.get_or_insert(now);
         }

@@ -139,7 +139,10 @@ impl SessionMachine<'_> {
             return Err(self.delivery_failed(DeliveryError::Failed(err), producer));
         }
         match producer.send(record, tag) {
-            Ok(()) => Ok(None),
+            Ok(()) => {
+                self.pace.unnudged = true;
+                Ok(None)
+            }
             Err(SendError::QueueFull(held)) => {
                 self.outgoing = Outgoing::QueueFull(held);
                 Ok(None)

@@ -1,7 +1,9 @@
 //! The session's pace, decided here where the model test sees it: when a
 //! graceful stop may end the stream, how many already-buffered items one
-//! wake-up takes, and when the idle heartbeat is due. The shell
-//! (`session.rs`) only waits on what these say.
+//! wake-up takes, when the idle heartbeat is due, and what a quiet stream
+//! means (exactly-once: an early commit, `commit.rs`; at-least-once: a
+//! nudge to the producer). The shell (`session.rs`) only waits on what these
+//! say and carries them out.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +13,12 @@ use super::SessionMachine;
 /// reports already queued, are handled per wake-up in at-least-once mode;
 /// then the other branches (stop requests, timers) get their turn.
 pub const BUFFERED_ITEMS_PER_WAKE: usize = 64;
+
+/// At-least-once: when the stream goes quiet with at most this many records
+/// waiting for the broker, the producer is asked to send them now instead of
+/// after its `linger.ms`: nothing more is coming to batch them with. More
+/// waiting means events are queueing, and the linger batches them.
+pub const NUDGE_MAX_PENDING: u64 = 4;
 
 /// The pace state the machine keeps beside its delivery state.
 #[derive(Debug)]
@@ -24,6 +32,8 @@ pub(super) struct Pace {
     /// The time the shell last told ([`SessionMachine::set_time`]): what
     /// the machine stamps a Kafka transaction's opening with.
     now: Instant,
+    /// At-least-once: records went to the producer since its last nudge.
+    pub(super) unnudged: bool,
 }
 
 impl Pace {
@@ -33,11 +43,29 @@ impl Pace {
             rows_at_tick: 0,
             last_row: started,
             now: started,
+            unnudged: false,
         }
     }
 }
 
 impl SessionMachine<'_> {
+    /// The session read everything the server had sent: the stream is
+    /// quiet from `now` until the next WAL message. Exactly-once: the open
+    /// transaction may commit soon (`commit.rs`). At-least-once: whether to
+    /// nudge the producer into sending what it holds now (records went to
+    /// it since the last nudge, and at most [`NUDGE_MAX_PENDING`] wait).
+    pub fn stream_quiet(&mut self, now: Instant) -> bool {
+        if self.commits.is_some() {
+            self.quiet_commit_from(now);
+            return false;
+        }
+        let nudge = self.pace.unnudged && self.pending_events() <= NUDGE_MAX_PENDING;
+        if nudge {
+            self.pace.unnudged = false;
+        }
+        nudge
+    }
+
     /// The shell's clock, told before each turn: the machine reads no
     /// clock itself, so a model run replays the same for the same seed.
     pub fn set_time(&mut self, now: Instant) {
