@@ -140,7 +140,7 @@ impl SessionMachine<'_> {
         }
         match producer.send(record, tag) {
             Ok(()) => {
-                self.pace.unnudged = true;
+                self.pace.unnudged += 1;
                 Ok(None)
             }
             Err(SendError::QueueFull(held)) => {

@@ -14,12 +14,6 @@ use super::SessionMachine;
 /// then the other branches (stop requests, timers) get their turn.
 pub const BUFFERED_ITEMS_PER_WAKE: usize = 64;
 
-/// At-least-once: when the stream goes quiet with at most this many records
-/// waiting for the broker, the producer is asked to send them now instead of
-/// after its `linger.ms`: nothing more is coming to batch them with. More
-/// waiting means events are queueing, and the linger batches them.
-pub const NUDGE_MAX_PENDING: u64 = 4;
-
 /// The pace state the machine keeps beside its delivery state.
 #[derive(Debug)]
 pub(super) struct Pace {
@@ -32,8 +26,9 @@ pub(super) struct Pace {
     /// The time the shell last told ([`SessionMachine::set_time`]): what
     /// the machine stamps a Kafka transaction's opening with.
     now: Instant,
-    /// At-least-once: records went to the producer since its last nudge.
-    pub(super) unnudged: bool,
+    /// At-least-once: records that went to the producer since its last
+    /// nudge.
+    pub(super) unnudged: u64,
 }
 
 impl Pace {
@@ -43,7 +38,7 @@ impl Pace {
             rows_at_tick: 0,
             last_row: started,
             now: started,
-            unnudged: false,
+            unnudged: 0,
         }
     }
 }
@@ -52,16 +47,20 @@ impl SessionMachine<'_> {
     /// The session read everything the server had sent: the stream is
     /// quiet from `now` until the next WAL message. Exactly-once: the open
     /// transaction may commit soon (`commit.rs`). At-least-once: whether to
-    /// nudge the producer into sending what it holds now (records went to
-    /// it since the last nudge, and at most [`NUDGE_MAX_PENDING`] wait).
+    /// nudge the producer into sending what it holds now instead of after
+    /// its `linger.ms`: records went to it since the last nudge, and none
+    /// older still waits for the broker. Then nothing is queueing, and
+    /// nothing more is coming to batch them with. When older ones wait,
+    /// events are arriving faster than the broker answers, and the linger
+    /// batches them as it always did.
     pub fn stream_quiet(&mut self, now: Instant) -> bool {
         if self.commits.is_some() {
             self.quiet_commit_from(now);
             return false;
         }
-        let nudge = self.pace.unnudged && self.pending_events() <= NUDGE_MAX_PENDING;
+        let nudge = self.pace.unnudged > 0 && self.pending_events() <= self.pace.unnudged;
         if nudge {
-            self.pace.unnudged = false;
+            self.pace.unnudged = 0;
         }
         nudge
     }
