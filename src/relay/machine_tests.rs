@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::pace::BUFFERED_ITEMS_PER_WAKE;
+use super::pace::{BUFFERED_ITEMS_PER_WAKE, QUIET_NUDGE_AFTER};
 use super::*;
 use crate::contracts::{Contracts, Schema};
 use crate::envelope::{ContentMode, EnvelopeSettings};
@@ -685,10 +685,8 @@ fn run_model_in(
                 // Now and then the session finds nothing more read: a
                 // quiet stream (exactly-once: a commit a step later, at a
                 // PostgreSQL transaction boundary, if one is open).
-                if rng.chance(30) && machine.stream_quiet(now) {
-                    // A nudge only hurries the producer; exactly-once
-                    // commits instead.
-                    prop_assert!(!mode.exactly_once, "exactly-once nudged the producer");
+                if rng.chance(30) {
+                    machine.stream_quiet(now);
                 }
                 match outcome {
                     Ok(Step::LookUp(relation)) => {
@@ -734,6 +732,11 @@ fn run_model_in(
                 );
                 Ok(())
             };
+            if machine.nudge_due(now) {
+                // A nudge only hurries the producer; exactly-once commits
+                // instead.
+                prop_assert!(!mode.exactly_once, "exactly-once nudged the producer");
+            }
             let outcome = match outcome {
                 Ok(()) if mode.exactly_once => commit_if_due(
                     &mut machine,
@@ -1270,32 +1273,40 @@ fn exactly_once_takes_one_item_per_wake_up() {
     assert_eq!(eos.messages_per_wake(), 1);
 }
 
-/// At-least-once, a quiet stream nudges the producer when records went to
-/// it since the last nudge and no older one still waits for the broker
-/// (nothing is queueing, nothing more is coming to batch them with), once
-/// for those records; not while older ones wait (events arrive faster than
-/// the broker answers: the linger batches them). Exactly-once never
-/// nudges: it commits.
+/// At-least-once, a stream quiet for [`QUIET_NUDGE_AFTER`] nudges the
+/// producer when records went to it since the last nudge and no older one
+/// still waits for the broker (nothing is queueing, nothing more is coming
+/// to batch them with), once for those records; not while older ones wait
+/// (events arrive faster than the broker answers: the linger batches
+/// them), and not once WAL arrived. Exactly-once never nudges: it commits.
 #[test]
 fn a_quiet_stream_nudges_the_producer_only_when_nothing_older_waits() {
     let settings = settings(100);
     let mut refusals = Refusals::new();
     let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
-    let now = machine.now();
-    assert!(!machine.stream_quiet(now), "nothing sent");
+    let t0 = machine.now();
+    let later = t0 + QUIET_NUDGE_AFTER;
+    machine.stream_quiet(t0);
+    assert_eq!(machine.nudge_at(), None, "nothing sent");
     for data in messages(&table_rows(&["a1", "a2", "a3"], 0x100), 1, false) {
         machine.on_wal(data, &mut producer).unwrap();
     }
+    assert_eq!(machine.nudge_at(), None, "WAL arrived: not quiet");
+    machine.stream_quiet(t0);
+    assert_eq!(machine.nudge_at(), Some(later));
+    assert!(!machine.nudge_due(t0), "not quiet long enough");
     assert!(
-        machine.stream_quiet(now),
+        machine.nudge_due(later),
         "a transaction's rows, nothing older"
     );
-    assert!(!machine.stream_quiet(now), "already nudged for them");
+    assert!(!machine.nudge_due(later), "already nudged for them");
     for data in messages(&table_rows(&["b"], 0x200), 2, false) {
         machine.on_wal(data, &mut producer).unwrap();
     }
-    assert!(
-        !machine.stream_quiet(now),
+    machine.stream_quiet(later);
+    assert_eq!(
+        machine.nudge_at(),
+        None,
         "the first transaction still waits: queueing, the linger batches"
     );
     let mut log = BrokerLog::default();
@@ -1304,13 +1315,17 @@ fn a_quiet_stream_nudges_the_producer_only_when_nothing_older_waits() {
             machine.on_report(report, &mut producer).unwrap();
         }
     }
-    assert!(machine.stream_quiet(now), "b was never nudged for");
+    assert!(
+        machine.nudge_due(later + QUIET_NUDGE_AFTER),
+        "b was never nudged for"
+    );
     drop(machine);
     let (mut eos, mut producer) = fed_machine(&settings, &mut refusals, Some(None), &[]);
     for data in messages(&table_rows(&["c"], 0x300), 3, false) {
         eos.on_wal(data, &mut producer).unwrap();
     }
-    assert!(!eos.stream_quiet(now), "exactly-once commits instead");
+    eos.stream_quiet(t0);
+    assert_eq!(eos.nudge_at(), None, "exactly-once commits instead");
 }
 
 /// The heartbeat is due once no outbox row or message arrived for a whole

@@ -128,8 +128,8 @@ impl SessionMachine<'_> {
         }
     }
 
-    /// A WAL message arrived: the stream is not quiet.
-    pub(super) fn stream_busy(&mut self) {
+    /// Exactly-once: WAL arrived, the stream is not quiet.
+    pub(super) fn quiet_commit_off(&mut self) {
         if let Some(commits) = &mut self.commits {
             commits.quiet_since = None;
         }

@@ -14,6 +14,15 @@ use super::SessionMachine;
 /// then the other branches (stop requests, timers) get their turn.
 pub const BUFFERED_ITEMS_PER_WAKE: usize = 64;
 
+/// At-least-once: once the stream has been quiet this long, with records
+/// sent since the last nudge and none older waiting for the broker, the
+/// producer is nudged into sending them now rather than after its
+/// `linger.ms`: nothing more is coming to batch them with. Under load the
+/// stream is never this quiet, and the linger batches as it always did (a
+/// nudge on every quiet moment measured as `linger.ms = 0`: many small
+/// requests, a longer tail at 5,000 events/s and a costlier drain).
+pub const QUIET_NUDGE_AFTER: Duration = Duration::from_millis(1);
+
 /// The pace state the machine keeps beside its delivery state.
 #[derive(Debug)]
 pub(super) struct Pace {
@@ -29,6 +38,9 @@ pub(super) struct Pace {
     /// At-least-once: records that went to the producer since its last
     /// nudge.
     pub(super) unnudged: u64,
+    /// At-least-once: since when the session found nothing more to read
+    /// (`None`: WAL arrived since).
+    quiet_since: Option<Instant>,
 }
 
 impl Pace {
@@ -39,6 +51,7 @@ impl Pace {
             last_row: started,
             now: started,
             unnudged: 0,
+            quiet_since: None,
         }
     }
 }
@@ -46,23 +59,42 @@ impl Pace {
 impl SessionMachine<'_> {
     /// The session read everything the server had sent: the stream is
     /// quiet from `now` until the next WAL message. Exactly-once: the open
-    /// transaction may commit soon (`commit.rs`). At-least-once: whether to
-    /// nudge the producer into sending what it holds now instead of after
-    /// its `linger.ms`: records went to it since the last nudge, and none
-    /// older still waits for the broker. Then nothing is queueing, and
-    /// nothing more is coming to batch them with. When older ones wait,
-    /// events are arriving faster than the broker answers, and the linger
-    /// batches them as it always did.
-    pub fn stream_quiet(&mut self, now: Instant) -> bool {
+    /// transaction may commit soon (`commit.rs`); at-least-once: the
+    /// producer may be nudged soon ([`SessionMachine::nudge_at`]).
+    pub fn stream_quiet(&mut self, now: Instant) {
         if self.commits.is_some() {
             self.quiet_commit_from(now);
-            return false;
+        } else {
+            self.pace.quiet_since.get_or_insert(now);
         }
-        let nudge = self.pace.unnudged > 0 && self.pending_events() <= self.pace.unnudged;
-        if nudge {
+    }
+
+    /// A WAL message arrived: the stream is not quiet.
+    pub(super) fn stream_busy(&mut self) {
+        self.pace.quiet_since = None;
+        self.quiet_commit_off();
+    }
+
+    /// At-least-once: when to nudge the producer into sending what it
+    /// holds now instead of after its `linger.ms` ([`QUIET_NUDGE_AFTER`]
+    /// after the stream went quiet), if records went to it since the last
+    /// nudge and none older still waits for the broker; `None` otherwise.
+    /// When older ones wait, events arrive faster than the broker answers,
+    /// and the linger batches them.
+    pub fn nudge_at(&self) -> Option<Instant> {
+        let since = self.pace.quiet_since?;
+        (self.pace.unnudged > 0 && self.pending_events() <= self.pace.unnudged)
+            .then_some(since + QUIET_NUDGE_AFTER)
+    }
+
+    /// At-least-once: whether the producer is to be nudged at `now` (see
+    /// [`SessionMachine::nudge_at`]); counts the nudge as done.
+    pub fn nudge_due(&mut self, now: Instant) -> bool {
+        let due = self.nudge_at().is_some_and(|at| now >= at);
+        if due {
             self.pace.unnudged = 0;
         }
-        nudge
+        due
     }
 
     /// The shell's clock, told before each turn: the machine reads no
