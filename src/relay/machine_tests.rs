@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::pace::{BUFFERED_ITEMS_PER_WAKE, QUIET_NUDGE_AFTER};
+use super::pace::{BUFFERED_ITEMS_PER_WAKE, NUDGE_AFTER_PAUSE};
 use super::*;
 use crate::contracts::{Contracts, Schema};
 use crate::envelope::{ContentMode, EnvelopeSettings};
@@ -732,7 +732,7 @@ fn run_model_in(
                 );
                 Ok(())
             };
-            if machine.nudge_due(now) {
+            if machine.nudge_due() {
                 // A nudge only hurries the producer; exactly-once commits
                 // instead.
                 prop_assert!(!mode.exactly_once, "exactly-once nudged the producer");
@@ -1273,59 +1273,61 @@ fn exactly_once_takes_one_item_per_wake_up() {
     assert_eq!(eos.messages_per_wake(), 1);
 }
 
-/// At-least-once, a stream quiet for [`QUIET_NUDGE_AFTER`] nudges the
-/// producer when records went to it since the last nudge and no older one
-/// still waits for the broker (nothing is queueing, nothing more is coming
-/// to batch them with), once for those records; not while older ones wait
-/// (events arrive faster than the broker answers: the linger batches
-/// them), and not once WAL arrived. Exactly-once never nudges: it commits.
+/// At-least-once, a quiet stream nudges the producer when WAL arrived
+/// after a pause ([`NUDGE_AFTER_PAUSE`]) since the last nudge, records went
+/// to it since, and no older one still waits for the broker (nothing is
+/// queueing, nothing more is coming to batch them with), once for those
+/// records; not for WAL that came without a pause, nor while older records
+/// wait (events arrive faster than the broker answers: the linger batches
+/// them). Exactly-once never nudges: it commits.
 #[test]
-fn a_quiet_stream_nudges_the_producer_only_when_nothing_older_waits() {
+fn a_quiet_stream_nudges_the_producer_after_a_pause_when_nothing_older_waits() {
     let settings = settings(100);
     let mut refusals = Refusals::new();
     let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
     let t0 = machine.now();
-    let later = t0 + QUIET_NUDGE_AFTER;
+    let after_pause = t0 + NUDGE_AFTER_PAUSE;
+    let feed = |machine: &mut SessionMachine<'_>, producer: &mut FakeProducer, txn: Txn, xid| {
+        for data in messages(&txn, xid, false) {
+            machine.on_wal(data, producer).unwrap();
+        }
+    };
     machine.stream_quiet(t0);
-    assert_eq!(machine.nudge_at(), None, "nothing sent");
-    for data in messages(&table_rows(&["a1", "a2", "a3"], 0x100), 1, false) {
-        machine.on_wal(data, &mut producer).unwrap();
-    }
-    assert_eq!(machine.nudge_at(), None, "WAL arrived: not quiet");
-    machine.stream_quiet(t0);
-    assert_eq!(machine.nudge_at(), Some(later));
-    assert!(!machine.nudge_due(t0), "not quiet long enough");
-    assert!(
-        machine.nudge_due(later),
-        "a transaction's rows, nothing older"
+    assert!(!machine.nudge_due(), "nothing sent");
+    machine.set_time(after_pause);
+    feed(
+        &mut machine,
+        &mut producer,
+        table_rows(&["a1", "a2", "a3"], 0x100),
+        1,
     );
-    assert!(!machine.nudge_due(later), "already nudged for them");
-    for data in messages(&table_rows(&["b"], 0x200), 2, false) {
-        machine.on_wal(data, &mut producer).unwrap();
-    }
-    machine.stream_quiet(later);
-    assert_eq!(
-        machine.nudge_at(),
-        None,
-        "the first transaction still waits: queueing, the linger batches"
-    );
+    assert!(!machine.nudge_due(), "not read to the end yet");
+    machine.stream_quiet(after_pause);
+    assert!(machine.nudge_due(), "after a pause, nothing older waits");
+    assert!(!machine.nudge_due(), "already nudged for them");
+    // b comes without a pause: the linger batches it.
+    feed(&mut machine, &mut producer, table_rows(&["b"], 0x200), 2);
+    machine.stream_quiet(after_pause);
+    assert!(!machine.nudge_due(), "no pause before it");
+    // c after a pause, while the first transaction still waits.
+    machine.set_time(after_pause + NUDGE_AFTER_PAUSE);
+    feed(&mut machine, &mut producer, table_rows(&["c"], 0x300), 3);
+    machine.stream_quiet(after_pause + NUDGE_AFTER_PAUSE);
+    assert!(!machine.nudge_due(), "older records wait: queueing");
     let mut log = BrokerLog::default();
     while let Some(reports) = answer(&mut producer, &mut log, false) {
         for report in reports {
             machine.on_report(report, &mut producer).unwrap();
         }
     }
-    assert!(
-        machine.nudge_due(later + QUIET_NUDGE_AFTER),
-        "b was never nudged for"
-    );
+    assert!(machine.nudge_due(), "b and c were never nudged for");
     drop(machine);
     let (mut eos, mut producer) = fed_machine(&settings, &mut refusals, Some(None), &[]);
-    for data in messages(&table_rows(&["c"], 0x300), 3, false) {
-        eos.on_wal(data, &mut producer).unwrap();
-    }
     eos.stream_quiet(t0);
-    assert_eq!(eos.nudge_at(), None, "exactly-once commits instead");
+    eos.set_time(after_pause);
+    feed(&mut eos, &mut producer, table_rows(&["d"], 0x400), 4);
+    eos.stream_quiet(after_pause);
+    assert!(!eos.nudge_due(), "exactly-once commits instead");
 }
 
 /// The heartbeat is due once no outbox row or message arrived for a whole

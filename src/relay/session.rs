@@ -196,7 +196,6 @@ impl<'a> Session<'a> {
             let stop_deadline = self.machine.stop_deadline().map(Instant::from_std);
             let can_read = self.machine.can_read();
             let commit_at = self.machine.commit_wake_at().map(Instant::from_std);
-            let nudge_at = self.machine.nudge_at().map(Instant::from_std);
             self.machine.set_time(std::time::Instant::now());
             tokio::select! {
                 biased;
@@ -247,6 +246,8 @@ impl<'a> Session<'a> {
                     self.on_report(report)?;
                 }
                 item = self.stream.next(), if can_read => {
+                    // When it arrived: after a pause, or not (pace.rs).
+                    self.machine.set_time(std::time::Instant::now());
                     self.on_item(item?).await?;
                     // What the same read brought in, without a trip through
                     // this select per message (it polls every branch).
@@ -264,6 +265,9 @@ impl<'a> Session<'a> {
                     // is the machine's to decide.
                     if !self.stream.has_buffered() {
                         self.machine.stream_quiet(std::time::Instant::now());
+                        if self.machine.nudge_due() {
+                            self.sink.nudge();
+                        }
                     }
                 }
                 // While backpressure keeps `next()` from running, status
@@ -276,8 +280,6 @@ impl<'a> Session<'a> {
                 // (A disabled branch's expression is still evaluated: any
                 // instant at hand, rather than reading the clock every turn.)
                 () = tokio::time::sleep_until(commit_at.unwrap_or(status_due)), if commit_at.is_some() => {}
-                // At-least-once: the stream stayed quiet; time to nudge.
-                () = tokio::time::sleep_until(nudge_at.unwrap_or(status_due)), if nudge_at.is_some() => {}
                 _ = heartbeat_tick.tick(), if heartbeat_every.is_some() => {
                     let running = heartbeat.as_ref().is_some_and(|t| !t.is_finished());
                     let interval = heartbeat_every.unwrap_or_default();
@@ -287,9 +289,6 @@ impl<'a> Session<'a> {
                 }
             }
             self.machine.set_time(std::time::Instant::now());
-            if self.machine.nudge_due(std::time::Instant::now()) {
-                self.sink.nudge();
-            }
             if let Some(eos) = &mut self.eos {
                 eos.commit_if_due(&mut self.machine, &self.sink, false)
                     .await?;
