@@ -22,8 +22,10 @@ pub const BUFFERED_ITEMS_PER_WAKE: usize = 64;
 /// did. (A nudge at every quiet moment measured as `linger.ms = 0`: many
 /// small requests, a longer tail at 5,000 events/s, a costlier drain; a
 /// nudge only after 1 ms of quiet took little off the median at 1,000/s,
-/// whose next event is usually that close.)
-pub const NUDGE_AFTER_PAUSE: Duration = Duration::from_micros(500);
+/// whose next event is usually that close. 500 µs before an event nudged
+/// often enough at 5,000/s to lengthen its tail; 1 ms less so, with the same
+/// median at 1,000/s: benches/cpu-notes.md, sixteenth round.)
+pub const NUDGE_AFTER_PAUSE: Duration = Duration::from_millis(1);
 
 /// The pace state the machine keeps beside its delivery state.
 #[derive(Debug)]
