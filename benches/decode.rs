@@ -14,7 +14,8 @@
 //! `contract/check_w3_payload` is what `[[contracts]]` adds per event: the
 //! same payloads parsed and checked against a JSON Schema of their shape;
 //! `contract/encode_w3_payload_avro` parses them, encodes them to Avro by a
-//! registry subject's schema of that shape and frames them.
+//! registry subject's schema of that shape and frames them;
+//! `contract/encode_w3_payload_protobuf` likewise as a Protobuf message.
 //! `time/*` sets the general timestamp parser beside the hand-written fast
 //! path the relay uses for every event.
 //!
@@ -257,24 +258,7 @@ fn bench_contract(c: &mut Cpu) {
     });
     // A registry subject's Avro schema of the same shape: the payload
     // parsed, encoded to Avro binary and framed (the record value sent).
-    let avro = SubjectVersion {
-        subject: "bench.order-value".into(),
-        version: 1,
-        id: 1,
-        schema: Arc::new(RegistrySchema {
-            schema_type: SchemaType::Avro,
-            text: W3_AVRO.into(),
-            references: Vec::new(),
-        }),
-    };
-    let kept = RegistryContract {
-        subject: "bench.order-value".into(),
-        version: None,
-        frame: true,
-        dataschema: None,
-        record: None,
-    };
-    let avro = Schema::from_registry(&avro, "http://registry", &kept).expect("avro compiles");
+    let avro = registry_schema(SchemaType::Avro, W3_AVRO);
     group.bench_function("encode_w3_payload_avro", |b| {
         b.iter(|| {
             for payload in &payloads {
@@ -283,18 +267,7 @@ fn bench_contract(c: &mut Cpu) {
         })
     });
     // The same shape as a Protobuf message: parsed, encoded and framed.
-    let protobuf = SubjectVersion {
-        subject: "bench.order-value".into(),
-        version: 1,
-        id: 2,
-        schema: Arc::new(RegistrySchema {
-            schema_type: SchemaType::Protobuf,
-            text: W3_PROTO.into(),
-            references: Vec::new(),
-        }),
-    };
-    let protobuf =
-        Schema::from_registry(&protobuf, "http://registry", &kept).expect("proto compiles");
+    let protobuf = registry_schema(SchemaType::Protobuf, W3_PROTO);
     group.bench_function("encode_w3_payload_protobuf", |b| {
         b.iter(|| {
             for payload in &payloads {
@@ -307,6 +280,29 @@ fn bench_contract(c: &mut Cpu) {
         })
     });
     group.finish();
+}
+
+/// A registry subject's schema `text` of type `kind`, compiled as the
+/// relay compiles a contract's subject.
+fn registry_schema(kind: SchemaType, text: &str) -> Schema {
+    let version = SubjectVersion {
+        subject: "bench.order-value".into(),
+        version: 1,
+        id: 1,
+        schema: Arc::new(RegistrySchema {
+            schema_type: kind,
+            text: text.into(),
+            references: Vec::new(),
+        }),
+    };
+    let contract = RegistryContract {
+        subject: version.subject.clone(),
+        version: None,
+        frame: true,
+        dataschema: None,
+        record: None,
+    };
+    Schema::from_registry(&version, "http://registry", &contract).expect("the schema compiles")
 }
 
 /// The Protobuf schema of a W3 payload.
