@@ -248,6 +248,10 @@ pub struct KafkaConfig {
     pub transaction_max_bytes: u64,
     /// ... or has been open this long.
     pub transaction_max_ms: u64,
+    /// A Kafka transaction also commits at a PostgreSQL transaction
+    /// boundary once the stream has been quiet this long: nothing more is
+    /// coming to batch with it.
+    pub transaction_quiet_ms: u64,
     /// The producer's `transaction.timeout.ms`; 0: derived
     /// ([`KafkaConfig::transaction_timeout`]). A Kafka transaction open for
     /// half of it commits even inside a PostgreSQL transaction.
@@ -278,6 +282,11 @@ impl Default for KafkaConfig {
             transaction_max_events: 10_000,
             transaction_max_bytes: 16 * 1024 * 1024,
             transaction_max_ms: 100,
+            // At a trickle every event is committed as soon as it is sent;
+            // under load the stream is never this quiet. Not zero: a reader
+            // that emptied the socket a moment before the server's next
+            // write would commit small transactions in a backlog drain.
+            transaction_quiet_ms: 1,
             transaction_timeout_ms: 0,
             properties: BTreeMap::new(),
         }
@@ -550,6 +559,10 @@ impl KafkaConfig {
 
     pub fn transaction_max_duration(&self) -> Duration {
         Duration::from_millis(self.transaction_max_ms)
+    }
+
+    pub fn transaction_quiet_duration(&self) -> Duration {
+        Duration::from_millis(self.transaction_quiet_ms)
     }
 
     /// The producer's `transaction.timeout.ms` in exactly-once mode: how

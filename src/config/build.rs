@@ -219,6 +219,7 @@ impl Config {
                 max_events: kafka.transaction_max_events,
                 max_bytes: kafka.transaction_max_bytes,
                 max_open: kafka.transaction_max_duration(),
+                quiet_after: kafka.transaction_quiet_duration(),
                 split_after: kafka.transaction_timeout() / 2,
             },
         })

@@ -28,11 +28,12 @@ use super::{Config, LogFormat};
 const LOG_TARGET: &str = "outbox_relay::config";
 
 /// `kafka` keys of exactly-once delivery only.
-const EXACTLY_ONCE_KEYS: [&str; 5] = [
+const EXACTLY_ONCE_KEYS: [&str; 6] = [
     "transactional_id",
     "transaction_max_events",
     "transaction_max_bytes",
     "transaction_max_ms",
+    "transaction_quiet_ms",
     "transaction_timeout_ms",
 ];
 

@@ -391,6 +391,12 @@ fn validate_exactly_once(config: &Config) -> Result<(), ConfigError> {
             "milliseconds: read_committed consumers see nothing of a transaction until \
              it commits",
         ),
+        (
+            "kafka.transaction_quiet_ms",
+            kafka.transaction_quiet_ms,
+            TRANSACTION_MAX_MS,
+            "milliseconds of a quiet stream before the open transaction commits",
+        ),
     ] {
         if !range.contains(&value) {
             return Err(invalid(

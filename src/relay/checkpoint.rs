@@ -239,6 +239,9 @@ pub struct Bounds {
     pub max_events: u64,
     pub max_bytes: u64,
     pub max_open: Duration,
+    /// Quiet this long, the stream has nothing more to batch: the open
+    /// transaction commits at the next boundary (`kafka.transaction_quiet_ms`).
+    pub quiet_after: Duration,
     /// Open this long, a transaction commits inside a PostgreSQL
     /// transaction too: half of `transaction.timeout.ms`, so a long one
     /// is never aborted by the broker.
@@ -269,6 +272,11 @@ impl Batch {
         self.opened.get_or_insert(now);
         self.events += 1;
         self.bytes = self.bytes.saturating_add(bytes as u64);
+    }
+
+    /// How long a quiet stream waits before the open transaction commits.
+    pub fn quiet_after(&self) -> Duration {
+        self.bounds.quiet_after
     }
 
     /// When the open transaction's first record went in.
@@ -517,6 +525,7 @@ mod tests {
             max_events: 3,
             max_bytes: 1000,
             max_open: Duration::from_millis(100),
+            quiet_after: Duration::from_millis(1),
             split_after: Duration::from_millis(500),
         }
     }

@@ -547,6 +547,7 @@ fn model_bounds() -> crate::relay::checkpoint::Bounds {
         // A step is a millisecond of the model's clock: a Kafka transaction
         // often outlives a PostgreSQL one, and splits inside it.
         max_open: Duration::from_millis(4),
+        quiet_after: Duration::from_millis(1),
         split_after: Duration::from_millis(6),
     }
 }

@@ -176,9 +176,10 @@ async fn topic_len_as(topic: &str, isolation: &'static str) -> usize {
 }
 
 /// Exactly-once with cleanup: the broker acknowledges the records long
-/// before the Kafka transaction holding them commits (here after 4 s), and
-/// the rows must stay until it does: a crash before the commit replays them
-/// from the slot, and the table is where `outbox-relay status` counts them.
+/// before the Kafka transaction holding them commits (here after 4 s: the
+/// quiet stream's early commit is put off past it), and the rows must stay
+/// until it does: a crash before the commit replays them from the slot,
+/// and the table is where `outbox-relay status` counts them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exactly_once_cleanup_waits_for_the_kafka_commit() {
     let outbox = TestOutbox::create("jsonb").await;
@@ -189,7 +190,7 @@ async fn exactly_once_cleanup_waits_for_the_kafka_commit() {
         "cleanup = \"delete-after-ack\"\n",
         &format!(
             "delivery = \"exactly-once\"\ncheckpoint_topic = \"{checkpoints}\"\n\
-             transaction_max_ms = 4000\n"
+             transaction_max_ms = 4000\ntransaction_quiet_ms = 30000\n"
         ),
     );
     let relay = Relay::process(&config);

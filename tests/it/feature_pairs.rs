@@ -27,7 +27,11 @@ async fn cleanup_with_exactly_once_deletes_no_row_before_its_kafka_transaction_c
     let checkpoints = checkpoint_topic(&outbox).await;
     let config = outbox.write_config_with(
         CLEANUP,
-        &format!("{}transaction_max_ms = 10000\n", exactly_once(&checkpoints)),
+        // Open up to 10 s, however quiet the stream.
+        &format!(
+            "{}transaction_max_ms = 10000\ntransaction_quiet_ms = 30000\n",
+            exactly_once(&checkpoints)
+        ),
         "",
     );
     let mut relay = Relay::process(&config);

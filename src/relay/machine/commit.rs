@@ -6,7 +6,7 @@
 //!
 //! A Kafka transaction commits at a PostgreSQL transaction boundary once a
 //! bound of its [`Batch`] is reached (events, bytes, time open), or once
-//! the stream has been quiet for [`QUIET_COMMIT_AFTER`] (nothing more is
+//! the stream has been quiet for `kafka.transaction_quiet_ms` (nothing more is
 //! coming to batch: an event does not wait for the time bound), or with
 //! nothing open once the position moved and [`IDLE_CHECKPOINT_EVERY`]
 //! passed (an idle outbox on a busy database). Inside one PostgreSQL
@@ -23,15 +23,6 @@ use pgoutput::lsn::Lsn;
 /// With no event to send, a checkpoint still moves the slot past WAL the
 /// relay had nothing to do with, at most this often.
 pub const IDLE_CHECKPOINT_EVERY: Duration = Duration::from_secs(10);
-
-/// An open Kafka transaction commits at a PostgreSQL transaction boundary
-/// once the stream has had nothing more for this long. At a trickle every
-/// event is committed as soon as it is sent; under load the stream is
-/// never this quiet, and events batch up to the [`Batch`]'s bounds (and,
-/// while a commit is under way, in the stream's socket). Not zero: a
-/// reader that emptied the socket a moment before the server's next write
-/// would commit small transactions in a backlog drain.
-pub const QUIET_COMMIT_AFTER: Duration = Duration::from_millis(1);
 
 /// The open Kafka transaction's bounds and the last committed checkpoint.
 #[derive(Debug)]
@@ -69,7 +60,7 @@ impl Commits {
         self.batch
             .open()
             .then_some(self.quiet_since?)
-            .map(|since| since + QUIET_COMMIT_AFTER)
+            .map(|since| since + self.batch.quiet_after())
     }
 
     pub(super) fn committed(&self) -> Lsn {
@@ -121,7 +112,7 @@ impl Commits {
 
 impl SessionMachine<'_> {
     /// Exactly-once: the stream is quiet from `now` (see
-    /// [`QUIET_COMMIT_AFTER`]).
+    /// `kafka.transaction_quiet_ms`).
     pub(super) fn quiet_commit_from(&mut self, now: Instant) {
         if let Some(commits) = &mut self.commits {
             commits.quiet_since.get_or_insert(now);
@@ -223,12 +214,16 @@ fn outlived(opened_at: Option<Instant>, now: Instant, timeout: Duration) -> Opti
 mod tests {
     use super::*;
 
+    /// `kafka.transaction_quiet_ms`'s default.
+    const QUIET_COMMIT_AFTER: Duration = Duration::from_millis(1);
+
     fn commits() -> Commits {
         Commits::new(
             Bounds {
                 max_events: 100,
                 max_bytes: 1 << 20,
                 max_open: Duration::from_millis(100),
+                quiet_after: QUIET_COMMIT_AFTER,
                 split_after: Duration::from_secs(30),
             },
             Lsn(1000),
@@ -298,7 +293,7 @@ mod tests {
     }
 
     /// A quiet stream commits an open transaction at a boundary once
-    /// [`QUIET_COMMIT_AFTER`] passed, and wakes the session for it; WAL
+    /// `kafka.transaction_quiet_ms` passed, and wakes the session for it; WAL
     /// arriving makes it wait for its bounds again; inside a PostgreSQL
     /// transaction quiet changes nothing.
     #[test]
