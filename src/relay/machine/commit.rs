@@ -32,9 +32,6 @@ pub(super) struct Commits {
     /// session started). What the slot may be confirmed to.
     committed: Lsn,
     last_commit: Instant,
-    /// Since when the session found nothing more to read (`None`: WAL
-    /// arrived since).
-    quiet_since: Option<Instant>,
 }
 
 /// A commit the machine asks for: a checkpoint at `lsn`, `partial` when it
@@ -51,15 +48,15 @@ impl Commits {
             batch: Batch::new(bounds),
             committed: start,
             last_commit: now,
-            quiet_since: None,
         }
     }
 
-    /// When the open transaction may commit because nothing more came.
-    fn quiet_commit_at(&self) -> Option<Instant> {
+    /// When the open transaction may commit because nothing more came:
+    /// `quiet_since` (the stream quiet since then) plus the quiet bound.
+    fn quiet_commit_at(&self, quiet_since: Option<Instant>) -> Option<Instant> {
         self.batch
             .open()
-            .then_some(self.quiet_since?)
+            .then_some(quiet_since?)
             .map(|since| since + self.batch.quiet_after())
     }
 
@@ -71,12 +68,21 @@ impl Commits {
     /// Between two PostgreSQL transactions: the time bound; inside one, the
     /// split bound, and only where a commit can happen: a deadline past
     /// where none can would wake the loop for nothing, over and over.
-    fn wake_at(&self, at_boundary: bool, can_split: bool, handed_off: Lsn) -> Option<Instant> {
+    fn wake_at(
+        &self,
+        quiet_since: Option<Instant>,
+        at_boundary: bool,
+        can_split: bool,
+        handed_off: Lsn,
+    ) -> Option<Instant> {
         if !at_boundary {
             return can_split.then(|| self.batch.split_at()).flatten();
         }
         match self.batch.deadline() {
-            Some(deadline) => Some(self.quiet_commit_at().map_or(deadline, |q| q.min(deadline))),
+            Some(deadline) => Some(
+                self.quiet_commit_at(quiet_since)
+                    .map_or(deadline, |q| q.min(deadline)),
+            ),
             None if handed_off > self.committed => Some(self.last_commit + IDLE_CHECKPOINT_EVERY),
             None => None,
         }
@@ -86,6 +92,7 @@ impl Commits {
     /// was handed over whole, bound or not).
     fn due(
         &self,
+        quiet_since: Option<Instant>,
         now: Instant,
         force: bool,
         at_boundary: bool,
@@ -95,7 +102,11 @@ impl Commits {
         let lsn = handed_off.max(self.committed);
         if at_boundary {
             let due = if self.batch.open() {
-                force || self.batch.due(now) || self.quiet_commit_at().is_some_and(|at| now >= at)
+                force
+                    || self.batch.due(now)
+                    || self
+                        .quiet_commit_at(quiet_since)
+                        .is_some_and(|at| now >= at)
             } else {
                 lsn > self.committed
                     && (force
@@ -111,26 +122,12 @@ impl Commits {
 }
 
 impl SessionMachine<'_> {
-    /// Exactly-once: the stream is quiet from `now` (see
-    /// `kafka.transaction_quiet_ms`).
-    pub(super) fn quiet_commit_from(&mut self, now: Instant) {
-        if let Some(commits) = &mut self.commits {
-            commits.quiet_since.get_or_insert(now);
-        }
-    }
-
-    /// Exactly-once: WAL arrived, the stream is not quiet.
-    pub(super) fn quiet_commit_off(&mut self) {
-        if let Some(commits) = &mut self.commits {
-            commits.quiet_since = None;
-        }
-    }
-
     /// Exactly-once: when the session must wake to commit even if nothing
     /// arrives; `None` in at-least-once mode or with nothing to commit.
     pub fn commit_wake_at(&self) -> Option<Instant> {
         let commits = self.commits.as_ref()?;
         commits.wake_at(
+            self.pace.quiet_since(),
             self.at_boundary(),
             self.split_point().is_some(),
             self.handed_off,
@@ -140,6 +137,7 @@ impl SessionMachine<'_> {
     /// Exactly-once: the commit due at `now`, if any.
     pub fn commit_due(&self, now: Instant, force: bool) -> Option<CommitPlan> {
         self.commits.as_ref()?.due(
+            self.pace.quiet_since(),
             now,
             force,
             self.at_boundary(),
@@ -265,31 +263,36 @@ mod tests {
     #[test]
     fn the_session_wakes_for_the_time_bound_between_transactions_and_the_split_inside() {
         let mut c = commits();
-        assert_eq!(c.wake_at(true, true, Lsn(1000)), None, "nothing to commit");
+        let q = None;
+        assert_eq!(
+            c.wake_at(q, true, true, Lsn(1000)),
+            None,
+            "nothing to commit"
+        );
         let opened = Instant::now() - Duration::from_secs(5);
         c.batch.record(10, opened);
         assert_eq!(
-            c.wake_at(false, true, Lsn(2000)),
+            c.wake_at(q, false, true, Lsn(2000)),
             Some(opened + Duration::from_secs(30)),
             "mid-transaction: the split bound"
         );
         assert_eq!(
-            c.wake_at(false, false, Lsn(2000)),
+            c.wake_at(q, false, false, Lsn(2000)),
             None,
             "mid-transaction, a record held back"
         );
         assert_eq!(
-            c.wake_at(true, true, Lsn(2000)),
+            c.wake_at(q, true, true, Lsn(2000)),
             Some(opened + Duration::from_millis(100))
         );
         c.batch.reset();
         // Nothing open, the position moved (an idle advance): a checkpoint
         // a while after the last commit.
         assert_eq!(
-            c.wake_at(true, true, Lsn(2000)),
+            c.wake_at(q, true, true, Lsn(2000)),
             Some(c.last_commit + IDLE_CHECKPOINT_EVERY)
         );
-        assert_eq!(c.wake_at(false, true, Lsn(2000)), None);
+        assert_eq!(c.wake_at(q, false, true, Lsn(2000)), None);
     }
 
     /// A quiet stream commits an open transaction at a boundary once
@@ -300,32 +303,32 @@ mod tests {
     fn a_quiet_stream_commits_the_open_transaction_at_a_boundary() {
         let start = Instant::now();
         let mut c = commits();
-        c.quiet_since = Some(start);
-        assert_eq!(c.wake_at(true, true, Lsn(1000)), None, "nothing open");
+        let mut q = Some(start);
+        assert_eq!(c.wake_at(q, true, true, Lsn(1000)), None, "nothing open");
         c.batch.record(10, start);
         assert_eq!(
-            c.wake_at(true, true, Lsn(2000)),
+            c.wake_at(q, true, true, Lsn(2000)),
             Some(start + QUIET_COMMIT_AFTER)
         );
         let soon = start + QUIET_COMMIT_AFTER / 2;
-        assert_eq!(c.due(soon, false, true, Some(None), Lsn(2000)), None);
+        assert_eq!(c.due(q, soon, false, true, Some(None), Lsn(2000)), None);
         let quiet = start + QUIET_COMMIT_AFTER;
         assert_eq!(
-            c.due(quiet, false, true, Some(None), Lsn(2000)),
+            c.due(q, quiet, false, true, Some(None), Lsn(2000)),
             Some(CommitPlan {
                 lsn: Lsn(2000),
                 partial: None
             })
         );
         assert_eq!(
-            c.due(quiet, false, false, Some(None), Lsn(2000)),
+            c.due(q, quiet, false, false, Some(None), Lsn(2000)),
             None,
             "mid-transaction: only the split bound commits"
         );
-        c.quiet_since = None;
-        assert_eq!(c.due(quiet, false, true, Some(None), Lsn(2000)), None);
+        q = None;
+        assert_eq!(c.due(q, quiet, false, true, Some(None), Lsn(2000)), None);
         assert_eq!(
-            c.wake_at(true, true, Lsn(2000)),
+            c.wake_at(q, true, true, Lsn(2000)),
             Some(start + Duration::from_millis(100)),
             "busy: the time bound"
         );
@@ -339,20 +342,21 @@ mod tests {
     fn a_commit_is_due_at_a_bound_or_a_split_and_never_where_an_event_is_held_back() {
         let start = Instant::now();
         let mut c = commits();
+        let q = None;
         let later = start + Duration::from_secs(1);
         assert_eq!(
-            c.due(later, false, true, Some(None), Lsn(1000)),
+            c.due(q, later, false, true, Some(None), Lsn(1000)),
             None,
             "nothing handed over"
         );
         c.batch.record(10, start);
         assert_eq!(
-            c.due(start, false, true, Some(None), Lsn(2000)),
+            c.due(q, start, false, true, Some(None), Lsn(2000)),
             None,
             "open, no bound reached"
         );
         assert_eq!(
-            c.due(start, true, true, Some(None), Lsn(2000)),
+            c.due(q, start, true, true, Some(None), Lsn(2000)),
             Some(CommitPlan {
                 lsn: Lsn(2000),
                 partial: None
@@ -360,7 +364,7 @@ mod tests {
             "forced at a boundary"
         );
         assert_eq!(
-            c.due(later, false, true, Some(None), Lsn(2000)),
+            c.due(q, later, false, true, Some(None), Lsn(2000)),
             Some(CommitPlan {
                 lsn: Lsn(2000),
                 partial: None
@@ -372,18 +376,18 @@ mod tests {
             events: 4,
         };
         assert_eq!(
-            c.due(later, true, false, Some(Some(part)), Lsn(2000)),
+            c.due(q, later, true, false, Some(Some(part)), Lsn(2000)),
             None,
             "inside a transaction, before the split bound, even forced"
         );
         let split = start + Duration::from_secs(31);
         assert_eq!(
-            c.due(split, false, false, None, Lsn(2000)),
+            c.due(q, split, false, false, None, Lsn(2000)),
             None,
             "past the split bound, but a record is held back"
         );
         assert_eq!(
-            c.due(split, false, false, Some(Some(part)), Lsn(2000)),
+            c.due(q, split, false, false, Some(Some(part)), Lsn(2000)),
             Some(CommitPlan {
                 lsn: Lsn(2000),
                 partial: Some(part)
@@ -391,12 +395,13 @@ mod tests {
         );
         c.batch.reset();
         assert_eq!(
-            c.due(start, false, true, Some(None), Lsn(2000)),
+            c.due(q, start, false, true, Some(None), Lsn(2000)),
             None,
             "idle advance, too soon"
         );
         assert_eq!(
             c.due(
+                q,
                 c.last_commit + IDLE_CHECKPOINT_EVERY,
                 false,
                 true,

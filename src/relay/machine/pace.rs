@@ -42,14 +42,19 @@ pub(super) struct Pace {
     /// At-least-once: records that went to the producer since its last
     /// nudge.
     pub(super) unnudged: u64,
-    /// At-least-once: since when the session found nothing more to read
-    /// (`None`: WAL arrived since).
+    /// Since when the session found nothing more to read (`None`: WAL
+    /// arrived since).
     quiet_since: Option<Instant>,
     /// At-least-once: WAL arrived after a pause since the last nudge.
     after_pause: bool,
 }
 
 impl Pace {
+    /// Since when the stream has been quiet (`None`: WAL arrived since).
+    pub(super) fn quiet_since(&self) -> Option<Instant> {
+        self.quiet_since
+    }
+
     pub(super) fn new(started: Instant) -> Self {
         Pace {
             stop: None,
@@ -69,11 +74,7 @@ impl SessionMachine<'_> {
     /// transaction may commit soon (`commit.rs`); at-least-once: see
     /// [`SessionMachine::nudge_due`].
     pub fn stream_quiet(&mut self, now: Instant) {
-        if self.commits.is_some() {
-            self.quiet_commit_from(now);
-        } else {
-            self.pace.quiet_since.get_or_insert(now);
-        }
+        self.pace.quiet_since.get_or_insert(now);
     }
 
     /// A WAL message arrived (at the time last set): the stream is not
@@ -85,7 +86,6 @@ impl SessionMachine<'_> {
         {
             self.pace.after_pause = true;
         }
-        self.quiet_commit_off();
     }
 
     /// At-least-once, asked when the stream is quiet: whether to nudge the
@@ -96,7 +96,8 @@ impl SessionMachine<'_> {
     /// arrive faster than the broker answers, and the linger batches them.
     /// Counts the nudge as done.
     pub fn nudge_due(&mut self) -> bool {
-        let due = self.pace.quiet_since.is_some()
+        let due = self.commits.is_none()
+            && self.pace.quiet_since.is_some()
             && self.pace.after_pause
             && self.pace.unnudged > 0
             && self.pending_events() <= self.pace.unnudged;
