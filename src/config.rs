@@ -282,11 +282,11 @@ impl Default for KafkaConfig {
             transaction_max_events: 10_000,
             transaction_max_bytes: 16 * 1024 * 1024,
             transaction_max_ms: 100,
-            // At a trickle every event is committed as soon as it is sent;
-            // under load the stream is never this quiet. Not zero: a reader
-            // that emptied the socket a moment before the server's next
-            // write would commit small transactions in a backlog drain.
-            transaction_quiet_ms: 1,
+            // At a trickle every event is committed as soon as the relay
+            // has read everything the server sent (not even a part of a
+            // message left: `ReplicationStream::caught_up`); under load the
+            // stream is never caught up at a boundary for long.
+            transaction_quiet_ms: 0,
             transaction_timeout_ms: 0,
             properties: BTreeMap::new(),
         }

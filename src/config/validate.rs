@@ -53,6 +53,7 @@ const TRANSACTION_MAX_BYTES: std::ops::RangeInclusive<u64> = 1..=1 << 30;
 /// read_committed consumers see nothing of a transaction until it commits,
 /// and a crash redoes it whole: half a minute is already a long wait.
 const TRANSACTION_MAX_MS: std::ops::RangeInclusive<u64> = 1..=30_000;
+const TRANSACTION_QUIET_MS: std::ops::RangeInclusive<u64> = 0..=30_000;
 /// In exactly-once mode the transaction timeout covers the message timeout
 /// (see `KafkaConfig::transaction_timeout`), and brokers refuse a
 /// transaction timeout above `transaction.max.timeout.ms` (15 minutes by
@@ -394,7 +395,7 @@ fn validate_exactly_once(config: &Config) -> Result<(), ConfigError> {
         (
             "kafka.transaction_quiet_ms",
             kafka.transaction_quiet_ms,
-            TRANSACTION_MAX_MS,
+            TRANSACTION_QUIET_MS,
             "milliseconds of a quiet stream before the open transaction commits",
         ),
     ] {

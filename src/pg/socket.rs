@@ -185,14 +185,12 @@ impl FramedSocket {
         &mut self.write_buf
     }
 
-    /// Whether the read buffer holds a complete frame (or a malformed
-    /// header, which [`FramedSocket::try_frame`] reports): what a reader
-    /// would take without waiting for the socket.
-    pub fn frame_buffered(&self) -> bool {
-        self.read_buf.get(..5).is_some_and(|header| {
-            let len = i32::from_be_bytes([header[1], header[2], header[3], header[4]]);
-            usize::try_from(len).map_or(true, |len| self.read_buf.len() > len)
-        })
+    /// Whether the read buffer holds anything: a whole frame a reader
+    /// would take without waiting, or the start of one whose rest the
+    /// peer is still sending (a read that ends inside a frame says more is
+    /// on its way, not that the peer went quiet).
+    pub fn bytes_buffered(&self) -> bool {
+        !self.read_buf.is_empty()
     }
 
     /// Splits the next complete frame off the read buffer, if there is one.
@@ -375,28 +373,32 @@ mod tests {
         assert!(matches!(framed.read_frame().await, Err(ReadError::Closed)));
     }
 
-    /// What a reader learns without waiting: a whole frame is buffered,
-    /// or not (a part of one, or nothing).
+    /// What a reader learns without waiting: whether anything of the
+    /// peer's is buffered, a part of a frame included (its rest is on its
+    /// way); nothing once every byte read was taken.
     #[tokio::test]
-    async fn a_buffered_frame_is_known_only_once_whole() {
+    async fn a_part_of_a_frame_counts_as_buffered_until_taken() {
         let (mut framed, mut peer) = pair().await;
-        assert!(!framed.frame_buffered(), "nothing read");
+        assert!(!framed.bytes_buffered(), "nothing read");
         peer.write_all(&[b'd', 0, 0, 0, 6, b'x']).await.unwrap();
         framed.fill().await.unwrap();
-        assert!(!framed.frame_buffered(), "a part of a frame");
+        assert!(framed.bytes_buffered(), "a part of a frame");
+        assert!(framed.try_frame().unwrap().is_none(), "not whole yet");
         peer.write_all(&[b'y', b'Z', 0, 0]).await.unwrap();
         while framed.read_buf.len() < 10 {
             framed.fill().await.unwrap();
         }
-        assert!(
-            framed.frame_buffered(),
-            "the whole frame, and a part of the next"
-        );
         assert_eq!(&framed.try_frame().unwrap().unwrap().into_body()[..], b"xy");
         assert!(
-            !framed.frame_buffered(),
-            "the next frame's header is not whole"
+            framed.bytes_buffered(),
+            "the next frame's header is not whole, but it has begun"
         );
+        peer.write_all(&[0, 4]).await.unwrap();
+        while framed.read_buf.len() < 5 {
+            framed.fill().await.unwrap();
+        }
+        assert_eq!(framed.try_frame().unwrap().unwrap().tag, b'Z');
+        assert!(!framed.bytes_buffered(), "every byte read was taken");
     }
 
     #[tokio::test]

@@ -263,7 +263,7 @@ impl<'a> Session<'a> {
                     // All read: what a quiet stream means (exactly-once: an
                     // early commit; at-least-once: a nudge to the producer)
                     // is the machine's to decide.
-                    if !self.stream.has_buffered() {
+                    if self.stream.caught_up() {
                         self.machine.stream_quiet(std::time::Instant::now());
                         if self.machine.nudge_due() {
                             self.sink.nudge();

@@ -120,10 +120,11 @@ impl ReplicationStream {
         }
     }
 
-    /// Whether a message is already read and waiting (`false`: the next
-    /// one must come off the socket).
-    pub fn has_buffered(&self) -> bool {
-        self.socket.frame_buffered()
+    /// Whether everything the server sent so far has been taken: no
+    /// message waits in the read buffer, and no part of one (whose rest
+    /// would be on its way). What "the stream is quiet" means.
+    pub fn caught_up(&self) -> bool {
+        !self.socket.bytes_buffered()
     }
 
     /// The next XLogData or keepalive already read off the socket, without

@@ -212,16 +212,21 @@ fn outlived(opened_at: Option<Instant>, now: Instant, timeout: Duration) -> Opti
 mod tests {
     use super::*;
 
-    /// `kafka.transaction_quiet_ms`'s default.
+    /// A `kafka.transaction_quiet_ms` above its default (0: at once), so
+    /// that the wait shows.
     const QUIET_COMMIT_AFTER: Duration = Duration::from_millis(1);
 
     fn commits() -> Commits {
+        commits_quiet_after(QUIET_COMMIT_AFTER)
+    }
+
+    fn commits_quiet_after(quiet_after: Duration) -> Commits {
         Commits::new(
             Bounds {
                 max_events: 100,
                 max_bytes: 1 << 20,
                 max_open: Duration::from_millis(100),
-                quiet_after: QUIET_COMMIT_AFTER,
+                quiet_after,
                 split_after: Duration::from_secs(30),
             },
             Lsn(1000),
@@ -332,6 +337,25 @@ mod tests {
             Some(start + Duration::from_millis(100)),
             "busy: the time bound"
         );
+    }
+
+    /// With the default `kafka.transaction_quiet_ms = 0` the open
+    /// transaction commits at the boundary the moment the stream is
+    /// quiet, and not while it is busy.
+    #[test]
+    fn with_no_quiet_wait_a_quiet_stream_commits_at_once() {
+        let start = Instant::now();
+        let mut c = commits_quiet_after(Duration::ZERO);
+        c.batch.record(10, start);
+        assert_eq!(c.wake_at(Some(start), true, true, Lsn(2000)), Some(start));
+        assert_eq!(
+            c.due(Some(start), start, false, true, Some(None), Lsn(2000)),
+            Some(CommitPlan {
+                lsn: Lsn(2000),
+                partial: None
+            })
+        );
+        assert_eq!(c.due(None, start, false, true, Some(None), Lsn(2000)), None);
     }
 
     /// The commit decision at each kind of point: a bound reached at a
