@@ -284,9 +284,13 @@ impl Default for KafkaConfig {
             transaction_max_ms: 100,
             // At a trickle every event is committed as soon as the relay
             // has read everything the server sent (not even a part of a
-            // message left: `ReplicationStream::caught_up`); under load the
-            // stream is never caught up at a boundary for long.
-            transaction_quiet_ms: 0,
+            // message left: `ReplicationStream::caught_up`) and nothing more
+            // came for a moment; under load the stream is never that quiet.
+            // Not zero: 0 measured no lower latency (the commit's own round
+            // trips are the wait, benches/cpu-notes.md's seventeenth round),
+            // and a read that emptied the socket just before the server's
+            // next write would commit a small transaction in a backlog.
+            transaction_quiet_ms: 1,
             transaction_timeout_ms: 0,
             properties: BTreeMap::new(),
         }

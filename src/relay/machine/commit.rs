@@ -212,8 +212,7 @@ fn outlived(opened_at: Option<Instant>, now: Instant, timeout: Duration) -> Opti
 mod tests {
     use super::*;
 
-    /// A `kafka.transaction_quiet_ms` above its default (0: at once), so
-    /// that the wait shows.
+    /// `kafka.transaction_quiet_ms`'s default.
     const QUIET_COMMIT_AFTER: Duration = Duration::from_millis(1);
 
     fn commits() -> Commits {
@@ -339,9 +338,9 @@ mod tests {
         );
     }
 
-    /// With the default `kafka.transaction_quiet_ms = 0` the open
-    /// transaction commits at the boundary the moment the stream is
-    /// quiet, and not while it is busy.
+    /// With `kafka.transaction_quiet_ms = 0` the open transaction commits
+    /// at the boundary the moment the stream is quiet, and not while it is
+    /// busy.
     #[test]
     fn with_no_quiet_wait_a_quiet_stream_commits_at_once() {
         let start = Instant::now();
