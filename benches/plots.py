@@ -99,6 +99,33 @@ def drain_plot(w: dict, title: str, out: Path) -> None:
     plt.close(fig)
 
 
+CURVE_AXES = {"payload": "payload bytes", "topics": "distinct topics (aggregatetypes)",
+              "backlog": "backlog events", "txn": "rows per transaction"}
+
+
+def curve_plot(curve: str, c: dict, out: Path) -> None:
+    """A cost curve: drain events/s, CPU µs/event and peak RSS per point
+    (medians of the runs), each system a line; log axes."""
+    metrics = [("drain_events_per_s", "drain events/s"), ("cpu_us_per_event", "CPU µs/event"),
+               ("peak_rss_mb", "peak RSS (MiB)")]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(15, 4.2), squeeze=False)
+    for ax, (metric, label) in zip(axes[0], metrics):
+        for key in ("relay", "dbz_default"):
+            pts = [(p["x"], statistics.median(r[metric] for r in p[key])) for p in c["points"] if p.get(key)]
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=NAMES[key], color=COLOURS[key])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(CURVE_AXES[curve])
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(f"Cost curve: {CURVE_AXES[curve]} (backlog drains, median of runs)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def main() -> None:
     raw = json.loads(Path(sys.argv[1]).read_text())
     out = Path(sys.argv[2])
@@ -111,6 +138,9 @@ def main() -> None:
         drain_plot(raw["w3"], f"W3: backlog drain rate over time ({raw['w3']['rows']:,} rows, first run)", out / "w3-drain.png")
     if raw.get("w4"):
         drain_plot(raw["w4"], f"W4: one {raw['w4']['rows']:,}-row transaction, drain rate over time", out / "w4-drain.png")
+    for curve, c in (raw.get("curves") or {}).items():
+        if any(p.get("relay") or p.get("dbz_default") for p in c.get("points", [])):
+            curve_plot(curve, c, out / f"curve-{curve}.png")
 
 
 if __name__ == "__main__":

@@ -166,6 +166,159 @@ def write_cpu_share(w, steps: dict, rate: int) -> None:
       "waiting for a CPU).\n")
 
 
+# ---------------------------------------------------------------- cost curves
+
+CURVE_TITLES = {
+    "payload": ("Payload size", "payload"),
+    "topics": ("Distinct topics (aggregatetypes)", "topics"),
+    "backlog": ("Backlog size", "backlog (events)"),
+    "txn": ("Transaction size", "rows per transaction"),
+}
+CURVE_SYSTEMS = ("relay", "dbz_default")
+# A curve is flat for a system when its CPU µs/event and its peak RSS each
+# stay within this factor (max / min) over the points.
+CURVE_FLAT = 1.5
+
+
+def curve_x(curve: str, x: int) -> str:
+    if curve == "payload":
+        for unit, size in (("MB", 1_000_000), ("KB", 1_000)):
+            if x >= size:
+                return f"{x / size:g} {unit}"
+        return f"{x} B"
+    return f"{x:,}"
+
+
+def sig(y: float) -> str:
+    """A figure to about three significant digits."""
+    a = abs(y)
+    return f"{y:,.0f}" if a >= 100 else f"{y:.1f}" if a >= 10 else f"{y:.2f}" if a >= 0.1 else f"{y:.2g}"
+
+
+def fmt_sig(m: dict | None) -> str:
+    """fmt() with about three significant digits."""
+    if m is None:
+        return "n/a"
+    if m["n"] == 1 or m["min"] == m["max"]:
+        return sig(m["median"])
+    return f"{sig(m['median'])} ({sig(m['min'])}–{sig(m['max'])})"
+
+
+def curve_shape(curve: str, vals: list[tuple[int, float]], what: str, unit: str) -> tuple[bool, str]:
+    """Whether `vals` (x, median) is flat (max / min within CURVE_FLAT) and,
+    if not, where it first leaves CURVE_FLAT times the first point's value."""
+    v = lambda y: f"{sig(y)}{unit}"  # noqa: E731
+    lo, hi = min(y for _, y in vals), max(y for _, y in vals)
+    spread = hi / lo if lo > 0 else float("inf")
+    x0, y0 = vals[0]
+    if spread <= CURVE_FLAT:
+        return True, f"{what} flat ({v(lo)} to {v(hi)}, max/min {sig(spread)}×)"
+    for x, y in vals[1:]:
+        if y > CURVE_FLAT * y0 or y < y0 / CURVE_FLAT:
+            xl, yl = vals[-1]
+            then = f", {v(yl)} at {curve_x(curve, xl)}" if xl != x else ""
+            return False, (f"{what} {'rises' if y > y0 else 'falls'} past {CURVE_FLAT:g}× the {curve_x(curve, x0)} "
+                           f"point's at {curve_x(curve, x)} ({v(y0)} → {v(y)}{then}; max/min {sig(spread)}×)")
+    return False, (f"{what} varies {v(lo)} to {v(hi)} (max/min {sig(spread)}×) without leaving {CURVE_FLAT:g}× "
+                   f"the first point's")
+
+
+def write_curves(w, curves: dict, s: dict) -> None:
+    w("## Cost curves: how the cost grows with the work\n")
+    w(f"Each point is a backlog drain of fresh WAL: a new outbox table and publication, one slot per system "
+      f"(and repeat) made before the load, then each system drains it alone, as in W3: the relay "
+      f"(at-least-once, this build) and, where it ran, Debezium with its defaults. Drain events/s = the events counted after the "
+      f"watcher's first poll that saw one, over the time from that poll to the last event on the topic(s); CPU µs/event = the process's CPU from its start to the last event "
+      f"(start-up included, so the JVM's start weighs on Debezium's small points) over the events; peak RSS = "
+      f"VmHWM. {s.get('curve_repeat', 1)} run(s) per point (median, min–max when more). The ratio column is relay ÷ "
+      f"Debezium for drain events/s, CPU µs/event and peak RSS. A system's curve is called flat when its CPU "
+      f"µs/event and peak RSS each stay within {CURVE_FLAT:g}× (max/min) over the points; otherwise the sentence "
+      f"names the first point that leaves {CURVE_FLAT:g}× the first point's value. WAL MiB (load) = the WAL the "
+      f"whole cluster wrote while the point's rows were loaded (other work on a shared cluster included).\n")
+    for curve, (title, xname) in CURVE_TITLES.items():
+        c = curves.get(curve)
+        if not c or not c.get("points"):
+            continue
+        pts = c["points"]
+        w(f"### {title}\n")
+        if curve == "payload":
+            w(f"Payloads padded to each size (jsonb, as in W3), single-row transactions, each point "
+              f"min({c['events']:,} events, {c['bytes'] / 1e6:,.0f} MB / size), at least 100. At every point the "
+              f"topics are made with `max.message.bytes` = {c['topic_max_bytes']:,}, the relay's "
+              f"`kafka.properties` `message.max.bytes` and Debezium's producer `max.request.size` are "
+              f"{c['producer_max_bytes']:,} (defaults refuse a 1 MB record: the relay would dead-letter it). "
+              f"PostgreSQL compresses the padding, so the WAL is much smaller than what is published.\n")
+        elif curve == "topics":
+            most = max(p["x"] for p in pts)
+            w(f"{c['events']:,} events of {s['payload']} B in single-row transactions, the aggregatetype cycling "
+              f"over K values, each routed to its own topic (made before the start, counted together: one "
+              f"ListOffsets request for all of them every max(10, K/20) ms; each drain's topics deleted after it)."
+              + ("" if most >= 10_000 else
+                 " The default stops at 1,000 topics: `BENCH_CURVE_TOPICS=1,10,100,1000,10000` adds 10,000, which "
+                 "takes a few minutes more per system, mostly waiting for the broker to remove the previous "
+                 "drain's 10,000 partitions (it keeps a file open for each until then, and may open 20,000 here).")
+              + "\n")
+        elif curve == "backlog":
+            w(f"Single-row transactions of {s['payload']} B payloads, as W3; Debezium up to "
+              f"{s.get('curve_debezium_max', 0):,} events. Peak RSS should not grow with the backlog.\n")
+        elif curve == "txn":
+            w(f"{c['events']:,} events of {s['payload']} B (or as many as one transaction holds, when more) "
+              f"committed in transactions of the size given.\n")
+        w(f"| {xname} | events | WAL MiB (load) | relay events/s | relay CPU µs/event | relay peak RSS MiB | "
+          f"Debezium events/s | Debezium CPU µs/event | Debezium peak RSS MiB | relay ÷ Debezium (drain / CPU / RSS) |")
+        w("|---|---|---|---|---|---|---|---|---|---|")
+        notes: list[str] = []
+        series: dict[str, list] = {key: [] for key in CURVE_SYSTEMS}
+        for p in pts:
+            cells = []
+            stats = {}
+            for key in CURVE_SYSTEMS:
+                errs = [e for e in p.get("errors", []) if e["system"] == key]
+                if p.get(key):
+                    st = stats[key] = drain_stats(p[key])
+                    series[key].append((p["x"], st))
+                    # Drained within ten of the watcher's polls: timed coarsely.
+                    coarse = any(r.get("drain_secs", 1e9) < 10 * r.get("poll_s", 0.01) for r in p[key])
+                    cells += [fmt(st["rate"]) + (" ⚠" if coarse else ""), fmt_sig(st["cpu"]), fmt(st["rss"], digits=1)]
+                    if coarse:
+                        notes.append(f"⚠ {SYSTEMS[key]} at {curve_x(curve, p['x'])}: drained within ten polls of "
+                                     f"the watcher ({p[key][0].get('poll_s', 0.01) * 1000:g} ms each): its rate is "
+                                     f"coarse; a point of more events times it better")
+                    mark = ""
+                else:
+                    mark = "failed" if errs else "not run"
+                    cells += [mark, "", ""]
+                for e in errs:
+                    notes.append(f"{SYSTEMS[key]} at {curve_x(curve, p['x'])}, run {e['run']}: {e['error']}")
+            if all(k in stats for k in CURVE_SYSTEMS):
+                r, d = stats["relay"], stats["dbz_default"]
+                ratio = " / ".join(f"{sig(r[m]['median'] / d[m]['median'])}×" for m in ("rate", "cpu", "rss"))
+            else:
+                ratio = ""
+            wal = p.get("wal_bytes")
+            w(f"| {curve_x(curve, p['x'])} | {p['rows']:,} | {'' if wal is None else f'{wal / 2**20:,.1f}'} | "
+              + " | ".join(cells) + f" | {ratio} |")
+        w("")
+        for n in notes:
+            w(f"* {n}")
+        if notes:
+            w("")
+        said = []
+        for key in CURVE_SYSTEMS:
+            ser = series[key]
+            if len(ser) < 2:
+                continue
+            flat_cpu, cpu = curve_shape(curve, [(x, st["cpu"]["median"]) for x, st in ser], "CPU/event", " µs")
+            flat_rss, rss = curve_shape(curve, [(x, st["rss"]["median"]) for x, st in ser], "peak RSS", " MiB")
+            (x0, a), (x1, b) = ser[0], ser[-1]
+            span = f"{curve_x(curve, x0)} to {curve_x(curve, x1)}"
+            verdict = "**flat**" if flat_cpu and flat_rss else "**not flat**"
+            said.append(f"{SYSTEMS[key]} is {verdict} from {span}: {cpu}; {rss}; drain "
+                        f"{a['rate']['median']:,.0f} → {b['rate']['median']:,.0f} events/s.")
+        if said:
+            w(" ".join(said) + "\n")
+
+
 def plots(results: dict, py: Path, raw_path: Path) -> list[str]:
     PLOTS.mkdir(exist_ok=True)
     code = BENCHES / "plots.py"
@@ -483,6 +636,10 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             w(f"| {SYSTEMS[key]} | {fmt(best)}{note} | {'; '.join(desc)} |")
         w("")
 
+    # ---------------------------------------------------------------- cost curves
+    if results.get("curves"):
+        write_curves(w, results["curves"], s)
+
     # ---------------------------------------------------------------- cost
     if w3 and w3.get("relay"):
         w("## Cost of the relay\n")
@@ -534,6 +691,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
     w("make bench-quick    # benches/run.py --quick: small sizes, one repeat")
     w("BENCH_REPEAT=5 BENCH_W1_SECS=120 BENCH_W3_ROWS=2000000 benches/run.py   # sizes by environment")
     w("benches/run.py --only w1,w3 --no-debezium                               # a subset")
+    w("BENCH_ONLY=curves benches/run.py                                         # the cost curves alone")
     w("```\n")
     w("It starts its own PostgreSQL and Kafka (`scripts/services up`, stop them with `scripts/services down`), "
       "builds the release binaries, fetches Kafka Connect and Debezium into `benches/debezium/target/libs` with "

@@ -24,6 +24,17 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
   Avro schema of the same shape (W3_AVRO), each draining the same WAL from
   its own slot beside the plain relay (BENCH_CONTRACT=0 leaves both out,
   BENCH_CONTRACT_AVRO=0 the Avro one);
+* cost curves (BENCH_ONLY=curves): how the cost of the relay and of Debezium
+  (defaults) grows with the work, each point a backlog drain of fresh WAL
+  from slots made before the load (drain events/s, CPU µs/event, peak RSS):
+  payload size 100 B -> 1 MB (BENCH_CURVE_PAYLOADS; each point at most
+  BENCH_CURVE_EVENTS events and BENCH_CURVE_BYTES bytes, at least 100
+  events), distinct topics (aggregatetypes) 1 -> 1,000 (BENCH_CURVE_TOPICS;
+  10,000 allowed by it), backlog 10k -> 1M events (BENCH_CURVE_BACKLOGS;
+  Debezium up to BENCH_CURVE_DEBEZIUM_MAX events) and transaction size
+  1 -> 1M rows with BENCH_CURVE_TXN_EVENTS events in all (more for a larger
+  transaction; BENCH_CURVE_TXN_ROWS); BENCH_CURVES picks curves,
+  BENCH_CURVE_REPEAT repeats each point (1);
 * start-up: BENCH_STARTUP_RUNS starts of the relay in each delivery mode
   (and of the baseline build, when given), each on its own slot and fresh
   topics with a small backlog waiting, to the first event on the topic;
@@ -129,6 +140,18 @@ class Settings:
     # (0 = do not wait).
     quiet_cpus: float
     quiet_max_secs: float
+    # Cost curves: which, the points of each, and their sizes.
+    curves: list[str]
+    curve_events: int
+    curve_bytes: int
+    curve_payloads: list[int]
+    curve_topics: list[int]
+    curve_backlogs: list[int]
+    curve_txn_rows: list[int]
+    curve_txn_events: int
+    curve_repeat: int
+    # Debezium drains curve points of at most this many events.
+    curve_debezium_max: int
 
     @staticmethod
     def from_env(quick: bool, only: str | None, no_debezium: bool) -> "Settings":
@@ -151,7 +174,7 @@ class Settings:
             broker_records=env_int("BENCH_BROKER_RECORDS", 100_000 if quick else 1_000_000),
             debezium=not no_debezium and os.environ.get("BENCH_DEBEZIUM", "1") != "0",
             flamegraph=os.environ.get("BENCH_FLAMEGRAPH", "1") != "0",
-            workloads=(only or os.environ.get("BENCH_ONLY") or "ceilings,w1,w2,w3,w4,startup").split(","),
+            workloads=(only or os.environ.get("BENCH_ONLY") or "ceilings,w1,w2,w3,w4,curves,startup").split(","),
             relay_baseline=os.environ.get("BENCH_RELAY_BASELINE", ""),
             relay_linger_ms=os.environ.get("BENCH_RELAY_LINGER_MS", ""),
             startup_runs=env_int("BENCH_STARTUP_RUNS", 5 if quick else 9),
@@ -160,6 +183,18 @@ class Settings:
             and os.environ.get("BENCH_CONTRACT_AVRO", "1") != "0",
             quiet_cpus=env_float("BENCH_QUIET_CPUS", 0),
             quiet_max_secs=env_float("BENCH_QUIET_MAX_SECS", 300),
+            curves=os.environ.get("BENCH_CURVES", ",".join(CURVES)).split(","),
+            curve_events=env_int("BENCH_CURVE_EVENTS", 5_000 if quick else 20_000),
+            curve_bytes=env_int("BENCH_CURVE_BYTES", 50_000_000 if quick else 200_000_000),
+            curve_payloads=env_list("BENCH_CURVE_PAYLOADS", [100, 1_000, 10_000, 100_000, 1_000_000]),
+            curve_topics=env_list("BENCH_CURVE_TOPICS", [1, 10, 100] if quick else [1, 10, 100, 1_000]),
+            curve_backlogs=env_list("BENCH_CURVE_BACKLOGS",
+                                    [10_000, 50_000] if quick else [10_000, 100_000, 1_000_000]),
+            curve_txn_rows=env_list("BENCH_CURVE_TXN_ROWS",
+                                    [1, 100, 10_000, 20_000] if quick else [1, 100, 10_000, 1_000_000]),
+            curve_txn_events=env_int("BENCH_CURVE_TXN_EVENTS", 20_000 if quick else 200_000),
+            curve_repeat=env_int("BENCH_CURVE_REPEAT", 1),
+            curve_debezium_max=env_int("BENCH_CURVE_DEBEZIUM_MAX", 1_000_000),
         )
 
 
@@ -564,7 +599,8 @@ class Relay:
     label = "outbox-relay"
 
     def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, perf_out: Path | None = None,
-                 binary: Path | None = None, exactly_once: bool = False, contract: str | None = None):
+                 binary: Path | None = None, exactly_once: bool = False, contract: str | None = None,
+                 kafka_properties: dict[str, str] | None = None):
         self.env = env
         self.slot = slot
         if binary is not None:
@@ -596,6 +632,9 @@ class Relay:
             self.label = "outbox-relay (Avro registry contract)"
             contracts = (f'[registry]\nurl = "{env.registry()}"\n\n[[contracts]]\naggregatetype = "order"\n'
                          f'type = "OrderPlaced"\nsubject = "{W3_AVRO_SUBJECT}"\n')
+        # librdkafka properties (the cost curves' larger message.max.bytes).
+        if kafka_properties:
+            delivery += "[kafka.properties]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in kafka_properties.items())
         conf = env.work / f"{prefix}.toml"
         conf.write_text(
             f"""[postgres]
@@ -662,7 +701,8 @@ class Debezium:
     """Kafka Connect standalone running Debezium's PostgreSQL connector with
     the outbox event router, producing with acks=all and idempotence."""
 
-    def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, tuned: bool):
+    def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, tuned: bool,
+                 producer_props: dict[str, str] | None = None):
         self.env = env
         self.slot = slot
         self.label = "Debezium (tuned)" if tuned else "Debezium (defaults)"
@@ -671,6 +711,8 @@ class Debezium:
         d.mkdir()
         rest = free_port()
         producer_tuning = "producer.linger.ms=0\n" if tuned else ""
+        # The cost curves' larger max.request.size.
+        producer_tuning += "".join(f"producer.{k}={v}\n" for k, v in (producer_props or {}).items())
         (d / "worker.properties").write_text(
             f"""bootstrap.servers={env.brokers}
 key.converter=org.apache.kafka.connect.storage.StringConverter
@@ -745,14 +787,31 @@ rootLogger.appenderRef.file.ref = file
 # ------------------------------------------------------------------ measuring tools
 
 
-def watch(env: Env, topic: str, expect: int, timeout: float = 1800) -> tuple[subprocess.Popen, Path]:
+def watch(env: Env, topic: str, expect: int, timeout: float = 1800, more_topics: list[str] | None = None,
+          topic_config: dict[str, str] | None = None, interval_ms: int | None = None) -> tuple[subprocess.Popen, Path]:
+    """`outbox-latency watch`: creates the topic (and `more_topics`, with
+    `topic_config`) and writes its record count (their sum) over time."""
     out = env.work / f"watch-{uuid.uuid4().hex[:6]}.txt"
     ready = out.with_suffix(".ready")
+    extra: list[str] = []
+    if more_topics:
+        listing = out.with_suffix(".topics")
+        listing.write_text("".join(t + "\n" for t in more_topics))
+        extra += ["--topics-file", str(listing)]
+    for k, v in (topic_config or {}).items():
+        extra += ["--topic-config", f"{k}={v}"]
+    if interval_ms is not None:
+        extra += ["--interval-ms", str(interval_ms)]
     p = subprocess.Popen(
         [str(env.latency_bin), "watch", "--brokers", env.brokers, "--topic", topic, "--expect", str(expect),
-         "--out", str(out), "--timeout-secs", str(int(timeout)), "--ready-file", str(ready)],
+         "--out", str(out), "--timeout-secs", str(int(timeout)), "--ready-file", str(ready)] + extra,
     )
-    wait_file(ready, 60, p, "watch")
+    # Creating many topics takes the broker a while.
+    try:
+        wait_file(ready, 60 + 0.05 * len(more_topics or []), p, "watch")
+    except RuntimeError:
+        stop(p)
+        raise
     return p, out
 
 
@@ -957,26 +1016,50 @@ def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int) ->
             "budget": spent}
 
 
-def system_drain(env: Env, make_sut, rows: int) -> dict:
-    """Starts a system on a slot holding `rows` events and measures until all are on its topic."""
+def system_drain(env: Env, make_sut, rows: int, topics=None, topic_config: dict[str, str] | None = None,
+                 timeout: float = 1800, interval_ms: int | None = None, stall_secs: float | None = None) -> dict:
+    """Starts a system on a slot holding `rows` events and measures until all are on its topic.
+
+    For the cost curves: `topics(prefix)` names the topics the events go to
+    (counted together; default the one `prefix.order`), made with
+    `topic_config`; `stall_secs`: gives up when the count has not moved for
+    that long (an event dead-lettered would keep it short for ever)."""
     prefix = env.name("drain")
-    topic = f"{prefix}.order"
-    w, out = watch(env, topic, rows)
-    sut = make_sut(prefix)
+    names = topics(prefix) if topics else [f"{prefix}.order"]
+    w, out = watch(env, names[0], rows, timeout, names[1:], topic_config, interval_ms)
+    try:
+        sut = make_sut(prefix)
+    except BaseException:
+        stop(w)
+        raise
     budget = CpuBudget(env, sut.slot)
+    next_check = time.monotonic() + 5
     try:
         while w.poll() is None:
             if not sut.alive():
                 raise RuntimeError(f"{sut.label} exited during the drain; see {sut.log}")
+            if stall_secs is not None and time.monotonic() > next_check:
+                next_check = time.monotonic() + 5
+                try:
+                    pts = read_watch(out) if out.exists() else []
+                except ValueError:  # a line half written: next time
+                    pts = None
+                moved = max([sut.spawned] + [t for t, c in (pts or [])[-1:] if c > 0])
+                if pts is not None and time.time() - moved > stall_secs:
+                    got = pts[-1][1] if pts else 0
+                    raise RuntimeError(f"{sut.label}: {got} of {rows} events on the topic, none for {stall_secs:g} s; "
+                                       f"see {sut.log}")
             time.sleep(0.05)
         done = time.time()
         if w.returncode != 0:
-            raise RuntimeError(f"{sut.label}: drain did not complete; see {sut.log}")
+            raise RuntimeError(f"{sut.label}: drain did not complete (watcher exit {w.returncode}); see {sut.log}")
         cpu = sut.sampler.read()
         spent = budget.finish()
     finally:
         stop(w)
         sut.stop()
+        # Its walsender search ends with the drain, complete or not.
+        budget._stop.set()
     pts = read_watch(out)
     first = next(t for t, c in pts if c > 0)
     last = pts[-1][0]
@@ -1125,6 +1208,206 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
             env.drop_slot(slot)
     env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders")
     return res
+
+
+# ------------------------------------------------------------------ cost curves
+
+# The cost curves, in the order they run: what grows along each.
+CURVES = ("payload", "topics", "backlog", "txn")
+# The payload curve's record limits, at every point of it, so that a 1 MB
+# payload (a record of about 1.0 MB with its headers) is delivered, not
+# refused as too large (the relay would dead-letter it, headers only, and
+# the count on the event topic would stop short): its topics are made with
+# max.message.bytes = CURVE_TOPIC_MAX_BYTES; the relay's librdkafka
+# message.max.bytes and Debezium's producer max.request.size are
+# CURVE_PRODUCER_MAX_BYTES, below the topic's, so whatever either sends fits.
+CURVE_TOPIC_MAX_BYTES = 4 * 2**20
+CURVE_PRODUCER_MAX_BYTES = 2 * 2**20
+# A curve drain gives up when no event arrived for this long (a 1M-row
+# transaction's first event waits for PostgreSQL to decode all of it).
+CURVE_STALL_SECS = 300
+
+
+def curve_topic_names(prefix: str, k: int) -> list[str]:
+    """The topics of `k` distinct aggregatetypes as load_curve writes them:
+    `prefix.order` for one, `prefix.order0` .. `prefix.order{k-1}` otherwise."""
+    return [f"{prefix}.order"] if k == 1 else [f"{prefix}.order{j}" for j in range(k)]
+
+
+def load_curve(env: Env, table: str, rows: int, payload_bytes: int, topics: int, txn_rows: int) -> None:
+    """`rows` outbox rows as load_backlog writes them (the same payload
+    shape, padded to about `payload_bytes`), their aggregatetype cycling
+    over `topics` values, committed `txn_rows` rows to a transaction."""
+    pad = max(payload_bytes - 90, 0)
+    payload = (
+        "jsonb_build_object('n', i, 'aggregate', 'agg-' || (i % 100), 'seq', i / 100 + 1, "
+        f"'total', 42.5, 'pad', repeat('x', {pad}))"
+    )
+    aggregatetype = "'order'" if topics == 1 else f"'order' || (i % {topics})"
+    batches = -(-rows // txn_rows)
+    env.psql_script(f"""DO $$
+BEGIN
+  FOR b IN 0..{batches - 1} LOOP
+    INSERT INTO public.{table} (id, aggregatetype, aggregateid, type, payload)
+    SELECT gen_random_uuid(), {aggregatetype}, 'agg-' || (i % 100), 'OrderPlaced', {payload}
+    FROM generate_series(b * {txn_rows}, least((b + 1) * {txn_rows}, {rows}) - 1) AS i;
+    COMMIT;
+  END LOOP;
+END
+$$;""")
+
+
+def delete_topics(prefix: str, topics: int) -> None:
+    """Deletes a drain's topics (`prefix.*`, about `topics` of them): the
+    curves make many and large ones on a broker that may be shared, whose
+    open files are limited. The controller takes at most 10,000 records a
+    request: more than 5,000 topics go in two halves (by last digit)."""
+    everything = re.escape(prefix) + r"\..*"
+    patterns = [everything] if topics <= 5000 else [everything + "[0-4]", everything + "[^0-4]"]
+    for pattern in patterns:
+        r = run([str(ROOT / "scripts/services"), "topics", "--delete", "--if-exists", "--topic", pattern],
+                check=False, capture_output=True)
+        if r.returncode != 0:
+            log(f"deleting topics {pattern}: {(r.stdout + r.stderr).strip()[-300:]}")
+
+
+def wait_broker_files(topics: int, max_secs: float = 1800) -> None:
+    """Waits until the broker can open a file for each of `topics` new
+    partitions and 2,000 more within its open-file limit. It holds one per
+    partition, and a deleted topic's until its files are removed
+    (file.delete.delay.ms, one minute, then a few dozen a second here):
+    two 10,000-topic drains in a row would otherwise take it past its
+    limit (20,000 here) and stop it."""
+    pid_file = ROOT / ".services" / "kafka.pid"
+    if topics < 100 or not pid_file.exists():
+        return
+    pid = int(pid_file.read_text())
+    try:
+        limit = next(int(line.split()[3]) for line in open(f"/proc/{pid}/limits") if line.startswith("Max open files"))
+    except (OSError, StopIteration, ValueError):
+        return
+    t0 = time.monotonic()
+    while True:
+        try:
+            used = len(os.listdir(f"/proc/{pid}/fd"))
+        except OSError:
+            return
+        if used + topics + 2000 <= limit:
+            if time.monotonic() - t0 > 5:
+                log(f"the broker holds {used:,} open files: room after {time.monotonic() - t0:.0f} s")
+            return
+        if time.monotonic() - t0 > max_secs:
+            raise RuntimeError(f"the broker holds {used:,} of its {limit:,} open files: no room for {topics:,} "
+                               f"more topics after {max_secs:g} s")
+        if time.monotonic() - t0 < 5:
+            log(f"the broker holds {used:,} of its {limit:,} open files: waiting for room for {topics:,} topics")
+        time.sleep(5)
+
+
+def curve_point(env: Env, name: str, x: int, rows: int, payload_bytes: int, topics: int, txn_rows: int,
+                big_records: bool, debezium: bool) -> dict:
+    """One point of a cost curve: a fresh outbox and a slot per system and
+    repeat, made before the load; then each system drains the same WAL."""
+    s = env.s
+    table, pub = env.create_outbox()
+    keys = ["relay"] + (["dbz_default"] if debezium else [])
+    slots = {key: [env.create_slot() for _ in range(s.curve_repeat)] for key in keys}
+    what = (f"{rows:,} events of {payload_bytes:,} B, {topics:,} topic(s), "
+            f"{txn_rows:,} row(s) a transaction")
+    log(f"curve {name} = {x:,}: loading {what}")
+    t0 = time.time()
+    lsn0 = env.sql("SELECT pg_current_wal_insert_lsn()")
+    load_curve(env, table, rows, payload_bytes, topics, txn_rows)
+    wal = int(env.sql(f"SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '{lsn0}')::bigint"))
+    point: dict = {"x": x, "rows": rows, "payload_bytes": payload_bytes, "topics": topics, "txn_rows": txn_rows,
+                   "load_s": time.time() - t0, "wal_bytes": wal, "relay": [], "dbz_default": [], "errors": []}
+    log(f"curve {name} = {x:,}: loaded in {point['load_s']:.1f} s, {wal / 2**20:,.1f} MiB of WAL")
+    relay_props = {"message.max.bytes": str(CURVE_PRODUCER_MAX_BYTES)} if big_records else None
+    dbz_props = {"max.request.size": str(CURVE_PRODUCER_MAX_BYTES)} if big_records else None
+    topic_config = {"max.message.bytes": str(CURVE_TOPIC_MAX_BYTES)} if big_records else None
+    # Watching many topics: one ListOffsets request for all of them every
+    # `interval` ms, no more often than the broker answers it lightly.
+    interval = max(10, topics // 20)
+    # Generous: a stalled drain ends after CURVE_STALL_SECS anyway.
+    timeout = 900 + rows / 200
+    try:
+        for i in range(s.curve_repeat):
+            for key in keys:
+                prefixes: list[str] = []
+
+                def names(prefix: str) -> list[str]:
+                    prefixes.append(prefix)
+                    return curve_topic_names(prefix, topics)
+
+                if key == "relay":
+                    make = lambda p: Relay(env, table, pub, slots[key][i], p, kafka_properties=relay_props)  # noqa: E731
+                else:
+                    make = lambda p: Debezium(env, table, pub, slots[key][i], p, False, producer_props=dbz_props)  # noqa: E731
+                try:
+                    wait_broker_files(topics)
+                    r = system_drain(env, make, rows, names, topic_config, timeout, interval, CURVE_STALL_SECS)
+                except RuntimeError as e:
+                    log(f"curve {name} = {x:,} run {i + 1}: {key} failed: {e}")
+                    point["errors"].append({"system": key, "run": i + 1, "error": str(e)})
+                    continue
+                finally:
+                    for prefix in prefixes:
+                        delete_topics(prefix, topics)
+                # The drain rate over the events counted after the first
+                # poll that saw one (for a small point the first poll may
+                # already see many); all in one poll: at least rows per poll
+                # interval (the report marks a point drained within ten polls).
+                first_count = next(c for _, c in r["curve"] if c > 0)
+                r["delivered"] = r["curve"][-1][1]
+                r["drain_secs"] = r["curve"][-1][0]
+                r["poll_s"] = interval / 1000
+                del r["curve"]
+                if r["drain_secs"] >= r["poll_s"] and rows > first_count:
+                    r["drain_events_per_s"] = (rows - first_count) / r["drain_secs"]
+                else:
+                    r["drain_events_per_s"] = rows / r["poll_s"]
+                point[key].append(r)
+                log(f"curve {name} = {x:,} run {i + 1}: {r['system']} {r['drain_events_per_s']:,.0f} events/s, "
+                    f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB, "
+                    f"{r['delivered']:,} of {rows:,} delivered")
+    finally:
+        for group in slots.values():
+            for slot in group:
+                env.drop_slot(slot)
+        env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders")
+    return point
+
+
+def curves_workload(env: Env, out: dict, save) -> None:
+    """How the cost grows with the work: BENCH_CURVES of payload size,
+    distinct topics, backlog size and transaction size, each point a
+    backlog drain (curve_point) by the relay (at-least-once, this build)
+    and Debezium (defaults) beside it; written into `out` point by point
+    (and saved), so that a run cut short keeps what it measured."""
+    s = env.s
+    for curve in s.curves:
+        if curve == "payload":
+            meta = {"x_label": "payload bytes", "events": s.curve_events, "bytes": s.curve_bytes,
+                    "topic_max_bytes": CURVE_TOPIC_MAX_BYTES, "producer_max_bytes": CURVE_PRODUCER_MAX_BYTES}
+            points = [(size, max(100, min(s.curve_events, s.curve_bytes // size)), size, 1, 1) for size in
+                      s.curve_payloads]
+        elif curve == "topics":
+            meta = {"x_label": "distinct topics", "events": s.curve_events}
+            points = [(k, s.curve_events, s.payload, k, 1) for k in s.curve_topics]
+        elif curve == "backlog":
+            meta = {"x_label": "backlog events"}
+            points = [(n, n, s.payload, 1, 1) for n in s.curve_backlogs]
+        elif curve == "txn":
+            meta = {"x_label": "rows per transaction", "events": s.curve_txn_events}
+            points = [(r, max(s.curve_txn_events, r), s.payload, 1, r) for r in s.curve_txn_rows]
+        else:
+            raise ValueError(f"BENCH_CURVES: unknown curve {curve!r} (one of {', '.join(CURVES)})")
+        res = out[curve] = {**meta, "points": []}
+        for x, rows, payload_bytes, topics, txn_rows in points:
+            dbz = s.debezium and rows <= s.curve_debezium_max
+            res["points"].append(curve_point(env, curve, x, rows, payload_bytes, topics, txn_rows,
+                                             curve == "payload", dbz))
+            save()
 
 
 STARTUP_ROWS = 100
@@ -1349,7 +1632,7 @@ def machine(env: "Env") -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes, one repeat")
-    ap.add_argument("--only", help="comma list of ceilings,w1,w2,w3,w4,startup")
+    ap.add_argument("--only", help="comma list of ceilings,w1,w2,w3,w4,curves,startup")
     ap.add_argument("--no-debezium", action="store_true")
     ap.add_argument("--report-only", help="re-render RESULTS.md from a raw JSON file")
     args = ap.parse_args()
@@ -1394,6 +1677,9 @@ def main() -> None:
             save()
         if "w2" in s.workloads:
             results["w2"] = w2(env)
+            save()
+        if "curves" in s.workloads:
+            curves_workload(env, results.setdefault("curves", {}), save)
             save()
         if "startup" in s.workloads:
             results["startup"] = startup_workload(env)

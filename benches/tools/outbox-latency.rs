@@ -13,7 +13,9 @@
 //!   open-loop rate with the same record size, writing the same timing file
 //!   (the "commit-returned" time is when `send` returned).
 //! * `watch`: polls a topic's high watermarks and writes the record count
-//!   over time, for drain rates and time to first event.
+//!   over time, for drain rates and time to first event; with
+//!   `--topics-file`, the sum over many topics (one ListOffsets request per
+//!   poll), and with `--topic-config`, topics created with those settings.
 //!
 //! Timing file layout (written by `outbox-loadgen --timing-file` and by
 //! `produce`): little-endian u64s: magic `OBLTIME1`, run start (Unix ns),
@@ -89,6 +91,13 @@ enum Cmd {
         brokers: String,
         #[arg(long)]
         topic: String,
+        /// More topics, one a line, counted together with --topic (the sum).
+        #[arg(long)]
+        topics_file: Option<PathBuf>,
+        /// A setting (KEY=VALUE, e.g. max.message.bytes=2000000) of the
+        /// topics this creates; repeatable.
+        #[arg(long)]
+        topic_config: Vec<String>,
         #[arg(long)]
         expect: i64,
         #[arg(long)]
@@ -149,6 +158,8 @@ fn main() -> anyhow::Result<()> {
         Cmd::Watch {
             brokers,
             topic,
+            topics_file,
+            topic_config,
             expect,
             out,
             interval_ms,
@@ -157,6 +168,8 @@ fn main() -> anyhow::Result<()> {
         } => watch(
             &brokers,
             &topic,
+            topics_file.as_deref(),
+            &topic_config,
             expect,
             &out,
             Duration::from_millis(interval_ms),
@@ -411,6 +424,16 @@ fn report(timing: &Timing, arrivals: &Arrivals) -> anyhow::Result<()> {
 }
 
 fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
+    create_topics(brokers, &[topic.to_owned()], &[])
+}
+
+/// Creates `topics` (one partition each, `config` their settings), a
+/// thousand to a request; those that exist are left as they are.
+fn create_topics(
+    brokers: &str,
+    topics: &[String],
+    config: &[(String, String)],
+) -> anyhow::Result<()> {
     let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()
@@ -418,17 +441,63 @@ fn create_topic(brokers: &str, topic: &str) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let res = rt.block_on(admin.create_topics(
-        &[NewTopic::new(topic, 1, TopicReplication::Fixed(1))],
-        &AdminOptions::new().operation_timeout(Some(Duration::from_secs(30))),
-    ))?;
-    for r in res {
-        match r {
-            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-            Err((t, e)) => bail!("creating topic {t}: {e}"),
+    for chunk in topics.chunks(1000) {
+        let new: Vec<NewTopic> = chunk
+            .iter()
+            .map(|t| {
+                config.iter().fold(
+                    NewTopic::new(t, 1, TopicReplication::Fixed(1)),
+                    |n, (k, v)| n.set(k, v),
+                )
+            })
+            .collect();
+        let res = rt.block_on(admin.create_topics(
+            &new,
+            &AdminOptions::new().operation_timeout(Some(Duration::from_secs(120))),
+        ))?;
+        for r in res {
+            match r {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((t, e)) => bail!("creating topic {t}: {e}"),
+            }
         }
     }
     Ok(())
+}
+
+/// Every partition of `topics`, at the end, for one ListOffsets request
+/// per count; waits for all their metadata.
+fn partitions_of(consumer: &BaseConsumer, topics: &[String]) -> anyhow::Result<TopicPartitionList> {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let md = consumer.fetch_metadata(None, Duration::from_secs(60))?;
+        let known: std::collections::HashMap<&str, Vec<i32>> = md
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| (t.name(), t.partitions().iter().map(|p| p.id()).collect()))
+            .collect();
+        if topics.iter().all(|t| known.contains_key(t.as_str())) {
+            let mut tpl = TopicPartitionList::new();
+            for t in topics {
+                for p in &known[t.as_str()] {
+                    tpl.add_partition_offset(t, *p, Offset::End)?;
+                }
+            }
+            return Ok(tpl);
+        }
+        if Instant::now() >= deadline {
+            let seen = topics
+                .iter()
+                .filter(|t| known.contains_key(t.as_str()))
+                .count();
+            bail!(
+                "{seen} of {} topics have metadata after 300 s",
+                topics.len()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Partitions of `topic` and their high watermarks, waiting for the topic's
@@ -640,26 +709,75 @@ fn produce(
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn watch(
     brokers: &str,
     topic: &str,
+    topics_file: Option<&Path>,
+    topic_config: &[String],
     expect: i64,
     out: &Path,
     interval: Duration,
     timeout: Duration,
     ready_file: Option<&Path>,
 ) -> anyhow::Result<()> {
-    create_topic(brokers, topic)?;
+    let mut topics = vec![topic.to_owned()];
+    if let Some(file) = topics_file {
+        let more = std::fs::read_to_string(file).context("--topics-file")?;
+        topics.extend(
+            more.lines()
+                .map(str::trim)
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    let config = topic_config
+        .iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => Ok((k.to_owned(), v.to_owned())),
+            None => bail!("--topic-config {kv:?}: KEY=VALUE"),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    create_topics(brokers, &topics, &config)?;
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()
         .context("watch client")?;
-    let partitions: Vec<i32> = watermarks(&consumer, topic)?
-        .iter()
-        .map(|(p, _)| *p)
-        .collect();
+    // One topic: its partitions' watermarks, one request each. Many: one
+    // ListOffsets request (latest, at the client's isolation level as for
+    // the watermarks) for all their partitions.
+    let (partitions, all) = if topics.len() == 1 {
+        let partitions: Vec<i32> = watermarks(&consumer, topic)?
+            .iter()
+            .map(|(p, _)| *p)
+            .collect();
+        (partitions, None)
+    } else {
+        (Vec::new(), Some(partitions_of(&consumer, &topics)?))
+    };
     let count_now = || -> anyhow::Result<i64> {
         let mut sum = 0;
+        if let Some(all) = &all {
+            // Topics just made answer "not leader" for a moment: asked again
+            // (quietly) for up to a minute.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let ends = loop {
+                match consumer.offsets_for_times(all.clone(), Duration::from_secs(60)) {
+                    Ok(ends) => break ends,
+                    Err(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            };
+            for e in ends.elements() {
+                match e.offset() {
+                    Offset::Offset(o) => sum += o,
+                    other => bail!("{}/{}: no end offset ({other:?})", e.topic(), e.partition()),
+                }
+            }
+            return Ok(sum);
+        }
         for p in &partitions {
             sum += consumer
                 .fetch_watermarks(topic, *p, Duration::from_secs(10))?
