@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::pace::{BUFFERED_ITEMS_PER_WAKE, NUDGE_AFTER_PAUSE, NUDGE_AT_MOST_EVERY};
+use super::pace::{BUFFERED_ITEMS_PER_WAKE, NUDGE_AFTER_PAUSE};
 use super::*;
 use crate::contracts::{Contracts, Schema};
 use crate::envelope::{ContentMode, EnvelopeSettings};
@@ -1280,9 +1280,7 @@ fn exactly_once_takes_one_item_per_wake_up() {
 /// queueing, nothing more is coming to batch them with), once for those
 /// records; not for WAL that came without a pause, nor while older records
 /// wait (events arrive faster than the broker answers: the linger batches
-/// them), and at most once per [`NUDGE_AT_MOST_EVERY`]: a nudge that bound
-/// holds back is due, and woken for, when it allows. Exactly-once never
-/// nudges: it commits.
+/// them). Exactly-once never nudges: it commits.
 #[test]
 fn a_quiet_stream_nudges_the_producer_after_a_pause_when_nothing_older_waits() {
     let settings = settings(100);
@@ -1323,14 +1321,7 @@ fn a_quiet_stream_nudges_the_producer_after_a_pause_when_nothing_older_waits() {
             machine.on_report(report, &mut producer).unwrap();
         }
     }
-    // b and c were never nudged for, but the last nudge was only a
-    // moment ago: held back, and made once the rate bound allows.
-    assert!(!machine.nudge_due(), "the last nudge was a moment ago");
-    let allowed = after_pause + NUDGE_AT_MOST_EVERY;
-    assert_eq!(machine.nudge_wake_at(), Some(allowed));
-    machine.set_time(allowed);
     assert!(machine.nudge_due(), "b and c were never nudged for");
-    assert_eq!(machine.nudge_wake_at(), None, "nudged: nothing to wake for");
     drop(machine);
     let (mut eos, mut producer) = fed_machine(&settings, &mut refusals, Some(None), &[]);
     eos.stream_quiet(t0);

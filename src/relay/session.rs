@@ -196,7 +196,6 @@ impl<'a> Session<'a> {
             let stop_deadline = self.machine.stop_deadline().map(Instant::from_std);
             let can_read = self.machine.can_read();
             let commit_at = self.machine.commit_wake_at().map(Instant::from_std);
-            let nudge_at = self.machine.nudge_wake_at().map(Instant::from_std);
             self.machine.set_time(std::time::Instant::now());
             tokio::select! {
                 biased;
@@ -281,13 +280,6 @@ impl<'a> Session<'a> {
                 // (A disabled branch's expression is still evaluated: any
                 // instant at hand, rather than reading the clock every turn.)
                 () = tokio::time::sleep_until(commit_at.unwrap_or(status_due)), if commit_at.is_some() => {}
-                // At-least-once: a nudge held back by its rate bound (pace.rs).
-                () = tokio::time::sleep_until(nudge_at.unwrap_or(status_due)), if nudge_at.is_some() => {
-                    self.machine.set_time(std::time::Instant::now());
-                    if self.machine.nudge_due() {
-                        self.sink.nudge();
-                    }
-                }
                 _ = heartbeat_tick.tick(), if heartbeat_every.is_some() => {
                     let running = heartbeat.as_ref().is_some_and(|t| !t.is_finished());
                     let interval = heartbeat_every.unwrap_or_default();

@@ -27,13 +27,6 @@ pub const BUFFERED_ITEMS_PER_WAKE: usize = 64;
 /// median at 1,000/s: benches/cpu-notes.md, sixteenth round.)
 pub const NUDGE_AFTER_PAUSE: Duration = Duration::from_millis(1);
 
-/// At-least-once: at most one nudge this often. At a steady 5,000 events/s
-/// pauses of [`NUDGE_AFTER_PAUSE`] still come often, and a nudge after each
-/// sent small requests the linger would have batched (the broker's CPU
-/// doubled). A nudge this holds back is made when it allows, if nothing
-/// arrived meanwhile: the records wait at most this long, not the linger.
-pub const NUDGE_AT_MOST_EVERY: Duration = Duration::from_millis(2);
-
 /// The pace state the machine keeps beside its delivery state.
 #[derive(Debug)]
 pub(super) struct Pace {
@@ -54,8 +47,6 @@ pub(super) struct Pace {
     quiet_since: Option<Instant>,
     /// At-least-once: WAL arrived after a pause since the last nudge.
     after_pause: bool,
-    /// At-least-once: when the producer was last nudged.
-    last_nudge: Option<Instant>,
 }
 
 impl Pace {
@@ -73,7 +64,6 @@ impl Pace {
             unnudged: 0,
             quiet_since: None,
             after_pause: false,
-            last_nudge: None,
         }
     }
 }
@@ -98,50 +88,24 @@ impl SessionMachine<'_> {
         }
     }
 
-    /// At-least-once: whether the producer should send what it holds now
-    /// instead of after its `linger.ms`: the stream is quiet, WAL arrived
-    /// after a pause since the last nudge, records went to the producer
-    /// since, and none older still waits for the broker (then nothing is
-    /// queueing). When older ones wait, events arrive faster than the
-    /// broker answers, and the linger batches them.
-    fn nudge_wanted(&self) -> bool {
-        self.commits.is_none()
+    /// At-least-once, asked when the stream is quiet: whether to nudge the
+    /// producer into sending what it holds now instead of after its
+    /// `linger.ms`. Yes when WAL arrived after a pause since the last nudge,
+    /// records went to the producer since, and none older still waits for
+    /// the broker (then nothing is queueing). When older ones wait, events
+    /// arrive faster than the broker answers, and the linger batches them.
+    /// Counts the nudge as done.
+    pub fn nudge_due(&mut self) -> bool {
+        let due = self.commits.is_none()
             && self.pace.quiet_since.is_some()
             && self.pace.after_pause
             && self.pace.unnudged > 0
-            && self.pending_events() <= self.pace.unnudged
-    }
-
-    /// Asked when the stream is quiet and at [`SessionMachine::nudge_wake_at`]:
-    /// whether to nudge the producer now (wanted, and the last nudge was
-    /// [`NUDGE_AT_MOST_EVERY`] ago or more). Counts the nudge as done.
-    pub fn nudge_due(&mut self) -> bool {
-        let now = self.pace.now;
-        let due = self.nudge_wanted()
-            && self
-                .pace
-                .last_nudge
-                .is_none_or(|at| now.saturating_duration_since(at) >= NUDGE_AT_MOST_EVERY);
+            && self.pending_events() <= self.pace.unnudged;
         if due {
             self.pace.unnudged = 0;
             self.pace.after_pause = false;
-            self.pace.last_nudge = Some(now);
         }
         due
-    }
-
-    /// When the session must wake to nudge the producer: a nudge is wanted
-    /// and was held back by [`NUDGE_AT_MOST_EVERY`] (or became wanted since
-    /// the stream went quiet, once older records were acknowledged).
-    pub fn nudge_wake_at(&self) -> Option<Instant> {
-        if !self.nudge_wanted() {
-            return None;
-        }
-        Some(
-            self.pace
-                .last_nudge
-                .map_or(self.pace.now, |at| at + NUDGE_AT_MOST_EVERY),
-        )
     }
 
     /// The shell's clock, told before each turn: the machine reads no
