@@ -974,12 +974,18 @@ def ceiling_broker(env: Env) -> list[dict]:
     return out
 
 
-def load_backlog(env: Env, table: str, rows: int, one_txn: bool) -> None:
-    pad = max(env.s.payload - 90, 0)
-    payload = (
+def payload_sql(payload_bytes: int) -> str:
+    """The SQL of the n-th backlog payload (`i`), padded to about
+    `payload_bytes`: what every backlog and curve loads."""
+    pad = max(payload_bytes - 90, 0)
+    return (
         "jsonb_build_object('n', i, 'aggregate', 'agg-' || (i % 100), 'seq', i / 100 + 1, "
         f"'total', 42.5, 'pad', repeat('x', {pad}))"
     )
+
+
+def load_backlog(env: Env, table: str, rows: int, one_txn: bool) -> None:
+    payload = payload_sql(env.s.payload)
     if one_txn:
         script = f"""INSERT INTO public.{table} (id, aggregatetype, aggregateid, type, payload)
 SELECT gen_random_uuid(), 'order', 'agg-' || (i % 100), 'OrderPlaced', {payload}
@@ -1238,11 +1244,7 @@ def load_curve(env: Env, table: str, rows: int, payload_bytes: int, topics: int,
     """`rows` outbox rows as load_backlog writes them (the same payload
     shape, padded to about `payload_bytes`), their aggregatetype cycling
     over `topics` values, committed `txn_rows` rows to a transaction."""
-    pad = max(payload_bytes - 90, 0)
-    payload = (
-        "jsonb_build_object('n', i, 'aggregate', 'agg-' || (i % 100), 'seq', i / 100 + 1, "
-        f"'total', 42.5, 'pad', repeat('x', {pad}))"
-    )
+    payload = payload_sql(payload_bytes)
     aggregatetype = "'order'" if topics == 1 else f"'order' || (i % {topics})"
     batches = -(-rows // txn_rows)
     env.psql_script(f"""DO $$
