@@ -52,6 +52,23 @@ def verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("**met**" if ok else "**not met**")
 
 
+def at_most(value: float, limit: float, unit: str, digits: int = 2) -> tuple[str, bool]:
+    """A "≤ limit" target's measured text and verdict: the value, and when
+    it misses, by how much (absolute and as a share of the limit)."""
+    text = f"{value:.{digits}f} {unit}"
+    if value > limit:
+        text += f"; short by {value - limit:.{digits}f} {unit} ({(value - limit) / limit * 100:.0f} % over)"
+    return text, value <= limit
+
+
+def at_least(value: float, limit: float, unit: str, digits: int = 2) -> tuple[str, bool]:
+    """The same for a "≥ limit" target."""
+    text = f"{value:.{digits}f}{unit}"
+    if value < limit:
+        text += f"; short by {limit - value:.{digits}f}{unit} ({(limit - value) / limit * 100:.0f} % under)"
+    return text, value >= limit
+
+
 def drain_stats(runs: list[dict]) -> dict:
     return {
         "rate": mmm([r["drain_events_per_s"] for r in runs]),
@@ -110,6 +127,46 @@ def write_budget(w, wl: dict, name: str) -> dict | None:
 def lat(runs: list[dict], key: str, part: str = "commit_to_consume") -> dict | None:
     vals = [(r.get(part) or {}).get(key) for r in runs]
     return mmm([v / 1000 for v in vals if v is not None])
+
+
+def reached_rate(runs: list[dict], rate: int) -> tuple[bool, str]:
+    """Whether a W1 step's writer kept its schedule (≥ 95 % of the rate),
+    and the note a target measured in a step that did not carries."""
+    reached = (mmm([r.get("commit_rate") for r in runs]) or {"median": 0})["median"]
+    if reached >= 0.95 * rate:
+        return True, ""
+    return False, f" (writer reached only {reached:,.0f}/s: {rate:,}/s not achieved, not judged)"
+
+
+def w1_latency_targets(get, rates: list[int]) -> list[tuple[str, str, bool | None]]:
+    """The low-rate latency targets (commit-to-consume at 1,000/s, both
+    delivery modes) and "never worse than Debezium tuned" at every W1 rate,
+    by medians of p50 and p99."""
+    out: list[tuple[str, str, bool | None]] = []
+    for key, mode, p50_max, p99_max in (("relay", "at-least-once", 1.5, 5), ("relay_eos", "exactly-once", 5, 15)):
+        runs = get(key, 1000)
+        if not runs:
+            continue
+        judged, note = reached_rate(runs, 1000)
+        for q, limit in (("p50", p50_max), ("p99", p99_max)):
+            text, ok = at_most(lat(runs, f"{q}_us")["median"], limit, "ms")
+            out.append((f"W1 at 1k/s, {mode}: {q} ≤ {limit:g} ms", text + note, ok if judged else None))
+    worse = []
+    compared = []
+    for rate in rates:
+        relay, tuned = get("relay", rate), get("dbz_tuned", rate)
+        if not (relay and tuned):
+            continue
+        for q in ("p50", "p99"):
+            r, d = lat(relay, f"{q}_us")["median"], lat(tuned, f"{q}_us")["median"]
+            compared.append(f"{rate:,}/s {q} {r:.2f} vs {d:.2f}")
+            if r > d:
+                worse.append(f"{rate:,}/s {q} by {r - d:.2f} ms")
+    if compared:
+        out.append(("W1 never worse than Debezium tuned (p50 and p99 at every rate)",
+                    "; ".join(compared) + " ms" + (f"; worse at {', '.join(worse)}" if worse else ""),
+                    not worse))
+    return out
 
 
 # W1's kinds of step, in the order its tables list them.
@@ -330,6 +387,49 @@ def plots(results: dict, py: Path, raw_path: Path) -> list[str]:
     return sorted(p.name for p in PLOTS.glob("*.png"))
 
 
+def write_ratios(w, results: dict) -> None:
+    """One table of relay ÷ Debezium, each measured side by side in this
+    run: latency at every W1 rate (below 1 the relay is faster), the
+    highest W2 rate sustained, and the W3 and W4 drains (above 1 the relay
+    is faster), with CPU per event and peak RSS where both were measured."""
+    rows = []
+    w1 = results.get("w1") or {}
+    get = lambda key, rate: w1.get(key, {}).get(str(rate)) or w1.get(key, {}).get(rate)  # noqa: E731
+    for rate in sorted({int(r) for k in w1 for r in w1[k]}):
+        relay = get("relay", rate)
+        for key in ("dbz_tuned", "dbz_default"):
+            dbz = get(key, rate)
+            if relay and dbz:
+                p50 = lat(relay, "p50_us")["median"] / lat(dbz, "p50_us")["median"]
+                p99 = lat(relay, "p99_us")["median"] / lat(dbz, "p99_us")["median"]
+                rows.append((f"W1 at {rate:,}/s, latency", SYSTEMS[key], f"p50 {p50:.2f}, p99 {p99:.2f}", "lower is better"))
+    w2 = results.get("w2") or {}
+    for key in ("dbz_tuned", "dbz_default"):
+        if w2.get("relay") and w2.get(key):
+            r = mmm([x["max_sustained"] for x in w2["relay"]])["median"] / mmm([x["max_sustained"] for x in w2[key]])["median"]
+            rows.append(("W2 max sustained rate", SYSTEMS[key], f"{r:.2f}", "higher is better"))
+    for name in ("w3", "w4"):
+        wl = results.get(name) or {}
+        for key in ("dbz_tuned", "dbz_default"):
+            if wl.get("relay") and wl.get(key):
+                a, b = drain_stats(wl["relay"]), drain_stats(wl[key])
+                rows.append((f"{name.upper()} drain", SYSTEMS[key],
+                             f"drain {a['rate']['median'] / b['rate']['median']:.2f}, CPU/event "
+                             f"{a['cpu']['median'] / b['cpu']['median']:.2f}, peak RSS "
+                             f"{a['rss']['median'] / b['rss']['median']:.2f}",
+                             "drain higher, CPU and RSS lower is better"))
+    if not rows:
+        return
+    w("## Relay ÷ Debezium, side by side\n")
+    w("Every ratio is of medians measured in this run, the two systems one after the other on the same "
+      "machine, load and WAL.\n")
+    w("| workload | against | outbox-relay ÷ Debezium | reading |")
+    w("|---|---|---|---|")
+    for row in rows:
+        w("| " + " | ".join(row) + " |")
+    w("")
+
+
 def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
     if raw_path is None:
         raw_path = BENCHES / "results" / "latest.json"
@@ -459,6 +559,16 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         if relay:
             c = relay["cpu"]["median"]
             targets.append(("relay CPU ≤ 5 µs/event in W3", f"{c:.2f} µs/event", c <= 5))
+            targets.append(("relay CPU ≤ 2.5 µs/event in W3", *at_most(c, 2.5, "µs/event")))
+            recv_cpu = mmm([r["cpu_s"] / w3["rows"] * 1e6 for r in w3["recv"]])
+            if recv_cpu:
+                ratio = c / recv_cpu["median"]
+                targets.append(("relay CPU ≤ 0.5 × `pg_recvlogical`'s CPU per event in W3",
+                                at_most(ratio, 0.5, "×")[0] + f" ({c:.2f} vs {recv_cpu['median']:.2f} µs/event)",
+                                ratio <= 0.5))
+            if stats.get("relay_eos"):
+                r = stats["relay_eos"]["rate"]["median"] / relay["rate"]["median"]
+                targets.append(("exactly-once drain ≥ 0.9 × at-least-once (W3)", *at_least(r, 0.9, " ×")))
             targets.extend(contract_targets)
             st = relay["startup"]["median"]
             if not results.get("startup"):
@@ -571,7 +681,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
                 b50 = lat(broker5, "p50_us")["median"]
                 ok = p99 - b99 <= 5 and p50 - b50 <= 5
                 targets.append(("W1 at 5k/s within 5 ms of the broker alone",
-                                f"p50 +{p50 - b50:.2f} ms, p99 +{p99 - b99:.2f} ms over the broker alone{note}",
+                                f"p50 {p50 - b50:+.2f} ms, p99 {p99 - b99:+.2f} ms over the broker alone{note}",
                                 ok if judged else None))
             w("What the relay adds at 5k/s (medians): ")
             if pg5:
@@ -604,7 +714,10 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             rss5 = mmm([r["max_rss_mb"] for r in relay5])
             cpu5 = mmm([r["cpu_s"] / max(r["measured"], 1) * 1e6 for r in relay5])
             w(f"Relay at a steady 5k/s: peak RSS {fmt(rss5, digits=1)} MiB, CPU {fmt(cpu5, digits=2)} µs/event.\n")
+            text, ok = at_most(cpu5["median"], 8, "µs/event")
+            targets.append(("relay CPU ≤ 8 µs/event at a steady 5k/s (W1)", text + note, ok if judged else None))
         write_cpu_share(w, {key: get(key, 5000) for key in W1_STEPS}, 5000)
+        targets.extend(w1_latency_targets(get, rates))
         linger = s.get("relay_linger_ms") or ""
         relay_linger = f"linger_ms = {linger} (BENCH_RELAY_LINGER_MS)" if linger else "its defaults (linger_ms = 5)"
         w(f"The relay runs with {relay_linger}; the broker-alone producer uses the same "
@@ -652,6 +765,8 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         if w4 and w4.get("relay"):
             rss_vals.append(drain_stats(w4["relay"])["rss"]["max"])
         targets.append(("peak RSS ≤ 64 MB (W1, W3, W4)", f"{max(rss_vals):.1f} MiB at most", max(rss_vals) <= 64 * 1e6 / 2**20))
+
+    write_ratios(w, results)
 
     # ---------------------------------------------------------------- targets
     w("## Targets\n")
