@@ -387,6 +387,28 @@ def plots(results: dict, py: Path, raw_path: Path) -> list[str]:
     return sorted(p.name for p in PLOTS.glob("*.png"))
 
 
+def writer_bound(runs: list[dict]) -> str:
+    """When every run's first unsustained step failed because the writer
+    itself fell short of the rate (not the relay's latency or losses), the
+    relay's figure is a floor: say so, with what the writer reached."""
+    reached = []
+    for run in runs:
+        failed = [st for st in run.get("steps", []) if not st.get("sustained", True)]
+        if not failed:
+            return ""
+        st = failed[0]
+        rate = st.get("rate") or 0
+        if not rate or st.get("commit_rate", rate) >= 0.95 * rate or st.get("lost"):
+            return ""
+        reached.append((rate, st["commit_rate"]))
+    if not reached:
+        return ""
+    rate = reached[0][0]
+    top = max(r for _, r in reached)
+    return (f" or more (the relay's limit here is the writer's: at {rate:,}/s the writer reached at most "
+            f"{top:,.0f}/s)")
+
+
 def write_ratios(w, results: dict) -> None:
     """One table of relay ÷ Debezium, each measured side by side in this
     run: latency at every W1 rate (below 1 the relay is faster), the
@@ -402,21 +424,21 @@ def write_ratios(w, results: dict) -> None:
             if relay and dbz:
                 p50 = lat(relay, "p50_us")["median"] / lat(dbz, "p50_us")["median"]
                 p99 = lat(relay, "p99_us")["median"] / lat(dbz, "p99_us")["median"]
-                rows.append((f"W1 at {rate:,}/s, latency", SYSTEMS[key], f"p50 {p50:.2f}, p99 {p99:.2f}", "lower is better"))
+                rows.append((f"W1 at {rate:,}/s, latency", SYSTEMS[key], f"p50 {sig(p50)}, p99 {sig(p99)}", "lower is better"))
     w2 = results.get("w2") or {}
     for key in ("dbz_tuned", "dbz_default"):
         if w2.get("relay") and w2.get(key):
             r = mmm([x["max_sustained"] for x in w2["relay"]])["median"] / mmm([x["max_sustained"] for x in w2[key]])["median"]
-            rows.append(("W2 max sustained rate", SYSTEMS[key], f"{r:.2f}", "higher is better"))
+            rows.append(("W2 max sustained rate", SYSTEMS[key], f"{sig(r)}{writer_bound(w2['relay'])}", "higher is better"))
     for name in ("w3", "w4"):
         wl = results.get(name) or {}
         for key in ("dbz_tuned", "dbz_default"):
             if wl.get("relay") and wl.get(key):
                 a, b = drain_stats(wl["relay"]), drain_stats(wl[key])
                 rows.append((f"{name.upper()} drain", SYSTEMS[key],
-                             f"drain {a['rate']['median'] / b['rate']['median']:.2f}, CPU/event "
-                             f"{a['cpu']['median'] / b['cpu']['median']:.2f}, peak RSS "
-                             f"{a['rss']['median'] / b['rss']['median']:.2f}",
+                             f"drain {sig(a['rate']['median'] / b['rate']['median'])}, CPU/event "
+                             f"{sig(a['cpu']['median'] / b['cpu']['median'])}, peak RSS "
+                             f"{sig(a['rss']['median'] / b['rss']['median'])}",
                              "drain higher, CPU and RSS lower is better"))
     if not rows:
         return
