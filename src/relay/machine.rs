@@ -320,10 +320,14 @@ impl<'a> SessionMachine<'a> {
         if !matches!(self.outgoing, Outgoing::Clear) || !matches!(self.isolation, Isolation::None) {
             return None;
         }
+        // Events of the transaction in Kafka: those handed over so far, and
+        // those an earlier session's checkpoint says are there that this one
+        // has not reached yet (they come first, and are skipped).
+        let events = self.txn_events + self.skip;
         Some(match self.txn {
-            TxnState::Delivering(commit) if self.txn_events > 0 => Some(Partial {
+            TxnState::Delivering(commit) if events > 0 => Some(Partial {
                 commit_lsn: commit.lsn,
-                events: self.txn_events,
+                events,
             }),
             _ => None,
         })

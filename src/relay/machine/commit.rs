@@ -136,14 +136,31 @@ impl SessionMachine<'_> {
 
     /// Exactly-once: the commit due at `now`, if any.
     pub fn commit_due(&self, now: Instant, force: bool) -> Option<CommitPlan> {
-        self.commits.as_ref()?.due(
+        let plan = self.commits.as_ref()?.due(
             self.pace.quiet_since(),
             now,
             force,
             self.at_boundary(),
             self.split_point(),
             self.handed_off,
-        )
+        )?;
+        Some(self.carry_resume(plan))
+    }
+
+    /// A commit below the transaction an earlier session's checkpoint
+    /// split keeps that split: until this session reaches the transaction,
+    /// its first events are in Kafka only by that checkpoint's word, and a
+    /// checkpoint without it would make the next session write them again
+    /// (a heartbeat message written during a long transaction arrives
+    /// before it, and moves the position a commit may take).
+    fn carry_resume(&self, plan: CommitPlan) -> CommitPlan {
+        match (plan.partial, self.resume) {
+            (None, Some(resume)) if resume.commit_lsn > plan.lsn => CommitPlan {
+                partial: Some(resume),
+                ..plan
+            },
+            _ => plan,
+        }
     }
 
     /// Exactly-once: whether a Kafka transaction is open (a record went
