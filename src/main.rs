@@ -65,7 +65,8 @@ const EXIT_CODES_HELP: &str = "\
 Exit codes of `run`:
   0  clean stop: SIGTERM/SIGINT, in-flight events drained and confirmed
   1  another fatal error (relay.metrics_addr cannot be bound, ...)
-  2  configuration refused (unknown key, value out of bounds); also usage errors
+  2  configuration refused (unknown key, value out of bounds, a kafka.properties
+     entry the relay sets itself or librdkafka does not take); also usage errors
   3  PostgreSQL needs a person: slot missing or invalidated, publication or
      table missing, authentication refused, undecodable stream
   4  Kafka needs a person: credentials or ACLs refused, a topic missing and

@@ -682,7 +682,7 @@ fn properties_that_weaken_guarantees_are_refused() {
         let (field, constraint) = rule(|c| {
             c.kafka.properties.insert(name.into(), value.into());
         });
-        assert_eq!(field, format!("kafka.properties.{name}"));
+        assert_eq!(field, format!("kafka.properties.\"{name}\""));
         assert!(!constraint.is_empty());
     }
     let (_, constraint) = rule(|c| {
@@ -708,6 +708,77 @@ fn properties_that_weaken_guarantees_are_refused() {
         config.kafka.properties.insert(name.into(), value.into());
     }
     config.validate().unwrap();
+}
+
+/// librdkafka's own check of each pass-through property, at validation:
+/// an unknown name or a value it cannot take fails here, naming the key as
+/// TOML spells it and librdkafka's reason, instead of when the producer is
+/// built once the relay is active.
+#[test]
+fn a_property_librdkafka_refuses_is_refused_at_validation_with_its_reason() {
+    let (field, constraint) = invalid_field(load_str(
+        &format!("{MINIMAL}\n[kafka.properties]\n\"lingerr.ms\" = \"1\"\n"),
+        &[],
+    ));
+    assert_eq!(field, "kafka.properties.\"lingerr.ms\"");
+    assert!(
+        constraint.starts_with("librdkafka refuses it: No such configuration property")
+            && constraint.contains("lingerr.ms")
+            && constraint.contains("CONFIGURATION.md"),
+        "{constraint}"
+    );
+    for (name, value) in [
+        ("batch.num.messages", "abc"),
+        ("security.protocol", "tls"),
+        ("batch.size", "-1"),
+        ("enable.ssl.certificate.verification", "maybe"),
+    ] {
+        let (field, constraint) = rule(|c| {
+            c.kafka.properties.insert(name.into(), value.into());
+        });
+        assert_eq!(field, format!("kafka.properties.\"{name}\""));
+        assert!(
+            constraint.starts_with("librdkafka refuses it: ") && constraint.contains(name),
+            "{name} = {value}: {constraint}"
+        );
+    }
+    // A key the relay sets itself keeps the message naming the key to set.
+    let (_, constraint) = rule(|c| {
+        c.kafka.properties.insert("linger.ms".into(), "abc".into());
+    });
+    assert!(
+        constraint.contains("kafka.linger_ms") && !constraint.contains("librdkafka refuses"),
+        "{constraint}"
+    );
+}
+
+/// librdkafka quotes a value it refuses; the value of a secret property
+/// is never shown.
+#[test]
+fn a_refused_secret_property_is_not_quoted() {
+    let (field, constraint) = rule(|c| {
+        c.kafka
+            .properties
+            .insert("security.protocol".into(), CANARY.into());
+    });
+    assert_eq!(field, "kafka.properties.\"security.protocol\"");
+    assert!(constraint.contains(CANARY), "not a secret: {constraint}");
+    // The Java client's JAAS line, which holds the password: librdkafka has
+    // no such property, and the refusal must not show the line.
+    let (field, constraint) = rule(|c| {
+        c.kafka.properties.insert(
+            "sasl.jaas.config".into(),
+            format!("ScramLoginModule required password=\"{CANARY}\";"),
+        );
+    });
+    assert_eq!(field, "kafka.properties.\"sasl.jaas.config\"");
+    assert!(
+        constraint.starts_with("librdkafka refuses it: "),
+        "{constraint}"
+    );
+    assert_hidden(&constraint);
+    let problem = crate::sink::property_problem("sasl.password", "");
+    assert_eq!(problem, None, "any text is a password");
 }
 
 #[test]
@@ -842,7 +913,7 @@ fn every_property_the_producer_sets_is_refused() {
         let (field, _) = rule(|c| {
             c.kafka.properties.insert((*name).into(), "x".into());
         });
-        assert_eq!(field, format!("kafka.properties.{name}"));
+        assert_eq!(field, format!("kafka.properties.\"{name}\""));
     }
 }
 

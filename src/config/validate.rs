@@ -526,14 +526,29 @@ fn is_consumer_property(name: &str) -> bool {
     CONSUMER.contains(&name) || name.starts_with("fetch.")
 }
 
+/// Each pass-through property: first the relay's own policy (a property it
+/// sets itself keeps the message naming the key to set instead), then
+/// librdkafka's own check of the name and the value, which would otherwise
+/// fail only when the producer is built, once the relay is active.
 fn validate_properties(config: &Config) -> Result<(), ConfigError> {
     for (name, value) in &config.kafka.properties {
-        let field = format!("kafka.properties.{name}");
+        // Quoted as TOML spells a dotted key, so the field can be found
+        // (and copied) as written.
+        let field = format!("kafka.properties.{name:?}");
         if name.trim().is_empty() {
             return Err(invalid(field, "the property name must not be empty"));
         }
         if let Some(reason) = property_refusal(name, value) {
             return Err(invalid(field, reason));
+        }
+        if let Some(reason) = crate::sink::property_problem(name, value) {
+            return Err(invalid(
+                field,
+                format!(
+                    "librdkafka refuses it: {reason}; fix the name or the value (librdkafka's \
+                     CONFIGURATION.md lists every property and its values), or remove it"
+                ),
+            ));
         }
     }
     Ok(())
