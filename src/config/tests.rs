@@ -644,6 +644,31 @@ fn validation_accepts_edge_values() {
     );
 }
 
+/// A slot name PostgreSQL would refuse is not "required": the text says
+/// what is wrong with it and the rule.
+#[test]
+fn a_bad_slot_name_says_what_is_wrong_with_it() {
+    let rule_text = "lowercase letters, digits and underscores";
+    let (field, constraint) = rule(|c| c.postgres.slot = "Bad-Name".into());
+    assert_eq!(field, "postgres.slot");
+    assert!(
+        !constraint.starts_with("required")
+            && constraint.contains("\"Bad-Name\"")
+            && constraint.contains("\"B-N\"")
+            && constraint.contains(rule_text)
+            && constraint.contains("63 bytes")
+            && constraint.contains("\"bad_name\""),
+        "{constraint}"
+    );
+    let (_, constraint) = rule(|c| c.postgres.slot = "s".repeat(64));
+    assert!(
+        constraint.starts_with("is 64 bytes long") && constraint.contains(rule_text),
+        "{constraint}"
+    );
+    let (_, constraint) = rule(|c| c.postgres.slot.clear());
+    assert!(constraint.starts_with("required"), "{constraint}");
+}
+
 #[test]
 fn validation_errors_render_field_then_constraint() {
     let mut config = minimal();
