@@ -418,8 +418,9 @@ fn main() -> ExitCode {
                         RunError::Relay(e) => (exit_code(&e), anyhow::Error::new(e)),
                         RunError::Setup(e) => (EXIT_FATAL, e),
                     };
-                    tracing::error!("{e:#}");
-                    eprintln!("outbox-relay: {e:#}");
+                    let text = error_text(&e);
+                    tracing::error!("{text}");
+                    eprintln!("outbox-relay: {text}");
                     ExitCode::from(code)
                 }
             }
@@ -600,6 +601,23 @@ async fn dead_command(config: &Config, action: DeadAction) -> ExitCode {
     }
 }
 
+/// `error` and its causes, each said once. Many of the relay's errors put
+/// their cause's text into their own message (`relay lock for slot "s":
+/// <why>`) and keep the cause as their source as well, so anyhow's
+/// alternate form (`{:#}`, every cause after a colon) would say `<why>`
+/// twice; a cause whose text the message already holds is left out.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 /// Why `run` stopped for good.
 enum RunError {
     /// The relay met a fatal error on one side.
@@ -679,5 +697,39 @@ fn init_tracing(format: LogFormat) {
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("refused: check the password")]
+    struct Refusal;
+
+    /// Puts its source's text into its own message, as the relay's errors do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("relay lock for slot \"s\": {source}")]
+    struct Embeds {
+        source: Refusal,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let error = anyhow::Error::new(Embeds { source: Refusal });
+        assert_eq!(
+            error_text(&error),
+            "relay lock for slot \"s\": refused: check the password"
+        );
+    }
+
+    #[test]
+    fn a_cause_the_message_does_not_hold_follows_it() {
+        let error = anyhow::Error::new(Refusal).context("cannot listen on relay.metrics_addr");
+        assert_eq!(
+            error_text(&error),
+            "cannot listen on relay.metrics_addr: refused: check the password"
+        );
     }
 }
