@@ -349,7 +349,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match &cli.command {
         Command::Schema(schema) => match &schema.action {
-            SchemaAction::Check(check) => return schema_check_command(check),
+            SchemaAction::Check(check) => {
+                outbox_relay::config::set_config_path(check.config.as_deref());
+                return schema_check_command(check);
+            }
         },
         Command::Run(args) | Command::CheckConfig(args) => args,
         Command::Init(init) => &init.run,
@@ -361,6 +364,9 @@ fn main() -> ExitCode {
             DeadAction::Discard(a) => &a.common.run,
         },
     };
+    // Before anything can fail: the hints of every message name the
+    // commands with this config (`outbox-relay init --config <path>`).
+    outbox_relay::config::set_config_path(args.config.as_deref());
     let config = match args.load() {
         Ok(config) => config,
         Err(e) => {

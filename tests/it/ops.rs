@@ -29,6 +29,9 @@ async fn a_missing_slot_exits_with_the_source_code() {
     let log = relay.log_text();
     assert_eq!(status.code(), Some(EXIT_SOURCE), "{log}");
     assert!(log.contains(&outbox.slot), "names the slot: {log}");
+    // The fix names the config this relay runs with, ready to run.
+    let init = format!("`outbox-relay init --config {}`", config.display());
+    assert!(log.contains(&init), "names {init}: {log}");
     outbox.drop_all().await;
 }
 
