@@ -76,6 +76,95 @@ fn example_config_parses_and_validates() {
     );
 }
 
+/// The keys relay.example.toml names, set or commented out (`# key = ...`),
+/// as dotted paths, each with whether it is set; and the tables it names
+/// (`[sinks.billing]`, `# [[routes]]`).
+fn example_keys() -> (Vec<(String, bool)>, Vec<String>) {
+    let mut table = String::new();
+    let (mut keys, mut tables) = (Vec::new(), Vec::new());
+    for line in EXAMPLE_TOML.lines() {
+        let set = !line.trim_start().starts_with('#');
+        let text = line.trim_start().trim_start_matches('#').trim_start();
+        if let Some(header) = text.strip_prefix('[') {
+            table = header
+                .trim_start_matches('[')
+                .split(']')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            tables.push(table.clone());
+            continue;
+        }
+        let Some((key, _)) = text.split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            continue;
+        }
+        let key = key.trim_matches('"');
+        let path = if table.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{table}.{key}")
+        };
+        keys.push((path, set));
+    }
+    (keys, tables)
+}
+
+/// relay.example.toml names every key of the config, set to its default or
+/// commented out, so a key added to the config without an entry in the
+/// example (or an example that drifted from a default) fails here. The
+/// example sets a few keys to other values on purpose: the ones it must
+/// (where to connect, the events' source) and ones it shows in use.
+#[test]
+fn the_example_names_every_key_with_its_default() {
+    const SET_ON_PURPOSE: &[&str] = &[
+        "postgres.url",
+        "postgres.slot",
+        "postgres.publication",
+        "kafka.brokers",
+        "kafka.properties.compression.type",
+        "cloudevents.source",
+        "relay.metrics_addr",
+    ];
+    let (named, tables) = example_keys();
+    // Adversarial: a scanner that found nothing would pass every check below.
+    assert!(named.len() >= 40, "{named:?}");
+    let example: BTreeMap<String, serde_json::Value> = load_str(EXAMPLE_TOML, &[])
+        .unwrap()
+        .flattened()
+        .into_iter()
+        .collect();
+    let (mut missing, mut changed) = (Vec::new(), Vec::new());
+    for (key, default) in Config::default().flattened() {
+        let is_named = |k: &str| k == key || k.starts_with(&format!("{key}."));
+        if !(named.iter().any(|(k, _)| is_named(k)) || tables.iter().any(|t| is_named(t))) {
+            missing.push(format!("{key} (default {default})"));
+        }
+        let set = named.iter().any(|(k, set)| *set && k == &key);
+        if set && !SET_ON_PURPOSE.contains(&key.as_str()) && example.get(&key) != Some(&default) {
+            changed.push(format!("{key} (default {default})"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "relay.example.toml does not name these keys: add each, set to its default or \
+         commented out, with what it does: {missing:?}"
+    );
+    assert!(
+        changed.is_empty(),
+        "relay.example.toml sets these keys to other than their defaults: {changed:?}"
+    );
+    for key in SET_ON_PURPOSE {
+        assert!(
+            named.iter().any(|(k, set)| *set && k == key),
+            "relay.example.toml no longer sets `{key}`"
+        );
+    }
+}
+
 #[test]
 fn minimal_config_gets_debezium_compatible_defaults() {
     let config = minimal();
