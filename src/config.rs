@@ -28,6 +28,7 @@ mod build;
 mod contracts;
 mod effective;
 mod env_names;
+mod invocation;
 mod show;
 mod sinks;
 mod sources;
@@ -51,6 +52,7 @@ pub use crate::redact::{is_secret_property, redact_conninfo};
 pub use addr::ListenAddr;
 pub use contracts::{ContractConfig, Framing, RegistryConfig, SubjectStrategy};
 pub use env_names::ENV_PREFIX;
+pub use invocation::{command, set_config_path};
 pub use sinks::{RouteConfig, SinkConfig, SinkKind, warnings};
 
 /// A complete, commented example configuration (`relay.example.toml`).

@@ -65,7 +65,8 @@ const EXIT_CODES_HELP: &str = "\
 Exit codes of `run`:
   0  clean stop: SIGTERM/SIGINT, in-flight events drained and confirmed
   1  another fatal error (relay.metrics_addr cannot be bound, ...)
-  2  configuration refused (unknown key, value out of bounds); also usage errors
+  2  configuration refused (unknown key, value out of bounds, a kafka.properties
+     entry the relay sets itself or librdkafka does not take); also usage errors
   3  PostgreSQL needs a person: slot missing or invalidated, publication or
      table missing, authentication refused, undecodable stream
   4  Kafka needs a person: credentials or ACLs refused, a topic missing and
@@ -348,7 +349,10 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let args = match &cli.command {
         Command::Schema(schema) => match &schema.action {
-            SchemaAction::Check(check) => return schema_check_command(check),
+            SchemaAction::Check(check) => {
+                outbox_relay::config::set_config_path(check.config.as_deref());
+                return schema_check_command(check);
+            }
         },
         Command::Run(args) | Command::CheckConfig(args) => args,
         Command::Init(init) => &init.run,
@@ -360,6 +364,9 @@ fn main() -> ExitCode {
             DeadAction::Discard(a) => &a.common.run,
         },
     };
+    // Before anything can fail: the hints of every message name the
+    // commands with this config (`outbox-relay init --config <path>`).
+    outbox_relay::config::set_config_path(args.config.as_deref());
     let config = match args.load() {
         Ok(config) => config,
         Err(e) => {
@@ -417,8 +424,9 @@ fn main() -> ExitCode {
                         RunError::Relay(e) => (exit_code(&e), anyhow::Error::new(e)),
                         RunError::Setup(e) => (EXIT_FATAL, e),
                     };
-                    tracing::error!("{e:#}");
-                    eprintln!("outbox-relay: {e:#}");
+                    let text = error_text(&e);
+                    tracing::error!("{text}");
+                    eprintln!("outbox-relay: {text}");
                     ExitCode::from(code)
                 }
             }
@@ -599,6 +607,23 @@ async fn dead_command(config: &Config, action: DeadAction) -> ExitCode {
     }
 }
 
+/// `error` and its causes, each said once. Many of the relay's errors put
+/// their cause's text into their own message (`relay lock for slot "s":
+/// <why>`) and keep the cause as their source as well, so anyhow's
+/// alternate form (`{:#}`, every cause after a colon) would say `<why>`
+/// twice; a cause whose text the message already holds is left out.
+fn error_text(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 /// Why `run` stopped for good.
 enum RunError {
     /// The relay met a fatal error on one side.
@@ -678,5 +703,39 @@ fn init_tracing(format: LogFormat) {
     match format {
         LogFormat::Json => builder.json().init(),
         LogFormat::Text => builder.init(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("refused: check the password")]
+    struct Refusal;
+
+    /// Puts its source's text into its own message, as the relay's errors do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("relay lock for slot \"s\": {source}")]
+    struct Embeds {
+        source: Refusal,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let error = anyhow::Error::new(Embeds { source: Refusal });
+        assert_eq!(
+            error_text(&error),
+            "relay lock for slot \"s\": refused: check the password"
+        );
+    }
+
+    #[test]
+    fn a_cause_the_message_does_not_hold_follows_it() {
+        let error = anyhow::Error::new(Refusal).context("cannot listen on relay.metrics_addr");
+        assert_eq!(
+            error_text(&error),
+            "cannot listen on relay.metrics_addr: refused: check the password"
+        );
     }
 }

@@ -32,7 +32,7 @@ pub use checkpoint_reader::{CheckpointRead, CheckpointReadError, read_checkpoint
 pub use kafka::{
     CREATION_GRACE, DeliveryReport, KafkaSink, RELAY_OWNED_PROPERTIES, STATISTICS_INTERVAL_MS,
     SendError, SinkError, SinkSettings, TopicCheck, TransactionSettings, TxnFailure, client_config,
-    producer_config,
+    producer_config, property_problem,
 };
 pub use refusal::{
     DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,

@@ -76,6 +76,95 @@ fn example_config_parses_and_validates() {
     );
 }
 
+/// The keys relay.example.toml names, set or commented out (`# key = ...`),
+/// as dotted paths, each with whether it is set; and the tables it names
+/// (`[sinks.billing]`, `# [[routes]]`).
+fn example_keys() -> (Vec<(String, bool)>, Vec<String>) {
+    let mut table = String::new();
+    let (mut keys, mut tables) = (Vec::new(), Vec::new());
+    for line in EXAMPLE_TOML.lines() {
+        let set = !line.trim_start().starts_with('#');
+        let text = line.trim_start().trim_start_matches('#').trim_start();
+        if let Some(header) = text.strip_prefix('[') {
+            table = header
+                .trim_start_matches('[')
+                .split(']')
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            tables.push(table.clone());
+            continue;
+        }
+        let Some((key, _)) = text.split_once('=') else {
+            continue;
+        };
+        let key = key.trim();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            continue;
+        }
+        let key = key.trim_matches('"');
+        let path = if table.is_empty() {
+            key.to_owned()
+        } else {
+            format!("{table}.{key}")
+        };
+        keys.push((path, set));
+    }
+    (keys, tables)
+}
+
+/// relay.example.toml names every key of the config, set to its default or
+/// commented out, so a key added to the config without an entry in the
+/// example (or an example that drifted from a default) fails here. The
+/// example sets a few keys to other values on purpose: the ones it must
+/// (where to connect, the events' source) and ones it shows in use.
+#[test]
+fn the_example_names_every_key_with_its_default() {
+    const SET_ON_PURPOSE: &[&str] = &[
+        "postgres.url",
+        "postgres.slot",
+        "postgres.publication",
+        "kafka.brokers",
+        "kafka.properties.compression.type",
+        "cloudevents.source",
+        "relay.metrics_addr",
+    ];
+    let (named, tables) = example_keys();
+    // Adversarial: a scanner that found nothing would pass every check below.
+    assert!(named.len() >= 40, "{named:?}");
+    let example: BTreeMap<String, serde_json::Value> = load_str(EXAMPLE_TOML, &[])
+        .unwrap()
+        .flattened()
+        .into_iter()
+        .collect();
+    let (mut missing, mut changed) = (Vec::new(), Vec::new());
+    for (key, default) in Config::default().flattened() {
+        let is_named = |k: &str| k == key || k.starts_with(&format!("{key}."));
+        if !(named.iter().any(|(k, _)| is_named(k)) || tables.iter().any(|t| is_named(t))) {
+            missing.push(format!("{key} (default {default})"));
+        }
+        let set = named.iter().any(|(k, set)| *set && k == &key);
+        if set && !SET_ON_PURPOSE.contains(&key.as_str()) && example.get(&key) != Some(&default) {
+            changed.push(format!("{key} (default {default})"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "relay.example.toml does not name these keys: add each, set to its default or \
+         commented out, with what it does: {missing:?}"
+    );
+    assert!(
+        changed.is_empty(),
+        "relay.example.toml sets these keys to other than their defaults: {changed:?}"
+    );
+    for key in SET_ON_PURPOSE {
+        assert!(
+            named.iter().any(|(k, set)| *set && k == key),
+            "relay.example.toml no longer sets `{key}`"
+        );
+    }
+}
+
 #[test]
 fn minimal_config_gets_debezium_compatible_defaults() {
     let config = minimal();
@@ -644,6 +733,31 @@ fn validation_accepts_edge_values() {
     );
 }
 
+/// A slot name PostgreSQL would refuse is not "required": the text says
+/// what is wrong with it and the rule.
+#[test]
+fn a_bad_slot_name_says_what_is_wrong_with_it() {
+    let rule_text = "lowercase letters, digits and underscores";
+    let (field, constraint) = rule(|c| c.postgres.slot = "Bad-Name".into());
+    assert_eq!(field, "postgres.slot");
+    assert!(
+        !constraint.starts_with("required")
+            && constraint.contains("\"Bad-Name\"")
+            && constraint.contains("\"B-N\"")
+            && constraint.contains(rule_text)
+            && constraint.contains("63 bytes")
+            && constraint.contains("\"bad_name\""),
+        "{constraint}"
+    );
+    let (_, constraint) = rule(|c| c.postgres.slot = "s".repeat(64));
+    assert!(
+        constraint.starts_with("is 64 bytes long") && constraint.contains(rule_text),
+        "{constraint}"
+    );
+    let (_, constraint) = rule(|c| c.postgres.slot.clear());
+    assert!(constraint.starts_with("required"), "{constraint}");
+}
+
 #[test]
 fn validation_errors_render_field_then_constraint() {
     let mut config = minimal();
@@ -682,7 +796,7 @@ fn properties_that_weaken_guarantees_are_refused() {
         let (field, constraint) = rule(|c| {
             c.kafka.properties.insert(name.into(), value.into());
         });
-        assert_eq!(field, format!("kafka.properties.{name}"));
+        assert_eq!(field, format!("kafka.properties.\"{name}\""));
         assert!(!constraint.is_empty());
     }
     let (_, constraint) = rule(|c| {
@@ -708,6 +822,77 @@ fn properties_that_weaken_guarantees_are_refused() {
         config.kafka.properties.insert(name.into(), value.into());
     }
     config.validate().unwrap();
+}
+
+/// librdkafka's own check of each pass-through property, at validation:
+/// an unknown name or a value it cannot take fails here, naming the key as
+/// TOML spells it and librdkafka's reason, instead of when the producer is
+/// built once the relay is active.
+#[test]
+fn a_property_librdkafka_refuses_is_refused_at_validation_with_its_reason() {
+    let (field, constraint) = invalid_field(load_str(
+        &format!("{MINIMAL}\n[kafka.properties]\n\"lingerr.ms\" = \"1\"\n"),
+        &[],
+    ));
+    assert_eq!(field, "kafka.properties.\"lingerr.ms\"");
+    assert!(
+        constraint.starts_with("librdkafka refuses it: No such configuration property")
+            && constraint.contains("lingerr.ms")
+            && constraint.contains("CONFIGURATION.md"),
+        "{constraint}"
+    );
+    for (name, value) in [
+        ("batch.num.messages", "abc"),
+        ("security.protocol", "tls"),
+        ("batch.size", "-1"),
+        ("enable.ssl.certificate.verification", "maybe"),
+    ] {
+        let (field, constraint) = rule(|c| {
+            c.kafka.properties.insert(name.into(), value.into());
+        });
+        assert_eq!(field, format!("kafka.properties.\"{name}\""));
+        assert!(
+            constraint.starts_with("librdkafka refuses it: ") && constraint.contains(name),
+            "{name} = {value}: {constraint}"
+        );
+    }
+    // A key the relay sets itself keeps the message naming the key to set.
+    let (_, constraint) = rule(|c| {
+        c.kafka.properties.insert("linger.ms".into(), "abc".into());
+    });
+    assert!(
+        constraint.contains("kafka.linger_ms") && !constraint.contains("librdkafka refuses"),
+        "{constraint}"
+    );
+}
+
+/// librdkafka quotes a value it refuses; the value of a secret property
+/// is never shown.
+#[test]
+fn a_refused_secret_property_is_not_quoted() {
+    let (field, constraint) = rule(|c| {
+        c.kafka
+            .properties
+            .insert("security.protocol".into(), CANARY.into());
+    });
+    assert_eq!(field, "kafka.properties.\"security.protocol\"");
+    assert!(constraint.contains(CANARY), "not a secret: {constraint}");
+    // The Java client's JAAS line, which holds the password: librdkafka has
+    // no such property, and the refusal must not show the line.
+    let (field, constraint) = rule(|c| {
+        c.kafka.properties.insert(
+            "sasl.jaas.config".into(),
+            format!("ScramLoginModule required password=\"{CANARY}\";"),
+        );
+    });
+    assert_eq!(field, "kafka.properties.\"sasl.jaas.config\"");
+    assert!(
+        constraint.starts_with("librdkafka refuses it: "),
+        "{constraint}"
+    );
+    assert_hidden(&constraint);
+    let problem = crate::sink::property_problem("sasl.password", "");
+    assert_eq!(problem, None, "any text is a password");
 }
 
 #[test]
@@ -842,7 +1027,7 @@ fn every_property_the_producer_sets_is_refused() {
         let (field, _) = rule(|c| {
             c.kafka.properties.insert((*name).into(), "x".into());
         });
-        assert_eq!(field, format!("kafka.properties.{name}"));
+        assert_eq!(field, format!("kafka.properties.\"{name}\""));
     }
 }
 

@@ -154,12 +154,8 @@ fn validate_postgres(config: &Config) -> Result<(), ConfigError> {
              (e.g. \"host=/run/postgresql dbname=app user=relay\")",
         ));
     }
-    if !is_slot_name(&pg.slot) {
-        return Err(invalid(
-            "postgres.slot",
-            "required: 1 to 63 of lower-case letters, digits and underscores \
-             (PostgreSQL's rule for replication slot names)",
-        ));
+    if let Some(problem) = slot_name_problem(&pg.slot) {
+        return Err(invalid("postgres.slot", problem));
     }
     if pg.publication.is_empty() || pg.publication.len() > MAX_IDENTIFIER_LEN {
         return Err(invalid(
@@ -526,25 +522,69 @@ fn is_consumer_property(name: &str) -> bool {
     CONSUMER.contains(&name) || name.starts_with("fetch.")
 }
 
+/// Each pass-through property: first the relay's own policy (a property it
+/// sets itself keeps the message naming the key to set instead), then
+/// librdkafka's own check of the name and the value, which would otherwise
+/// fail only when the producer is built, once the relay is active.
 fn validate_properties(config: &Config) -> Result<(), ConfigError> {
     for (name, value) in &config.kafka.properties {
-        let field = format!("kafka.properties.{name}");
+        // Quoted as TOML spells a dotted key, so the field can be found
+        // (and copied) as written.
+        let field = format!("kafka.properties.{name:?}");
         if name.trim().is_empty() {
             return Err(invalid(field, "the property name must not be empty"));
         }
         if let Some(reason) = property_refusal(name, value) {
             return Err(invalid(field, reason));
         }
+        if let Some(reason) = crate::sink::property_problem(name, value) {
+            return Err(invalid(
+                field,
+                format!(
+                    "librdkafka refuses it: {reason}; fix the name or the value (librdkafka's \
+                     CONFIGURATION.md lists every property and its values), or remove it"
+                ),
+            ));
+        }
     }
     Ok(())
 }
 
-/// PostgreSQL's rule for slot names: `[a-z0-9_]`, at most NAMEDATALEN - 1.
-fn is_slot_name(name: &str) -> bool {
-    (1..=MAX_IDENTIFIER_LEN).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+/// What is wrong with `name` as a replication slot name, by PostgreSQL's
+/// rule (`[a-z0-9_]`, at most NAMEDATALEN - 1 bytes), or `None`. A slot
+/// name is no secret: the text quotes what is wrong with it.
+fn slot_name_problem(name: &str) -> Option<String> {
+    const RULE: &str = "PostgreSQL allows only lowercase letters, digits and underscores in a \
+                        replication slot name, at most 63 bytes";
+    if name.is_empty() {
+        return Some(format!(
+            "required: the name of the relay's logical replication slot ({RULE})"
+        ));
+    }
+    if name.len() > MAX_IDENTIFIER_LEN {
+        return Some(format!(
+            "is {} bytes long: {RULE}; choose a shorter name",
+            name.len()
+        ));
+    }
+    let bad: String = name
+        .chars()
+        .filter(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_'))
+        .collect();
+    if bad.is_empty() {
+        return None;
+    }
+    let fixed: String = name
+        .chars()
+        .map(|c| match c {
+            'A'..='Z' => c.to_ascii_lowercase(),
+            c if c.is_ascii_alphanumeric() || c == '_' => c,
+            _ => '_',
+        })
+        .collect();
+    Some(format!(
+        "{name:?} has characters a slot name cannot have ({bad:?}): {RULE}; e.g. {fixed:?}"
+    ))
 }
 
 /// `schema.name` or `name`, each part a plausible identifier.

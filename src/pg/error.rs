@@ -200,9 +200,9 @@ pub enum PgError {
 
     #[error(
         "replication slot {slot:?} does not exist in database {database:?}; the relay never \
-         creates it: run `outbox-relay init --config <this config>`, which creates it, or \
-         refuses and says why when a slot was lost (a new slot would skip the events \
-         committed since)"
+         creates it: run `{}`, which creates it, or refuses and says why when a slot was \
+         lost (a new slot would skip the events committed since)",
+        crate::config::command("init")
     )]
     SlotMissing { slot: String, database: String },
 

@@ -47,8 +47,9 @@ pub enum CheckpointReadError {
          of different partitions have no order: once the partition count changed, an older \
          checkpoint could be taken and transactions written twice). Stop the relay gracefully, \
          point kafka.checkpoint_topic at a new topic and create it compacted with one partition \
-         (`outbox-relay init --config <this config>` does, or: {create}); after a graceful stop \
-         the slot holds the last committed position, so nothing is written twice"
+         (`{}` does, or: {create}); after a graceful stop the slot holds the last committed \
+         position, so nothing is written twice",
+        crate::config::command("init")
     )]
     Partitioned {
         topic: String,

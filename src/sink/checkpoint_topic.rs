@@ -24,8 +24,11 @@ use rdkafka::admin::{
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
-/// The command that sets the checkpoint topic up, as the messages name it.
-pub const INIT_COMMAND: &str = "outbox-relay init --config <this config>";
+/// The command that sets the checkpoint topic up, as the messages name it
+/// (with the config in use: [`crate::config::command`]).
+pub fn init_command() -> String {
+    crate::config::command("init")
+}
 
 /// The command that creates the checkpoint topic as exactly-once delivery
 /// needs it: compacted, so that the last checkpoint is never deleted, and
@@ -126,7 +129,8 @@ pub enum CheckpointTopicRefused {
         "checkpoint topic \"{topic}\" does not exist: exactly-once delivery keeps the relay's \
          position there, in a compacted topic of one partition (one the broker creates on first \
          use has its defaults, not compacted, so the relay never has it created). Create it with \
-         `{INIT_COMMAND}` (or: {}), then start the relay again",
+         `{}` (or: {}), then start the relay again",
+        init_command(),
         create_command(brokers, topic)
     )]
     Missing { topic: String, brokers: String },
@@ -135,8 +139,9 @@ pub enum CheckpointTopicRefused {
          would delete the relay's last checkpoint, and a relay started without it writes again \
          what Kafka already holds. (A topic the broker created on first use, or re-created \
          after it was deleted, has the broker's defaults.) Make it compacted: {}, then start \
-         the relay again (`outbox-relay check --config <this config>` shows the topic)",
-        compact_command(brokers, topic)
+         the relay again (`{}` shows the topic)",
+        compact_command(brokers, topic),
+        crate::config::command("check")
     )]
     NotCompacted {
         topic: String,

@@ -63,6 +63,32 @@ pub fn client_config<'a>(
     cfg
 }
 
+/// Why librdkafka refuses the property `name = value`, in its own words
+/// (an unknown name, a value out of range or of the wrong type), or `None`
+/// when it takes it. Config validation asks this, so such a property is a
+/// configuration error before the relay connects anywhere, not a producer
+/// that fails to build once the relay is active. librdkafka checks each
+/// property as it is set on a configuration object (`rd_kafka_conf_set`):
+/// no client is made, nothing touches the network. Properties that depend
+/// on each other are checked only when a client is made. The reason never
+/// quotes the value of a property whose name marks a secret.
+pub fn property_problem(name: &str, value: &str) -> Option<String> {
+    let mut cfg = ClientConfig::new();
+    cfg.set(name, value);
+    let reason = match cfg.create_native_config() {
+        Ok(_) => return None,
+        Err(KafkaError::ClientConfig(_, reason, _, _)) => reason,
+        Err(other) => other.to_string(),
+    };
+    Some(
+        if crate::redact::is_secret_property(name) && !value.is_empty() {
+            reason.replace(value, "***")
+        } else {
+            reason
+        },
+    )
+}
+
 /// Producer properties the relay sets itself; the config refuses overrides.
 pub const RELAY_OWNED_PROPERTIES: &[&str] = &[
     "bootstrap.servers",

@@ -64,6 +64,21 @@ async fn wrong_password_exits_fast_naming_authentication_and_the_role() {
     let log = expect_fast_refusal(&config).await;
     assert!(log.contains("authentication failed"), "{log}");
     assert!(log.contains("\"relay\""), "names the role: {log}");
+    // Said once, with the fix, on each line that says it (the ERROR line
+    // and the one on stderr): not once per layer the error went through.
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("authentication failed"))
+        .collect();
+    assert!(!lines.is_empty(), "{log}");
+    for line in lines {
+        assert_eq!(
+            line.matches("authentication failed for role").count(),
+            1,
+            "the refusal said once: {line}"
+        );
+        assert_eq!(line.matches("check the password").count(), 1, "{line}");
+    }
     assert!(
         !log.contains("not-the-relay-password"),
         "no password in the log"

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use crate::support::cli;
 use crate::support::http::*;
 use crate::support::*;
 
@@ -28,6 +29,9 @@ async fn a_missing_slot_exits_with_the_source_code() {
     let log = relay.log_text();
     assert_eq!(status.code(), Some(EXIT_SOURCE), "{log}");
     assert!(log.contains(&outbox.slot), "names the slot: {log}");
+    // The fix names the config this relay runs with, ready to run.
+    let init = format!("`outbox-relay init --config {}`", config.display());
+    assert!(log.contains(&init), "names {init}: {log}");
     outbox.drop_all().await;
 }
 
@@ -57,6 +61,59 @@ async fn a_refused_config_exits_with_the_config_code() {
     let log = relay.log_text();
     assert_eq!(status.code(), Some(EXIT_CONFIG), "{log}");
     assert!(log.contains("relay.unhealthy_after_secs"), "{log}");
+    outbox.drop_all().await;
+}
+
+/// A librdkafka property librdkafka itself refuses (an unknown name, a
+/// value it cannot take) is a refused configuration: `check-config` exits 2
+/// naming the key and librdkafka's reason, and so does a relay, at once,
+/// before the relay lock, where another relay holding the lock would keep
+/// it standing by until it became active and failed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_property_librdkafka_refuses_exits_with_the_config_code_before_the_lock() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let key = outbox_relay::relay::lock::lock_key(&outbox.slot);
+    let held: bool = outbox
+        .admin
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(held, "the test holds the relay lock of its slot");
+    for (property, says) in [
+        ("lingerr.ms", "No such configuration property"),
+        ("batch.num.messages", "Invalid value"),
+    ] {
+        let config = outbox.write_config(&format!("[kafka.properties]\n\"{property}\" = \"abc\""));
+        let field = format!("kafka.properties.\"{property}\"");
+        let output = cli::cli(vec![
+            "check-config".into(),
+            "--config".into(),
+            config.display().to_string(),
+        ])
+        .await;
+        let shown = cli::shown(&output);
+        assert_eq!(output.status.code(), Some(EXIT_CONFIG), "{shown}");
+        assert!(
+            shown.contains(&field) && shown.contains(says),
+            "names {field} and librdkafka's reason: {shown}"
+        );
+
+        let mut relay = Relay::process(&config);
+        let status = relay.wait(FAST_EXIT).await;
+        let log = relay.log_text();
+        assert_eq!(status.code(), Some(EXIT_CONFIG), "{log}");
+        assert!(log.contains(&field) && log.contains(says), "{log}");
+        assert!(
+            !log.contains("starting"),
+            "refused before it started: {log}"
+        );
+    }
+    outbox
+        .admin
+        .execute("SELECT pg_advisory_unlock($1)", &[&key])
+        .await
+        .unwrap();
     outbox.drop_all().await;
 }
 

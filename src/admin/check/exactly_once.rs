@@ -59,7 +59,7 @@ pub fn evaluate(config: &Config, cluster: &Result<KafkaFacts, String>) -> Vec<It
         )
         .fix(format!(
             "{} (creates it compacted, with one partition), or: {}",
-            checkpoint_topic::INIT_COMMAND,
+            checkpoint_topic::init_command(),
             checkpoint_topic::create_command(brokers, topic)
         )),
         // The relay refuses it at start: records of two partitions have no
@@ -74,7 +74,7 @@ pub fn evaluate(config: &Config, cluster: &Result<KafkaFacts, String>) -> Vec<It
         )
         .fix(format!(
             "{} creates the new topic, or: {}",
-            checkpoint_topic::INIT_COMMAND,
+            checkpoint_topic::init_command(),
             checkpoint_topic::create_command(brokers, "<new-topic>")
         )),
         Verdict::NotCompacted { policy } => Item::fail(

@@ -35,15 +35,17 @@ pub enum DeliveryTableRefused {
     #[error(
         "the delivery table {table} does not exist: webhook routes cannot run without it (events \
          an endpoint does not take at once wait there for their retries). Create it with \
-         `outbox-relay init --config <this config> --admin-url <a table owner's or superuser's \
-         postgres URL> --grant` (it creates the table from sql/outbox_delivery.sql and grants \
-         the relay's role its privileges), then start the relay again"
+         `{} --admin-url <a table owner's or superuser's postgres URL> --grant` (it creates \
+         the table from sql/outbox_delivery.sql and grants the relay's role its privileges), \
+         then start the relay again",
+        crate::config::command("init")
     )]
     Missing { table: String },
     #[error(
         "the relay's role may not use the delivery table {table}: it lacks {missing}. Grant it \
-         with `outbox-relay init --config <this config> --admin-url <a table owner's or \
-         superuser's postgres URL> --grant`, or: {grant}"
+         with `{} --admin-url <a table owner's or superuser's postgres URL> --grant`, or: \
+         {grant}",
+        crate::config::command("init")
     )]
     NotPermitted {
         table: String,

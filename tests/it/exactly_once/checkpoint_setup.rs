@@ -148,7 +148,7 @@ async fn run_refuses_a_missing_checkpoint_topic_and_never_has_it_created() {
     assert!(
         errors[0].contains(&format!(
             "checkpoint topic \"{checkpoints}\" does not exist"
-        )) && errors[0].contains("`outbox-relay init --config <this config>`"),
+        )) && errors[0].contains(&format!("`outbox-relay init --config {}`", path.display())),
         "names the topic and the fix:\n{log}"
     );
     assert!(
