@@ -79,7 +79,8 @@ Exit codes of `run`:
      deadline (kafka.shutdown_drain_secs) passed; nothing lost, they are
      sent again at the next start
 Transient failures on either side are retried and never end the process.
-init, check, status and dead exit 1 on failure.";
+init, check, status and dead exit 1 on failure; status exits 6 on a warning
+(nobody reads the slot while it holds WAL, or its WAL is about to be removed).";
 
 /// The exit code of a fatal relay error: which side must be fixed.
 fn exit_code(error: &RelayError) -> u8 {
@@ -556,9 +557,9 @@ async fn status_command(config: &Config, args: StatusArgs) -> ExitCode {
     let mut stdout = std::io::stdout();
     let watch = args.watch.map(Duration::from_secs);
     match admin::status::run(&target, config, args.json, watch, stop, &mut stdout).await {
-        // A slot that does not exist is worth a non-zero status to a script.
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(EXIT_FATAL),
+        Ok(admin::status::Verdict::Ok) => ExitCode::SUCCESS,
+        Ok(admin::status::Verdict::Warn) => ExitCode::from(admin::status::EXIT_WARN),
+        Ok(admin::status::Verdict::Fail) => ExitCode::from(EXIT_FATAL),
         Err(e) => {
             eprintln!("outbox-relay status: {e}");
             ExitCode::from(EXIT_FATAL)
