@@ -1033,3 +1033,33 @@ async fn status_exits_non_zero_for_an_unread_slot_and_one_the_relay_cannot_use()
     other.drop_all().await;
     o.drop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_status_report_the_running_relay_as_ok() {
+    let o = TestOutbox::create("jsonb").await;
+    let config = o.write_config("");
+    let relay = Relay::in_process(o.settings());
+    wait_until("the relay reads the slot", Duration::from_secs(30), || {
+        o.slot_active()
+    })
+    .await;
+    let (code, items, output) = check(&config).await;
+    let holder = item(&items, "postgres.slot.holder");
+    assert_eq!(holder["status"], "ok", "{}", text(&output));
+    assert!(
+        holder["detail"]
+            .as_str()
+            .unwrap()
+            .contains("holds the relay lock"),
+        "{holder}"
+    );
+    assert_eq!(code, Some(0), "{}", text(&output));
+    assert!(failed(&items).is_empty(), "{items:#?}");
+    // Read by the relay: status is ok too, rows or not.
+    insert_rows(&o, 2).await;
+    let (code, json, output) = status_json(&config).await;
+    assert_eq!(code, Some(0), "{}", text(&output));
+    assert_eq!(json["verdict"], "ok", "{json}");
+    relay.stop().await.unwrap();
+    o.drop_all().await;
+}
