@@ -270,6 +270,12 @@ struct InitArgs {
     /// committed since.
     #[arg(long)]
     allow_new_slot: bool,
+    /// Where the publication must be set up for a slot that holds WAL not
+    /// yet confirmed (init refuses otherwise): drop that slot and create a
+    /// new one after the publication. Outbox rows committed before now are
+    /// not relayed by the new slot.
+    #[arg(long)]
+    recreate_slot: bool,
 }
 
 #[derive(Args)]
@@ -524,6 +530,7 @@ async fn init_command(config: &Config, args: InitArgs) -> ExitCode {
         create_table: args.create_table,
         grant,
         allow_new_slot: args.allow_new_slot,
+        recreate_slot: args.recreate_slot,
     };
     let mut stdout = std::io::stdout();
     match admin::init::run(&target, config, &options, args.dry_run, &mut stdout).await {

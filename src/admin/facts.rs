@@ -51,6 +51,15 @@ pub struct PgFacts {
     /// `relay::lock`), when one does: a relay with this config that streams.
     #[serde(default)]
     pub relay_lock_holder: Option<HolderFacts>,
+    /// The end of the WAL written so far (`pg_current_wal_insert_lsn()`);
+    /// `None` on a standby.
+    #[serde(default)]
+    pub wal_insert_lsn: Option<String>,
+    /// Outbox rows the slot may not have decoded yet (an upper bound, by the
+    /// slot's `catalog_xmin`, see `status`): not read by the catalog query,
+    /// `init` fills it in where it needs it.
+    #[serde(skip)]
+    pub rows_after_slot: Option<i64>,
 }
 
 /// `pg_roles`, for one role, and its privileges on the outbox table.
@@ -280,7 +289,9 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
               WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
                 AND l.database = (SELECT oid FROM pg_catalog.pg_database \
                    WHERE datname = current_database()) \
-                AND l.classid = {lock_high}::oid AND l.objid = {lock_low}::oid LIMIT 1) \
+                AND l.classid = {lock_high}::oid AND l.objid = {lock_low}::oid LIMIT 1), \
+           'wal_insert_lsn', CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL \
+              ELSE pg_catalog.pg_current_wal_insert_lsn()::text END \
          )::text",
         schema = escape_literal(schema),
         name = escape_literal(name),

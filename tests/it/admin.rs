@@ -952,6 +952,114 @@ async fn status_json(config: &std::path::Path) -> (Option<i32>, serde_json::Valu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_refuses_a_publication_over_rows_waiting_in_the_slot() {
+    // A new user's path: the table and the slot exist, the publication does
+    // not, and a row was committed meanwhile.
+    let o = fresh().await;
+    let config = o.write_config("");
+    let loaded = Config::load(Some(&config), std::iter::empty()).unwrap();
+    o.admin
+        .batch_execute(&outbox_relay::admin::init::create_table_sql(&loaded))
+        .await
+        .unwrap();
+    o.admin
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&o.slot],
+        )
+        .await
+        .unwrap();
+    o.admin
+        .execute(
+            &format!(
+                "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload) \
+                 VALUES (gen_random_uuid(), 'order', '1', 'created', '{{}}')",
+                o.table
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let before = slot_state(&o.admin, &o.slot).await.unwrap();
+
+    // `run` stops, and its message leads to init, not to the bare SQL.
+    let mut relay = Relay::process(&config);
+    let status = relay.wait(Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(3), "{}", relay.log_text());
+    let log = relay.log_text();
+    assert!(
+        log.contains("outbox-relay init") && !log.contains("CREATE PUBLICATION"),
+        "{log}"
+    );
+    // `check` says the same.
+    let (_, items, output) = check(&config).await;
+    let publication = item(&items, "postgres.publication");
+    assert_eq!(publication["status"], "fail", "{}", text(&output));
+    let fix = publication["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("outbox-relay init") && fix.contains("refuses"),
+        "{fix}"
+    );
+
+    let config_arg = config.display().to_string();
+    let admin_url = env("PG_URL");
+    let init = |extra: &[&str]| {
+        let mut list = args(&["init", "--config", &config_arg, "--admin-url", &admin_url]);
+        list.extend(args(extra));
+        list
+    };
+    let refused = cli(init(&[])).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    for needle in [
+        o.slot.as_str(),
+        o.publication.as_str(),
+        "up to 1 outbox rows",
+        "never relayed",
+        "--recreate-slot",
+        "re-insert",
+        "changed nothing",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {}", text(&refused));
+    }
+    assert!(!publication_exists(&o).await, "a refused init created it");
+    let kept = slot_state(&o.admin, &o.slot).await.unwrap();
+    assert_eq!(kept.confirmed_flush_lsn, before.confirmed_flush_lsn);
+
+    // Asked by name: the slot is dropped and made again after the
+    // publication, and init says so.
+    let recreated = cli(init(&["--recreate-slot"])).await;
+    assert!(recreated.status.success(), "{}", text(&recreated));
+    let stdout = String::from_utf8_lossy(&recreated.stdout);
+    for step in [
+        format!(
+            "done: drop replication slot \"{}\" (--recreate-slot",
+            o.slot
+        ),
+        "are not relayed by it".to_owned(),
+        format!("done: create publication \"{}\"", o.publication),
+        format!("done: create replication slot \"{}\"", o.slot),
+    ] {
+        assert!(stdout.contains(&step), "{step}: {}", text(&recreated));
+    }
+    assert!(publication_exists(&o).await);
+    let new = slot_state(&o.admin, &o.slot).await.unwrap();
+    assert!(
+        new.confirmed_flush_lsn > before.confirmed_flush_lsn,
+        "{new:?} after {before:?}"
+    );
+    // Set up now: another init has nothing to do.
+    let again = cli(init(&["--recreate-slot"])).await;
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("nothing to do"),
+        "{}",
+        text(&again)
+    );
+    o.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_counts_pending_rows_of_a_table_without_a_timestamp_column() {
     // Debezium's documented outbox table has no timestamp column.
     let o = TestOutbox::create("jsonb").await;

@@ -23,7 +23,12 @@ pub(super) fn outbox_items(config: &Config, side: &PgSide, table_shown: &str) ->
     let facts = &side.facts;
     let publication = &config.postgres.publication;
     let mut items = Vec::new();
-    let init_fix = "outbox-relay init (creates the publication, or adds what it lacks)";
+    // Never the bare SQL: a publication set up by hand for a slot that holds
+    // older WAL leaves the outbox rows in it unrelayed, silently; init
+    // refuses there and says what would be skipped.
+    let init_fix = "outbox-relay init: it sets the publication up, or, where the slot holds WAL \
+                    written before, refuses and names the outbox rows that would never be \
+                    relayed and the ways out";
     match &side.outbox {
         Ok(outbox) => {
             let partitions = facts

@@ -88,6 +88,8 @@ fn healthy() -> PgFacts {
         slot: Some(slot_row()),
         slot_holder: None,
         relay_lock_holder: None,
+        wal_insert_lsn: Some("0/1549D80".into()),
+        rows_after_slot: None,
     }
 }
 
