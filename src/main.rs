@@ -80,7 +80,8 @@ Exit codes of `run`:
      deadline (kafka.shutdown_drain_secs) passed; nothing lost, they are
      sent again at the next start
 Transient failures on either side are retried and never end the process.
-init, check, status and dead exit 1 on failure.";
+init, check, status and dead exit 1 on failure; status exits 6 on a warning
+(nobody reads the slot while it holds WAL, or its WAL is about to be removed).";
 
 /// The exit code of a fatal relay error: which side must be fixed.
 fn exit_code(error: &RelayError) -> u8 {
@@ -270,6 +271,12 @@ struct InitArgs {
     /// committed since.
     #[arg(long)]
     allow_new_slot: bool,
+    /// Where the publication must be set up for a slot that holds WAL not
+    /// yet confirmed (init refuses otherwise): drop that slot and create a
+    /// new one after the publication. Outbox rows committed before now are
+    /// not relayed by the new slot.
+    #[arg(long)]
+    recreate_slot: bool,
 }
 
 #[derive(Args)]
@@ -531,6 +538,7 @@ async fn init_command(config: &Config, args: InitArgs) -> ExitCode {
         create_table: args.create_table,
         grant,
         allow_new_slot: args.allow_new_slot,
+        recreate_slot: args.recreate_slot,
     };
     let mut stdout = std::io::stdout();
     match admin::init::run(&target, config, &options, args.dry_run, &mut stdout).await {
@@ -564,9 +572,9 @@ async fn status_command(config: &Config, args: StatusArgs) -> ExitCode {
     let mut stdout = std::io::stdout();
     let watch = args.watch.map(Duration::from_secs);
     match admin::status::run(&target, config, args.json, watch, stop, &mut stdout).await {
-        // A slot that does not exist is worth a non-zero status to a script.
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::from(EXIT_FATAL),
+        Ok(admin::status::Verdict::Ok) => ExitCode::SUCCESS,
+        Ok(admin::status::Verdict::Warn) => ExitCode::from(admin::status::EXIT_WARN),
+        Ok(admin::status::Verdict::Fail) => ExitCode::from(EXIT_FATAL),
         Err(e) => {
             eprintln!("outbox-relay status: {e}");
             ExitCode::from(EXIT_FATAL)

@@ -2,7 +2,8 @@
 //!
 //! Role: the I/O half of `init` and `check`. One statement builds a JSON
 //! document (server settings, the relay's role, the outbox table and its
-//! columns, the publication, the slot and who holds it), which deserializes
+//! columns, the publication, the slot and who holds it, the session holding
+//! the relay lock), which deserializes
 //! into [`PgFacts`]; the decisions are made on that value by pure code.
 //!
 //! Invariants: every name reaches the SQL as a quoted literal, never raw;
@@ -46,6 +47,19 @@ pub struct PgFacts {
     pub slot: Option<serde_json::Value>,
     /// The process holding the slot, when one does.
     pub slot_holder: Option<HolderFacts>,
+    /// The session holding the relay lock of this slot (see
+    /// `relay::lock`), when one does: a relay with this config that streams.
+    #[serde(default)]
+    pub relay_lock_holder: Option<HolderFacts>,
+    /// The end of the WAL written so far (`pg_current_wal_insert_lsn()`);
+    /// `None` on a standby.
+    #[serde(default)]
+    pub wal_insert_lsn: Option<String>,
+    /// Outbox rows the slot may not have decoded yet (an upper bound, by the
+    /// slot's `catalog_xmin`, see `status`): not read by the catalog query,
+    /// `init` fills it in where it needs it.
+    #[serde(skip)]
+    pub rows_after_slot: Option<i64>,
 }
 
 /// `pg_roles`, for one role, and its privileges on the outbox table.
@@ -267,7 +281,17 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
            'slot_holder', (SELECT json_build_object({HOLDER_COLUMNS}) \
               FROM pg_catalog.pg_stat_activity a \
               LEFT JOIN pg_catalog.pg_stat_replication r ON r.pid = a.pid \
-              WHERE a.pid = (SELECT active_pid FROM s)) \
+              WHERE a.pid = (SELECT active_pid FROM s)), \
+           'relay_lock_holder', (SELECT json_build_object({HOLDER_COLUMNS}) \
+              FROM pg_catalog.pg_locks l \
+              JOIN pg_catalog.pg_stat_activity a ON a.pid = l.pid \
+              LEFT JOIN pg_catalog.pg_stat_replication r ON r.pid = a.pid \
+              WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+                AND l.database = (SELECT oid FROM pg_catalog.pg_database \
+                   WHERE datname = current_database()) \
+                AND l.classid = {lock_high}::oid AND l.objid = {lock_low}::oid LIMIT 1), \
+           'wal_insert_lsn', CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL \
+              ELSE pg_catalog.pg_current_wal_insert_lsn()::text END \
          )::text",
         schema = escape_literal(schema),
         name = escape_literal(name),
@@ -276,7 +300,17 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
         publication = escape_literal(publication),
         settings = settings.join(", "),
         published = publication_relids(publication),
+        lock_high = lock_parts(slot).0,
+        lock_low = lock_parts(slot).1,
     )
+}
+
+/// The relay lock's key of `slot` as `pg_locks` shows a bigint advisory
+/// lock: its high 32 bits in `classid`, its low 32 bits in `objid`.
+fn lock_parts(slot: &str) -> (u64, u64) {
+    // Bit for bit: the key's two halves as unsigned numbers.
+    let key = crate::relay::lock_key(slot) as u64;
+    (key >> 32, key & 0xffff_ffff)
 }
 
 /// Reads the facts on `connection`.

@@ -11,7 +11,8 @@
 //!
 //! Invariants:
 //! * Nothing that exists is dropped, replaced or narrowed: an existing
-//!   publication only gains what the relay needs (inserts, the table).
+//!   publication only gains what the relay needs (inserts, the table). The
+//!   one exception is asked for by name: `--recreate-slot` (below).
 //! * Order: table, grants, publication, slot, then the replay record (it
 //!   depends on nothing else). The publication must exist
 //!   before the slot: pgoutput looks publications up as of each change it
@@ -31,6 +32,12 @@
 //!   The rule errs on the safe side: a publication created by hand, or left
 //!   by an init whose slot creation failed, is refused too, and the message
 //!   says when `--allow-new-slot` is right.
+//! * No publication is set up silently for a slot that holds WAL not yet
+//!   confirmed: pgoutput decodes each change with the catalog as of that
+//!   change, so outbox rows committed before the publication published
+//!   them would never be relayed. init refuses, naming them, unless
+//!   `--recreate-slot` says to drop that slot and create a new one after
+//!   the publication (see `planning::skips_rows` for the test).
 //! * Role attributes (LOGIN, REPLICATION) are never changed: they are a
 //!   superuser's decision, so init prints the `ALTER ROLE` instead.
 
@@ -93,7 +100,36 @@ pub enum InitError {
     )]
     SlotWouldSkip { slot: String, publication: String },
     #[error(
-        "replication slot {slot:?} exists but the relay cannot use it; init never drops a slot: {source}"
+        "replication slot {slot:?} has WAL not yet confirmed (confirmed_flush_lsn {confirmed}, \
+         the WAL ends at {end}){}, and publication {publication:?} does not publish the \
+         outbox's inserts yet. pgoutput decodes each change with the catalog as of that change, \
+         so outbox rows committed before the publication publishes them are never relayed by \
+         this slot (the stream fails on them or skips them, depending on the PostgreSQL \
+         version): init refuses to set the publication up over them and changed nothing. Two \
+         ways out: see to those rows first (re-publish them some other way, or make sure none \
+         are due), then run init again with --recreate-slot, which drops the slot, sets the \
+         publication up and creates a new slot that relays only rows committed after it; or \
+         run init with --recreate-slot now and then re-insert the rows committed since the \
+         slot's position (delete and insert each again in one transaction, keeping its id: \
+         consumers that deduplicate on the CloudEvents id see each once)",
+        match rows {
+            Some(n) => format!(
+                "; up to {n} outbox rows in the table were committed after its position (rows \
+                 deleted since are not counted)"
+            ),
+            None => String::new(),
+        }
+    )]
+    PublicationWouldSkip {
+        slot: String,
+        publication: String,
+        confirmed: String,
+        end: String,
+        rows: Option<i64>,
+    },
+    #[error(
+        "replication slot {slot:?} exists but the relay cannot use it; init never drops a slot it \
+         cannot use: {source}"
     )]
     SlotUnusable { slot: String, source: PgError },
     #[error(
@@ -207,6 +243,30 @@ fn render_manual(plan: &Plan, out: &mut String) {
     }
 }
 
+/// The outbox rows an existing slot may not have decoded yet, counted only
+/// where init would set the publication up for it (the count goes into the
+/// refusal); `None` when not counted or not countable.
+async fn rows_after_slot(
+    connection: &mut crate::pg::SqlConnection,
+    table: (&str, &str),
+    facts: &facts::PgFacts,
+) -> Option<i64> {
+    let ready = facts
+        .publication
+        .as_ref()
+        .is_some_and(|p| p.insert && p.has_table);
+    if ready || facts.table.is_none() {
+        return None;
+    }
+    let catalog_xmin = facts.slot_text("catalog_xmin")?;
+    let sql = super::status::pending_sql(table, catalog_xmin, None);
+    let rows = connection
+        .query(&sql, "counting outbox rows after the slot's position")
+        .await
+        .ok()?;
+    rows.first()?.first()?.as_deref()?.parse().ok()
+}
+
 /// Connects, plans, and prints (`dry_run`) or runs the plan, reporting
 /// each step on `out` as it completes.
 ///
@@ -234,6 +294,13 @@ pub async fn run(
         &role,
     )
     .await;
+    let facts = match facts {
+        Ok(mut f) => {
+            f.rows_after_slot = rows_after_slot(&mut connection, (&schema, &name), &f).await;
+            Ok(f)
+        }
+        Err(e) => Err(e),
+    };
     let replay_table = super::dead::table::replay_table(&schema);
     let replay_facts = match facts {
         Ok(_) => super::dead::table::replay_facts(&mut connection, &replay_table, &role)

@@ -26,8 +26,15 @@
 //! time: `pg_xact_commit_timestamp(xmin)` when `track_commit_timestamp` is
 //! on (exact), otherwise the row's timestamp column (`postgres.columns.
 //! timestamp`, usually the insert's `now()`: the transaction's start, so
-//! the age reads a little high for long transactions). Without either, only
-//! the count is shown.
+//! the age reads a little high for long transactions) when the table has
+//! it as a timestamp (Debezium's documented table has none). Without
+//! either, only the count is shown.
+//!
+//! The verdict ([`judge`]), which the exit status follows: `fail` when the
+//! relay cannot use the slot (it does not exist, is not a pgoutput slot of
+//! this database, or is invalidated: the relay's own verdict), `warn` when
+//! WAL piles up unread (nobody reads the slot while it holds WAL not
+//! confirmed, or its WAL is due for removal), `ok` otherwise.
 //!
 //! The scan reads the whole outbox table: on a large one, prefer a longer
 //! `--watch` interval.
@@ -39,7 +46,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::pg::{PgError, SqlConnection};
+use crate::pg::{ErrorKind, PgError, SqlConnection};
+use crate::replication::evaluate_slot_json;
 use postgres_protocol::escape::{escape_identifier, escape_literal};
 
 use super::facts::{HOLDER_COLUMNS, HolderFacts};
@@ -81,6 +89,21 @@ pub struct Pending {
     pub note: Option<String>,
 }
 
+/// The exit status of `status` on a warning (docs/operations.md lists it):
+/// not 1, which says the slot cannot be used at all.
+pub const EXIT_WARN: u8 = 6;
+
+/// What the slot's state means for the relay, for scripts and alerts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Ok,
+    /// The relay can use the slot, but WAL piles up unread.
+    Warn,
+    /// The relay cannot use the slot.
+    Fail,
+}
+
 /// What `status` shows.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StatusReport {
@@ -109,6 +132,13 @@ pub struct StatusReport {
     /// sink; a table that cannot be read leaves it empty).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub webhooks: Vec<crate::sink::http::store::RouteStats>,
+    /// Why the relay cannot use the slot (its own verdict), when it cannot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unusable: Option<String>,
+    /// [`judge`]'s verdict, and why when not ok.
+    pub verdict: Verdict,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 /// The slot query's document.
@@ -122,6 +152,11 @@ struct SlotDocument {
     lag_bytes: Option<i64>,
     holder: Option<HolderFacts>,
     table_exists: bool,
+    /// `format_type` of the configured timestamp column, when the table
+    /// has it.
+    timestamp_type: Option<String>,
+    /// The slot's `pg_replication_slots` row, for the relay's own verdict.
+    row: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -135,7 +170,7 @@ struct SlotFields {
     synced: Option<bool>,
 }
 
-fn slot_sql(slot: &str, table: (&str, &str)) -> String {
+fn slot_sql(slot: &str, table: (&str, &str), timestamp_column: Option<&str>) -> String {
     format!(
         "WITH s AS (SELECT * FROM pg_catalog.pg_replication_slots WHERE slot_name = {slot}), \
          w AS (SELECT CASE WHEN pg_catalog.pg_is_in_recovery() \
@@ -159,11 +194,18 @@ fn slot_sql(slot: &str, table: (&str, &str)) -> String {
               WHERE a.pid = (SELECT active_pid FROM s)), \
            'table_exists', EXISTS (SELECT 1 FROM pg_catalog.pg_class c \
               JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-              WHERE n.nspname = {schema} AND c.relname = {name}) \
+              WHERE n.nspname = {schema} AND c.relname = {name}), \
+           'timestamp_type', (SELECT pg_catalog.format_type(a.atttypid, NULL) \
+              FROM pg_catalog.pg_attribute a JOIN pg_catalog.pg_class c ON c.oid = a.attrelid \
+              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+              WHERE n.nspname = {schema} AND c.relname = {name} AND a.attname = {column} \
+              AND a.attnum > 0 AND NOT a.attisdropped), \
+           'row', (SELECT to_jsonb(s) FROM s) \
          )::text",
         slot = escape_literal(slot),
         schema = escape_literal(table.0),
         name = escape_literal(table.1),
+        column = timestamp_column.map_or_else(|| "NULL".to_owned(), escape_literal),
     )
 }
 
@@ -225,7 +267,10 @@ pub async fn gather(
     let (schema, name) = pg.table_parts();
     let action = "reading the slot's status";
     let rows = connection
-        .query(&slot_sql(&pg.slot, (&schema, &name)), action)
+        .query(
+            &slot_sql(&pg.slot, (&schema, &name), pg.columns.timestamp_column()),
+            action,
+        )
         .await?;
     let json = rows
         .first()
@@ -237,10 +282,15 @@ pub async fn gather(
         action,
         reason: format!("unexpected status document: {e}"),
     })?;
-    let (time, method) = commit_time_expression(
-        document.track_commit_timestamp,
-        pg.columns.timestamp_column(),
-    );
+    // The configured column serves for the age only where the table has
+    // it, as a timestamp: the default name (`timestamp`) is often absent.
+    let timestamp_column = pg.columns.timestamp_column().filter(|_| {
+        matches!(
+            document.timestamp_type.as_deref(),
+            Some("timestamp with time zone" | "timestamp without time zone")
+        )
+    });
+    let (time, method) = commit_time_expression(document.track_commit_timestamp, timestamp_column);
     let mut pending = Pending {
         method,
         keeps_rows: None,
@@ -303,7 +353,13 @@ pub async fn gather(
             }
         }
     }
-    Ok(StatusReport {
+    let unusable = document.row.as_ref().and_then(|row| {
+        match evaluate_slot_json(&pg.slot, &document.database, &row.to_string()) {
+            Err(e) if e.kind() != ErrorKind::SlotBusy => Some(e.to_string()),
+            _ => None,
+        }
+    });
+    let mut report = StatusReport {
         slot: pg.slot.clone(),
         database: document.database,
         exists: slot.is_some(),
@@ -318,7 +374,49 @@ pub async fn gather(
         holder: document.holder.map(HolderFacts::with_hint),
         pending,
         webhooks: webhook_stats(connection, config).await,
-    })
+        unusable,
+        verdict: Verdict::Ok,
+        problem: None,
+    };
+    (report.verdict, report.problem) = judge(&report);
+    Ok(report)
+}
+
+/// The verdict on a reading, and why when it is not ok (see the module
+/// doc): what an operator must act on, by how soon.
+pub fn judge(report: &StatusReport) -> (Verdict, Option<String>) {
+    if !report.exists {
+        return (
+            Verdict::Fail,
+            Some("the slot does not exist: `outbox-relay check` says how to set it up".into()),
+        );
+    }
+    if let Some(why) = &report.unusable {
+        return (Verdict::Fail, Some(why.clone()));
+    }
+    if report.wal_status.as_deref() == Some("unreserved") {
+        return (
+            Verdict::Warn,
+            Some(
+                "WAL the slot needs is due for removal: the slot is lost at the next \
+                 checkpoint unless its reader catches up"
+                    .into(),
+            ),
+        );
+    }
+    let lag = report.lag_bytes.unwrap_or(0);
+    // A standby's synchronized copy is read on the primary, not here.
+    if report.active_pid.is_none() && lag > 0 && report.synced != Some(true) {
+        return (
+            Verdict::Warn,
+            Some(format!(
+                "nobody reads the slot, and it holds {} of WAL not confirmed, which the \
+                 server keeps: start the relay (or drop the slot if no relay will read it)",
+                human_bytes(u64::try_from(lag).unwrap_or(0))
+            )),
+        );
+    }
+    (Verdict::Ok, None)
 }
 
 /// The stuck-delivery figures of every configured sink, zeros included.
@@ -456,6 +554,14 @@ pub fn render_text(report: &StatusReport) -> String {
         })
         .collect();
     rows.extend(webhook_rows.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    rows.push((
+        "verdict",
+        match (report.verdict, &report.problem) {
+            (Verdict::Ok, _) => "ok".to_owned(),
+            (Verdict::Warn, why) => format!("WARN: {}", why.as_deref().unwrap_or("")),
+            (Verdict::Fail, why) => format!("FAIL: {}", why.as_deref().unwrap_or("")),
+        },
+    ));
     table(&rows)
 }
 
@@ -475,7 +581,8 @@ pub fn render_json(report: &StatusReport) -> String {
 }
 
 /// Prints the status once, or every `watch` interval until `stop`
-/// resolves. Returns whether the slot existed at the last reading.
+/// resolves. Returns the verdict of the last reading (`Fail` when the last
+/// reading under `watch` failed).
 ///
 /// # Errors
 /// Without `watch`: the connection or a query failed. With `watch`, a
@@ -487,18 +594,18 @@ pub async fn run(
     watch: Option<Duration>,
     stop: impl Future<Output = ()>,
     out: &mut dyn std::io::Write,
-) -> Result<bool, PgError> {
+) -> Result<Verdict, PgError> {
     let Some(interval) = watch else {
         let mut connection = target.connect().await?;
         let report = gather(&mut connection, config).await;
         connection.close().await;
         let report = report?;
         let _ = write_report(out, &report, json);
-        return Ok(report.exists);
+        return Ok(report.verdict);
     };
     tokio::pin!(stop);
     let mut connection: Option<SqlConnection> = None;
-    let mut exists = false;
+    let mut verdict;
     loop {
         let reading = async {
             let mut live = match connection.take() {
@@ -522,13 +629,15 @@ pub async fn run(
         }
         match reading {
             Ok(report) => {
-                exists = report.exists;
+                verdict = report.verdict;
                 let _ = write_report(out, &report, json);
             }
             Err(e) if json => {
+                verdict = Verdict::Fail;
                 let _ = writeln!(out, "{}", serde_json::json!({ "error": e.to_string() }));
             }
             Err(e) => {
+                verdict = Verdict::Fail;
                 let _ = writeln!(out, "error: {e}");
             }
         }
@@ -541,7 +650,7 @@ pub async fn run(
     if let Some(live) = connection {
         live.close().await;
     }
-    Ok(exists)
+    Ok(verdict)
 }
 
 fn write_report(

@@ -260,9 +260,11 @@ pub enum PgError {
     },
 
     #[error(
-        "publication {publication:?} does not exist in database {database:?}: create it with \
-         `CREATE PUBLICATION {} FOR TABLE <outbox table> WITH (publish = 'insert');`",
-        display_ident(publication)
+        "publication {publication:?} does not exist in database {database:?}: run `outbox-relay \
+         init`, which creates it, or, where the slot holds WAL written before, refuses and names \
+         the outbox rows that would never be relayed and the ways out. A publication created by \
+         hand does not publish the changes already in the slot: pgoutput decodes each change \
+         with the catalog as of that change"
     )]
     PublicationMissing {
         publication: String,
@@ -271,7 +273,9 @@ pub enum PgError {
 
     #[error(
         "publication {publication:?} does not publish inserts, so no outbox row would ever \
-         arrive: `ALTER PUBLICATION {} SET (publish = 'insert');`",
+         arrive: run `outbox-relay init`, which runs `ALTER PUBLICATION {} SET (publish = \
+         'insert');` or, where the slot holds WAL written before, refuses and names the outbox \
+         rows that would never be relayed (the change does not reach the slot's older WAL)",
         display_ident(publication)
     )]
     PublicationWithoutInserts { publication: String },
@@ -284,7 +288,10 @@ pub enum PgError {
 
     #[error(
         "publication {publication:?} does not contain the outbox table {table}, so none of its \
-         rows would ever arrive: `ALTER PUBLICATION {} ADD TABLE {table};`",
+         rows would ever arrive: run `outbox-relay init`, which runs `ALTER PUBLICATION {} ADD \
+         TABLE {table};` or, where the slot holds WAL written before, refuses and names the \
+         outbox rows that would never be relayed (the change does not reach the slot's older \
+         WAL)",
         display_ident(publication)
     )]
     PublicationLacksTable { publication: String, table: String },

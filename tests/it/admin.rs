@@ -583,8 +583,10 @@ async fn status_shows_the_lag_falling_while_a_backlog_drains() {
         "--json",
     ]))
     .await;
-    assert!(output.status.success(), "{}", text(&output));
+    // Nobody reads the slot while its backlog grows: a warning (exit 6).
+    assert_eq!(output.status.code(), Some(6), "{}", text(&output));
     let json: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(json["verdict"], "warn", "{json}");
     assert!(json["lag_bytes"].as_i64().unwrap() >= backlog, "{json}");
     assert_eq!(json["pending"]["rows"], 2000);
 
@@ -916,5 +918,256 @@ async fn check_in_exactly_once_mode_checks_the_checkpoint_topic_and_the_transact
     );
     let status = relay.terminate().await;
     assert!(status.success(), "{status:?}\n{}", relay.log_text());
+    o.drop_all().await;
+}
+
+/// Inserts `n` outbox rows (the columns every test table has).
+async fn insert_rows(o: &TestOutbox, n: i64) {
+    o.admin
+        .execute(
+            &format!(
+                "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload) \
+                 SELECT gen_random_uuid(), 'order', g::text, 'created', '{{}}' \
+                 FROM generate_series(1, $1::bigint) g",
+                o.table
+            ),
+            &[&n],
+        )
+        .await
+        .unwrap();
+}
+
+/// `status --json` for `config`: the exit status and the object.
+async fn status_json(config: &std::path::Path) -> (Option<i32>, serde_json::Value, Output) {
+    let output = cli(args(&[
+        "status",
+        "--config",
+        &config.display().to_string(),
+        "--json",
+    ]))
+    .await;
+    let json = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("status --json is not JSON ({e}): {}", text(&output)));
+    (output.status.code(), json, output)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_refuses_a_publication_over_rows_waiting_in_the_slot() {
+    // A new user's path: the table and the slot exist, the publication does
+    // not, and a row was committed meanwhile.
+    let o = fresh().await;
+    let config = o.write_config("");
+    let loaded = Config::load(Some(&config), std::iter::empty()).unwrap();
+    o.admin
+        .batch_execute(&outbox_relay::admin::init::create_table_sql(&loaded))
+        .await
+        .unwrap();
+    o.admin
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
+            &[&o.slot],
+        )
+        .await
+        .unwrap();
+    o.admin
+        .execute(
+            &format!(
+                "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload) \
+                 VALUES (gen_random_uuid(), 'order', '1', 'created', '{{}}')",
+                o.table
+            ),
+            &[],
+        )
+        .await
+        .unwrap();
+    let before = slot_state(&o.admin, &o.slot).await.unwrap();
+
+    // `run` stops, and its message leads to init, not to the bare SQL.
+    let mut relay = Relay::process(&config);
+    let status = relay.wait(Duration::from_secs(60)).await;
+    assert_eq!(status.code(), Some(3), "{}", relay.log_text());
+    let log = relay.log_text();
+    assert!(
+        log.contains("outbox-relay init") && !log.contains("CREATE PUBLICATION"),
+        "{log}"
+    );
+    // `check` says the same.
+    let (_, items, output) = check(&config).await;
+    let publication = item(&items, "postgres.publication");
+    assert_eq!(publication["status"], "fail", "{}", text(&output));
+    let fix = publication["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("outbox-relay init") && fix.contains("refuses"),
+        "{fix}"
+    );
+
+    let config_arg = config.display().to_string();
+    let admin_url = env("PG_URL");
+    let init = |extra: &[&str]| {
+        let mut list = args(&["init", "--config", &config_arg, "--admin-url", &admin_url]);
+        list.extend(args(extra));
+        list
+    };
+    let refused = cli(init(&[])).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", text(&refused));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    for needle in [
+        o.slot.as_str(),
+        o.publication.as_str(),
+        "up to 1 outbox rows",
+        "never relayed",
+        "--recreate-slot",
+        "re-insert",
+        "changed nothing",
+    ] {
+        assert!(stderr.contains(needle), "{needle}: {}", text(&refused));
+    }
+    assert!(!publication_exists(&o).await, "a refused init created it");
+    let kept = slot_state(&o.admin, &o.slot).await.unwrap();
+    assert_eq!(kept.confirmed_flush_lsn, before.confirmed_flush_lsn);
+
+    // Asked by name: the slot is dropped and made again after the
+    // publication, and init says so.
+    let recreated = cli(init(&["--recreate-slot"])).await;
+    assert!(recreated.status.success(), "{}", text(&recreated));
+    let stdout = String::from_utf8_lossy(&recreated.stdout);
+    for step in [
+        format!(
+            "done: drop replication slot \"{}\" (--recreate-slot",
+            o.slot
+        ),
+        "are not relayed by it".to_owned(),
+        format!("done: create publication \"{}\"", o.publication),
+        format!("done: create replication slot \"{}\"", o.slot),
+    ] {
+        assert!(stdout.contains(&step), "{step}: {}", text(&recreated));
+    }
+    assert!(publication_exists(&o).await);
+    let new = slot_state(&o.admin, &o.slot).await.unwrap();
+    assert!(
+        new.confirmed_flush_lsn > before.confirmed_flush_lsn,
+        "{new:?} after {before:?}"
+    );
+    // Set up now: another init has nothing to do.
+    let again = cli(init(&["--recreate-slot"])).await;
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("nothing to do"),
+        "{}",
+        text(&again)
+    );
+    o.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_counts_pending_rows_of_a_table_without_a_timestamp_column() {
+    // Debezium's documented outbox table has no timestamp column.
+    let o = TestOutbox::create("jsonb").await;
+    o.admin
+        .batch_execute(&format!(
+            "ALTER TABLE public.{} DROP COLUMN \"timestamp\"",
+            o.table
+        ))
+        .await
+        .unwrap();
+    insert_rows(&o, 3).await;
+    let config = Config::load(Some(&o.write_config("")), std::iter::empty()).unwrap();
+    let report = read_status(&config).await;
+    assert_eq!(report.pending.rows, Some(3), "{report:?}");
+    let tracked: String = o
+        .admin
+        .query_one("SHOW track_commit_timestamp", &[])
+        .await
+        .unwrap()
+        .get(0);
+    if tracked == "on" {
+        assert!(report.pending.oldest_age_seconds.is_some(), "{report:?}");
+    } else {
+        // No column, no commit timestamps: the count, without an age.
+        assert_eq!(report.pending.oldest_age_seconds, None, "{report:?}");
+        let shown = status::render_text(&report);
+        assert!(shown.contains("3 at most (their age is unknown"), "{shown}");
+    }
+    o.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_exits_non_zero_for_an_unread_slot_and_one_the_relay_cannot_use() {
+    // A slot nobody reads while its WAL piles up: a warning, exit 6.
+    let o = TestOutbox::create("jsonb").await;
+    insert_rows(&o, 5).await;
+    let config = o.write_config("");
+    let (code, json, output) = status_json(&config).await;
+    assert_eq!(code, Some(6), "{}", text(&output));
+    assert_eq!(json["verdict"], "warn", "{json}");
+    assert!(
+        json["problem"]
+            .as_str()
+            .unwrap()
+            .contains("nobody reads the slot"),
+        "{json}"
+    );
+
+    // A test_decoding slot under the relay's slot name: the relay cannot
+    // use it, exit 1.
+    let other = fresh().await;
+    other
+        .admin
+        .execute(
+            "SELECT pg_create_logical_replication_slot($1, 'test_decoding')",
+            &[&other.slot],
+        )
+        .await
+        .unwrap();
+    let (code, json, output) = status_json(&other.write_config("")).await;
+    assert_eq!(code, Some(1), "{}", text(&output));
+    assert_eq!(json["verdict"], "fail", "{json}");
+    assert!(
+        json["problem"].as_str().unwrap().contains("test_decoding"),
+        "{json}"
+    );
+    let shown = cli(args(&[
+        "status",
+        "--config",
+        &other.write_config("").display().to_string(),
+    ]))
+    .await;
+    assert_eq!(shown.status.code(), Some(1), "{}", text(&shown));
+    assert!(
+        String::from_utf8_lossy(&shown.stdout).contains("FAIL: "),
+        "{}",
+        text(&shown)
+    );
+    other.drop_all().await;
+    o.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_and_status_report_the_running_relay_as_ok() {
+    let o = TestOutbox::create("jsonb").await;
+    let config = o.write_config("");
+    let relay = Relay::in_process(o.settings());
+    wait_until("the relay reads the slot", Duration::from_secs(30), || {
+        o.slot_active()
+    })
+    .await;
+    let (code, items, output) = check(&config).await;
+    let holder = item(&items, "postgres.slot.holder");
+    assert_eq!(holder["status"], "ok", "{}", text(&output));
+    assert!(
+        holder["detail"]
+            .as_str()
+            .unwrap()
+            .contains("holds the relay lock"),
+        "{holder}"
+    );
+    assert_eq!(code, Some(0), "{}", text(&output));
+    assert!(failed(&items).is_empty(), "{items:#?}");
+    // Read by the relay: status is ok too, rows or not.
+    insert_rows(&o, 2).await;
+    let (code, json, output) = status_json(&config).await;
+    assert_eq!(code, Some(0), "{}", text(&output));
+    assert_eq!(json["verdict"], "ok", "{json}");
+    relay.stop().await.unwrap();
     o.drop_all().await;
 }

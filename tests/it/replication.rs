@@ -508,7 +508,7 @@ async fn missing_or_busy_slot_and_missing_publication_are_named() {
     assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
     let text = error.to_string();
     assert!(
-        text.contains(&settings.publication) && text.contains("CREATE PUBLICATION"),
+        text.contains(&settings.publication) && text.contains("outbox-relay init"),
         "{text}"
     );
 

@@ -23,7 +23,12 @@ pub(super) fn outbox_items(config: &Config, side: &PgSide, table_shown: &str) ->
     let facts = &side.facts;
     let publication = &config.postgres.publication;
     let mut items = Vec::new();
-    let init_fix = "outbox-relay init (creates the publication, or adds what it lacks)";
+    // Never the bare SQL: a publication set up by hand for a slot that holds
+    // older WAL leaves the outbox rows in it unrelayed, silently; init
+    // refuses there and says what would be skipped.
+    let init_fix = "outbox-relay init: it sets the publication up, or, where the slot holds WAL \
+                    written before, refuses and names the outbox rows that would never be \
+                    relayed and the ways out";
     match &side.outbox {
         Ok(outbox) => {
             let partitions = facts
@@ -330,13 +335,7 @@ pub(super) fn slot_items(
                 .unwrap_or_default(),
         );
         if application == Some(relay_application_name) {
-            Item::warn(
-                "postgres.slot.holder",
-                format!(
-                    "held by {who}: by its application_name, a relay, presumably the one \
-                     running with this config; another relay would wait for it"
-                ),
-            )
+            relay_holder_item(config, facts, &who)
         } else {
             Item::fail(
                 "postgres.slot.holder",
@@ -353,6 +352,58 @@ pub(super) fn slot_items(
         }
     });
     items
+}
+
+/// The slot is held under the application_name a relay with this config
+/// shows: OK when that relay is the one running with this config, which
+/// with `relay.standby_lock` means a session from the same client holds
+/// this slot's relay lock (only a streaming relay holds it); a reader that
+/// merely has the name is worth a warning.
+fn relay_holder_item(config: &Config, facts: &PgFacts, who: &str) -> Item {
+    let name = "postgres.slot.holder";
+    if !config.relay.standby_lock {
+        return Item::ok(
+            name,
+            format!(
+                "held by {who}: the relay running with this config, by its application_name \
+                 (relay.standby_lock is off, so no relay lock tells it apart further)"
+            ),
+        );
+    }
+    let holder_addr = facts
+        .slot_holder
+        .as_ref()
+        .and_then(|h| h.client_addr.as_deref());
+    let lock = facts.relay_lock_holder.as_ref().filter(|lock| {
+        lock.application_name == facts.slot_holder.as_ref().and_then(|h| h.application_name.clone())
+            // Addresses hidden from this role (or a Unix socket) prove
+            // nothing either way.
+            && (lock.client_addr.is_none()
+                || holder_addr.is_none()
+                || lock.client_addr.as_deref() == holder_addr)
+    });
+    match lock {
+        Some(lock) => Item::ok(
+            name,
+            format!(
+                "held by {who}: the relay running with this config (its session pid {} holds \
+                 the relay lock)",
+                lock.pid
+            ),
+        ),
+        None => Item::warn(
+            name,
+            format!(
+                "held by {who}: a relay by its application_name, but none of its sessions holds \
+                 this config's relay lock: a relay with relay.standby_lock = false or another \
+                 config reads the slot, and a relay with this config would wait for it"
+            ),
+        )
+        .fix(
+            "run one relay config per slot: stop the other reader, or give this config its \
+             own slot",
+        ),
+    }
 }
 
 /// Types whose text form the relay uses as is for ids, types and keys.

@@ -87,6 +87,9 @@ fn healthy() -> PgFacts {
         }),
         slot: Some(slot_row()),
         slot_holder: None,
+        relay_lock_holder: None,
+        wal_insert_lsn: Some("0/1549D80".into()),
+        rows_after_slot: None,
     }
 }
 
@@ -429,9 +432,41 @@ fn a_slot_held_by_another_process_fails_and_by_a_relay_warns() {
             .contains("pg_terminate_backend(4242)")
     );
 
+    // A relay by name that does not hold this config's relay lock: a warning.
     facts.slot_holder.as_mut().unwrap().application_name = Some("outbox-relay".into());
-    let items = evaluate(&side(facts));
+    let items = evaluate(&side(facts.clone()));
+    let holder = item(&items, "postgres.slot.holder");
+    assert_eq!(holder.status, Status::Warn, "{holder:?}");
+    assert!(holder.detail.contains("relay lock"), "{holder:?}");
+
+    // The relay running with this config: its lock session, from the same
+    // client, holds the relay lock. That is the healthy case.
+    facts.relay_lock_holder = Some(HolderFacts {
+        pid: 4243,
+        application_name: Some("outbox-relay".into()),
+        client_addr: Some("10.1.2.3".into()),
+        ..HolderFacts::default()
+    });
+    let items = evaluate(&side(facts.clone()));
+    let holder = item(&items, "postgres.slot.holder");
+    assert_eq!(holder.status, Status::Ok, "{holder:?}");
+    assert!(
+        holder.detail.contains("pid 4243 holds the relay lock"),
+        "{holder:?}"
+    );
+    assert!(holder.fix.is_none());
+
+    // The lock held from another client is another relay's.
+    facts.relay_lock_holder.as_mut().unwrap().client_addr = Some("10.9.9.9".into());
+    let items = evaluate(&side(facts.clone()));
     assert_eq!(item(&items, "postgres.slot.holder").status, Status::Warn);
+
+    // Without the relay lock, the application_name is all there is.
+    facts.relay_lock_holder = None;
+    let mut config = config();
+    config.relay.standby_lock = false;
+    let items = evaluate_postgres(&config, "relay", "outbox-relay", &side(facts));
+    assert_eq!(item(&items, "postgres.slot.holder").status, Status::Ok);
 }
 
 #[test]

@@ -150,6 +150,7 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
     let shard_shown = filter.as_ref().map_or_else(String::new, |_| {
         format!(" (shard {} of {})", pg.shard, pg.shards)
     });
+    let steps_before_publication = plan.steps.len();
     match &facts.publication {
         None => {
             let via_root = facts.table.as_ref().is_some_and(|t| t.partitioned);
@@ -234,7 +235,25 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
     }
 
     // The slot.
-    match &facts.slot {
+    let publication_changes = plan.steps.len() > steps_before_publication;
+    let recreate = publication_changes && skips_rows(config, facts, options)?;
+    if recreate {
+        // Before the publication step: a failing drop leaves the
+        // publication as it was.
+        plan.steps.insert(
+            steps_before_publication,
+            Step {
+                summary: format!(
+                    "drop replication slot {:?} (--recreate-slot: the outbox rows committed \
+                     before the new slot is created are not relayed by it)",
+                    pg.slot
+                ),
+                // The name passed the slot-name rule ([a-z0-9_]).
+                sql: format!("SELECT pg_drop_replication_slot('{}')", pg.slot),
+            },
+        );
+    }
+    match facts.slot.as_ref().filter(|_| !recreate) {
         Some(row) => match evaluate_slot_json(&pg.slot, &facts.database, &row.to_string()) {
             Ok(confirmed) => plan.in_place.push(format!(
                 "replication slot {:?} (pgoutput, confirmed_flush_lsn {confirmed})",
@@ -255,7 +274,11 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
         None => {
             // Without an outbox table, no outbox row was ever committed:
             // a new slot skips nothing.
-            if facts.publication.is_some() && facts.table.is_some() && !options.allow_new_slot {
+            if facts.publication.is_some()
+                && facts.table.is_some()
+                && !options.allow_new_slot
+                && !recreate
+            {
                 return Err(InitError::SlotWouldSkip {
                     slot: pg.slot.clone(),
                     publication: pg.publication.clone(),
@@ -305,6 +328,60 @@ pub fn plan(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<P
         }
     }
     Ok(plan)
+}
+
+/// Whether creating the publication (or letting it publish the outbox's
+/// inserts) would leave the existing slot with outbox rows it never relays;
+/// `Ok(true)` when `--recreate-slot` says to drop and re-create the slot.
+///
+/// Why it matters: pgoutput decodes each change with the catalog as of that
+/// change, so a change written before the publication existed (or before it
+/// published the outbox's inserts) is not published by it: depending on the
+/// server version the stream fails on it or skips it, and the rows are
+/// never relayed by this slot.
+///
+/// The test: the slot's `confirmed_flush_lsn` against the end of the WAL
+/// written so far. Only when the slot has confirmed all of it can no
+/// change, outbox rows among them, wait in it. Counting outbox rows above
+/// the slot's position alone would not do: rows deleted since (the
+/// Debezium pattern of insert and delete in one transaction, or a cleanup)
+/// leave no trace in the table, yet their inserts wait in the WAL. So any
+/// WAL not yet confirmed refuses, erring on the safe side on a busy server;
+/// the row count (an upper bound, see `status`) tells the person what is
+/// at stake. An unknown position (a standby) counts as behind.
+fn skips_rows(config: &Config, facts: &PgFacts, options: &InitOptions) -> Result<bool, InitError> {
+    let Some(row) = &facts.slot else {
+        return Ok(false);
+    };
+    // A slot the relay cannot use is refused as such, never dropped.
+    if let Err(e) = evaluate_slot_json(&config.postgres.slot, &facts.database, &row.to_string())
+        && e.kind() != ErrorKind::SlotBusy
+    {
+        return Ok(false);
+    }
+    let parse = |text: Option<&str>| text.and_then(|t| t.parse::<pgoutput::lsn::Lsn>().ok());
+    let confirmed = parse(facts.slot_text("confirmed_flush_lsn"));
+    let end = parse(facts.wal_insert_lsn.as_deref());
+    if matches!((confirmed, end), (Some(c), Some(e)) if c >= e) {
+        return Ok(false);
+    }
+    if options.recreate_slot {
+        return Ok(true);
+    }
+    let pg = &config.postgres;
+    Err(InitError::PublicationWouldSkip {
+        slot: pg.slot.clone(),
+        publication: pg.publication.clone(),
+        confirmed: facts
+            .slot_text("confirmed_flush_lsn")
+            .unwrap_or("unknown")
+            .to_owned(),
+        end: facts
+            .wal_insert_lsn
+            .clone()
+            .unwrap_or_else(|| "unknown".to_owned()),
+        rows: facts.rows_after_slot,
+    })
 }
 
 /// `CREATE TABLE` for a Debezium-compatible outbox with the configured

@@ -10,6 +10,11 @@ pub struct InitOptions {
     pub grant: Option<String>,
     /// Create the slot even though the publication exists already.
     pub allow_new_slot: bool,
+    /// Where the publication must be created (or made to publish the
+    /// outbox's inserts) for a slot that holds WAL not yet confirmed: drop
+    /// that slot and create a new one after the publication, knowing that
+    /// the outbox rows committed before are not relayed by it.
+    pub recreate_slot: bool,
 }
 
 /// One statement init runs.

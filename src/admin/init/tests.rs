@@ -56,12 +56,14 @@ fn slot(plugin: &str, active: bool) -> serde_json::Value {
     })
 }
 
-/// Everything in place.
+/// Everything in place, the slot having confirmed all the WAL written (so
+/// a change to the publication skips nothing).
 fn set_up() -> PgFacts {
     PgFacts {
         table: Some(table()),
         publication: Some(publication()),
         slot: Some(slot("pgoutput", false)),
+        wal_insert_lsn: Some("0/1549D80".into()),
         ..empty()
     }
 }
@@ -739,4 +741,132 @@ fn the_replay_record_is_created_and_granted_once() {
         missing: vec!["UPDATE"],
     };
     assert_eq!(planned(&partial, &grant).steps.len(), 1);
+}
+
+/// The slot exists, the publication does not: the setup a person reaches by
+/// following `run`'s exit-3 message, with outbox rows waiting in the WAL.
+fn slot_without_publication(wal_end: &str) -> PgFacts {
+    PgFacts {
+        table: Some(table()),
+        publication: None,
+        slot: Some(slot("pgoutput", false)),
+        wal_insert_lsn: Some(wal_end.into()),
+        rows_after_slot: Some(3),
+        ..empty()
+    }
+}
+
+#[test]
+fn a_publication_for_a_slot_with_unconfirmed_wal_is_refused_naming_what_it_would_skip() {
+    let facts = slot_without_publication("0/1569D80");
+    let refused = plan(&config(), &facts, &InitOptions::default()).unwrap_err();
+    assert!(
+        matches!(refused, InitError::PublicationWouldSkip { .. }),
+        "{refused}"
+    );
+    let text = refused.to_string();
+    for needle in [
+        "\"outbox_relay\"",
+        "\"outbox_pub\"",
+        "confirmed_flush_lsn 0/1549D80, the WAL ends at 0/1569D80",
+        "up to 3 outbox rows",
+        "--recreate-slot",
+        "re-insert",
+        "changed nothing",
+    ] {
+        assert!(text.contains(needle), "{needle}: {text}");
+    }
+    // A publication that lacks the table, or the inserts, is the same trap.
+    for publication in [
+        PublicationFacts {
+            insert: true,
+            has_table: false,
+            ..PublicationFacts::default()
+        },
+        PublicationFacts {
+            insert: false,
+            has_table: true,
+            ..PublicationFacts::default()
+        },
+    ] {
+        let facts = PgFacts {
+            publication: Some(publication),
+            ..slot_without_publication("0/1569D80")
+        };
+        let refused = plan(&config(), &facts, &InitOptions::default()).unwrap_err();
+        assert!(
+            matches!(refused, InitError::PublicationWouldSkip { .. }),
+            "{refused}"
+        );
+    }
+    // An unknown end of the WAL (a standby) errs on the safe side.
+    let facts = PgFacts {
+        wal_insert_lsn: None,
+        ..slot_without_publication("0/1569D80")
+    };
+    assert!(plan(&config(), &facts, &InitOptions::default()).is_err());
+}
+
+#[test]
+fn recreate_slot_drops_the_slot_then_sets_up_publication_and_a_new_slot() {
+    let facts = slot_without_publication("0/1569D80");
+    let options = InitOptions {
+        recreate_slot: true,
+        ..InitOptions::default()
+    };
+    let plan = plan(&config(), &facts, &options).unwrap();
+    assert_eq!(
+        summaries(&plan),
+        [
+            "drop replication slot \"outbox_relay\" (--recreate-slot: the outbox rows committed \
+             before the new slot is created are not relayed by it)",
+            "create publication \"outbox_pub\" on public.outbox",
+            "create replication slot \"outbox_relay\" (pgoutput)",
+        ]
+    );
+    assert_eq!(
+        plan.steps[0].sql,
+        "SELECT pg_drop_replication_slot('outbox_relay')"
+    );
+}
+
+#[test]
+fn a_slot_that_confirmed_all_wal_gets_its_publication_and_is_kept() {
+    // Nothing after the slot's position: nothing can be skipped, and
+    // --recreate-slot has nothing to do.
+    for recreate_slot in [false, true] {
+        let facts = slot_without_publication("0/1549D80");
+        let options = InitOptions {
+            recreate_slot,
+            ..InitOptions::default()
+        };
+        let plan = plan(&config(), &facts, &options).unwrap();
+        assert_eq!(
+            summaries(&plan),
+            ["create publication \"outbox_pub\" on public.outbox"]
+        );
+        assert!(
+            plan.in_place
+                .iter()
+                .any(|l| l.starts_with("replication slot \"outbox_relay\"")),
+            "{plan:?}"
+        );
+    }
+}
+
+#[test]
+fn a_slot_the_relay_cannot_use_is_refused_as_such_never_dropped() {
+    let facts = PgFacts {
+        slot: Some(slot("test_decoding", false)),
+        ..slot_without_publication("0/1569D80")
+    };
+    let options = InitOptions {
+        recreate_slot: true,
+        ..InitOptions::default()
+    };
+    let refused = plan(&config(), &facts, &options).unwrap_err();
+    assert!(
+        matches!(refused, InitError::SlotUnusable { .. }),
+        "{refused}"
+    );
 }

@@ -30,6 +30,9 @@ fn report() -> StatusReport {
             note: None,
         },
         webhooks: Vec::new(),
+        unusable: None,
+        verdict: Verdict::Ok,
+        problem: None,
     }
 }
 
@@ -233,4 +236,59 @@ fn a_holder_whose_state_is_hidden_names_the_grant_that_shows_it() {
     };
     assert_eq!(visible.with_hint().hint, None);
     assert_eq!(report().holder.unwrap().with_hint().hint, None);
+}
+
+#[test]
+fn the_verdict_fails_where_the_relay_cannot_use_the_slot_and_warns_on_unread_wal() {
+    // Held and read: ok, whatever the lag.
+    assert_eq!(judge(&report()), (Verdict::Ok, None));
+    // Nobody reads it while it holds WAL: a warning naming the amount.
+    let mut unread = report();
+    unread.holder = None;
+    unread.active_pid = None;
+    let (verdict, why) = judge(&unread);
+    assert_eq!(verdict, Verdict::Warn);
+    assert!(
+        why.unwrap()
+            .contains("nobody reads the slot, and it holds 128.0 KiB")
+    );
+    // ... unless it holds nothing, or it is a standby's synchronized copy.
+    assert_eq!(
+        judge(&StatusReport {
+            lag_bytes: Some(0),
+            ..unread.clone()
+        })
+        .0,
+        Verdict::Ok
+    );
+    assert_eq!(
+        judge(&StatusReport {
+            synced: Some(true),
+            ..unread.clone()
+        })
+        .0,
+        Verdict::Ok
+    );
+    // WAL due for removal, read or not.
+    let (verdict, why) = judge(&StatusReport {
+        wal_status: Some("unreserved".into()),
+        ..report()
+    });
+    assert_eq!(verdict, Verdict::Warn);
+    assert!(why.unwrap().contains("due for removal"));
+    // A slot the relay cannot use (its own verdict), or none at all.
+    let (verdict, why) = judge(&StatusReport {
+        unusable: Some("replication slot \"outbox_relay\" uses plugin test_decoding".into()),
+        ..report()
+    });
+    assert_eq!(verdict, Verdict::Fail);
+    assert!(why.unwrap().contains("test_decoding"));
+    assert_eq!(
+        judge(&StatusReport {
+            exists: false,
+            ..report()
+        })
+        .0,
+        Verdict::Fail
+    );
 }
