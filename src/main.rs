@@ -190,6 +190,10 @@ struct DeadCommon {
     /// Seconds reading the dead-letter topic may take.
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     timeout: u64,
+    /// Also the Kafka dead letters that do not say which outbox they came
+    /// from (no source_table header), in `list` and `retry --all`.
+    #[arg(long)]
+    unattributed: bool,
 }
 
 #[derive(Args)]
@@ -218,7 +222,7 @@ struct DeadRetryArgs {
         conflicts_with = "all"
     )]
     ids: Vec<String>,
-    /// Every dead letter not retried or discarded yet.
+    /// Every dead letter of this relay not retried or discarded yet.
     #[arg(long)]
     all: bool,
     /// With --all: only those of this route (HTTP) or topic (Kafka); not
@@ -590,6 +594,7 @@ async fn dead_command(config: &Config, action: DeadAction) -> ExitCode {
     let options = DeadOptions {
         timeout: Duration::from_secs(common.timeout),
         delivery_table: Some(config.postgres.delivery_table.clone()),
+        unattributed: common.unattributed,
     };
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
     if dead::run(&target, config, &options, request, &mut stdout, &mut stderr).await {
