@@ -1234,3 +1234,31 @@ async fn relays_sharing_a_dead_letter_topic_each_take_their_own() {
     a.drop_all().await;
     b.drop_all().await;
 }
+
+/// docs/dead-letters.md says who creates a missing topic as the code
+/// decides it: the relay's producer, with the properties it is given by
+/// default, has a broker that creates topics create it (what `check`
+/// reports), and the page's example turns that off.
+#[test]
+fn the_page_says_who_creates_a_missing_topic_as_the_code_does() {
+    let page = include_str!("../../docs/dead-letters.md");
+    let words = page.split_whitespace().collect::<Vec<_>>().join(" ");
+    let kafka = outbox_relay::config::KafkaConfig::default();
+    assert!(
+        outbox_relay::admin::kafka::producer_auto_create(&kafka),
+        "the default producer has the broker create topics: the page says so below"
+    );
+    for says in [
+        "By default the relay's producer (and `dead retry`'s, which uses the same \
+         `[kafka.properties]`) asks for a missing topic in a way that has a broker with \
+         `auto.create.topics.enable = true` create it on first use",
+        "`\"allow.auto.create.topics\" = \"false\"`: then no topic is created",
+    ] {
+        assert!(words.contains(says), "the page no longer says: {says}");
+    }
+    assert!(
+        !words.contains("never has the broker create a topic"),
+        "the page claims the producer never has a topic created, which only holds with \
+         allow.auto.create.topics = false"
+    );
+}
