@@ -207,6 +207,10 @@ struct DeadListArgs {
     /// Print one JSON document (its shape is in docs/dead-letters.md).
     #[arg(long)]
     json: bool,
+    /// Also the Kafka dead letters that do not say which outbox they came
+    /// from (no source_table header).
+    #[arg(long)]
+    unattributed: bool,
 }
 
 #[derive(Args)]
@@ -220,7 +224,7 @@ struct DeadRetryArgs {
         conflicts_with = "all"
     )]
     ids: Vec<String>,
-    /// Every dead letter not retried or discarded yet.
+    /// Every dead letter of this relay not retried or discarded yet.
     #[arg(long)]
     all: bool,
     /// With --all: only those of this route (HTTP) or topic (Kafka); not
@@ -229,6 +233,10 @@ struct DeadRetryArgs {
     // `conflicts_with` refuses ids beside --route.
     #[arg(long, value_name = "R", requires = "all", conflicts_with = "ids")]
     route: Option<String>,
+    /// With --all: also the Kafka dead letters that do not say which outbox
+    /// they came from (no source_table header).
+    #[arg(long, requires = "all")]
+    unattributed: bool,
 }
 
 #[derive(Args)]
@@ -584,9 +592,10 @@ async fn status_command(config: &Config, args: StatusArgs) -> ExitCode {
 
 async fn dead_command(config: &Config, action: DeadAction) -> ExitCode {
     use admin::dead::{self, DeadOptions, Request};
-    let (common, request) = match action {
+    let (common, unattributed, request) = match action {
         DeadAction::List(a) => (
             a.common,
+            a.unattributed,
             Request::List {
                 all: a.all,
                 route: a.route,
@@ -595,17 +604,19 @@ async fn dead_command(config: &Config, action: DeadAction) -> ExitCode {
         ),
         DeadAction::Retry(a) => (
             a.common,
+            a.unattributed,
             Request::Retry {
                 ids: if a.all { Vec::new() } else { a.ids },
                 route: a.route,
             },
         ),
-        DeadAction::Discard(a) => (a.common, Request::Discard { ids: a.ids }),
+        DeadAction::Discard(a) => (a.common, false, Request::Discard { ids: a.ids }),
     };
     let target = AdminTarget::from_config(config, common.admin.admin_url);
     let options = DeadOptions {
         timeout: Duration::from_secs(common.timeout),
         delivery_table: Some(config.postgres.delivery_table.clone()),
+        unattributed,
     };
     let (mut stdout, mut stderr) = (std::io::stdout(), std::io::stderr());
     if dead::run(&target, config, &options, request, &mut stdout, &mut stderr).await {

@@ -25,9 +25,31 @@
 //!   ([`kafka::dead_letter_id`]). Copies of one event in the dead-letter
 //!   topic (a relay that replayed after a restart writes a dead letter
 //!   again) are one entry, acted on together.
-//! * The republish happens before the record of it, so a crash in between
-//!   republishes the event again on the next `retry`: at least once,
-//!   consumers de-duplicate on the event id, which is unchanged.
+//! * A Kafka dead letter is sent once by concurrent commands, at least once
+//!   across crashes. `retry` claims it before sending: in a PostgreSQL
+//!   transaction it takes an advisory lock per copy (transaction-scoped,
+//!   in one order), reads the copies' records again, sends those nobody
+//!   recorded, records what the broker took and commits; the transaction
+//!   stays open while the broker takes the events. A second `retry` (or a
+//!   `discard`) locking the same copy waits, then finds the record and
+//!   skips it. A `retry` killed before its commit leaves no record and no
+//!   lock (PostgreSQL ends a dead session's transaction), so the next one
+//!   sends the event: perhaps again, which consumers de-duplicate on the
+//!   unchanged event id. Locks rather than claiming by inserting the
+//!   record first: what the broker refused is then simply not recorded
+//!   (no claim to give back, no DELETE on the record), and PostgreSQL,
+//!   which holds the record already, is the only arbiter: no lease to
+//!   expire while a slow broker is still taking an event.
+//! * A DEAD row cannot be made PENDING twice by two commands: its change
+//!   touches only rows still DEAD, under the row's lock, so the second
+//!   finds it PENDING and skips it. (Made PENDING again after it died
+//!   again is a new retry, wanted.)
+//! * `list` and `retry --all` take this relay's dead letters only: a
+//!   dead-letter topic may be shared by relays of other outbox tables or
+//!   message prefixes, and each letter's `source_table` header says whose
+//!   it is ([`own_sources`]). Others' are left out (a note says how many;
+//!   an id naming one is refused, naming its source); letters without the
+//!   header (not written by a relay) only with `--unattributed`, or by id.
 //! * Nothing is reported done that was not: every id asked for ends as
 //!   done, skipped (already replayed or discarded) or a problem, and any
 //!   problem makes the command exit 1.
@@ -45,7 +67,7 @@ use chrono::Utc;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::deadletter::{REASON_CODE_HEADER, REASON_HEADER};
+use crate::deadletter::{REASON_CODE_HEADER, REASON_HEADER, SOURCE_TABLE_HEADER};
 use crate::pg::SqlConnection;
 
 use self::kafka::DlqRecord;
@@ -124,6 +146,10 @@ pub struct Entry {
     pub location: String,
     /// Copies of this event in the dead-letter topic (1 for a table row).
     pub copies: usize,
+    /// Where a Kafka dead letter came from: its `source_table` header (the
+    /// outbox table `schema.name`, or `message:<prefix>`); `None` for a
+    /// table row and for a dead letter without the header.
+    pub source: Option<String>,
     pub retryable: bool,
     /// Why `dead retry` cannot send it, when it cannot.
     pub not_retryable: Option<String>,
@@ -132,6 +158,10 @@ pub struct Entry {
     /// The records not replayed or discarded yet.
     #[serde(skip)]
     open: Vec<(String, i32, i64)>,
+    /// A Kafka dead letter none of whose copies says where it came from:
+    /// `list` and `retry --all` take it only when asked (`--unattributed`).
+    #[serde(skip)]
+    unattributed: bool,
 }
 
 /// Both sinks' dead letters, and what could not be read.
@@ -153,6 +183,12 @@ pub struct Inventory {
     /// The `[[contracts]]`, registry ones fetched once here: what `list`
     /// judged retryable and what `retry` checks and encodes by.
     contracts: crate::contracts::Contracts,
+    /// Whether `list` and `retry --all` take the unattributed dead letters.
+    unattributed: bool,
+    /// The dead letters of other sources on the dead-letter topic, left
+    /// out: (id, location, source), so an id naming one is told apart from
+    /// an id nothing has.
+    foreign: Vec<(String, String, String)>,
 }
 
 /// What `dead` needs besides the config.
@@ -162,6 +198,54 @@ pub struct DeadOptions {
     pub timeout: Duration,
     /// The configured delivery table (`schema.name` or `name`), if any.
     pub delivery_table: Option<String>,
+    /// Also the Kafka dead letters that do not say where they came from
+    /// (no `source_table` header), in `list` and `retry --all`.
+    pub unattributed: bool,
+}
+
+/// Where a Kafka dead letter came from, against this relay's config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    /// This relay's outbox table or message prefix.
+    Own,
+    /// No `source_table` header (written by hand, or by something other
+    /// than the relay).
+    Unattributed,
+    /// Another relay's (another outbox table or message prefix): its
+    /// `source_table`.
+    Other(String),
+}
+
+/// The `source_table` values the relay of `config` writes on its dead
+/// letters: the outbox table `schema.name` when it reads the table, and
+/// `message:<prefix>` when it reads outbox messages.
+pub fn own_sources(config: &Config) -> Vec<String> {
+    let postgres = &config.postgres;
+    let mut sources = Vec::new();
+    if postgres.source.table() {
+        let (schema, name) = postgres.table_parts();
+        sources.push(format!("{schema}.{name}"));
+    }
+    if postgres.source.messages() {
+        sources.push(format!("message:{}", postgres.message_prefix));
+    }
+    sources
+}
+
+/// Where `record` came from, given this relay's [`own_sources`].
+pub fn origin(record: &DlqRecord, own: &[String]) -> Origin {
+    match record.header(SOURCE_TABLE_HEADER) {
+        None => Origin::Unattributed,
+        Some(v) if v.is_empty() => Origin::Unattributed,
+        Some(v) => {
+            let source = String::from_utf8_lossy(v);
+            if own.iter().any(|o| *o == source) {
+                Origin::Own
+            } else {
+                Origin::Other(source.into_owned())
+            }
+        }
+    }
 }
 
 /// The config's `[[contracts]]`, those of the schema registry fetched: what
@@ -219,6 +303,11 @@ pub fn kafka_entries(
                 _ => (State::Dead, None),
             };
             let not_retryable = kafka::not_retryable(&newest, rebuild);
+            let source = records
+                .iter()
+                .rev()
+                .find_map(|r| r.header_text(SOURCE_TABLE_HEADER).filter(|s| !s.is_empty()))
+                .map(str::to_owned);
             Entry {
                 id,
                 sink: Sink::Kafka,
@@ -237,6 +326,8 @@ pub fn kafka_entries(
                 copies: records.len(),
                 retryable: not_retryable.is_none(),
                 not_retryable,
+                unattributed: source.is_none(),
+                source,
                 records,
                 open,
             }
@@ -254,18 +345,21 @@ pub struct Selection<'a> {
 
 impl Inventory {
     /// The entries `list` shows: those still dead (all with `all`), on
-    /// `route` when given.
+    /// `route` when given, unattributed ones only when asked for.
     pub fn listed(&self, all: bool, route: Option<&str>) -> Vec<&Entry> {
         self.entries
             .iter()
+            .filter(|e| self.unattributed || !e.unattributed)
             .filter(|e| all || e.state == State::Dead)
             .filter(|e| route.is_none_or(|r| e.route == r))
             .collect()
     }
 
     /// The entries `ids` name (an id, or a Kafka copy's location), or with
-    /// no ids every entry still dead on `route`. An id can name one entry
-    /// in each sink: both are selected.
+    /// no ids every entry [`Inventory::listed`] shows still dead on
+    /// `route`. An id can name one entry in each sink: both are selected.
+    /// An unattributed dead letter named by its id is selected: the
+    /// operator chose it.
     pub fn select(&self, ids: &[String], route: Option<&str>) -> Selection<'_> {
         if ids.is_empty() {
             return Selection {
@@ -302,6 +396,20 @@ impl Inventory {
 
     /// Why an id is unknown, with where it was looked for.
     fn unknown_problem(&self, id: &str, dlq_topic: &str) -> String {
+        if let Some((_, _, source)) = self
+            .foreign
+            .iter()
+            .find(|(other, location, _)| other == id || location == id)
+        {
+            return format!(
+                "{} is a dead letter of another source ({}) on the dead-letter topic \
+                 {dlq_topic:?}, not of this relay's: run `outbox-relay dead` with the config \
+                 of the relay that reads {}",
+                shown_id(id),
+                shown_id(source),
+                shown_id(source)
+            );
+        }
         let table = match (&self.delivery, &self.delivery_name) {
             (Some(t), _) => format!("nor a DEAD row of {}", t.shown()),
             (None, Some(t)) => format!(
@@ -332,7 +440,10 @@ pub async fn gather(
     config: &Config,
     options: &DeadOptions,
 ) -> (Inventory, Option<SqlConnection>) {
-    let mut inventory = Inventory::default();
+    let mut inventory = Inventory {
+        unattributed: options.unattributed,
+        ..Inventory::default()
+    };
     let (schema, _) = config.postgres.table_parts();
     let delivery = table::delivery_table(&schema, options.delivery_table.as_deref());
     inventory.delivery_name = Some(delivery.clone());
@@ -392,15 +503,64 @@ pub async fn gather(
         }
     };
     match kafka::read_topic(&config.kafka, &config.kafka.dlq_topic, options.timeout).await {
-        Ok(records) => inventory.entries.extend(kafka_entries(
-            records,
-            &replays,
-            kafka::Rebuild::new(config, &contracts),
-        )),
+        Ok(records) => {
+            let records = scoped(records, config, &mut inventory);
+            inventory.entries.extend(kafka_entries(
+                records,
+                &replays,
+                kafka::Rebuild::new(config, &contracts),
+            ));
+            let unattributed = inventory.entries.iter().filter(|e| e.unattributed).count();
+            if unattributed > 0 && !options.unattributed {
+                inventory.notes.push(format!(
+                    "{unattributed} dead letter(s) on {:?} do not say where they came from (no \
+                     source_table header: not written by a relay) and are left out of `list` \
+                     and `retry --all`: `--unattributed` takes them too, an id names one",
+                    config.kafka.dlq_topic
+                ));
+            }
+        }
         Err(e) => inventory.problems.push(e.to_string()),
     }
     inventory.contracts = contracts;
     (inventory, connection)
+}
+
+/// This relay's dead letters of `records` (and those that do not say
+/// where they came from); the others are left out, kept in
+/// `inventory.foreign` with a note saying how many and whose.
+fn scoped(records: Vec<DlqRecord>, config: &Config, inventory: &mut Inventory) -> Vec<DlqRecord> {
+    let own = own_sources(config);
+    let mut kept = Vec::with_capacity(records.len());
+    let mut others: Vec<String> = Vec::new();
+    for record in records {
+        match origin(&record, &own) {
+            Origin::Own | Origin::Unattributed => kept.push(record),
+            Origin::Other(source) => {
+                if !others.contains(&source) {
+                    others.push(source.clone());
+                }
+                inventory
+                    .foreign
+                    .push((kafka::dead_letter_id(&record), record.location(), source));
+            }
+        }
+    }
+    if !inventory.foreign.is_empty() {
+        let shown: Vec<String> = others.iter().map(|s| shown_id(s)).collect();
+        inventory.notes.push(format!(
+            "{} dead letter(s) on {:?} came from other sources ({}) and are left out: this \
+             relay's are those of {}; the other relays' configs act on theirs",
+            inventory.foreign.len(),
+            config.kafka.dlq_topic,
+            shown.join(", "),
+            own.iter()
+                .map(|s| shown_id(s))
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    }
+    kept
 }
 
 /// The replay record's rows, and whether `retry` and `discard` may use it

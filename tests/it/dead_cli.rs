@@ -1,12 +1,14 @@
 //! `outbox-relay dead list | retry | discard` as a user runs them, on both
 //! sinks: dead letters the relay really wrote to the Kafka dead-letter
-//! topic (a payload that is not JSON, an event refused for a missing topic,
-//! one too large to keep its payload) republished to their original topic
-//! once and only once, and DEAD rows of the delivery table
-//! (`sql/outbox_delivery.sql`) made PENDING or deleted one by one. Ids,
-//! routes and schema names carry quotes, `%` and non-ASCII text; keys,
-//! payloads and headers bytes that are not UTF-8; ids that do not exist
-//! are reported and fail the command.
+//! topic (an event refused for a missing topic republished to its original
+//! topic once and only once; a payload that is not JSON and one too large
+//! to keep its payload refused), and DEAD rows of the delivery table
+//! (`sql/outbox_delivery.sql`) made PENDING or deleted one by one. Two
+//! retries at once send each event once; a retry killed mid-way loses
+//! nothing; relays sharing a dead-letter topic each take their own. Ids,
+//! routes and schema names carry quotes, `%` and non-ASCII text; keys and
+//! headers bytes that are not UTF-8; ids that do not exist are reported and
+//! fail the command.
 
 use std::collections::HashMap;
 use std::process::Output;
@@ -70,14 +72,21 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
         .admin
         .batch_execute(&format!(
             "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{not_json}', 'order', 'o''1%é', 'Placed', 'not json: '' % é ☃ \\ {{');
-             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{refused}', 'ghost', 'g1', 'Haunted', '{{\"boo\":1}}');
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{refused}', 'ghost', 'o''1%é', 'Haunted', '{{\"boo\": \"é ☃\"}}');
              INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{big_id}', 'order', 'o2', 'Placed', '{big}');
              INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{good}', 'order', 'o''1%é', 'Placed', '{{\"ok\":true}}');"
         ))
         .await
         .unwrap();
-    let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| r.len() >= 3).await;
-    assert_eq!(dlq.len(), 3, "three dead letters");
+    // The relay may write a dead letter twice (it replays after the topic
+    // it found missing): wait for all three events, however many copies.
+    let wanted = [not_json.clone(), refused.clone(), big_id.clone()];
+    let dlq = consume(&outbox.dlq_topic, DEADLINE, move |r| {
+        wanted
+            .iter()
+            .all(|id| r.iter().any(|x| x.header("id") == Some(id.as_str())))
+    })
+    .await;
     let dead_letter: HashMap<&str, &Received> =
         dlq.iter().map(|r| (r.header("id").unwrap(), r)).collect();
     let good_event = consume(&topic, DEADLINE, |r| !r.is_empty()).await;
@@ -98,7 +107,15 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
     assert_eq!(entries[&not_json]["route"], topic.as_str());
     assert_eq!(entries[&not_json]["reason_code"], "payload_not_json");
     assert_eq!(entries[&not_json]["state"], "dead");
-    assert_eq!(entries[&not_json]["retryable"], true);
+    assert_eq!(entries[&not_json]["source"], format!("public.{t}").as_str());
+    // Sent again, its payload would be a lie about its content type.
+    assert_eq!(entries[&not_json]["retryable"], false);
+    assert!(
+        entries[&not_json]["not_retryable"]
+            .as_str()
+            .is_some_and(|why| why.starts_with("its payload is not valid JSON")),
+        "{doc:#}"
+    );
     assert_eq!(entries[&refused]["route"], ghost.as_str());
     assert_eq!(entries[&refused]["reason_code"], "topic_missing");
     assert_eq!(entries[&big_id]["retryable"], false);
@@ -117,9 +134,12 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
     );
 
     // The operator fixes what refused the ghost event (its topic), nothing
-    // else, and retries everything: two are republished, the one whose
-    // payload was not kept is refused by id, and the command fails.
-    outbox.create_topic(&ghost, 1).await;
+    // else, and retries everything: it is republished; the one whose
+    // payload was not kept and the one whose payload is not JSON are
+    // refused by id, saying what to do, and the command fails.
+    // (As many partitions as the order topic: the same key lands on the
+    // same partition number.)
+    outbox.create_topic(&ghost, 3).await;
     let out = dead(&config, &["retry", "--all"]).await;
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -128,9 +148,23 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
         "{}",
         text(&out)
     );
+    assert!(
+        stderr.contains(&format!(
+            "{not_json:?} cannot be retried: its payload is not valid JSON"
+        )) && stderr.contains("content-type: application/json")
+            && stderr.contains("insert the row again")
+            && stderr.contains("dead discard"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        !stderr.contains("not json: "),
+        "a problem line never quotes the payload: {}",
+        text(&out)
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.contains(&format!("republished \"{not_json}\"")),
+        !stdout.contains(&format!("republished \"{not_json}\"")),
         "{}",
         text(&out)
     );
@@ -142,43 +176,34 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
 
     // A consumer of the original topic sees the event: same id, key and
     // payload bytes, on the partition the relay uses for that key.
-    let wanted = not_json.clone();
-    let events = consume(&topic, DEADLINE, move |r| {
-        r.iter().any(|x| x.header("ce_id") == Some(wanted.as_str()))
-    })
-    .await;
-    let again = events
-        .iter()
-        .find(|r| r.header("ce_id") == Some(not_json.as_str()))
-        .expect("the republished event");
-    let original = dead_letter[not_json.as_str()];
+    let ghosts = consume(&ghost, DEADLINE, |r| !r.is_empty()).await;
+    let again = &ghosts[0];
+    let original = dead_letter[refused.as_str()];
+    assert_eq!(again.header("ce_id"), Some(refused.as_str()));
     assert_eq!(again.key.as_deref(), Some(key.as_bytes()));
     assert_eq!(again.value, original.value, "payload byte for byte");
     assert_eq!(
         again.value.as_deref(),
-        Some("not json: ' % é ☃ \\ {".as_bytes())
+        Some("{\"boo\": \"é ☃\"}".as_bytes())
     );
-    assert_eq!(again.header("id"), Some(not_json.as_str()));
-    assert_eq!(again.header("ce_type"), Some("Placed"));
+    assert_eq!(again.header("id"), Some(refused.as_str()));
+    assert_eq!(again.header("ce_type"), Some("Haunted"));
     assert_eq!(again.header("ce_source"), Some("/orders-service"));
+    assert_eq!(again.header("content-type"), Some("application/json"));
     assert_eq!(again.header("dlq_reason"), None);
     assert_eq!(
         again.partition, good_event[0].partition,
         "same key, same partition as the relay's own event"
     );
-    let ghosts = consume(&ghost, DEADLINE, |r| !r.is_empty()).await;
-    assert_eq!(ghosts[0].header("ce_id"), Some(refused.as_str()));
-    assert_eq!(ghosts[0].key.as_deref(), Some(&b"g1"[..]));
-    assert_eq!(ghosts[0].value.as_deref(), Some(&b"{\"boo\":1}"[..]));
 
-    // discard hides the one that cannot be retried; list --all still shows it.
-    let out = dead(&config, &["discard", &big_id]).await;
+    // discard hides those that cannot be retried; list --all still shows them.
+    let out = dead(&config, &["discard", &big_id, &not_json]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let doc = list_json(&config, &[]).await;
     assert_eq!(by_id(&doc).len(), 0, "{doc:#}");
     let all = by_id(&list_json(&config, &["--all"]).await);
     assert_eq!(all[&big_id]["state"], "discarded");
-    assert_eq!(all[&not_json]["state"], "replayed");
+    assert_eq!(all[&not_json]["state"], "discarded");
     assert_eq!(all[&refused]["state"], "replayed");
 
     // A second retry republishes nothing.
@@ -190,7 +215,7 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
         "{}",
         text(&out)
     );
-    let out = dead(&config, &["retry", &not_json]).await;
+    let out = dead(&config, &["retry", &refused]).await;
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("already replayed"),
@@ -202,12 +227,19 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
         before,
         "nothing republished twice"
     );
-    let republished = consume_to_end(&topic).await;
+    let republished = consume_to_end(&ghost).await;
     let copies = republished
         .iter()
-        .filter(|r| r.header("ce_id") == Some(not_json.as_str()))
+        .filter(|r| r.header("ce_id") == Some(refused.as_str()))
         .count();
     assert_eq!(copies, 1);
+    let orders = consume_to_end(&topic).await;
+    assert!(
+        orders
+            .iter()
+            .all(|r| r.header("ce_id") != Some(not_json.as_str())),
+        "the payload that is not JSON never went out as JSON"
+    );
     outbox.drop_all().await;
 }
 
@@ -488,11 +520,15 @@ async fn any_bytes_survive_the_republish_and_a_dead_letter_without_an_id_goes_by
     outbox.create_topic(&outbox.dlq_topic, 1).await;
     // A dead letter as an older relay wrote it (no dlq_original_topic: the
     // topic comes from kafka.topic), with bytes that are not UTF-8 in its
-    // key, value and a header column, and one that has no id at all.
+    // key and a header column, a JSON payload as a service spaced it, and
+    // one that has no id at all.
     let id = "ïd '%\"\\ ☃";
     let key: Vec<u8> = vec![0xff, 0x00, b'k', 0xc3];
-    let value: Vec<u8> = (0..=255u8).rev().chain(0..=255u8).collect();
+    let value: Vec<u8> = " {\"s\" :\t\"\\u0000 é ☃ ' % \\\" \\\\\",\n \"n\": 1.50e0 }\r\n"
+        .as_bytes()
+        .to_vec();
     let blob: Vec<u8> = vec![0x80, 0x00, 0xfe];
+    let source = format!("public.{}", outbox.table);
     produce_raw(
         &outbox.dlq_topic,
         &[
@@ -500,10 +536,10 @@ async fn any_bytes_survive_the_republish_and_a_dead_letter_without_an_id_goes_by
                 key.clone(),
                 value.clone(),
                 vec![
-                    ("dlq_reason", b"payload is not valid JSON".to_vec()),
-                    ("dlq_reason_code", b"payload_not_json".to_vec()),
+                    ("dlq_reason", b"topic missing".to_vec()),
+                    ("dlq_reason_code", b"topic_missing".to_vec()),
                     ("lsn", b"0/16B3748".to_vec()),
-                    ("source_table", b"public.outbox".to_vec()),
+                    ("source_table", source.as_bytes().to_vec()),
                     ("id", id.as_bytes().to_vec()),
                     ("aggregatetype", b"order".to_vec()),
                     ("type", b"Placed".to_vec()),
@@ -515,6 +551,7 @@ async fn any_bytes_survive_the_republish_and_a_dead_letter_without_an_id_goes_by
                 b"{}".to_vec(),
                 vec![
                     ("dlq_reason", b"column id is NULL".to_vec()),
+                    ("source_table", source.as_bytes().to_vec()),
                     ("aggregatetype", b"order".to_vec()),
                 ],
             ),
@@ -581,22 +618,15 @@ async fn a_role_that_may_only_write_the_replay_record_can_retry_and_discard() {
     outbox.create_topic(&topic, 1).await;
     outbox.create_topic(&outbox.dlq_topic, 1).await;
     let [one, two] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
-    let letter = |id: &str| -> RawRecord<'static> {
-        (
-            b"k".to_vec(),
-            b"{}".to_vec(),
-            vec![
-                ("dlq_reason", b"payload is not valid JSON".to_vec()),
-                ("id", id.as_bytes().to_vec()),
-                ("aggregatetype", b"order".to_vec()),
-                ("type", b"Placed".to_vec()),
-            ],
-        )
-    };
-    produce_raw(&outbox.dlq_topic, &[letter(&one), letter(&two)]).await;
     // The replay record made once by an owner, as docs/dead-letters.md
     // says; the relay's role may read and insert, not create tables.
     let schema = random_name("replay");
+    let source = format!("{schema}.{}", outbox.table);
+    produce_raw(
+        &outbox.dlq_topic,
+        &[kafka_letter(&one, &source), kafka_letter(&two, &source)],
+    )
+    .await;
     let replay = outbox_relay::admin::dead::table::replay_table(&schema);
     outbox
         .admin
@@ -639,13 +669,16 @@ fn move_to_schema(config: &std::path::Path, outbox: &TestOutbox, schema: &str) {
     std::fs::write(config, text).unwrap();
 }
 
-/// A Kafka dead letter as the relay writes it, with an event id.
-fn kafka_letter(id: &str) -> RawRecord<'static> {
+/// A Kafka dead letter as the relay writes it, with an event id, from the
+/// outbox table `source` (`schema.name`).
+fn kafka_letter(id: &str, source: &str) -> RawRecord<'static> {
     (
         b"k".to_vec(),
         b"{}".to_vec(),
         vec![
-            ("dlq_reason", b"payload is not valid JSON".to_vec()),
+            ("dlq_reason", b"topic missing".to_vec()),
+            ("dlq_reason_code", b"topic_missing".to_vec()),
+            ("source_table", source.as_bytes().to_vec()),
             ("id", id.as_bytes().to_vec()),
             ("aggregatetype", b"order".to_vec()),
             ("type", b"Placed".to_vec()),
@@ -672,7 +705,8 @@ async fn init_makes_the_replay_record_the_relay_role_then_uses() {
         .unwrap();
     outbox.create_topic(&outbox.dlq_topic, 1).await;
     let id = uuid::Uuid::new_v4().to_string();
-    produce_raw(&outbox.dlq_topic, &[kafka_letter(&id)]).await;
+    let source = format!("{schema}.{}", outbox.table);
+    produce_raw(&outbox.dlq_topic, &[kafka_letter(&id, &source)]).await;
     // The relay's role, as the relay runs.
     let config = outbox.write_config("");
     move_to_schema(&config, &outbox, &schema);
@@ -822,7 +856,9 @@ async fn a_dead_letter_that_cannot_be_retried_says_why_even_without_a_replay_rec
     let outbox = TestOutbox::create("jsonb").await;
     outbox.create_topic(&outbox.dlq_topic, 1).await;
     let id = uuid::Uuid::new_v4().to_string();
-    let mut truncated = kafka_letter(&id);
+    // A schema without the replay record, the relay's role.
+    let schema = random_name("noreplay");
+    let mut truncated = kafka_letter(&id, &format!("{schema}.{}", outbox.table));
     truncated.1 = Vec::new();
     truncated.2.extend([
         ("dlq_truncated", b"true".to_vec()),
@@ -830,8 +866,6 @@ async fn a_dead_letter_that_cannot_be_retried_says_why_even_without_a_replay_rec
         ("dlq_payload_sha256", b"ab12".to_vec()),
     ]);
     produce_raw(&outbox.dlq_topic, &[truncated]).await;
-    // A schema without the replay record, the relay's role.
-    let schema = random_name("noreplay");
     outbox
         .admin
         .batch_execute(&format!(
@@ -878,4 +912,353 @@ async fn route_goes_with_all_only() {
             text(&out)
         );
     }
+}
+
+/// Each of `ids` as the one `stdout` of `outputs` says was sent (`sent`
+/// before it: `republished` or `retried`), the other saying it skipped it:
+/// panics naming the first id that is not so.
+fn each_done_by_one(ids: &[String], outputs: [&Output; 2], sent: &str) {
+    let stdout: Vec<String> = outputs
+        .iter()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .collect();
+    for id in ids {
+        let did: Vec<bool> = stdout
+            .iter()
+            .map(|s| s.contains(&format!("{sent} {id:?}")))
+            .collect();
+        let skipped: Vec<bool> = stdout
+            .iter()
+            .map(|s| s.contains(&format!("skipped {id:?}")))
+            .collect();
+        assert!(
+            (did == [true, false] && skipped == [false, true])
+                || (did == [false, true] && skipped == [true, false]),
+            "{id}: {sent} {did:?}, skipped {skipped:?}\n{}\n{}",
+            text(outputs[0]),
+            text(outputs[1])
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_retries_at_once_republish_each_event_once() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 3).await;
+    outbox.create_topic(&outbox.dlq_topic, 2).await;
+    let source = format!("public.{}", outbox.table);
+    let ids: Vec<String> = (0..20).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let letters: Vec<RawRecord<'_>> = ids.iter().map(|id| kafka_letter(id, &source)).collect();
+    produce_raw(&outbox.dlq_topic, &letters).await;
+    replay_record(&outbox.admin, "public").await;
+    let config = outbox.write_config("");
+
+    // Two operators (or a script run twice) retry everything at once.
+    let (first, second) = tokio::join!(
+        dead(&config, &["retry", "--all"]),
+        dead(&config, &["retry", "--all"])
+    );
+    for out in [&first, &second] {
+        assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    }
+    // Both have exited: every record they were acknowledged is there.
+    let events = consume_to_end(&topic).await;
+    let mut sent: HashMap<String, usize> = HashMap::new();
+    for event in &events {
+        *sent
+            .entry(event.header("ce_id").unwrap_or("").to_owned())
+            .or_default() += 1;
+    }
+    for id in &ids {
+        assert_eq!(sent.get(id), Some(&1), "{id} republished once: {sent:?}");
+    }
+    assert_eq!(events.len(), ids.len(), "{sent:?}");
+    // Each says what it did per id: one republished it, the other skipped it.
+    each_done_by_one(&ids, [&first, &second], "republished");
+    let all = by_id(&list_json(&config, &["--all"]).await);
+    assert!(
+        ids.iter().all(|id| all[id]["state"] == "replayed"),
+        "{all:#?}"
+    );
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_retries_of_dead_rows_at_once_make_each_pending_once() {
+    let outbox = TestOutbox::create("jsonb").await;
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let schema = delivery_schema(&outbox).await;
+    let quoted = format!("\"{}\"", schema.replace('"', "\"\""));
+    let table = format!("{quoted}.outbox_delivery");
+    let ids: Vec<String> = (0..10).map(|i| format!("row'{i}")).collect();
+    for id in &ids {
+        outbox
+            .admin
+            .execute(
+                &format!(
+                    "INSERT INTO {table} (event_id, route, aggregate_key, status, attempts, \
+                     max_attempts, next_attempt_at, last_error, headers, body) \
+                     VALUES ($1, 'billing', 'k', 'DEAD', 5, 5, now() + interval '1 hour', \
+                     'HTTP 500', '{{}}', '\\x00'::bytea)"
+                ),
+                &[id],
+            )
+            .await
+            .expect("insert a DEAD row");
+    }
+    let config = config_in_schema(&outbox, &schema);
+    let (first, second) = tokio::join!(
+        dead(&config, &["retry", "--all"]),
+        dead(&config, &["retry", "--all"])
+    );
+    for out in [&first, &second] {
+        assert_eq!(out.status.code(), Some(0), "{}", text(out));
+    }
+    each_done_by_one(&ids, [&first, &second], "retried");
+    let pending: i64 = outbox
+        .admin
+        .query_one(
+            &format!("SELECT count(*) FROM {table} WHERE status = 'PENDING' AND attempts = 0"),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(pending, ids.len() as i64);
+    outbox
+        .admin
+        .batch_execute(&format!("DROP SCHEMA {quoted} CASCADE"))
+        .await
+        .unwrap();
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_killed_while_the_broker_has_not_taken_the_events_loses_none() {
+    let outbox = TestOutbox::create("jsonb").await;
+    // Their topic does not exist yet, and the producer waits for it (up to
+    // two minutes) rather than have the broker create it: the retry holds
+    // its claim meanwhile.
+    let topic = outbox.topic("order");
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
+    let source = format!("public.{}", outbox.table);
+    let ids: Vec<String> = (0..5).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let letters: Vec<RawRecord<'_>> = ids.iter().map(|id| kafka_letter(id, &source)).collect();
+    produce_raw(&outbox.dlq_topic, &letters).await;
+    replay_record(&outbox.admin, "public").await;
+    let config = outbox.write_config_with(
+        "",
+        "message_timeout_ms = 120000",
+        "[kafka.properties]\n\"allow.auto.create.topics\" = \"false\"\n\
+         \"topic.metadata.propagation.max.ms\" = \"120000\"",
+    );
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
+        .args(["dead", "retry", "--all", "--config"])
+        .arg(&config)
+        .env_remove("OUTBOX_RELAY_ADMIN_URL")
+        .env_remove("OUTBOX_RELAY_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start dead retry");
+    // Its claim: a session in a transaction, holding the dead letters'
+    // locks, whose last statement read their records.
+    let claiming = || {
+        let admin = &outbox.admin;
+        let like = format!("%{}%", outbox.dlq_topic);
+        async move {
+            admin
+                .query_one(
+                    "SELECT count(*) FROM pg_stat_activity \
+                     WHERE state = 'idle in transaction' AND query LIKE $1",
+                    &[&like],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    wait_until("the retry to hold its claim", DEADLINE, || async {
+        claiming().await == 1
+    })
+    .await;
+    let recorded = || {
+        let admin = &outbox.admin;
+        let dlq = outbox.dlq_topic.clone();
+        async move {
+            admin
+                .query_one(
+                    "SELECT count(*) FROM public.outbox_dead_replay WHERE dlq_topic = $1",
+                    &[&dlq],
+                )
+                .await
+                .unwrap()
+                .get::<_, i64>(0)
+        }
+    };
+    assert_eq!(
+        recorded().await,
+        0,
+        "nothing is recorded before the broker took it"
+    );
+    // kill -9 while the broker has not taken the events.
+    child.kill().expect("kill -9 the retry");
+    child.wait().expect("reap it");
+    wait_until("its session to end", DEADLINE, || async {
+        claiming().await == 0
+    })
+    .await;
+    assert_eq!(recorded().await, 0, "the claim died with the command");
+    let all = by_id(&list_json(&config, &[]).await);
+    assert!(ids.iter().all(|id| all[id]["state"] == "dead"), "{all:#?}");
+
+    // The operator creates the topic and retries: every event goes, once.
+    outbox.create_topic(&topic, 1).await;
+    let out = dead(&config, &["retry", "--all"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let events = consume_to_end(&topic).await;
+    let mut sent: Vec<&str> = events.iter().filter_map(|e| e.header("ce_id")).collect();
+    sent.sort_unstable();
+    let mut wanted: Vec<&str> = ids.iter().map(String::as_str).collect();
+    wanted.sort_unstable();
+    assert_eq!(sent, wanted);
+    assert_eq!(recorded().await, ids.len() as i64);
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn relays_sharing_a_dead_letter_topic_each_take_their_own() {
+    // Two relays, two outbox tables and slots, one dead-letter topic.
+    let a = TestOutbox::create("jsonb").await;
+    let b = TestOutbox::create("jsonb").await;
+    let dlq = a.dlq_topic.clone();
+    a.create_topic(&dlq, 1).await;
+    a.create_topic(&a.topic("order"), 1).await;
+    b.create_topic(&b.topic("order"), 1).await;
+    let config_a = a.write_config("");
+    let config_b = b.write_config("");
+    let text_b = std::fs::read_to_string(&config_b).unwrap();
+    let line = format!("dlq_topic = \"{}\"", b.dlq_topic);
+    assert!(text_b.contains(&line), "config layout changed");
+    std::fs::write(
+        &config_b,
+        text_b.replace(&line, &format!("dlq_topic = \"{dlq}\"")),
+    )
+    .unwrap();
+    let [a1, a2, b1, b2, nobody] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
+    let (source_a, source_b) = (format!("public.{}", a.table), format!("public.{}", b.table));
+    // Written by hand: no source_table.
+    let mut unattributed = kafka_letter(&nobody, "");
+    unattributed.2.retain(|(name, _)| *name != "source_table");
+    produce_raw(
+        &dlq,
+        &[
+            kafka_letter(&a1, &source_a),
+            kafka_letter(&b1, &source_b),
+            unattributed,
+            kafka_letter(&a2, &source_a),
+            kafka_letter(&b2, &source_b),
+        ],
+    )
+    .await;
+    replay_record(&a.admin, "public").await;
+
+    let ids = |doc: &serde_json::Value| {
+        let mut ids: Vec<String> = by_id(doc).into_keys().collect();
+        ids.sort_unstable();
+        ids
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort_unstable();
+        v
+    };
+    // list shows each relay its own, and says what it left out.
+    let doc_a = list_json(&config_a, &[]).await;
+    assert_eq!(
+        ids(&doc_a),
+        sorted(vec![a1.clone(), a2.clone()]),
+        "{doc_a:#}"
+    );
+    let notes = doc_a["notes"].to_string();
+    assert!(
+        notes.contains("2 dead letter(s)")
+            && notes.contains(&source_b)
+            && notes.contains("--unattributed"),
+        "{doc_a:#}"
+    );
+    let doc_b = list_json(&config_b, &[]).await;
+    assert_eq!(
+        ids(&doc_b),
+        sorted(vec![b1.clone(), b2.clone()]),
+        "{doc_b:#}"
+    );
+    let with_unattributed = list_json(&config_a, &["--unattributed"]).await;
+    assert_eq!(
+        ids(&with_unattributed),
+        sorted(vec![a1.clone(), a2.clone(), nobody.clone()])
+    );
+
+    // An id of the other relay's is refused, naming its source.
+    let out = dead(&config_a, &["retry", &b1]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains(&format!(
+            "{b1:?} is a dead letter of another source ({source_b:?})"
+        )),
+        "{}",
+        text(&out)
+    );
+
+    // --all takes a's own, nothing else.
+    let out = dead(&config_a, &["retry", "--all"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("2 done, 0 failed"), "{}", text(&out));
+    let sent_a: Vec<String> = consume_to_end(&a.topic("order"))
+        .await
+        .iter()
+        .filter_map(|e| e.header("ce_id").map(str::to_owned))
+        .collect();
+    assert_eq!(sorted(sent_a), sorted(vec![a1.clone(), a2.clone()]));
+    assert_eq!(topic_len(&b.topic("order")).await, 0);
+    let doc_b = list_json(&config_b, &[]).await;
+    assert_eq!(ids(&doc_b), sorted(vec![b1.clone(), b2.clone()]));
+    let all_a = by_id(&list_json(&config_a, &["--all", "--unattributed"]).await);
+    assert_eq!(all_a[&nobody]["state"], "dead");
+
+    // b's --all takes b's.
+    let out = dead(&config_b, &["retry", "--all"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert_eq!(topic_len(&b.topic("order")).await, 2);
+    a.drop_all().await;
+    b.drop_all().await;
+}
+
+/// docs/dead-letters.md says who creates a missing topic as the code
+/// decides it: the relay's producer, with the properties it is given by
+/// default, has a broker that creates topics create it (what `check`
+/// reports), and the page's example turns that off.
+#[test]
+fn the_page_says_who_creates_a_missing_topic_as_the_code_does() {
+    let page = include_str!("../../docs/dead-letters.md");
+    let words = page.split_whitespace().collect::<Vec<_>>().join(" ");
+    let kafka = outbox_relay::config::KafkaConfig::default();
+    assert!(
+        outbox_relay::admin::kafka::producer_auto_create(&kafka),
+        "the default producer has the broker create topics: the page says so below"
+    );
+    for says in [
+        "By default the relay's producer (and `dead retry`'s, which uses the same \
+         `[kafka.properties]`) asks for a missing topic in a way that has a broker with \
+         `auto.create.topics.enable = true` create it on first use",
+        "`\"allow.auto.create.topics\" = \"false\"`: then no topic is created",
+    ] {
+        assert!(words.contains(says), "the page no longer says: {says}");
+    }
+    assert!(
+        !words.contains("never has the broker create a topic"),
+        "the page claims the producer never has a topic created, which only holds with \
+         allow.auto.create.topics = false"
+    );
 }

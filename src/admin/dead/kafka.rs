@@ -19,7 +19,11 @@
 //!   like the relay partitions (murmur2 of the key), so it lands where the
 //!   event would have.
 //! * A dead letter whose payload was not kept (`dlq_truncated`) is never
-//!   republished: an event without its data would be a lie.
+//!   republished: an event without its data would be a lie. Nor is one
+//!   whose payload is not JSON (`payload_not_json`, or any dead letter
+//!   whose value does not parse): the republished event says
+//!   `content-type: application/json`, and the relay never sends such a
+//!   payload either.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -226,6 +230,13 @@ pub fn republished(record: &DlqRecord, rebuild: Rebuild<'_>) -> Result<Republish
     let Some(event_type) = text(TYPE_HEADER) else {
         return Err("it has no readable event type, so it cannot become an event".to_owned());
     };
+    if let Some(why) = not_json(record.value.as_deref()) {
+        return Err(format!(
+            "its payload is not valid JSON ({why}), and the event would say `content-type: \
+             {DATA_CONTENT_TYPE}`: insert the row again with a JSON payload (same id, so \
+             consumers see one event) and `dead discard` this one, or just discard it"
+        ));
+    }
     if source.is_empty() {
         return Err("cloudevents.source is not set".to_owned());
     }
@@ -295,6 +306,20 @@ pub fn republished(record: &DlqRecord, rebuild: Rebuild<'_>) -> Result<Republish
         value: encoded.or_else(|| record.value.clone()),
         headers,
     })
+}
+
+/// Why `value` is not one JSON text, as the relay checks a payload (UTF-8,
+/// then one JSON value, never quoting the bytes), or `None` when it is.
+fn not_json(value: Option<&[u8]>) -> Option<String> {
+    let text = match std::str::from_utf8(value.unwrap_or_default()) {
+        Ok(text) => text,
+        Err(e) => return Some(format!("not UTF-8 at byte {}", e.valid_up_to())),
+    };
+    // A raw value is skipped without being built: no recursion limit on
+    // deeply nested payloads, as in the relay's own check.
+    serde_json::from_str::<&serde_json::value::RawValue>(text)
+        .err()
+        .map(|e| e.to_string())
 }
 
 /// Why a dead-letter topic could not be read.

@@ -78,7 +78,7 @@ fn a_dead_letter_is_republished_as_its_event_to_its_topic() {
         dead_letter(
             "e-1",
             b"o-7",
-            b"not json",
+            br#"{"total": 1.50}"#,
             vec![("tenant".into(), Bytes::from_static(b"acme"))],
         ),
         41,
@@ -89,7 +89,8 @@ fn a_dead_letter_is_republished_as_its_event_to_its_topic() {
         "the header wins over the template"
     );
     assert_eq!(out.key.as_deref(), Some(&b"o-7"[..]));
-    assert_eq!(out.value.as_deref(), Some(&b"not json"[..]));
+    assert_eq!(out.value.as_deref(), Some(&br#"{"total": 1.50}"#[..]));
+    assert_eq!(get(&out, "content-type"), Some(&b"application/json"[..]));
     assert_eq!(get(&out, "ce_id"), Some(&b"e-1"[..]));
     assert_eq!(get(&out, "id"), Some(&b"e-1"[..]));
     assert_eq!(get(&out, "ce_type"), Some(&b"Placed"[..]));
@@ -188,17 +189,20 @@ proptest! {
         prop_assert_eq!(parse_location(&text), Some((topic, partition, offset)));
     }
 
-    /// Whatever the id, the key, the payload bytes and the header columns
-    /// hold, the republished event has the key and payload byte for byte,
-    /// the event id, and every header column with its bytes.
+    /// Whatever the id, the key, the JSON payload's text and the header
+    /// columns hold, the republished event has the key and payload byte for
+    /// byte, the event id, and every header column with its bytes.
     #[test]
     fn key_payload_and_headers_survive_byte_for_byte(
         id in "\\PC{1,40}",
         key in proptest::collection::vec(any::<u8>(), 1..200),
-        value in proptest::collection::vec(any::<u8>(), 0..2000),
+        text in "\\PC{0,500}",
+        spaces in "[ \t\r\n]{0,3}",
         extra in proptest::collection::vec(("x_[a-z%'\"é]{1,10}", proptest::collection::vec(any::<u8>(), 0..300)), 0..5),
     ) {
         let extra: Vec<(String, Bytes)> = extra.into_iter().map(|(n, v)| (n, Bytes::from(v))).collect();
+        // Any text, as JSON, with the spacing a service chose.
+        let value = format!("{spaces}{{{spaces}\"t\":{}}}{spaces}", serde_json::Value::String(text)).into_bytes();
         let dlq = read_back(dead_letter(&id, &key, &value, extra.clone()), 9);
         let out = republished(&dlq, rebuild(TEMPLATE, "/s")).unwrap();
         prop_assert_eq!(out.key.as_deref(), Some(&key[..]));
@@ -268,4 +272,31 @@ fn a_retry_checks_the_event_against_todays_contract() {
     // No contract: no dataschema.
     let plain = republished(&dlq, rebuild(TEMPLATE, "/s")).unwrap();
     assert_eq!(get(&plain, "ce_dataschema"), None);
+}
+
+#[test]
+fn a_payload_that_is_not_json_is_not_sent_as_json() {
+    // What the relay dead-letters as payload_not_json: text that is not
+    // JSON, bytes that are not UTF-8, two values, nothing at all.
+    for (value, why) in [
+        (&b"not json: ' % \xc3\xa9 {"[..], "expected"),
+        (&[0xff, 0xfe, b'{', b'}'][..], "not UTF-8 at byte 0"),
+        (&b"{} {}"[..], "trailing characters"),
+        (&b""[..], "EOF"),
+    ] {
+        let dlq = read_back(dead_letter("e-1", b"k", value, vec![]), 5);
+        let refused = republished(&dlq, rebuild(TEMPLATE, "/s")).unwrap_err();
+        assert!(
+            refused.starts_with("its payload is not valid JSON (")
+                && refused.contains(why)
+                && refused.contains("content-type: application/json")
+                && refused.contains("dead discard"),
+            "{value:?}: {refused}"
+        );
+        assert_eq!(not_retryable(&dlq, rebuild(TEMPLATE, "/s")), Some(refused));
+    }
+    // Deep nesting is JSON all the same (no recursion limit).
+    let deep = format!("{}{}", "[".repeat(5000), "]".repeat(5000));
+    let dlq = read_back(dead_letter("e-1", b"k", deep.as_bytes(), vec![]), 6);
+    assert!(republished(&dlq, rebuild(TEMPLATE, "/s")).is_ok());
 }

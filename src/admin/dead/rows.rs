@@ -45,6 +45,8 @@ pub fn table_entry(row: DeadRow, table: &TableName, record: Option<&Replay>) -> 
         copies: 1,
         retryable: true,
         not_retryable: None,
+        source: None,
+        unattributed: false,
         records: Vec::new(),
         open: vec![(table.shown(), table::ROW_PARTITION, row.id)],
     }
@@ -68,6 +70,8 @@ fn gone_entry(row_id: i64, record: &Replay, table: &TableName) -> Entry {
         copies: 1,
         retryable: false,
         not_retryable: Some("the row is no longer in the delivery table".to_owned()),
+        source: None,
+        unattributed: false,
         records: Vec::new(),
         open: Vec::new(),
     }

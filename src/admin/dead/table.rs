@@ -172,6 +172,67 @@ pub fn record_sql(
     )
 }
 
+/// A place in the replay record: `(dlq_topic, partition, offset)`.
+pub type Place = (String, i32, i64);
+
+/// The first key of the advisory locks of dead letters: one of the relay's
+/// own, so they never wait on another program's locks ("outr").
+pub const LOCK_CLASS: i32 = 0x6f75_7472;
+
+/// The second key of a dead letter's advisory lock: FNV-1a of its place.
+/// Two places may share one (a needless wait, never a wrong answer).
+pub fn lock_key(place: &Place) -> i32 {
+    let (topic, partition, offset) = place;
+    let text = format!("{topic}/{partition}/{offset}");
+    let hash = text.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    i32::from_ne_bytes(hash.to_ne_bytes())
+}
+
+/// Takes the transaction-scoped advisory locks of `places`, in one order
+/// (by key) whatever order they were given in, so two commands locking
+/// overlapping sets wait for each other instead of deadlocking. Target
+/// entries are evaluated left to right.
+///
+/// Held until the transaction ends (commit, rollback, or the session's
+/// end), they are `dead`'s claim: a second command locking a place waits,
+/// then reads the record the first one committed, or none.
+pub fn lock_sql(places: &[Place]) -> String {
+    let mut keys: Vec<i32> = places.iter().map(lock_key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    let calls: Vec<String> = keys
+        .iter()
+        .map(|key| format!("pg_catalog.pg_advisory_xact_lock({LOCK_CLASS}, {key})"))
+        .collect();
+    format!("SELECT {}", calls.join(", "))
+}
+
+/// `(dlq_topic, "partition", "offset") IN (...)` of `places`.
+fn places_in(places: &[Place]) -> String {
+    let items: Vec<String> = places
+        .iter()
+        .map(|(topic, partition, offset)| {
+            format!("({}, {partition}, {offset})", escape_literal(topic))
+        })
+        .collect();
+    format!(
+        "(dlq_topic, \"partition\", \"offset\") IN ({})",
+        items.join(", ")
+    )
+}
+
+/// The records of `places`: dlq_topic, partition, offset, event_id,
+/// action, at.
+pub fn recorded_sql(table: &TableName, places: &[Place]) -> String {
+    format!(
+        "SELECT dlq_topic, \"partition\", \"offset\", event_id, action, at FROM {} WHERE {}",
+        table.sql(),
+        places_in(places)
+    )
+}
+
 /// A literal `ARRAY[...]::text[]` of `values`.
 fn text_array(values: &[String]) -> String {
     let items: Vec<String> = values.iter().map(|v| escape_literal(v)).collect();
@@ -379,6 +440,49 @@ pub async fn replays(
     const ACTION: &str = "reading the replay record";
     let sql = replays_sql(table, dlq_topic, &delivery.shown());
     let rows = connection.query(&sql, ACTION).await?;
+    replay_rows(connection, rows, ACTION)
+}
+
+/// The records of `places`, as they stand now.
+///
+/// # Errors
+/// The query fails.
+pub async fn recorded(
+    connection: &mut SqlConnection,
+    table: &TableName,
+    places: &[Place],
+) -> Result<Vec<Replay>, PgError> {
+    const ACTION: &str = "reading what another command recorded";
+    if places.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = connection
+        .query(&recorded_sql(table, places), ACTION)
+        .await?;
+    replay_rows(connection, rows, ACTION)
+}
+
+/// Takes the advisory locks of `places` ([`lock_sql`]), waiting for
+/// another command that holds one.
+///
+/// # Errors
+/// The statement fails.
+pub async fn lock(connection: &mut SqlConnection, places: &[Place]) -> Result<(), PgError> {
+    if places.is_empty() {
+        return Ok(());
+    }
+    connection
+        .query(&lock_sql(places), "locking dead letters")
+        .await
+        .map(|_| ())
+}
+
+/// Rows of `SELECT dlq_topic, partition, offset, event_id, action, at`.
+fn replay_rows(
+    connection: &SqlConnection,
+    rows: Vec<Vec<Option<String>>>,
+    what: &'static str,
+) -> Result<Vec<Replay>, PgError> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
         let text = |i: usize| row.get(i).cloned().flatten();
@@ -398,7 +502,7 @@ pub async fn replays(
             text(5),
         )
         else {
-            return Err(shape(connection, ACTION));
+            return Err(shape(connection, what));
         };
         out.push(Replay {
             dlq_topic,
@@ -473,5 +577,38 @@ mod tests {
         let sql = record_sql(&table, "replayed", &[("dlq".into(), 0, 7, "x'y".into())]);
         assert!(sql.contains("('dlq', 0, 7, 'x''y', 'replayed')"), "{sql}");
         assert!(exists_sql(&table).contains("n.nspname = 'we\"ird' AND c.relname = 't''%'"));
+        let sql = recorded_sql(&table, &[("d'q".into(), 0, 7)]);
+        assert!(sql.ends_with("IN (('d''q', 0, 7))"), "{sql}");
+    }
+
+    #[test]
+    fn locks_are_taken_in_one_order_whatever_order_they_are_given_in() {
+        let places: Vec<Place> = (0..50)
+            .map(|i| (format!("dlq{}", i % 2), i % 3, i64::from(i)))
+            .collect();
+        let mut reversed = places.clone();
+        reversed.reverse();
+        reversed.extend(places.iter().take(5).cloned());
+        let sql = lock_sql(&places);
+        assert_eq!(sql, lock_sql(&reversed), "same locks, same order");
+        let keys: Vec<i32> = sql
+            .split("pg_catalog.pg_advisory_xact_lock(")
+            .skip(1)
+            .map(|call| {
+                let (class, rest) = call.split_once(", ").unwrap();
+                assert_eq!(class, LOCK_CLASS.to_string());
+                rest.split(')').next().unwrap().parse().unwrap()
+            })
+            .collect();
+        assert_eq!(keys.len(), 50, "{sql}");
+        assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
+        assert_eq!(
+            lock_key(&("dlq".into(), 0, 1)),
+            lock_key(&("dlq".into(), 0, 1))
+        );
+        assert_ne!(
+            lock_key(&("dlq".into(), 0, 1)),
+            lock_key(&("dlq".into(), 1, 0))
+        );
     }
 }

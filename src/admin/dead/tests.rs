@@ -13,6 +13,10 @@ fn letter(id: Option<&str>, partition: i32, offset: i64, reason: &str) -> DlqRec
         ),
         ("aggregatetype".to_owned(), Bytes::from_static(b"order")),
         ("type".to_owned(), Bytes::from_static(b"Placed")),
+        (
+            "source_table".to_owned(),
+            Bytes::from_static(b"public.outbox"),
+        ),
     ];
     if let Some(id) = id {
         headers.push(("id".to_owned(), Bytes::from(id.to_owned())));
@@ -278,5 +282,94 @@ async fn a_dead_letter_retry_cannot_send_is_refused_for_its_reason_first() {
             && outcome.problems[1].contains("run `outbox-relay init`"),
         "{:?}",
         outcome.problems
+    );
+}
+
+#[test]
+fn only_this_relays_dead_letters_are_taken_and_unattributed_ones_when_asked() {
+    let mut config = config();
+    config.postgres.table = "app.orders_outbox".into();
+    assert_eq!(own_sources(&config), ["app.orders_outbox"]);
+    config.postgres.source = crate::outbox::Source::Both;
+    config.postgres.message_prefix = "orders".into();
+    assert_eq!(
+        own_sources(&config),
+        ["app.orders_outbox", "message:orders"]
+    );
+    let own = own_sources(&config);
+    let from = |source: Option<&str>, id: &str, offset: i64| {
+        let mut record = letter(Some(id), 0, offset, "r");
+        record.headers.retain(|(n, _)| n != "source_table");
+        if let Some(source) = source {
+            record
+                .headers
+                .push(("source_table".into(), Bytes::from(source.to_owned())));
+        }
+        record
+    };
+    let records = vec![
+        from(Some("app.orders_outbox"), "mine", 0),
+        from(Some("message:orders"), "my-message", 1),
+        from(Some("public.outbox"), "theirs", 2),
+        from(Some("message:billing"), "their-message", 3),
+        from(None, "nobody", 4),
+        from(Some(""), "empty", 5),
+    ];
+    let origins: Vec<Origin> = records.iter().map(|r| origin(r, &own)).collect();
+    assert_eq!(
+        origins,
+        [
+            Origin::Own,
+            Origin::Own,
+            Origin::Other("public.outbox".into()),
+            Origin::Other("message:billing".into()),
+            Origin::Unattributed,
+            Origin::Unattributed,
+        ]
+    );
+    let build = |unattributed: bool| {
+        let mut inv = Inventory {
+            unattributed,
+            ..Inventory::default()
+        };
+        let kept = scoped(records.clone(), &config, &mut inv);
+        inv.entries = kafka_entries(
+            kept,
+            &HashMap::new(),
+            kafka::Rebuild {
+                topic_template: TEMPLATE,
+                source: "/s",
+                contracts: &crate::contracts::Contracts::default(),
+            },
+        );
+        inv
+    };
+    let ids = |entries: Vec<&Entry>| entries.iter().map(|e| e.id.clone()).collect::<Vec<_>>();
+    let inv = build(false);
+    assert_eq!(ids(inv.listed(true, None)), ["mine", "my-message"]);
+    assert_eq!(ids(inv.select(&[], None).entries), ["mine", "my-message"]);
+    assert_eq!(inv.entries[0].source.as_deref(), Some("app.orders_outbox"));
+    assert!(
+        inv.notes.iter().any(|n| n.starts_with("2 dead letter(s)")
+            && n.contains("\"public.outbox\", \"message:billing\"")),
+        "{:?}",
+        inv.notes
+    );
+    // Named by id, an unattributed one is the operator's choice; another
+    // relay's is refused, naming its source.
+    let named = inv.select(&["nobody".to_owned(), "theirs".to_owned()], None);
+    assert_eq!(ids(named.entries), ["nobody"]);
+    assert_eq!(named.unknown, ["theirs"]);
+    let problem = inv.unknown_problem("theirs", "dlq");
+    assert!(
+        problem.contains("another source (\"public.outbox\")") && problem.contains("config"),
+        "{problem}"
+    );
+    let problem = inv.unknown_problem("dlq/0/3", "dlq");
+    assert!(problem.contains("\"message:billing\""), "{problem}");
+    let inv = build(true);
+    assert_eq!(
+        ids(inv.listed(true, None)),
+        ["mine", "my-message", "nobody", "empty"]
     );
 }
