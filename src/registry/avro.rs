@@ -8,22 +8,27 @@
 //! |---|---|
 //! | `null` | `null` |
 //! | `boolean` | `true`, `false` |
-//! | `int`, `long` | an integer in range (not `1.0`, not `"1"`) |
-//! | `float`, `double` | any number (`float` within its range) |
+//! | `int`, `long` | an integer written without fraction or exponent, in range (not `1.0`, not `1e3`, not `"1"`) |
+//! | `float`, `double` | any number within the type's range, rounded once from its text to the nearest (IEEE 754) |
 //! | `string` | a string |
 //! | `bytes`, `fixed` | a base64 string (standard alphabet, `=` padding optional); `fixed` of exactly its size |
 //! | `enum` | one of its symbols, as a string |
 //! | `array` | an array |
 //! | `map` | an object |
-//! | record | an object, fields by name; a missing field takes its default, or is null when its type is a union with `null` and it has none; a field the record lacks is an error |
+//! | record | an object, fields by name (an alias is refused: a value given by one is never dropped for the default); a missing field takes its default, or is null when its type is a union with `null` and it has none; a key that is no field's name is an error |
 //! | union | `null` for its `null` branch; else the value as the first branch it fits, in the schema's order; else Avro's JSON encoding `{"<branch type name>": value}` |
 //! | `date` | days since 1970-01-01, or `"2024-03-01"` |
 //! | `time-millis`, `time-micros` | since midnight, or `"13:45:00.250"` |
 //! | `timestamp-*` | since the epoch, or RFC 3339 `"2024-03-01T13:45:00.25Z"` |
 //! | `local-timestamp-*` | since the epoch, or `"2024-03-01T13:45:00.25"` |
-//! | `uuid` | its text form |
-//! | `decimal` | a number or a string (`"12.30"`), with at most `scale` decimal places and `precision` digits: never rounded |
+//! | `uuid` | its 8-4-4-4-12 text form, written as given |
+//! | `decimal` | a number or a string (`"12.30"`, `1.5e3`), with at most `scale` decimal places as written (zeros too) and `precision` digits at the scale: never rounded |
 //! | `duration` | `{"months": m, "days": d, "millis": ms}` |
+//!
+//! Numbers are read from their text (serde_json's `arbitrary_precision`),
+//! never through an f64: a value that does not fit is an error, never a
+//! changed value. docs/contracts.md ("Avro") has where this is stricter
+//! than fastavro and why; `tests/reference/avro.rs` checks it.
 //!
 //! A field's default in the schema is read as Avro's JSON encoding says
 //! (a union's default is its first branch's, bytes as code points 0-255).

@@ -128,6 +128,19 @@ def stamp(text, per_second, local):
     return seconds * per_second + fraction(m.group(7), per_second)
 
 
+class CheckedEncoder(BinaryEncoder):
+    """fastavro's Python encoder (which writes a union's trial branch) with
+    the range its compiled writer (which writes the record) checks: an
+    integer beyond 64 bits is an OverflowError there."""
+
+    def write_int(self, datum):
+        if not -(2**63) <= datum < 2**63:
+            raise OverflowError("Python int too large to convert to C long")
+        super().write_int(datum)
+
+    write_long = write_int
+
+
 class Mapping:
     def __init__(self, parsed, named, strict, work_around=False):
         self.parsed = parsed
@@ -144,7 +157,7 @@ class Mapping:
 
     def fits(self, value, schema):
         try:
-            write_data(BinaryEncoder(io.BytesIO()), value, schema, self.named, "", {})
+            write_data(CheckedEncoder(io.BytesIO()), value, schema, self.named, "", {})
             return True
         except Exception:  # noqa: BLE001 - any refusal of the reference
             return False
@@ -219,6 +232,10 @@ class Mapping:
                 at = stamp(v, unit, logical.startswith("local-"))
                 if at is not None:
                     return at
+            if logical in ("date", "time-millis", "time-micros") or "timestamp" in (logical or ""):
+                # fastavro parses some other ISO 8601 forms itself
+                # ("20240301"); the mapping takes only the ones it names.
+                self.rule("date-time-text")
             return v  # the reference refuses text where an int goes
         if isinstance(v, bool):
             self.rule("integer-kind")

@@ -598,7 +598,11 @@ impl Gen {
     fn date(&mut self) -> Value {
         match self.rng.below(5) {
             0 => num(&format!("{}", self.rng.below(40_000) as i64 - 10_000)),
-            1 => json!("2024-02-30"),
+            // A day that does not exist, and forms the mapping does not take.
+            1 => json!(
+                self.rng
+                    .pick(&["2024-02-30", "2024-3-1", "+2024-03-01", "20240301"])
+            ),
             _ => json!(format!(
                 "{:04}-{:02}-{:02}",
                 1900 + self.rng.below(200),
@@ -630,6 +634,12 @@ impl Gen {
             };
             return num(&format!("{}", self.rng.next() as i64 % per_day));
         }
+        if self.rng.chance(5) {
+            return json!(
+                self.rng
+                    .pick(&["13:45", "1:02:03", "24:00:00", "13:45:00Z"])
+            );
+        }
         let fraction = self.fraction();
         json!(format!(
             "{:02}:{:02}:{:02}{fraction}",
@@ -649,6 +659,16 @@ impl Gen {
                 "1709300700250",
                 "1.0",
             ]);
+        }
+        if self.rng.chance(5) {
+            return json!(self.rng.pick(&[
+                "2024-03-01 13:45:00Z",
+                "2024-03-01t13:45:00z",
+                "2024-03-01T13:45Z",
+                "2024-03-01T13:45:00",
+                "2024-03-01T13:45:00+0100",
+                "2024-03-01",
+            ]));
         }
         let year = match self.rng.below(10) {
             0 => 1677 + self.rng.below(2),

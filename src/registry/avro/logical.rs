@@ -14,9 +14,41 @@ pub enum Unit {
     Nanos,
 }
 
+/// Whether `text` is laid out as `pattern` says, `d` a digit, anything
+/// else itself; then an optional fraction (`.` and digits), and the rest
+/// one of `ends`. chrono alone also takes `1:02:03` and `2024-3-1`,
+/// forms the mapping does not name.
+fn shaped(text: &str, pattern: &str, ends: &[&str]) -> bool {
+    let Some((head, mut rest)) = text.split_at_checked(pattern.len()) else {
+        return false;
+    };
+    let laid_out = head.bytes().zip(pattern.bytes()).all(|(t, p)| match p {
+        b'd' => t.is_ascii_digit(),
+        p => t == p,
+    });
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return false;
+        }
+        rest = &fraction[digits..];
+    }
+    laid_out && ends.iter().any(|end| shaped_end(rest, end))
+}
+
+fn shaped_end(rest: &str, end: &str) -> bool {
+    rest.len() == end.len()
+        && rest.bytes().zip(end.bytes()).all(|(t, p)| match p {
+            b'd' => t.is_ascii_digit(),
+            b'~' => t == b'+' || t == b'-',
+            p => t == p,
+        })
+}
+
 /// Days since 1970-01-01: an `int`, or `"YYYY-MM-DD"`.
 pub fn date(json: &Json) -> Option<i32> {
     match json {
+        Json::String(text) if !shaped(text, "dddd-dd-dd", &[""]) || text.contains('.') => None,
         Json::String(text) => {
             let date = NaiveDate::parse_from_str(text, "%Y-%m-%d").ok()?;
             let days = date.signed_duration_since(NaiveDate::default()).num_days();
@@ -30,6 +62,7 @@ pub fn date(json: &Json) -> Option<i32> {
 /// `"HH:MM:SS[.fraction]"` (a finer fraction is cut, not rounded).
 pub fn time(json: &Json, per_second: i64) -> Option<i64> {
     match json {
+        Json::String(text) if !shaped(text, "dd:dd:dd", &[""]) => None,
         Json::String(text) => {
             let t = NaiveTime::parse_from_str(text, "%H:%M:%S%.f").ok()?;
             let seconds = i64::from(t.num_seconds_from_midnight());
@@ -43,6 +76,10 @@ pub fn time(json: &Json, per_second: i64) -> Option<i64> {
 /// `text` as a timestamp in `unit`: RFC 3339 with its offset, or (`local`)
 /// a date-time without one.
 pub fn timestamp(text: &str, unit: Unit, local: bool) -> Option<i64> {
+    let ends: &[&str] = if local { &[""] } else { &["Z", "~dd:dd"] };
+    if !shaped(text, "dddd-dd-ddTdd:dd:dd", ends) {
+        return None;
+    }
     let utc = if local {
         NaiveDateTime::parse_from_str(text, "%Y-%m-%dT%H:%M:%S%.f")
             .ok()?

@@ -841,3 +841,40 @@ fn a_uuid_is_written_as_the_payload_has_it() {
         );
     }
 }
+
+#[test]
+fn dates_and_times_take_only_the_forms_the_mapping_names() {
+    let value = |logical: &str, base: &str, text: &str| {
+        field_value(
+            &one_field(json!({"type": base, "logicalType": logical})),
+            json!(text),
+        )
+    };
+    assert_eq!(value("date", "int", "1970-01-02"), Ok(Value::Date(1)));
+    assert_eq!(
+        value("time-millis", "int", "01:02:03.5"),
+        Ok(Value::TimeMillis(3_723_500))
+    );
+    assert_eq!(
+        value("timestamp-millis", "long", "1970-01-01T00:00:01.5+00:00"),
+        Ok(Value::TimestampMillis(1_500))
+    );
+    assert_eq!(
+        value("local-timestamp-micros", "long", "1970-01-01T00:00:01"),
+        Ok(Value::LocalTimestampMicros(1_000_000))
+    );
+    // chrono alone takes the first of each.
+    for (logical, base, text) in [
+        ("date", "int", "2024-3-1"),
+        ("date", "int", "20240301"),
+        ("time-millis", "int", "1:02:03"),
+        ("time-micros", "long", "13:45"),
+        ("time-micros", "long", "13:45:00."),
+        ("timestamp-millis", "long", "2024-03-01 13:45:00Z"),
+        ("timestamp-millis", "long", "2024-03-01t13:45:00z"),
+        ("timestamp-millis", "long", "2024-03-01T13:45:00"),
+        ("local-timestamp-millis", "long", "2024-03-01T13:45:00Z"),
+    ] {
+        assert!(value(logical, base, text).is_err(), "{logical} {text}");
+    }
+}
