@@ -26,6 +26,9 @@
 #[path = "reference/support.rs"]
 mod support;
 
+#[path = "reference/avro.rs"]
+mod avro;
+
 /// The reference implementations are there, at the versions the virtualenv
 /// pins, and answer one line per case: what every module below relies on.
 #[test]

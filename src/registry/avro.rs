@@ -8,22 +8,27 @@
 //! |---|---|
 //! | `null` | `null` |
 //! | `boolean` | `true`, `false` |
-//! | `int`, `long` | an integer in range (not `1.0`, not `"1"`) |
-//! | `float`, `double` | any number (`float` within its range) |
+//! | `int`, `long` | an integer written without fraction or exponent, in range (not `1.0`, not `1e3`, not `"1"`) |
+//! | `float`, `double` | any number within the type's range, rounded once from its text to the nearest (IEEE 754) |
 //! | `string` | a string |
 //! | `bytes`, `fixed` | a base64 string (standard alphabet, `=` padding optional); `fixed` of exactly its size |
 //! | `enum` | one of its symbols, as a string |
 //! | `array` | an array |
 //! | `map` | an object |
-//! | record | an object, fields by name; a missing field takes its default, or is null when its type is a union with `null` and it has none; a field the record lacks is an error |
+//! | record | an object, fields by name (an alias is refused: a value given by one is never dropped for the default); a missing field takes its default, or is null when its type is a union with `null` and it has none; a key that is no field's name is an error |
 //! | union | `null` for its `null` branch; else the value as the first branch it fits, in the schema's order; else Avro's JSON encoding `{"<branch type name>": value}` |
 //! | `date` | days since 1970-01-01, or `"2024-03-01"` |
 //! | `time-millis`, `time-micros` | since midnight, or `"13:45:00.250"` |
 //! | `timestamp-*` | since the epoch, or RFC 3339 `"2024-03-01T13:45:00.25Z"` |
 //! | `local-timestamp-*` | since the epoch, or `"2024-03-01T13:45:00.25"` |
-//! | `uuid` | its text form |
-//! | `decimal` | a number or a string (`"12.30"`), with at most `scale` decimal places and `precision` digits: never rounded |
+//! | `uuid` | its 8-4-4-4-12 text form, written as given |
+//! | `decimal` | a number or a string (`"12.30"`, `1.5e3`), with at most `scale` decimal places as written (zeros too) and `precision` digits at the scale: never rounded |
 //! | `duration` | `{"months": m, "days": d, "millis": ms}` |
+//!
+//! Numbers are read from their text (serde_json's `arbitrary_precision`),
+//! never through an f64: a value that does not fit is an error, never a
+//! changed value. docs/contracts.md ("Avro") has where this is stricter
+//! than fastavro and why; `tests/reference/avro.rs` checks it.
 //!
 //! A field's default in the schema is read as Avro's JSON encoding says
 //! (a union's default is its first branch's, bytes as code points 0-255).
@@ -36,7 +41,7 @@
 use std::collections::HashMap;
 
 use apache_avro::schema::{
-    DecimalSchema, InnerDecimalSchema, Name, NamespaceRef, RecordSchema, ResolvedSchema,
+    DecimalSchema, InnerDecimalSchema, Name, NamespaceRef, RecordSchema, ResolvedSchema, UuidSchema,
 };
 use apache_avro::types::Value;
 use apache_avro::{Days, Decimal, Duration, Millis, Months, Schema};
@@ -167,12 +172,8 @@ impl AvroEncoder {
             S::Boolean => json.as_bool().map(Value::Boolean).ok_or_else(expected),
             S::Int => integer(json, schema).map(Value::Int),
             S::Long => long(json, schema).map(Value::Long),
-            S::Float => match json.as_f64() {
-                Some(f) if (f as f32).is_finite() => Ok(Value::Float(f as f32)),
-                Some(_) => Err(fail("number out of range for float")),
-                None => Err(expected()),
-            },
-            S::Double => json.as_f64().map(Value::Double).ok_or_else(expected),
+            S::Float => float(json, schema).map(Value::Float),
+            S::Double => float(json, schema).map(Value::Double),
             S::String => json
                 .as_str()
                 .map(|s| Value::String(s.to_string()))
@@ -223,11 +224,28 @@ impl AvroEncoder {
             S::Record(record) => self.record(record, json, from, ns),
             S::Union(union) => self.union(union.variants(), json, from, ns),
             S::Decimal(d) => self.decimal(d, json, from, schema),
+            S::Uuid(UuidSchema::String) => {
+                let text = json.as_str().ok_or_else(expected)?;
+                if !logical::is_uuid(text) {
+                    return Err(fail(
+                        "expected a UUID as 8-4-4-4-12 hex digits with hyphens",
+                    ));
+                }
+                // Written as the payload has it: the crate writes a UUID
+                // value in lowercase, so other text goes as the string it
+                // is (the same bytes on the wire).
+                Ok(match apache_avro::Uuid::parse_str(text) {
+                    Ok(uuid) if uuid.to_string() == text => Value::Uuid(uuid),
+                    _ => Value::String(text.to_string()),
+                })
+            }
             S::Uuid(_) => {
                 let text = json.as_str().ok_or_else(expected)?;
-                apache_avro::Uuid::parse_str(text)
+                logical::is_uuid(text)
+                    .then(|| apache_avro::Uuid::parse_str(text).ok())
+                    .flatten()
                     .map(Value::Uuid)
-                    .map_err(|_| fail("not a UUID"))
+                    .ok_or_else(|| fail("expected a UUID as 8-4-4-4-12 hex digits with hyphens"))
             }
             S::Duration(_) => duration(json, from, schema),
             S::BigDecimal => Err(fail("big-decimal is not supported")),
@@ -268,6 +286,26 @@ impl AvroEncoder {
         };
         // Names in the record's fields are relative to its namespace.
         let inner = record.name.namespace().or(ns);
+        // Fields by their names only: an alias is for reading old data, and
+        // a value given under one would otherwise be dropped for the
+        // field's default (the reference writer ignores unknown keys).
+        for key in object.keys() {
+            if record.fields.iter().any(|f| &f.name == key) {
+                continue;
+            }
+            if let Some(field) = record.fields.iter().find(|f| f.aliases.contains(key)) {
+                let why = format!(
+                    "{key} is an alias of field {} of record {name}: give the field by its name",
+                    field.name
+                );
+                return Err(at(Step::Field(key.clone()))(fail(why)));
+            }
+            return Err(if is_identifier(key) {
+                fail(format!("record {name} has no field {key}"))
+            } else {
+                fail(format!("a field record {name} does not have"))
+            });
+        }
         let mut fields = Vec::with_capacity(record.fields.len());
         for field in &record.fields {
             let value = match (object.get(&field.name), &field.default) {
@@ -280,13 +318,6 @@ impl AvroEncoder {
             }
             .map_err(at(Step::Field(field.name.clone())))?;
             fields.push((field.name.clone(), value));
-        }
-        if let Some(unknown) = object.keys().find(|k| !record.lookup.contains_key(*k)) {
-            return Err(if is_identifier(unknown) {
-                fail(format!("record {name} has no field {unknown}"))
-            } else {
-                fail(format!("a field record {name} does not have"))
-            });
         }
         Ok(Value::Record(fields))
     }
@@ -350,12 +381,20 @@ impl AvroEncoder {
             Json::String(s) => s.clone(),
             _ => return Err(fail(format!("expected decimal, got {}", json_kind(json)))),
         };
-        let unscaled = logical::unscaled(&text, d.scale).map_err(fail)?;
-        if logical::digits(unscaled) > d.precision {
-            return Err(fail(format!(
+        let too_many = || {
+            fail(format!(
                 "more than the {} digits of decimal({}, {})",
                 d.precision, d.precision, d.scale
-            )));
+            ))
+        };
+        let unscaled = match logical::unscaled(&text, d.scale) {
+            Ok(unscaled) => unscaled,
+            Err(logical::DecimalError::TooBig) => return Err(too_many()),
+            Err(e) => return Err(fail(e.to_string())),
+        };
+        // Digits at the schema's scale: 1e3 at scale 2 is 100000, six.
+        if logical::digits(unscaled) > d.precision {
+            return Err(too_many());
         }
         let bytes = logical::twos_complement(unscaled);
         if let InnerDecimalSchema::Fixed(fixed) = &d.inner
@@ -384,21 +423,74 @@ impl AvroEncoder {
 }
 
 fn integer(json: &Json, schema: &Schema) -> Result<i32, Fail> {
-    i32::try_from(long(json, schema)?).map_err(|_| fail("integer out of range for int"))
+    i32::try_from(long(json, schema)?).map_err(|_| {
+        fail(format!(
+            "integer out of range for {} (-2^31 to 2^31-1)",
+            describe(schema)
+        ))
+    })
 }
 
+/// A number written as an integer (no fraction, no exponent: `1.0` and
+/// `1e3` are refused, never truncated), read from its text.
 fn long(json: &Json, schema: &Schema) -> Result<i64, Fail> {
-    match json {
-        Json::Number(n) if n.is_i64() => Ok(n.as_i64().expect("is_i64")),
-        Json::Number(n) if n.is_u64() => Err(fail(format!(
-            "integer out of range for {}",
-            describe(schema)
-        ))),
-        _ => Err(fail(format!(
+    let Json::Number(n) = json else {
+        return Err(fail(format!(
             "expected {}, got {}",
             describe(schema),
             json_kind(json)
+        )));
+    };
+    let text = n.to_string();
+    let digits = text.strip_prefix('-').unwrap_or(&text);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(fail(format!(
+            "expected {} as an integer without fraction or exponent, got a number",
+            describe(schema)
+        )));
+    }
+    text.parse().map_err(|_| {
+        fail(format!(
+            "integer out of range for {} (-2^63 to 2^63-1)",
+            describe(schema)
+        ))
+    })
+}
+
+/// A `float` or `double` from the number's text, rounded once to the
+/// nearest value of the type (IEEE 754, ties to even); a number beyond
+/// the type's range is refused, never made infinite.
+fn float<F: std::str::FromStr + Float>(json: &Json, schema: &Schema) -> Result<F, Fail> {
+    let Json::Number(n) = json else {
+        return Err(fail(format!(
+            "expected {}, got {}",
+            describe(schema),
+            json_kind(json)
+        )));
+    };
+    match n.to_string().parse::<F>() {
+        Ok(f) if f.finite() => Ok(f),
+        _ => Err(fail(format!(
+            "number out of range for {}",
+            describe(schema)
         ))),
+    }
+}
+
+/// What [`float`] needs of `f32` and `f64`.
+trait Float {
+    fn finite(&self) -> bool;
+}
+
+impl Float for f32 {
+    fn finite(&self) -> bool {
+        self.is_finite()
+    }
+}
+
+impl Float for f64 {
+    fn finite(&self) -> bool {
+        self.is_finite()
     }
 }
 
