@@ -9,22 +9,29 @@
 //! (`google/protobuf/timestamp.proto`, ...); imports of other subjects
 //! (schema references) are not resolved.
 //!
-//! The mapping, field type ← JSON:
+//! The mapping, field type ← JSON (docs/contracts.md, "Protobuf", has the
+//! full table and the differential tests behind it): what Google's
+//! references (Python's `json_format`, Java's `JsonFormat`) both read to
+//! the same value is accepted; where they disagree, or Python reads a form
+//! loosely, the payload is refused, never guessed at.
 //!
 //! | Protobuf | JSON |
 //! |---|---|
-//! | message | an object, fields by their JSON name (`orderId`) or proto name (`order_id`); `null` leaves a field unset; a field the message lacks is an error |
-//! | `int32`, `sint32`, `sfixed32`, `uint32`, `fixed32` | an integer in range, or one as a string (`"12"`) |
-//! | 64-bit integers | likewise (a string keeps every digit in any JSON reader) |
-//! | `float`, `double` | a number, a numeric string, `"NaN"`, `"Infinity"`, `"-Infinity"` |
+//! | message | an object, fields by their JSON name (`orderId`) or proto name (`order_id`), not both; `null` leaves a field unset; a field the message lacks is an error |
+//! | integers | a number or a string of one, read from its exact text (`protobuf/number.rs`): digits at any size, or `10.0`, `1e2` when a double holds the value exactly; in range |
+//! | `float`, `double` | a number, a decimal string, `"NaN"`, `"Infinity"`, `"-Infinity"`; in range (never an unasked infinity) |
 //! | `bool` | `true`, `false` |
 //! | `string` | a string |
-//! | `bytes` | base64, standard or URL-safe, padding optional |
-//! | enum | a value's name, or its number (proto3; a proto2 enum takes only its own numbers) |
+//! | `bytes` | base64, either alphabet, padding optional |
+//! | enum | a value's name, or its number (a JSON integer or a string of digits; proto2: its own numbers) |
 //! | `repeated` | an array (no `null` in it) |
-//! | `map<K, V>` | an object; keys as strings of `K` (`"1"`, `"true"`) |
+//! | `map<K, V>` | an object; keys as strings of `K` (`"1"`, `"true"`), no two naming one entry |
 //! | `oneof` | at most one of its fields set |
-//! | `google.protobuf.*` | the JSON form of its type (`Timestamp` as RFC 3339, `Duration` as `"1.5s"`, wrappers as their value, `Struct` as an object, ...) |
+//! | `google.protobuf.*` | the JSON form of its type (`protobuf/wkt.rs`: wrappers as their value, `Struct` as an object, `Timestamp` as RFC 3339, `Any` with `"@type"`, ...) |
+//!
+//! One known difference in what is sent: a `-0.0` in a proto3 float field
+//! without presence is not written (the encoder library takes it for the
+//! default), where Python's writes it.
 //!
 //! A proto2 `required` field must be there. An error names the first
 //! failing place as a JSON pointer into the payload and why, never a value
@@ -481,7 +488,7 @@ fn base64_bytes(text: &str) -> Option<Vec<u8>> {
         .unwrap_or(text);
     // Padding only fills the last group of four (`AQ==`, `AQ=`).
     let pad = text.len() - unpadded.len();
-    if pad > 0 && (unpadded.len() % 4 == 0 || unpadded.len() % 4 + pad > 4) {
+    if pad > 0 && (unpadded.len().is_multiple_of(4) || unpadded.len() % 4 + pad > 4) {
         return None;
     }
     let standard: String = unpadded

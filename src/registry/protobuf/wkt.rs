@@ -217,17 +217,27 @@ fn string_form(desc: &MessageDescriptor, json: &Json) -> Result<DynamicMessage, 
             json_kind(json)
         ))
     };
-    if let Json::String(text) = json
-        && !time_text_is_plain(desc.full_name(), text)
-    {
-        return Err(expected());
+    if let Json::String(text) = json {
+        if !time_text_is_plain(desc.full_name(), text) {
+            return Err(expected());
+        }
+        // `"+1s"`: the references read a Duration's plus sign, prost-reflect
+        // does not.
+        if desc.full_name() == "google.protobuf.Duration"
+            && let Some(unsigned) = text.strip_prefix('+')
+            && unsigned.starts_with(|c: char| c.is_ascii_digit())
+        {
+            let unsigned = Json::String(unsigned.to_owned());
+            return DynamicMessage::deserialize(desc.clone(), &unsigned).map_err(|_| expected());
+        }
     }
     DynamicMessage::deserialize(desc.clone(), json).map_err(|_| expected())
 }
 
-/// Where prost-reflect takes a `Timestamp` or `Duration` text the
-/// references refuse: a second of 60 (a leap second, which Python's
-/// `datetime` refuses), or more than nine fractional digits.
+/// Where prost-reflect takes a text the references refuse or read
+/// otherwise: a `Timestamp` second of 60 (a leap second, which Python's
+/// `datetime` refuses), more than nine fractional digits (Python rounds a
+/// `Duration`'s), a `FieldMask` with an empty path.
 fn time_text_is_plain(type_name: &str, text: &str) -> bool {
     let fraction_digits = |s: &str| {
         s.split_once('.')
@@ -236,6 +246,8 @@ fn time_text_is_plain(type_name: &str, text: &str) -> bool {
     match type_name {
         "google.protobuf.Timestamp" => text.get(17..19) != Some("60") && fraction_digits(text) <= 9,
         "google.protobuf.Duration" => fraction_digits(text) <= 9,
+        // An empty path (`"a,,b"`): Python keeps it, Java drops it.
+        "google.protobuf.FieldMask" => text.is_empty() || !text.split(',').any(str::is_empty),
         _ => true,
     }
 }
