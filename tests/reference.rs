@@ -28,6 +28,8 @@ mod support;
 
 #[path = "reference/avro.rs"]
 mod avro;
+#[path = "reference/protobuf.rs"]
+mod protobuf;
 
 /// The reference implementations are there, at the versions the virtualenv
 /// pins, and answer one line per case: what every module below relies on.

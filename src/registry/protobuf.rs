@@ -9,28 +9,35 @@
 //! (`google/protobuf/timestamp.proto`, ...); imports of other subjects
 //! (schema references) are not resolved.
 //!
-//! The mapping, field type ← JSON:
+//! The mapping, field type ← JSON (docs/contracts.md, "Protobuf", has the
+//! full table and the differential tests behind it): what Google's
+//! references (Python's `json_format`, Java's `JsonFormat`) both read to
+//! the same value is accepted; where they disagree, or Python reads a form
+//! loosely, the payload is refused, never guessed at.
 //!
 //! | Protobuf | JSON |
 //! |---|---|
-//! | message | an object, fields by their JSON name (`orderId`) or proto name (`order_id`); `null` leaves a field unset; a field the message lacks is an error |
-//! | `int32`, `sint32`, `sfixed32`, `uint32`, `fixed32` | an integer in range, or one as a string (`"12"`) |
-//! | 64-bit integers | likewise (a string keeps every digit in any JSON reader) |
-//! | `float`, `double` | a number, a numeric string, `"NaN"`, `"Infinity"`, `"-Infinity"` |
+//! | message | an object, fields by their JSON name (`orderId`) or proto name (`order_id`), not both; `null` leaves a field unset; a field the message lacks is an error |
+//! | integers | a number or a string of one, read from its exact text (`protobuf/number.rs`): digits at any size, or `10.0`, `1e2` when a double holds the value exactly; in range |
+//! | `float`, `double` | a number, a decimal string, `"NaN"`, `"Infinity"`, `"-Infinity"`; in range (never an unasked infinity) |
 //! | `bool` | `true`, `false` |
 //! | `string` | a string |
-//! | `bytes` | base64, standard or URL-safe, padding optional |
-//! | enum | a value's name, or its number (proto3; a proto2 enum takes only its own numbers) |
+//! | `bytes` | base64, either alphabet, padding optional |
+//! | enum | a value's name, or its number (a JSON integer or a string of digits; proto2: its own numbers) |
 //! | `repeated` | an array (no `null` in it) |
-//! | `map<K, V>` | an object; keys as strings of `K` (`"1"`, `"true"`) |
+//! | `map<K, V>` | an object; keys as strings of `K` (`"1"`, `"true"`), no two naming one entry |
 //! | `oneof` | at most one of its fields set |
-//! | `google.protobuf.*` | the JSON form of its type (`Timestamp` as RFC 3339, `Duration` as `"1.5s"`, wrappers as their value, `Struct` as an object, ...) |
+//! | `google.protobuf.*` | the JSON form of its type (`protobuf/wkt.rs`: wrappers as their value, `Struct` as an object, `Timestamp` as RFC 3339, `Any` with `"@type"`, ...) |
+//!
+//! One known difference in what is sent: a `-0.0` in a proto3 float field
+//! without presence is not written (the encoder library takes it for the
+//! default), where Python's writes it.
 //!
 //! A proto2 `required` field must be there. An error names the first
 //! failing place as a JSON pointer into the payload and why, never a value
 //! of the payload.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -43,6 +50,10 @@ use protox::file::{ChainFileResolver, File, FileResolver, GoogleFileResolver};
 use serde_json::Value as Json;
 
 use super::mapping::{Fail, MappingError, Step, at, fail, is_identifier, json_kind, truncate};
+use number::{FloatError, IntegerError};
+
+mod number;
+mod wkt;
 
 /// The schema text is not a Protobuf schema this mapping can use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -178,17 +189,8 @@ impl FileResolver for OneFile {
 }
 
 fn message(desc: &MessageDescriptor, json: &Json) -> Result<DynamicMessage, Fail> {
-    if desc.full_name().starts_with("google.protobuf.") {
-        // The well-known types have JSON forms of their own (a Timestamp is
-        // a string): the library's mapping reads them. Its error may quote
-        // the value, so it is not shown.
-        return DynamicMessage::deserialize(desc.clone(), json).map_err(|_| {
-            fail(format!(
-                "expected {} in its JSON form, got {}",
-                desc.full_name(),
-                json_kind(json)
-            ))
-        });
+    if let Some(known) = wkt::well_known(desc, json) {
+        return known;
     }
     let Json::Object(object) = json else {
         return Err(fail(format!(
@@ -199,6 +201,7 @@ fn message(desc: &MessageDescriptor, json: &Json) -> Result<DynamicMessage, Fail
     };
     let mut out = DynamicMessage::new(desc.clone());
     let mut oneofs: HashMap<String, String> = HashMap::new();
+    let mut given = HashSet::new();
     for (key, value) in object {
         let Some(field) = desc
             .get_field_by_json_name(key)
@@ -214,6 +217,18 @@ fn message(desc: &MessageDescriptor, json: &Json) -> Result<DynamicMessage, Fail
             });
         };
         let step = || Step::Field(field.json_name().to_owned());
+        // One field by its JSON name and its proto name: Python's reader
+        // takes whichever comes last, Java's refuses. Which one a sender
+        // meant is unknown (and the payload's key order is lost here), so
+        // the event is refused rather than one value silently dropped.
+        if !given.insert(field.number()) {
+            return Err(at(step())(fail(format!(
+                "field {} is given twice, as {} and as {}: keep one",
+                field.name(),
+                field.json_name(),
+                field.name()
+            ))));
+        }
         if value.is_null() && !is_null_value(&field) {
             continue;
         }
@@ -264,7 +279,14 @@ fn field_value(field: &FieldDescriptor, json: &Json) -> Mapped {
         for (key, value) in object {
             let key = map_key(&key_field.kind(), key).map_err(at(Step::MapValue))?;
             let value = single(&value_field.kind(), value).map_err(at(Step::MapValue))?;
-            map.insert(key, value);
+            // `"1"` and `"1.0"` are one int key: which value a reader keeps
+            // depends on the key order, which is lost here.
+            if map.insert(key, value).is_some() {
+                return Err(at(Step::MapValue)(fail(format!(
+                    "two keys of map {} name the same entry: keep one",
+                    field.name()
+                ))));
+            }
         }
         return Ok(Value::Map(map));
     }
@@ -311,89 +333,129 @@ fn single(kind: &Kind, json: &Json) -> Mapped {
                 fail("expected bytes as base64 (standard or URL-safe)")
             })?))
         }
-        Kind::Double => Value::F64(float(json).ok_or_else(expected)?),
+        Kind::Double => Value::F64(float(json, kind)?),
         Kind::Float => {
-            let v = float(json).ok_or_else(expected)?;
+            let v = float(json, kind)?;
             if v.is_finite() && v.abs() > f64::from(f32::MAX) {
                 return Err(fail("out of the range of float"));
             }
+            // The nearest float, as the references' C cast rounds.
             #[allow(clippy::cast_possible_truncation)]
             Value::F32(v as f32)
         }
         Kind::Int32 | Kind::Sint32 | Kind::Sfixed32 => {
-            Value::I32(in_range(integer(json).ok_or_else(expected)?, kind)?)
+            Value::I32(in_range(integer(json, kind)?, kind)?)
         }
         Kind::Int64 | Kind::Sint64 | Kind::Sfixed64 => {
-            Value::I64(in_range(integer(json).ok_or_else(expected)?, kind)?)
+            Value::I64(in_range(integer(json, kind)?, kind)?)
         }
-        Kind::Uint32 | Kind::Fixed32 => {
-            Value::U32(in_range(integer(json).ok_or_else(expected)?, kind)?)
-        }
-        Kind::Uint64 | Kind::Fixed64 => {
-            Value::U64(in_range(integer(json).ok_or_else(expected)?, kind)?)
-        }
+        Kind::Uint32 | Kind::Fixed32 => Value::U32(in_range(integer(json, kind)?, kind)?),
+        Kind::Uint64 | Kind::Fixed64 => Value::U64(in_range(integer(json, kind)?, kind)?),
     })
 }
 
-/// An integer as proto3 JSON writes one: a JSON integer, or one in a
-/// string. Wide enough for every Protobuf integer type.
-fn integer(json: &Json) -> Option<i128> {
-    match json {
-        Json::Number(n) => n
-            .as_i64()
-            .map(i128::from)
-            .or_else(|| n.as_u64().map(i128::from)),
-        Json::String(s) => s.parse().ok(),
-        _ => None,
-    }
+/// An integer as proto3 JSON writes one: a JSON number or a string of one
+/// ([`number::integer`]), exact at any size. Wide enough for every
+/// Protobuf integer type.
+fn integer(json: &Json, kind: &Kind) -> Result<i128, Fail> {
+    let text = match json {
+        Json::Number(n) => n.to_string(),
+        Json::String(s) => s.clone(),
+        _ => {
+            return Err(fail(format!(
+                "expected {}, got {}",
+                kind_name(kind),
+                json_kind(json)
+            )));
+        }
+    };
+    number::integer(&text).map_err(|e| match e {
+        IntegerError::TooLarge => fail(format!("out of the range of {}", kind_name(kind))),
+        IntegerError::NotANumber => fail(format!(
+            "expected {}, got {}",
+            kind_name(kind),
+            if json.is_string() {
+                "a string that is not an integer"
+            } else {
+                json_kind(json)
+            }
+        )),
+        e => fail(format!("expected {}, got {e}", kind_name(kind))),
+    })
 }
 
 fn in_range<T: TryFrom<i128>>(value: i128, kind: &Kind) -> Result<T, Fail> {
     T::try_from(value).map_err(|_| fail(format!("out of the range of {}", kind_name(kind))))
 }
 
-fn float(json: &Json) -> Option<f64> {
-    match json {
-        Json::Number(n) => n.as_f64(),
-        Json::String(s) => match s.as_str() {
-            "NaN" => Some(f64::NAN),
-            "Infinity" => Some(f64::INFINITY),
-            "-Infinity" => Some(f64::NEG_INFINITY),
-            text => text.parse().ok().filter(|v: &f64| v.is_finite()),
-        },
-        _ => None,
-    }
-}
-
-fn enum_number(desc: &EnumDescriptor, json: &Json) -> Result<i32, Fail> {
-    match json {
-        Json::String(name) => desc
-            .get_value_by_name(name)
-            .map(|v| v.number())
-            .ok_or_else(|| fail(format!("not a value of enum {}", desc.full_name()))),
-        Json::Number(_) => {
-            let number = integer(json)
-                .and_then(|n| i32::try_from(n).ok())
-                .ok_or_else(|| fail(format!("not a number of enum {}", desc.full_name())))?;
-            let open = desc.parent_file().syntax() != Syntax::Proto2;
-            if open || desc.get_value(number).is_some() {
-                Ok(number)
+fn float(json: &Json, kind: &Kind) -> Result<f64, Fail> {
+    let read = match json {
+        Json::Number(n) => number::number_f64(&n.to_string()),
+        Json::String(s) => number::string_f64(s),
+        _ => Err(FloatError::NotANumber),
+    };
+    read.map_err(|e| match e {
+        FloatError::TooLarge => fail(format!(
+            "out of the range of {} (an infinity is written \"Infinity\" or \"-Infinity\")",
+            kind_name(kind)
+        )),
+        FloatError::NotANumber => fail(format!(
+            "expected {}, got {}",
+            kind_name(kind),
+            if json.is_string() {
+                "a string that is not a number, \"NaN\", \"Infinity\" or \"-Infinity\""
             } else {
-                Err(fail(format!("not a number of enum {}", desc.full_name())))
+                json_kind(json)
             }
+        )),
+    })
+}
+
+/// An enum value: its name, or its number as a JSON integer or a string
+/// of digits. A number written with a fraction must be an integer (Python's
+/// reader would cut `1.5` to 1); a proto2 enum takes only its own numbers.
+fn enum_number(desc: &EnumDescriptor, json: &Json) -> Result<i32, Fail> {
+    let number = match json {
+        Json::String(name) => {
+            if let Some(value) = desc.get_value_by_name(name) {
+                return Ok(value.number());
+            }
+            if !number::is_digits(name) {
+                return Err(fail(format!("not a value of enum {}", desc.full_name())));
+            }
+            number::integer(name)
         }
-        other => Err(fail(format!(
-            "expected enum {} (a name or number), got {}",
-            desc.full_name(),
-            json_kind(other)
-        ))),
+        Json::Number(n) => number::integer(&n.to_string()),
+        other => {
+            return Err(fail(format!(
+                "expected enum {} (a name or number), got {}",
+                desc.full_name(),
+                json_kind(other)
+            )));
+        }
+    };
+    let number = number
+        .ok()
+        .and_then(|n| i32::try_from(n).ok())
+        .ok_or_else(|| fail(format!("not a number of enum {}", desc.full_name())))?;
+    let open = desc.parent_file().syntax() != Syntax::Proto2;
+    if open || desc.get_value(number).is_some() {
+        Ok(number)
+    } else {
+        Err(fail(format!("not a number of enum {}", desc.full_name())))
     }
 }
 
+/// A map key: the key's text read as the key type, integers by the rule of
+/// integers in strings.
 fn map_key(kind: &Kind, key: &str) -> Result<MapKey, Fail> {
     let number = || -> Result<i128, Fail> {
-        key.parse()
-            .map_err(|_| fail(format!("a map key that is not a {}", kind_name(kind))))
+        number::integer(key).map_err(|e| match e {
+            IntegerError::TooLarge => {
+                fail(format!("a map key out of the range of {}", kind_name(kind)))
+            }
+            _ => fail(format!("a map key that is not a {}", kind_name(kind))),
+        })
     };
     Ok(match kind {
         Kind::String => MapKey::String(key.to_owned()),
@@ -410,18 +472,34 @@ fn map_key(kind: &Kind, key: &str) -> Result<MapKey, Fail> {
     })
 }
 
+/// Base64, its two alphabets alike (even mixed, as the references read
+/// them), padding optional; bits past the last byte are ignored, as the
+/// references ignore them. Nothing else: no blanks, no stray characters.
 fn base64_bytes(text: &str) -> Option<Vec<u8>> {
     const CONFIG: base64::engine::GeneralPurposeConfig =
         base64::engine::GeneralPurposeConfig::new()
-            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent);
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::RequireNone)
+            .with_decode_allow_trailing_bits(true);
     const STANDARD: base64::engine::GeneralPurpose =
         base64::engine::GeneralPurpose::new(&base64::alphabet::STANDARD, CONFIG);
-    const URL_SAFE: base64::engine::GeneralPurpose =
-        base64::engine::GeneralPurpose::new(&base64::alphabet::URL_SAFE, CONFIG);
-    STANDARD
-        .decode(text)
-        .or_else(|_| URL_SAFE.decode(text))
-        .ok()
+    let unpadded = text
+        .strip_suffix("==")
+        .or_else(|| text.strip_suffix('='))
+        .unwrap_or(text);
+    // Padding only fills the last group of four (`AQ==`, `AQ=`).
+    let pad = text.len() - unpadded.len();
+    if pad > 0 && (unpadded.len().is_multiple_of(4) || unpadded.len() % 4 + pad > 4) {
+        return None;
+    }
+    let standard: String = unpadded
+        .chars()
+        .map(|c| match c {
+            '-' => '+',
+            '_' => '/',
+            c => c,
+        })
+        .collect();
+    STANDARD.decode(standard).ok()
 }
 
 /// What a field type is called in an error.

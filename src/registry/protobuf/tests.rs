@@ -136,12 +136,12 @@ fn a_payload_that_does_not_fit_names_the_place_and_the_rule_not_the_value() {
         (
             json!({"lines": [{"sku": "s"}, {"qty": "secret"}]}),
             "/lines/1/qty",
-            "expected int32, got string",
+            "expected int32, got a string that is not an integer",
         ),
         (
             json!({"amount": 1.5}),
             "/amount",
-            "expected int64, got number",
+            "expected int64, got a number with a fraction, not an integer",
         ),
         (json!({"small": -1}), "/small", "out of the range of uint32"),
         (
@@ -157,7 +157,7 @@ fn a_payload_that_does_not_fit_names_the_place_and_the_rule_not_the_value() {
         (
             json!({"counts": {"secret": "x"}}),
             "/counts/*",
-            "expected int32, got string",
+            "expected int32, got a string that is not an integer",
         ),
         (
             json!({"tags": ["a", null]}),
@@ -254,4 +254,117 @@ fn a_schema_that_cannot_be_used_says_why() {
     // A Google type by name is not a message of the schema.
     let e = ProtobufEncoder::new(SHOP, Some("google.protobuf.Timestamp")).unwrap_err();
     assert_eq!(e.0, "the schema has no message google.protobuf.Timestamp");
+}
+
+/// The payload as the relay gets it: parsed text, numbers as written.
+fn parsed(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap()
+}
+
+#[test]
+fn an_integer_written_with_a_fraction_or_exponent_is_read_exactly_or_refused() {
+    // json_format.Parse reads {"amount": 10.0} as 10: so does the relay.
+    let ten = encoder(None).encode(&parsed(r#"{"amount": 10}"#)).unwrap();
+    for text in [
+        r#"{"amount": 10.0}"#,
+        r#"{"amount": 1e1}"#,
+        r#"{"amount": "10.0"}"#,
+        r#"{"amount": "1E+1"}"#,
+        r#"{"amount": "+10"}"#,
+    ] {
+        assert_eq!(encoder(None).encode(&parsed(text)).unwrap(), ten, "{text}");
+    }
+    // Digits stay exact at any size; a fraction a double would round is
+    // refused with what to write instead.
+    let exact = encoder(None)
+        .encode(&parsed(r#"{"amount": 9007199254740993}"#))
+        .unwrap();
+    assert_eq!(exact, b"\x10\x81\x80\x80\x80\x80\x80\x80\x10");
+    let e = encoder(None)
+        .encode(&parsed(r#"{"amount": 9007199254740993.0}"#))
+        .unwrap_err();
+    assert_eq!(e.path, "/amount");
+    assert!(e.reason.contains("write it as digits"), "{e}");
+    for (text, reason) in [
+        (
+            r#"{"amount": 10.5}"#,
+            "expected int64, got a number with a fraction, not an integer",
+        ),
+        (
+            r#"{"amount": "1_0"}"#,
+            "expected int64, got a string that is not an integer",
+        ),
+        (
+            r#"{"amount": 9223372036854775808}"#,
+            "out of the range of int64",
+        ),
+        (r#"{"small": 4294967296.0}"#, "out of the range of uint32"),
+        (r#"{"small": -1e0}"#, "out of the range of uint32"),
+        (
+            r#"{"lines": [{"qty": 2147483648}]}"#,
+            "out of the range of int32",
+        ),
+    ] {
+        let e = encoder(None).encode(&parsed(text)).unwrap_err();
+        assert_eq!(e.reason, reason, "{text}");
+    }
+    assert_eq!(
+        encoder(None)
+            .encode(&parsed(r#"{"small": 4294967295.0}"#))
+            .unwrap(),
+        b"\x60\xff\xff\xff\xff\x0f"
+    );
+}
+
+#[test]
+fn one_field_under_its_json_name_and_its_proto_name_is_refused() {
+    // Python's json_format keeps the last of the two, Java's refuses: the
+    // relay refuses, naming the field, never the values.
+    for text in [
+        r#"{"orderId": "secret-a", "order_id": "secret-b"}"#,
+        r#"{"order_id": "secret-a", "orderId": "secret-a"}"#,
+        r#"{"orderId": "secret-a", "order_id": null}"#,
+    ] {
+        let e = encoder(None).encode(&parsed(text)).unwrap_err();
+        assert_eq!(e.path, "/orderId", "{text}");
+        assert_eq!(
+            e.reason,
+            "field order_id is given twice, as orderId and as order_id: keep one"
+        );
+        assert!(!e.to_string().contains("secret"), "{e}");
+    }
+}
+
+#[test]
+fn struct_and_value_numbers_keep_their_text_to_the_nearest_double() {
+    let schema = r#"
+        syntax = "proto3";
+        import "google/protobuf/struct.proto";
+        message Doc { google.protobuf.Struct attrs = 1; }
+    "#;
+    let doc = ProtobufEncoder::new(schema, None).unwrap();
+    // 1.10 is a number whose text is not the shortest of its double: the
+    // payload's exact text reaches the mapping, which reads it as 1.1.
+    let bytes = doc
+        .encode(&parsed(r#"{"attrs": {"w": 1.10, "n": [1e2, null, "x"]}}"#))
+        .unwrap();
+    let back = DynamicMessage::decode(doc.message.clone(), bytes.as_slice()).unwrap();
+    let attrs: prost_types::Struct = back
+        .get_field_by_name("attrs")
+        .unwrap()
+        .as_message()
+        .unwrap()
+        .transcode_to()
+        .unwrap();
+    assert_eq!(
+        attrs.fields["w"].kind,
+        Some(prost_types::value::Kind::NumberValue(1.1))
+    );
+    let Some(prost_types::value::Kind::ListValue(list)) = &attrs.fields["n"].kind else {
+        panic!("n is not a list")
+    };
+    assert_eq!(
+        list.values[0].kind,
+        Some(prost_types::value::Kind::NumberValue(100.0))
+    );
 }
