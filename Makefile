@@ -4,7 +4,7 @@ SHELL := /bin/bash
 SERVICES := scripts/services
 CARGO ?= cargo
 
-.PHONY: test test-matrix demo services-up services-down lint bench bench-quick fmt soak
+.PHONY: test test-matrix test-reference-long demo services-up services-down lint bench bench-quick fmt soak
 
 ## make test: start PostgreSQL + Kafka, run the whole suite, stop them, exit with the suite's status.
 test:
@@ -14,6 +14,12 @@ test:
 ## (fresh cluster each, release builds fetched once), results to docs/compatibility.md. Not in CI.
 test-matrix:
 	@scripts/test-matrix
+
+## make test-reference-long: the differential tests (tests/reference.rs) with a million generated
+## cases per format instead of make test's 10,000 (OUTBOX_REFERENCE_SEED picks the seed). Needs no
+## service: the reference implementations run in scripts/services' Python virtualenv.
+test-reference-long:
+	OUTBOX_REFERENCE_CASES=$${OUTBOX_REFERENCE_CASES:-1000000} $(CARGO) test --release --test reference -- --nocapture
 
 ## make demo: services up, outbox set up, the relay turns five orders into CloudEvents on Kafka;
 ## fails, naming the step and its log, unless those five events come back from Kafka.
