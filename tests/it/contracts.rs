@@ -293,12 +293,14 @@ mod registry {
             .unwrap();
     }
 
-    /// Inserts a payload that fits, one whose amount is text ("12.00"),
-    /// and `fits`; gives the id of the one that breaks the schema.
+    /// Inserts a payload that fits, one whose amount is text with a
+    /// fraction ("12.50": an integer in no format, where protobuf's JSON
+    /// reads "12.00" as 12), and `fits`; gives the id of the one that
+    /// breaks the schema.
     async fn insert_fits_breaks_fits(outbox: &TestOutbox, fits: &str) -> String {
         let [first, broken, second] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
         insert(outbox, &first, r#"{"order_id": "o-1", "amount": 1200}"#).await;
-        insert(outbox, &broken, r#"{"order_id": "o-1", "amount": "12.00"}"#).await;
+        insert(outbox, &broken, r#"{"order_id": "o-1", "amount": "12.50"}"#).await;
         insert(outbox, &second, fits).await;
         broken
     }
@@ -311,7 +313,7 @@ mod registry {
         assert_eq!(dlq[0].header("dlq_reason_code"), Some("contract_violation"));
         let reason = dlq[0].header("dlq_reason").unwrap();
         assert!(
-            reason.contains("at /amount:") && !reason.contains("12.00"),
+            reason.contains("at /amount:") && !reason.contains("12.50"),
             "{reason}"
         );
         dlq
@@ -351,7 +353,7 @@ mod registry {
         let dlq = broken_is_dead_lettered(&outbox, &broken).await;
         assert_eq!(
             dlq[0].value.as_deref(),
-            Some(&br#"{"amount": "12.00", "order_id": "o-1"}"#[..]),
+            Some(&br#"{"amount": "12.50", "order_id": "o-1"}"#[..]),
             "the JSON payload, not Avro"
         );
         let status = relay.terminate().await;
@@ -436,7 +438,7 @@ enum Status { STATUS_UNKNOWN = 0; PAID = 1; }
         let dlq = broken_is_dead_lettered(&outbox, &broken).await;
         assert_eq!(
             dlq[0].value.as_deref(),
-            Some(&br#"{"amount": "12.00", "order_id": "o-1"}"#[..]),
+            Some(&br#"{"amount": "12.50", "order_id": "o-1"}"#[..]),
             "the JSON payload, not Protobuf"
         );
         let status = relay.terminate().await;
