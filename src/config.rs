@@ -28,7 +28,6 @@ mod build;
 mod contracts;
 mod effective;
 mod env_names;
-mod invocation;
 mod show;
 mod sinks;
 mod sources;
@@ -48,11 +47,11 @@ use crate::outbox::Source;
 use crate::outbox::message::DEFAULT_PREFIX;
 use crate::sink::OnUnroutable;
 
+pub use crate::invocation::{command, set_config_path};
 pub use crate::redact::{is_secret_property, redact_conninfo};
 pub use addr::ListenAddr;
 pub use contracts::{ContractConfig, Framing, RegistryConfig, SubjectStrategy};
 pub use env_names::ENV_PREFIX;
-pub use invocation::{command, set_config_path};
 pub use sinks::{RouteConfig, SinkConfig, SinkKind, warnings};
 
 /// A complete, commented example configuration (`relay.example.toml`).

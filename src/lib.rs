@@ -35,6 +35,7 @@ pub mod deadletter;
 pub mod envelope;
 pub mod error;
 pub mod http_client;
+pub mod invocation;
 pub mod metrics;
 pub mod otel;
 pub mod outbox;

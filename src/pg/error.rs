@@ -202,7 +202,7 @@ pub enum PgError {
         "replication slot {slot:?} does not exist in database {database:?}; the relay never \
          creates it: run `{}`, which creates it, or refuses and says why when a slot was \
          lost (a new slot would skip the events committed since)",
-        crate::config::command("init")
+        crate::invocation::command("init")
     )]
     SlotMissing { slot: String, database: String },
 

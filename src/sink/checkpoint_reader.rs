@@ -49,7 +49,7 @@ pub enum CheckpointReadError {
          point kafka.checkpoint_topic at a new topic and create it compacted with one partition \
          (`{}` does, or: {create}); after a graceful stop the slot holds the last committed \
          position, so nothing is written twice",
-        crate::config::command("init")
+        crate::invocation::command("init")
     )]
     Partitioned {
         topic: String,

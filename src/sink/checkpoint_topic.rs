@@ -25,9 +25,9 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::error::RDKafkaErrorCode;
 
 /// The command that sets the checkpoint topic up, as the messages name it
-/// (with the config in use: [`crate::config::command`]).
+/// (with the config in use: [`crate::invocation::command`]).
 pub fn init_command() -> String {
-    crate::config::command("init")
+    crate::invocation::command("init")
 }
 
 /// The command that creates the checkpoint topic as exactly-once delivery
@@ -141,7 +141,7 @@ pub enum CheckpointTopicRefused {
          after it was deleted, has the broker's defaults.) Make it compacted: {}, then start \
          the relay again (`{}` shows the topic)",
         compact_command(brokers, topic),
-        crate::config::command("check")
+        crate::invocation::command("check")
     )]
     NotCompacted {
         topic: String,

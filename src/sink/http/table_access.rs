@@ -38,14 +38,14 @@ pub enum DeliveryTableRefused {
          `{} --admin-url <a table owner's or superuser's postgres URL> --grant` (it creates \
          the table from sql/outbox_delivery.sql and grants the relay's role its privileges), \
          then start the relay again",
-        crate::config::command("init")
+        crate::invocation::command("init")
     )]
     Missing { table: String },
     #[error(
         "the relay's role may not use the delivery table {table}: it lacks {missing}. Grant it \
          with `{} --admin-url <a table owner's or superuser's postgres URL> --grant`, or: \
          {grant}",
-        crate::config::command("init")
+        crate::invocation::command("init")
     )]
     NotPermitted {
         table: String,
