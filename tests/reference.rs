@@ -26,6 +26,9 @@
 #[path = "reference/support.rs"]
 mod support;
 
+#[path = "reference/json_schema.rs"]
+mod json_schema;
+
 /// The reference implementations are there, at the versions the virtualenv
 /// pins, and answer one line per case: what every module below relies on.
 #[test]

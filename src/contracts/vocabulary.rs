@@ -293,6 +293,22 @@ fn walk(schema: &Value, place: &mut String, draft: Draft) -> Result<(), Problem>
         if keyword == "type" {
             check_types(value, place)?;
         }
+        // Draft 4's meta-schema wants each value once, by value; the
+        // jsonschema crate's check lets a repeated one through.
+        if keyword == "enum"
+            && draft == Draft::Draft4
+            && let Some(values) = value.as_array()
+            && values
+                .iter()
+                .enumerate()
+                .any(|(i, a)| values[..i].iter().any(|b| super::exact::equal(a, b)))
+        {
+            return Err(Problem {
+                place: place.clone(),
+                what: "lists a value twice, which draft-04 does not allow: list each once"
+                    .to_owned(),
+            });
+        }
         match holds(keyword, value) {
             Holds::Nothing => {}
             Holds::One => walk(value, place, draft)?,
