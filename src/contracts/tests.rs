@@ -513,3 +513,20 @@ async fn a_registry_contract_that_cannot_be_had_names_its_entry() {
         "{unusable}"
     );
 }
+
+#[test]
+fn a_checked_payload_keeps_its_numbers_as_written_framed_or_not() {
+    let payload =
+        br#"{"a": 99999999999999999.99, "b": 1e400, "c": -0, "d": 18446744073709551617, "e": 1.0}"#;
+    let v = version(
+        SchemaType::Json,
+        r#"{"type":"object","properties":{"a":{"type":"number","multipleOf":0.01},"b":{"type":"integer"},"c":{"maximum":0},"d":{"minimum":18446744073709551617},"e":{"type":"integer"}}}"#,
+        7,
+    );
+    let framed = Schema::from_registry(&v, "http://r", &kept(true, None, None)).unwrap();
+    let value = framed.encode(payload).unwrap().expect("framed");
+    assert_eq!(&value[..5], &[0, 0, 0, 0, 7]);
+    assert_eq!(&value[5..], payload);
+    let plain = Schema::from_registry(&v, "http://r", &kept(false, None, None)).unwrap();
+    assert_eq!(plain.encode(payload).unwrap(), None, "the payload itself");
+}
