@@ -32,6 +32,9 @@ use crate::registry::{
 };
 use crate::routes::glob_match;
 
+pub mod exact;
+pub mod vocabulary;
+
 /// The dead-letter reason code of an event whose payload breaks its
 /// contract.
 pub const CONTRACT_VIOLATION: &str = "contract_violation";
@@ -158,14 +161,11 @@ impl Schema {
         base: Option<&str>,
         fallback: String,
     ) -> Result<Schema, ContractError> {
-        let mut options = jsonschema::options();
-        if let Some(base) = base {
-            options = options.with_base_uri(base);
-        }
-        let validator = options.build(value).map_err(|e| ContractError::Invalid {
-            path: name.to_owned(),
-            reason: e.to_string(),
-        })?;
+        let validator =
+            build_json_schema(value, base).map_err(|reason| ContractError::Invalid {
+                path: name.to_owned(),
+                reason,
+            })?;
         let id = value
             .get("$id")
             .and_then(Value::as_str)
@@ -220,9 +220,7 @@ impl Schema {
             SchemaType::Json => {
                 let value: Value = serde_json::from_str(&version.schema.text)
                     .map_err(|e| invalid(format!("not JSON: {}", e.classify_text())))?;
-                let validator = jsonschema::options()
-                    .build(&value)
-                    .map_err(|e| invalid(e.to_string()))?;
+                let validator = build_json_schema(&value, None).map_err(invalid)?;
                 Kind::Json {
                     validator: Box::new(validator),
                     frame: frame.then_some(version.id),
@@ -340,6 +338,36 @@ impl Schema {
     pub fn reframes(&self) -> bool {
         !matches!(self.kind, Kind::Json { frame: None, .. })
     }
+}
+
+/// Compiles a JSON Schema: its keywords and type names checked against its
+/// draft ([`vocabulary`]), then its draft's meta-schema (the crate's), with
+/// numbers compared exactly ([`exact`]). `base`: where relative `$ref`s
+/// resolve.
+///
+/// # Errors
+/// What is wrong, where in the schema, and what to fix.
+fn build_json_schema(value: &Value, base: Option<&str>) -> Result<jsonschema::Validator, String> {
+    let draft = vocabulary::check(value).map_err(|problem| problem.to_string())?;
+    let mut options = jsonschema::options().with_draft(draft.to_jsonschema());
+    if let Some(base) = base {
+        options = options.with_base_uri(base);
+    }
+    exact::with_exact_numbers(options, draft)
+        .build(value)
+        .map_err(|e| {
+            let place = e.instance_path().to_string();
+            let place = if place.is_empty() {
+                "/".to_owned()
+            } else {
+                place
+            };
+            format!(
+                "at {place} in the schema: {e} (by the meta-schema of {}): correct the \
+                 schema",
+                draft.name()
+            )
+        })
 }
 
 /// Why a payload breaks its contract: the first failing place and rule,
@@ -503,15 +531,19 @@ impl Contracts {
         let settings = self.registry.as_ref().ok_or(ResolveError::NoRegistry)?;
         let client = RegistryClient::new(settings)?;
         let mut contracts = Vec::with_capacity(self.contracts.len());
-        for contract in &self.contracts {
+        // The contracts are the config's, in its order: `index` is N of
+        // `contracts[N]`.
+        for (index, contract) in self.contracts.iter().enumerate() {
             let schema = match &contract.schema {
                 Slot::Ready(schema) => Slot::Ready(Arc::clone(schema)),
                 Slot::Registry(kept) => {
                     let version = match kept.version {
-                        Some(n) => client.version(&kept.subject, n).await?,
-                        None => client.latest(&kept.subject).await?,
-                    };
-                    let schema = Schema::from_registry(&version, client.url(), kept)?;
+                        Some(n) => client.version(&kept.subject, n).await,
+                        None => client.latest(&kept.subject).await,
+                    }
+                    .map_err(|source| ResolveError::Subject { index, source })?;
+                    let schema = Schema::from_registry(&version, client.url(), kept)
+                        .map_err(|source| ResolveError::Unusable { index, source })?;
                     Slot::Ready(Arc::new(schema))
                 }
             };
@@ -579,8 +611,12 @@ pub struct RegistryContract {
 pub enum ResolveError {
     #[error(transparent)]
     Registry(#[from] RegistryError),
-    #[error("contract {0}")]
-    Unusable(#[from] ContractError),
+    /// The subject of `contracts[index]` could not be fetched.
+    #[error("contracts[{index}]: {source}")]
+    Subject { index: usize, source: RegistryError },
+    /// The schema of `contracts[index]` cannot be used.
+    #[error("contracts[{index}]: {source}")]
+    Unusable { index: usize, source: ContractError },
     #[error("contracts name registry subjects but no [registry] url is set")]
     NoRegistry,
 }
@@ -589,7 +625,10 @@ impl ResolveError {
     /// Whether asking the registry again later can help (it did not
     /// answer, or failed): the relay waits, sending nothing unchecked.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ResolveError::Registry(e) if e.is_retryable())
+        match self {
+            ResolveError::Registry(e) | ResolveError::Subject { source: e, .. } => e.is_retryable(),
+            ResolveError::Unusable { .. } | ResolveError::NoRegistry => false,
+        }
     }
 }
 

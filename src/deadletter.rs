@@ -315,6 +315,40 @@ mod tests {
     }
 
     #[test]
+    fn a_dead_letter_keeps_the_payloads_numbers_as_written() {
+        let payload: &'static [u8] =
+            br#"{"a": 99999999999999999.99, "b": 1e400, "c": -0, "d": 18446744073709551617, "e": 1.0}"#;
+        // What a contract violation carries: the payload the check refused.
+        let schema = crate::contracts::Schema::from_value(
+            &serde_json::json!({"properties": {"e": {"type": "string"}}}),
+            "s.json",
+            None,
+        )
+        .unwrap();
+        let violation = schema.check(payload).unwrap_err();
+        let rec = dead_letter_record(DeadLetter {
+            reason: violation.to_string(),
+            reason_code: crate::contracts::CONTRACT_VIOLATION,
+            ..sample_letter(payload)
+        });
+        assert_eq!(rec.value.as_ref(), payload);
+    }
+
+    fn sample_letter(value: &'static [u8]) -> DeadLetter<'static> {
+        DeadLetter {
+            topic: "outbox.dlq",
+            reason: String::new(),
+            reason_code: "payload_not_json",
+            key: Bytes::from_static(b"order-7"),
+            lsn: Lsn(0x16_B374_D848),
+            source_table: "public.outbox",
+            original_topic: None,
+            value: Bytes::from_static(value),
+            columns: Vec::new(),
+        }
+    }
+
+    #[test]
     fn a_column_cannot_shadow_a_relay_header() {
         let rec = sample(
             b"{}",

@@ -37,4 +37,4 @@ pub use protobuf::{ProtobufEncoder, ProtobufSchemaError};
 pub use subject::SubjectNameStrategy;
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -28,6 +28,8 @@ mod support;
 
 #[path = "reference/avro.rs"]
 mod avro;
+#[path = "reference/json_schema.rs"]
+mod json_schema;
 #[path = "reference/protobuf.rs"]
 mod protobuf;
 

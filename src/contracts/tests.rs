@@ -291,3 +291,242 @@ fn a_registry_contract_is_never_used_unfetched() {
     assert!(contracts.needs_registry());
     let _ = contracts.find("order", "placed");
 }
+
+/// The reason a schema is refused with.
+fn refused(schema: Value) -> String {
+    match Schema::from_value(&schema, "s.json", None) {
+        Err(ContractError::Invalid { reason, .. }) => reason,
+        other => panic!("{schema} was not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn a_misspelled_keyword_is_refused_naming_its_place_and_the_fix() {
+    let reason = refused(json!({
+        "type": "object",
+        "properties": {"lines": {"type": "array", "items": {"requird": ["sku"]}}}
+    }));
+    assert!(
+        reason.starts_with("at /properties/lines/items/requird in the schema: unknown keyword \"requird\" (did you mean \"required\"?)"),
+        "{reason}"
+    );
+    assert!(reason.contains("\"x-requird\""), "{reason}");
+    // Unknown to the schema's draft, though another draft has it.
+    let reason = refused(json!({
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "prefixItems": [{"type": "string"}]
+    }));
+    assert!(
+        reason.contains("\"prefixItems\" is a keyword of draft 2020-12, not of draft-07"),
+        "{reason}"
+    );
+    let reason = refused(
+        json!({"$schema": "https://json-schema.org/draft/2020-12/schema", "dependencies": {}}),
+    );
+    assert!(
+        reason.starts_with("at /dependencies in the schema"),
+        "{reason}"
+    );
+    let reason = refused(json!({"$schema": "http://example.com/my-meta", "type": "object"}));
+    assert!(
+        reason.starts_with("at /$schema in the schema: names no JSON Schema draft"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn an_unknown_type_name_is_refused_naming_its_place() {
+    for (schema, place) in [
+        (json!({"type": "integr"}), "/type"),
+        (
+            json!({"properties": {"a": {"type": ["string", "integr"]}}}),
+            "/properties/a/type",
+        ),
+        (
+            json!({"$defs": {"a~b": {"anyOf": [{"type": "integr"}]}}}),
+            "/$defs/a~0b/anyOf/0/type",
+        ),
+    ] {
+        let reason = refused(schema);
+        assert!(
+            reason.starts_with(&format!(
+                "at {place} in the schema: unknown type \"integr\" (did you mean \"integer\"?): \
+                 the types are array, boolean, integer, null, number, object, string"
+            )),
+            "{reason}"
+        );
+    }
+    // What only the meta-schema knows is refused with its place too.
+    let reason = refused(json!({"properties": {"a": {"minimum": "5"}}}));
+    assert!(
+        reason.starts_with("at /properties/a/minimum in the schema: "),
+        "{reason}"
+    );
+}
+
+#[test]
+fn annotations_definitions_and_x_extensions_are_accepted() {
+    for schema in [
+        json!({
+            "$schema": "http://json-schema.org/draft-04/schema#",
+            "id": "urn:a", "title": "t", "description": "d", "default": {}, "examples": [],
+            "$comment": "c", "format": "date", "definitions": {"a": {"type": "string"}},
+            "x-owner": {"requird": "not a schema: never looked into"},
+            "properties": {"a": {"$ref": "#/definitions/a", "x-ui": 1}},
+            "maximum": 5, "exclusiveMaximum": true
+        }),
+        json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$defs": {"a": {"type": "integer"}}, "definitions": {"b": true},
+            "prefixItems": [{"$ref": "#/$defs/a"}], "dependentRequired": {"a": ["b"]},
+            "deprecated": false, "readOnly": true
+        }),
+        json!({"$schema": "http://json-schema.org/draft-07/schema", "if": {}, "then": {}, "else": {}}),
+    ] {
+        assert!(
+            Schema::from_value(&schema, "s.json", None).is_ok(),
+            "{schema}"
+        );
+    }
+}
+
+#[test]
+fn numbers_are_checked_by_their_exact_value() {
+    let check = |schema: Value, payload: &str| {
+        Schema::from_value(&schema, "s.json", None)
+            .unwrap()
+            .check(payload.as_bytes())
+            .map_err(|v| v.keyword)
+    };
+    let integer = json!({"type": "integer"});
+    assert_eq!(
+        check(integer.clone(), "99999999999999999.99"),
+        Err("type".into())
+    );
+    assert_eq!(check(integer.clone(), "1e400"), Ok(()));
+    assert_eq!(check(integer.clone(), "1.0"), Ok(()));
+    let draft4 = json!({"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"});
+    assert_eq!(check(draft4.clone(), "1.0"), Err("type".into()));
+    assert_eq!(check(draft4, "-0"), Ok(()));
+    assert_eq!(
+        check(
+            json!({"maximum": 9007199254740992_u64}),
+            "9007199254740992.5"
+        ),
+        Err("maximum".into())
+    );
+    let cents: Value =
+        serde_json::from_str(r#"{"minimum": 0.1, "enum": [99999999999999999.98, 0.1]}"#).unwrap();
+    let tenth_up: Value = serde_json::from_str(r#"{"minimum": 0.1}"#).unwrap();
+    assert_eq!(
+        check(tenth_up, "0.09999999999999999999"),
+        Err("minimum".into())
+    );
+    assert_eq!(
+        check(cents.clone(), "99999999999999999.99"),
+        Err("enum".into())
+    );
+    assert_eq!(check(cents, "0.10"), Ok(()));
+    assert_eq!(
+        check(
+            json!({"uniqueItems": true}),
+            "[99999999999999999.99, 99999999999999999.98]"
+        ),
+        Ok(())
+    );
+    assert_eq!(
+        check(json!({"uniqueItems": true}), "[1.0, 1]"),
+        Err("uniqueItems".into())
+    );
+    let tenth: Value = serde_json::from_str(r#"{"multipleOf": 0.1}"#).unwrap();
+    assert_eq!(check(tenth.clone(), "0.3"), Ok(()));
+    assert_eq!(check(tenth, "0.35"), Err("multipleOf".into()));
+    let draft4_exclusive = json!({"$schema": "http://json-schema.org/draft-04/schema#", "minimum": 0, "exclusiveMinimum": true});
+    assert_eq!(check(draft4_exclusive, "0"), Err("minimum".into()));
+    // A violation still never quotes the payload.
+    let violation = Schema::from_value(&json!({"maximum": 1}), "s.json", None)
+        .unwrap()
+        .check(b"4111111111111111")
+        .unwrap_err();
+    assert!(!violation.to_string().contains("4111"), "{violation}");
+    assert_eq!(violation.message, "value is greater than the maximum of 1");
+}
+
+#[tokio::test]
+async fn a_registry_contract_that_cannot_be_had_names_its_entry() {
+    use crate::registry::tests::{Routed, types_route};
+    let misspelled = r#"{"subject":"typo-value","version":1,"id":3,"schemaType":"JSON","schema":"{\"requird\":[\"a\"]}"}"#;
+    let gone = r#"{"error_code":40401,"message":"Subject not found."}"#;
+    let registry = Routed::start(vec![
+        types_route(),
+        (
+            "/subjects/gone-value/",
+            format!(
+                "HTTP/1.1 404 Not Found\r\nContent-Length: {}\r\n\r\n{gone}",
+                gone.len()
+            ),
+        ),
+        (
+            "/subjects/typo-value/",
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{misspelled}",
+                misspelled.len()
+            ),
+        ),
+    ])
+    .await;
+    let settings = RegistrySettings {
+        url: registry.url("/apis/ccompat/v7"),
+        timeout: std::time::Duration::from_secs(5),
+        ca_file: None,
+        credentials: None,
+    };
+    let subject = |name: &str| RegistryContract {
+        subject: name.into(),
+        ..kept(true, None, None)
+    };
+    let file = Arc::new(Schema::from_value(&json!({}), "file.json", None).unwrap());
+    let contracts = |second: &str| {
+        Contracts::with_registry(
+            vec![
+                (None, None, Ok(Arc::clone(&file))),
+                (None, None, Err(subject(second))),
+            ],
+            Some(settings.clone()),
+        )
+    };
+    let missing = contracts("gone-value").resolve().await.unwrap_err();
+    assert!(!missing.is_retryable());
+    assert!(
+        missing.to_string().starts_with(
+            "contracts[1]: subject \"gone-value\" does not exist in the schema registry"
+        ),
+        "{missing}"
+    );
+    let unusable = contracts("typo-value").resolve().await.unwrap_err();
+    assert!(!unusable.is_retryable());
+    assert!(
+        unusable.to_string().starts_with(
+            "contracts[1]: subject typo-value version 1 cannot be used: at /requird in the \
+             schema: unknown keyword \"requird\""
+        ),
+        "{unusable}"
+    );
+}
+
+#[test]
+fn a_checked_payload_keeps_its_numbers_as_written_framed_or_not() {
+    let payload =
+        br#"{"a": 99999999999999999.99, "b": 1e400, "c": -0, "d": 18446744073709551617, "e": 1.0}"#;
+    let v = version(
+        SchemaType::Json,
+        r#"{"type":"object","properties":{"a":{"type":"number","multipleOf":0.01},"b":{"type":"integer"},"c":{"maximum":0},"d":{"minimum":18446744073709551617},"e":{"type":"integer"}}}"#,
+        7,
+    );
+    let framed = Schema::from_registry(&v, "http://r", &kept(true, None, None)).unwrap();
+    let value = framed.encode(payload).unwrap().expect("framed");
+    assert_eq!(&value[..5], &[0, 0, 0, 0, 7]);
+    assert_eq!(&value[5..], payload);
+    let plain = Schema::from_registry(&v, "http://r", &kept(false, None, None)).unwrap();
+    assert_eq!(plain.encode(payload).unwrap(), None, "the payload itself");
+}

@@ -714,3 +714,20 @@ fn a_dropped_trace_context_says_which_part() {
         Some("traceparent")
     );
 }
+
+/// Numbers no machine type holds exactly, as a payload writes them.
+const EDGE_NUMBERS: &str =
+    r#"{"a": 99999999999999999.99, "b": 1e400, "c": -0, "d": 18446744073709551617, "e": 1.0}"#;
+
+#[test]
+fn numbers_reach_the_record_as_written_in_both_modes() {
+    let mut r = row();
+    r.payload = Bytes::from_static(EDGE_NUMBERS.as_bytes());
+    let binary = build_record(&r, commit_time(), &settings(ContentMode::Binary)).unwrap();
+    assert_eq!(binary.value.as_ref(), EDGE_NUMBERS.as_bytes());
+    let structured = build_record(&r, commit_time(), &settings(ContentMode::Structured)).unwrap();
+    assert_eq!(structured_data_text(&structured.value), EDGE_NUMBERS);
+    r.payload_is_jsonb = true;
+    let jsonb = build_record(&r, commit_time(), &settings(ContentMode::Structured)).unwrap();
+    assert_eq!(structured_data_text(&jsonb.value), EDGE_NUMBERS);
+}

@@ -413,11 +413,7 @@ impl RegistryClient {
         body: Bytes,
         asked: Asked<'_>,
     ) -> Result<Bytes, RegistryError> {
-        let mut request = request.header(ACCEPT, format!("{MEDIA_TYPE}, application/json"));
-        if let Some(authorization) = &self.authorization {
-            request = request.header(AUTHORIZATION, authorization.clone());
-        }
-        let request = match request.body(Full::new(body)) {
+        let request = match self.headers(request).body(Full::new(body)) {
             Ok(r) => r,
             Err(e) => return Err(self.bad_answer(format!("cannot build the request: {e}"))),
         };
@@ -440,7 +436,71 @@ impl RegistryClient {
         if (200..300).contains(&answer.status) {
             return Ok(body);
         }
+        // A 404 is a missing subject, version or id only when the URL is a
+        // registry's at all: a wrong path answers 404 to everything, some
+        // servers with a registry-like error code.
+        if answer.status == 404
+            && let Some(answered) = self.not_a_registry().await
+        {
+            return Err(RegistryError::NotARegistry {
+                registry: self.base.clone(),
+                path: self.path().to_owned(),
+                answered,
+            });
+        }
         Err(self.error(answer.status, &body, &asked))
+    }
+
+    /// The URL's path: what is wrong when the URL is not a registry's root.
+    fn path(&self) -> &str {
+        let after_scheme = self.base.find("://").map_or(0, |i| i + 3);
+        self.base[after_scheme..]
+            .find('/')
+            .map_or("/", |i| &self.base[after_scheme + i..])
+    }
+
+    /// Whether the URL is not a registry's API root, by two requests every
+    /// Confluent-compatible registry answers: `GET /schemas/types` (a list
+    /// of types; Confluent since 5.5, Apicurio, Redpanda, Karapace) and,
+    /// for older ones, `GET /config` (the global compatibility). `Some`:
+    /// what the first answered, when neither answered as a registry would;
+    /// `None`: a registry, or no way to tell (refused, failing, away).
+    async fn not_a_registry(&self) -> Option<String> {
+        let mut first = None;
+        for (probe, want_list) in [("/schemas/types", true), ("/config", false)] {
+            let url = format!("{}{probe}", self.base);
+            let request = self.headers(get(&url)).body(Full::new(Bytes::new())).ok()?;
+            let (answer, body) = self.http.fetch(request, MAX_ANSWER).await.ok()?;
+            let answered = match answer.status {
+                200..300 => match serde_json::from_slice::<serde_json::Value>(&body) {
+                    Ok(v) if v.is_array() == want_list && (v.is_array() || v.is_object()) => {
+                        return None;
+                    }
+                    _ => format!(
+                        "GET {}{probe} answered HTTP {} with something else than a registry's \
+                         answer",
+                        self.path().trim_end_matches('/'),
+                        answer.status
+                    ),
+                },
+                404 => format!(
+                    "GET {}{probe} answered HTTP 404",
+                    self.path().trim_end_matches('/')
+                ),
+                _ => return None,
+            };
+            first.get_or_insert(answered);
+        }
+        first
+    }
+
+    /// `request` with what every request to the registry carries.
+    fn headers(&self, request: hyper::http::request::Builder) -> hyper::http::request::Builder {
+        let mut request = request.header(ACCEPT, format!("{MEDIA_TYPE}, application/json"));
+        if let Some(authorization) = &self.authorization {
+            request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        request
     }
 
     /// The error an error answer means.

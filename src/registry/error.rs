@@ -52,6 +52,19 @@ pub enum RegistryError {
          is it the root of its Confluent-compatible API?"
     )]
     BadAnswer { registry: String, reason: String },
+    /// The URL answers 404 to what every registry answers: its path is not
+    /// a registry API's root.
+    #[error(
+        "registry.url {registry} does not look like a schema registry: its path {path} is \
+         not the root of a Confluent-compatible registry API ({answered}); set registry.url \
+         to that root (Confluent, Redpanda, Karapace: http://host:8081; Apicurio: \
+         http://host:8080/apis/ccompat/v7)"
+    )]
+    NotARegistry {
+        registry: String,
+        path: String,
+        answered: String,
+    },
 }
 
 impl RegistryError {

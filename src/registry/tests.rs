@@ -220,8 +220,14 @@ async fn error_answers_become_typed_errors_that_say_whether_to_retry() {
         ),
     ];
     for (status, body, is_expected, retryable) in cases {
-        let server = TestServer::start(answer(status, &body)).await;
-        let err = client(&server).version("s", 7).await.unwrap_err();
+        // A registry: its /schemas/types answers, whatever else does.
+        let server =
+            Routed::start(vec![types_route(), ("/", answer(status, &body).to_owned())]).await;
+        let err = RegistryClient::new(&settings(server.port))
+            .unwrap()
+            .version("s", 7)
+            .await
+            .unwrap_err();
         assert!(is_expected(&err), "{status} {body}: {err:?}");
         assert_eq!(err.is_retryable(), retryable, "{err:?}");
         let text = err.to_string();
@@ -232,12 +238,23 @@ async fn error_answers_become_typed_errors_that_say_whether_to_retry() {
         );
     }
 
-    let server = TestServer::start(answer(
-        "404 Not Found",
-        r#"{"error_code":40403,"message":"Schema 3 not found"}"#,
-    ))
+    let server = Routed::start(vec![
+        types_route(),
+        (
+            "/",
+            answer(
+                "404 Not Found",
+                r#"{"error_code":40403,"message":"Schema 3 not found"}"#,
+            )
+            .to_owned(),
+        ),
+    ])
     .await;
-    let err = client(&server).schema(3).await.unwrap_err();
+    let err = RegistryClient::new(&settings(server.port))
+        .unwrap()
+        .schema(3)
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, RegistryError::SchemaNotFound { id: 3, .. }),
         "{err:?}"
@@ -346,4 +363,176 @@ fn subjects_are_one_path_segment() {
     assert_eq!(encode("a/b c?d#e%"), "a%2Fb%20c%3Fd%23e%25");
     assert_eq!(encode(":.ctx:s"), "%3A.ctx%3As");
     assert_eq!(encode("é"), "%C3%A9");
+}
+
+/// A fake registry that answers by path, for what one fixed answer cannot
+/// show: the client's second look when a lookup answers 404. Each request
+/// gets the answer of the first route its path contains; none: `404` with
+/// a server's (not a registry's) error code, as a wrong path gets.
+pub(crate) struct Routed {
+    pub port: u16,
+    paths: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Routed {
+    pub(crate) async fn start(routes: Vec<(&'static str, String)>) -> Routed {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let paths = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = std::sync::Arc::clone(&paths);
+        let routes = std::sync::Arc::new(routes);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (seen, routes) = (std::sync::Arc::clone(&seen), std::sync::Arc::clone(&routes));
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+                        let length = head
+                            .lines()
+                            .find_map(|l| {
+                                let (name, value) = l.split_once(':')?;
+                                name.eq_ignore_ascii_case("content-length")
+                                    .then(|| value.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        while buf.len() < end + 4 + length {
+                            match socket.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buf.drain(..end + 4 + length);
+                        let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                        let found = routes.iter().find(|(part, _)| path.contains(part));
+                        let reply = found.map_or_else(
+                            || {
+                                answer(
+                                    "404 Not Found",
+                                    r#"{"error_code":404,"message":"HTTP 404 Not Found"}"#,
+                                )
+                            },
+                            |(_, reply)| Box::leak(reply.clone().into_boxed_str()),
+                        );
+                        seen.lock().unwrap().push(path);
+                        if socket.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Routed { port, paths }
+    }
+
+    /// The paths asked so far, in order.
+    pub(crate) fn paths(&self) -> Vec<String> {
+        self.paths.lock().unwrap().clone()
+    }
+
+    /// The registry's API root on this fake.
+    pub(crate) fn url(&self, root: &str) -> String {
+        format!("http://127.0.0.1:{}{root}", self.port)
+    }
+}
+
+/// What a registry answers to `GET /schemas/types`.
+pub(crate) fn types_route() -> (&'static str, String) {
+    (
+        "/apis/ccompat/v7/schemas/types",
+        answer("200 OK", r#"["JSON","PROTOBUF","AVRO"]"#).to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_url_whose_path_is_no_registrys_root_says_so_and_names_the_path() {
+    let body = format!(r#"{{"subject":"s","version":1,"id":5,"schema":"{AVRO}"}}"#);
+    // A registry at /apis/ccompat/v7; the URL names v6, where everything
+    // is 404, some of it with a registry-like code.
+    let server = Routed::start(vec![
+        types_route(),
+        (
+            "/apis/ccompat/v7/subjects/s/",
+            answer("200 OK", &body).to_owned(),
+        ),
+        (
+            "/apis/ccompat/v6/subjects/",
+            answer(
+                "404 Not Found",
+                r#"{"error_code":40401,"message":"Subject 's' not found."}"#,
+            )
+            .to_owned(),
+        ),
+    ])
+    .await;
+    let client = |root: &str| {
+        RegistryClient::new(&RegistrySettings {
+            url: server.url(root),
+            ..settings(server.port)
+        })
+        .unwrap()
+    };
+    assert_eq!(client("/apis/ccompat/v7").latest("s").await.unwrap().id, 5);
+    for root in ["/apis/ccompat/v6", "/wiki"] {
+        let err = client(root).latest("s").await.unwrap_err();
+        assert!(
+            matches!(err, RegistryError::NotARegistry { .. }),
+            "{root}: {err:?}"
+        );
+        assert!(!err.is_retryable());
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "registry.url {} does not look like a schema registry: its path {root} is not \
+                 the root of a Confluent-compatible registry API (GET {root}/schemas/types \
+                 answered HTTP 404); set registry.url to that root",
+                server.url(root)
+            )),
+            "{text}"
+        );
+    }
+    assert!(
+        server
+            .paths()
+            .contains(&"/apis/ccompat/v6/config".to_owned()),
+        "an older registry without /schemas/types is asked for its /config: {:?}",
+        server.paths()
+    );
+
+    // On a registry, a missing subject is a missing subject.
+    let err = client("/apis/ccompat/v7").latest("gone").await.unwrap_err();
+    assert!(
+        matches!(err, RegistryError::Failed { status: 404, .. }),
+        "{err:?}"
+    );
+    let server = Routed::start(vec![
+        types_route(),
+        (
+            "/subjects/gone/",
+            answer(
+                "404 Not Found",
+                r#"{"error_code":40401,"message":"Subject 'gone' not found."}"#,
+            )
+            .to_owned(),
+        ),
+    ])
+    .await;
+    let err = RegistryClient::new(&settings(server.port))
+        .unwrap()
+        .latest("gone")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RegistryError::SubjectNotFound { subject, .. } if subject == "gone"),
+        "{err:?}"
+    );
 }

@@ -8,7 +8,7 @@
 use super::Item;
 use crate::config::Config;
 use crate::contracts::Schema;
-use crate::registry::RegistryClient;
+use crate::registry::{RegistryClient, RegistryError};
 
 /// The items, none when there are no contracts.
 pub async fn items(config: &Config) -> Vec<Item> {
@@ -49,6 +49,9 @@ pub async fn items(config: &Config) -> Vec<Item> {
             Err(e) => {
                 let fix = if e.is_retryable() {
                     "check that the registry runs and registry.url points at its API root"
+                } else if matches!(e, RegistryError::NotARegistry { .. }) {
+                    "set registry.url to the root of the registry's Confluent-compatible API \
+                     (Confluent: http://host:8081; Apicurio: http://host:8080/apis/ccompat/v7)"
                 } else {
                     "register the schema under the subject, or correct the contract's subject \
                      or version"
@@ -121,4 +124,35 @@ pub async fn items(config: &Config) -> Vec<Item> {
         items.push(item);
     }
     items
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::registry::tests::Routed;
+
+    #[tokio::test]
+    async fn a_registry_url_that_is_no_registrys_root_is_not_fixed_by_registering() {
+        // Nothing answers as a registry here: every path is a 404.
+        let server = Routed::start(Vec::new()).await;
+        let toml = format!(
+            "[postgres]\nurl = \"postgres://relay:pw@127.0.0.1:5432/app\"\nslot = \"s\"\n\
+             publication = \"p\"\n\n[kafka]\nbrokers = \"127.0.0.1:9092\"\n\n\
+             [cloudevents]\nsource = \"/s\"\n\n[registry]\nurl = \"{}\"\n\n\
+             [[contracts]]\nsubject = \"orders-value\"\n",
+            server.url("/apis/ccompat/v6")
+        );
+        let config = Config::from_figment(&Config::figment_from_str(&toml, Vec::new())).unwrap();
+        let items = super::items(&config).await;
+        let item = items
+            .iter()
+            .find(|i| i.name == "registry.subject.orders-value")
+            .expect("the subject's item");
+        assert!(
+            item.detail.contains("does not look like a schema registry"),
+            "{item:?}"
+        );
+        let fix = item.fix.as_deref().unwrap_or_default();
+        assert!(fix.starts_with("set registry.url to the root"), "{fix}");
+    }
 }

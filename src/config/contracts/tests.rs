@@ -189,3 +189,24 @@ fn a_registry_contract_the_relay_cannot_place_is_refused_naming_the_key() {
     assert_eq!(field, "contracts[0].subject");
     assert!(constraint.contains("binary"), "{constraint}");
 }
+
+#[test]
+fn a_schema_whose_keyword_checks_nothing_is_refused_naming_its_entry() {
+    let dir = Dir::new("misspelled");
+    std::fs::write(
+        dir.0.join("schemas/typo.json"),
+        r#"{"type": "object", "requird": ["amount"]}"#,
+    )
+    .unwrap();
+    let (field, constraint) = invalid(dir.load(
+        "[[contracts]]\ntype = \"a\"\nschema = \"schemas/order.json\"\n\n\
+         [[contracts]]\ntype = \"b\"\nschema = \"schemas/typo.json\"\n",
+    ));
+    assert_eq!(field, "contracts[1].schema");
+    assert!(
+        constraint.contains(
+            "at /requird in the schema: unknown keyword \"requird\" (did you mean \"required\"?)"
+        ),
+        "{constraint}"
+    );
+}

@@ -166,6 +166,36 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_body_keeps_the_payloads_numbers_as_written() {
+        let payload: &'static [u8] =
+            br#"{"a": 99999999999999999.99, "b": 1e400, "c": -0, "d": 18446744073709551617, "e": 1.0}"#;
+        let row = crate::outbox::OutboxRow {
+            id: "e1".into(),
+            aggregate_type: "order".into(),
+            aggregate_id: "o-1".into(),
+            event_type: "placed".into(),
+            payload: Bytes::from_static(payload),
+            payload_is_jsonb: true,
+            timestamp: None,
+            trace_parent: None,
+            trace_state: None,
+            headers: Vec::new(),
+            source: None,
+        };
+        let event = WebhookEvent::of_row(&row, chrono::Utc::now(), "/s", None).unwrap();
+        let server = TestServer::start("HTTP/1.1 204 No Content\r\n\r\n").await;
+        assert_eq!(
+            client(server.port, 2_000)
+                .post(&event)
+                .await
+                .unwrap()
+                .status,
+            204
+        );
+        assert_eq!(server.wait_for(1).await[0].body, payload);
+    }
+
+    #[tokio::test]
     async fn a_connection_the_server_closes_is_not_reused() {
         let server =
             TestServer::start("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
