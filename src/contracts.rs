@@ -32,6 +32,7 @@ use crate::registry::{
 };
 use crate::routes::glob_match;
 
+pub mod draft;
 pub mod exact;
 pub mod vocabulary;
 

@@ -22,7 +22,7 @@ use jsonschema::paths::Location;
 use jsonschema::{Keyword, ValidationError, ValidationOptions};
 use serde_json::{Map, Number, Value};
 
-use super::vocabulary::Draft;
+use super::draft::Draft;
 
 /// The longest `multipleOf` divisor (significant digits) checked exactly.
 pub const MAX_DIVISOR_DIGITS: usize = 37;

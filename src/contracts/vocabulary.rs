@@ -17,15 +17,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-/// The JSON Schema drafts a contract may be written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Draft {
-    Draft4,
-    Draft6,
-    Draft7,
-    Draft201909,
-    Draft202012,
-}
+pub use super::draft::Draft;
 
 /// Why a schema is refused: where in the schema (a JSON pointer) and what
 /// to fix.
