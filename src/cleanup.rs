@@ -32,6 +32,16 @@
 //!   rows of other shards that their relays have not published yet. At
 //!   most [`MAX_HELD_TXNS`] transactions wait; beyond that their rows are
 //!   left in the table and counted (`outbox_relay_cleanup_skipped_rows_total`).
+//! * Never a row left on purpose, by id or by `xmin`: a row whose dead
+//!   letter went without its payload ([`Collector::keep`]: the table holds
+//!   the only copy) and a row an earlier session wrote to Kafka
+//!   ([`Collector::leave`]: exactly-once resuming inside a transaction).
+//!   Their ids travel with the transaction's xid ([`Deletable::keep`]) and
+//!   the delete by `xmin` spares them; they count among the
+//!   [`MAX_HELD_IDS`] (when all are taken, the transaction gives up one of
+//!   the ids it holds, whose row goes by `xmin` anyway). A row that cannot
+//!   be spared so (its id unreadable, or no room) turns the delete by
+//!   `xmin` of its transaction off: its rows beyond the ids held stay.
 //! * Never slows the stream: released rows go to the deleter through a
 //!   bounded channel with `try_send`; when the deleter lags they wait in
 //!   the session for the next hand-over, up to [`MAX_HELD_IDS`] ids; beyond

@@ -355,7 +355,11 @@ fn log(line: &Line) {
     let confirmed = line.confirmed.map(display);
     let checkpoint = line.checkpoint.map(display);
     let (reason, attempt, pending, text) = (line.reason, line.attempt, line.pending, line.text);
-    if line.level == tracing::Level::INFO {
+    if line.level == tracing::Level::DEBUG {
+        tracing::debug!(
+            reason, error, attempt, confirmed, checkpoint, pending, "{text}"
+        );
+    } else if line.level == tracing::Level::INFO {
         tracing::info!(
             reason, error, attempt, confirmed, checkpoint, pending, "{text}"
         );

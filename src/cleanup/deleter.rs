@@ -82,15 +82,14 @@ impl Deleter {
     /// are rows left in the table and counted.
     pub fn hand_over(&mut self, rows: Option<Deletable>) {
         if let Some(rows) = rows {
-            self.pending.ids.extend(rows.ids);
-            self.pending.xids.extend(rows.xids);
+            self.pending.extend(rows);
         }
         if self.pending.is_empty() {
             return;
         }
         match self.tx.try_send(std::mem::take(&mut self.pending)) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(rows)) if rows.ids.len() <= MAX_HELD_IDS => {
+            Err(mpsc::error::TrySendError::Full(rows)) if rows.held_ids() <= MAX_HELD_IDS => {
                 self.pending = rows;
             }
             Err(
@@ -175,8 +174,7 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
             while fresh.ids.len() < BATCH_IDS
                 && let Ok(rows) = rx.try_recv()
             {
-                fresh.ids.extend(rows.ids);
-                fresh.xids.extend(rows.xids);
+                fresh.extend(rows);
             }
         }
         // Rows not found before whose next look is due; once the session
@@ -209,9 +207,13 @@ impl Deleting {
             not_found.ids.extend(not_deleted(batch, found));
         }
         if !rows.xids.is_empty() {
-            let sql = delete_xids_sql(&self.settings, &rows.xids);
+            let sql = delete_xids_sql(&self.settings, &rows.xids, &rows.keep);
             let found = self.run_batch(&sql, rows.xids.len()).await;
             not_found.xids.extend(not_deleted(&rows.xids, found));
+            if !not_found.xids.is_empty() {
+                // Looked for again, sparing the same rows.
+                not_found.keep = rows.keep;
+            }
         }
         if not_found.is_empty() {
             return;
@@ -223,7 +225,7 @@ impl Deleting {
         let wait = backoff.next_delay();
         let gives_up = last
             || now.duration_since(since) + wait > LOOK_AGAIN_FOR
-            || self.missed_count() + count > MAX_HELD_IDS;
+            || self.missed_count() + not_found.held_ids() + not_found.xids.len() > MAX_HELD_IDS;
         if gives_up {
             metrics::counter!(m::CLEANUP_NOT_FOUND_ROWS).increment(count as u64);
             tracing::info!(
@@ -241,11 +243,11 @@ impl Deleting {
         });
     }
 
-    /// Ids and xids being looked for again.
+    /// Ids (to delete and to spare) and xids being looked for again.
     fn missed_count(&self) -> usize {
         self.missed
             .iter()
-            .map(|m| m.rows.ids.len() + m.rows.xids.len())
+            .map(|m| m.rows.held_ids() + m.rows.xids.len())
             .sum()
     }
 
@@ -388,8 +390,47 @@ fn table_name(settings: &DeleterSettings) -> String {
 /// returning the ids it deleted as text (the form pgoutput sends them in).
 pub fn delete_ids_sql(settings: &DeleterSettings, ids: &[String]) -> String {
     let id = quote_ident(&settings.id_column);
+    format!(
+        "DELETE FROM {} WHERE {id} IN ({}) RETURNING {id}::text",
+        table_name(settings),
+        literals(ids)
+    )
+}
+
+/// The statement that deletes the rows inserted by `xids` (by `xmin`)
+/// except those whose id is in `keep` (rows left in the table on purpose),
+/// of this shard only when the outbox is sharded (by the publication's own
+/// row filter), returning each xid it deleted rows of with their count.
+pub fn delete_xids_sql(settings: &DeleterSettings, xids: &[u32], keep: &[String]) -> String {
+    let list: Vec<String> = xids.iter().map(|x| format!("'{x}'::xid")).collect();
+    let shard = settings
+        .shard
+        .filter_sql(&settings.aggregate_id_column)
+        .map(|filter| format!(" AND ({filter})"))
+        .unwrap_or_default();
+    // A row whose id is null is spared too while any is kept (NOT IN is
+    // not true for it): it stays, which errs on the safe side.
+    let spared = if keep.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " AND {} NOT IN ({})",
+            quote_ident(&settings.id_column),
+            literals(keep)
+        )
+    };
+    format!(
+        "WITH d AS (DELETE FROM {} WHERE xmin IN ({}){spared}{shard} \
+         RETURNING xmin::text AS x) SELECT x, count(*) FROM d GROUP BY x",
+        table_name(settings),
+        list.join(", ")
+    )
+}
+
+/// `values` as a comma-separated list of SQL literals.
+fn literals(values: &[String]) -> String {
     let mut list = String::new();
-    for (i, value) in ids.iter().enumerate() {
+    for (i, value) in values.iter().enumerate() {
         let _ = write!(
             list,
             "{}{}",
@@ -397,26 +438,5 @@ pub fn delete_ids_sql(settings: &DeleterSettings, ids: &[String]) -> String {
             quote_literal(value)
         );
     }
-    format!(
-        "DELETE FROM {} WHERE {id} IN ({list}) RETURNING {id}::text",
-        table_name(settings)
-    )
-}
-
-/// The statement that deletes the rows inserted by `xids` (by `xmin`), of
-/// this shard only when the outbox is sharded (by the publication's own
-/// row filter), returning each xid it deleted rows of with their count.
-pub fn delete_xids_sql(settings: &DeleterSettings, xids: &[u32]) -> String {
-    let list: Vec<String> = xids.iter().map(|x| format!("'{x}'::xid")).collect();
-    let shard = settings
-        .shard
-        .filter_sql(&settings.aggregate_id_column)
-        .map(|filter| format!(" AND ({filter})"))
-        .unwrap_or_default();
-    format!(
-        "WITH d AS (DELETE FROM {} WHERE xmin IN ({}){shard} RETURNING xmin::text AS x) \
-         SELECT x, count(*) FROM d GROUP BY x",
-        table_name(settings),
-        list.join(", ")
-    )
+    list
 }

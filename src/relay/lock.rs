@@ -143,6 +143,8 @@ impl LockError {
 pub struct HeldLock {
     lost: watch::Receiver<bool>,
     renewer: JoinHandle<()>,
+    /// When it was granted: the lease's length so far.
+    taken: Instant,
     /// The server the lock's session is on: the lock excludes other
     /// relays there only, so the stream must read the slot there too.
     server: Endpoint,
@@ -160,6 +162,12 @@ impl HeldLock {
     /// Whether the lock is lost (or may be, for all the holder knows).
     pub fn is_lost(&self) -> bool {
         *self.lost.borrow()
+    }
+
+    /// How long the lock has been held (the supervisor backs off between
+    /// leases that keep being lost soon).
+    pub fn held_for(&self) -> Duration {
+        self.taken.elapsed()
     }
 
     /// A receiver that turns true once the lock is lost.
@@ -265,6 +273,7 @@ impl Candidate {
         Ok(Some(HeldLock {
             lost,
             renewer,
+            taken: sent,
             server,
         }))
     }

@@ -460,7 +460,7 @@ impl<'a> SessionMachine<'a> {
                     } else {
                         let time = pg_timestamp_to_utc(commit_time).unwrap_or_else(Utc::now);
                         if let Some(cleanup) = &mut self.cleanup {
-                            cleanup.begin(xid);
+                            cleanup.begin(xid, final_lsn);
                         }
                         self.txn_events = 0;
                         self.skip = match self.resume {
@@ -626,12 +626,13 @@ impl<'a> SessionMachine<'a> {
         self.rows_seen += 1;
         let written = self.written_before();
         if let Some(cleanup) = &mut self.cleanup {
+            let id = self.router.event_id(relation, tuple);
             if written {
                 // Its fate (a dead letter without its payload?) was the
                 // earlier session's: the row stays.
-                cleanup.leave();
+                cleanup.leave(id.as_deref());
             } else {
-                cleanup.row(self.router.event_id(relation, tuple).as_deref());
+                cleanup.row(id.as_deref());
             }
         }
         if written {

@@ -1227,6 +1227,58 @@ fn a_resumed_transaction_skips_exactly_the_events_already_in_kafka() {
     assert_eq!(machine.split_point(), Some(None), "between transactions");
 }
 
+/// Exactly-once, resuming inside a transaction that goes by `xmin` (a row
+/// of it has an id that cannot be read): the rows the checkpoint says are
+/// in Kafka are left in the table (their dead letters were the earlier
+/// session's), so the delete by `xmin` spares them by their ids.
+#[test]
+fn a_resumed_transaction_deleted_by_xmin_spares_the_rows_left() {
+    let mut settings = settings(10);
+    settings.source.cleanup = Cleanup::DeleteAfterAck;
+    let txn = table_rows(&["written-1", "written-2", "new"], 0x100);
+    let mut refusals = Refusals::new();
+    let partial = crate::relay::checkpoint::Partial {
+        commit_lsn: txn.final_lsn,
+        events: 2,
+    };
+    let (mut machine, mut producer) =
+        fed_machine(&settings, &mut refusals, Some(Some(partial)), &[]);
+    let mut stream = messages(&txn, 1, false);
+    let commit = stream.pop().expect("the Commit");
+    // A row whose id is null: the transaction is deleted by `xmin`.
+    let text = |s: &str| TupleValue::Text(Bytes::copy_from_slice(s.as_bytes()));
+    stream.push(encode(&Message::Insert(Insert {
+        xid: None,
+        relation_id: OUTBOX_OID,
+        tuple: pgoutput::TupleData {
+            columns: vec![
+                TupleValue::Null,
+                text("order"),
+                text("k-null"),
+                text("Placed"),
+                text("{}"),
+            ],
+        },
+    })));
+    stream.push(commit);
+    for data in stream {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    let mut log = BrokerLog::default();
+    while let Some(reports) = answer(&mut producer, &mut log, false) {
+        for report in reports {
+            machine.on_report(report, &mut producer).unwrap();
+        }
+    }
+    machine.commit_done(txn.end_lsn, std::time::Instant::now());
+    let deletable = machine.take_deletable().expect("the transaction's rows");
+    assert_eq!(deletable.ids, ["new"]);
+    assert_eq!(deletable.xids, [1]);
+    let mut spared = deletable.keep.clone();
+    spared.sort_unstable();
+    assert_eq!(spared, ["written-1", "written-2"], "{deletable:?}");
+}
+
 /// A stop asked mid-transaction reads on to its Commit: the stream may end
 /// only once nothing is half received (the events sent become
 /// confirmable); asked between transactions, it ends at once. Either way

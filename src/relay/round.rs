@@ -279,6 +279,7 @@ impl<'a> Sessions<'a> {
                     progressed,
                     confirmed,
                     lock_lost: self.lock.as_ref().is_some_and(HeldLock::is_lost),
+                    lease: self.lock.as_ref().map(HeldLock::held_for),
                 }
             }
         }

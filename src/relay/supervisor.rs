@@ -4,7 +4,7 @@
 //!
 //! [`Supervisor::decide`] takes the round's [`Outcome`] and returns an
 //! [`Action`]: go round again after a back-off delay ([`Action::Retry`]),
-//! stand by for the relay lock without one ([`Action::StandBy`]), end with
+//! stand by for the relay lock ([`Action::StandBy`]), end with
 //! a fatal error ([`Action::Exit`], its exit code from [`RelayError::side`])
 //! or after a graceful stop ([`Action::Stop`]). A retry carries its
 //! [`Report`]: the counter and reason label, what /health is told, and the
@@ -13,8 +13,19 @@
 //!
 //! Invariants:
 //! * every retry waits a delay of the one back-off (`Backoff::reconnect`):
-//!   none goes round again at once, except to stand by, where the relay
-//!   lock, not a back-off, decides who streams;
+//!   none goes round again at once, except to stand by after a lease that
+//!   was healthy (or the first lost since), where the relay lock, not a
+//!   back-off, decides who streams;
+//! * a slot still read by another process while this relay holds the
+//!   relay lock is waited for with a back-off of its own (the same
+//!   policy), short at first (the previous reader was told to end and is
+//!   normally on its way out), growing to the cap (a reader that does not
+//!   end: a relay without `standby_lock`, a stopped process until
+//!   `wal_sender_timeout`); said once at info, then at debug until
+//!   something else happens. It does not step the failures' back-off;
+//! * a relay lock lost again and again backs off between leases, so a
+//!   flapping lock does not rebuild the producer and the stream at every
+//!   lease; a lease held for [`HEALTHY_LEASE`] starts that back-off over;
 //! * the back-off starts over only after a session that confirmed
 //!   something new: a session that fails before confirming anything (the
 //!   broker refusing every record, say) backs off further each time, so a
@@ -36,6 +47,11 @@ use crate::pg::{ErrorKind, PgError};
 use crate::sink::TxnFailure;
 use pgoutput::lsn::Lsn;
 
+/// A lease held this long was no flap: losing it afterwards stands by at
+/// once, and starts the lease back-off over (longer than the back-off's
+/// cap, so that a lock lost at the cap's pace still backs off).
+pub(crate) const HEALTHY_LEASE: Duration = Duration::from_secs(60);
+
 /// How one time round the outer loop ended.
 #[derive(Debug)]
 pub(crate) enum Outcome {
@@ -51,12 +67,14 @@ pub(crate) enum Outcome {
     Unprepared(SessionError),
     /// A session failed. `progressed`: it confirmed something past where it
     /// started; `confirmed`: the position confirmed now; `lock_lost`: the
-    /// relay lock is lost (or may be).
+    /// relay lock is lost (or may be); `lease`: how long the relay lock had
+    /// been held (`None`: none was).
     Failed {
         error: SessionError,
         progressed: bool,
         confirmed: Lsn,
         lock_lost: bool,
+        lease: Option<Duration>,
     },
     /// A session stopped gracefully (a stop was asked for) at `confirmed`.
     Stopped { stopped: Stopped, confirmed: Lsn },
@@ -75,7 +93,8 @@ pub(crate) enum Action {
     /// meanwhile ends the wait, and the relay, at once.
     Retry { after: Duration, report: Report },
     /// Let go of the relay lock (if held), report, and go round again after
-    /// `after` (no back-off: the lock decides who streams). A stop asked
+    /// `after` (zero, or the lease back-off's delay after leases lost again
+    /// and again: otherwise the lock decides who streams). A stop asked
     /// for meanwhile ends the relay.
     StandBy {
         after: Duration,
@@ -154,27 +173,53 @@ impl Line {
     }
 }
 
-/// The outer loop's state: the back-off and the tries since progress.
+/// The outer loop's state: the back-offs and the tries since progress.
 #[derive(Debug)]
 pub(crate) struct Supervisor {
+    /// Between failures.
     backoff: Backoff,
     /// Times round since the last session that made progress (logged).
     attempt: u32,
+    /// While the relay lock is held and the slot is still read by another
+    /// process: the waits, and whether the wait was said (at info).
+    slot_wait: Backoff,
+    waiting_for_slot: bool,
+    /// Between leases of a relay lock lost again and again, and the leases
+    /// lost since one was healthy.
+    lease_wait: Backoff,
+    leases_lost: u32,
     /// The replication slot, named by a lock-lost error.
     slot: String,
 }
 
 impl Supervisor {
+    /// The policy with `backoff` between failures; the busy slot's and the
+    /// lost leases' waits follow the same policy, each on its own.
     pub fn new(slot: impl Into<String>, backoff: Backoff) -> Supervisor {
+        let mut fresh = backoff.clone();
+        fresh.reset();
         Supervisor {
             backoff,
             attempt: 0,
+            slot_wait: fresh.clone(),
+            waiting_for_slot: false,
+            lease_wait: fresh,
+            leases_lost: 0,
             slot: slot.into(),
         }
     }
 
     /// What to do after a round that ended with `outcome`.
     pub fn decide(&mut self, outcome: Outcome) -> Action {
+        let slot_busy = matches!(
+            &outcome,
+            Outcome::Unconnected { error, holding_lock: true } if error.kind() == ErrorKind::SlotBusy
+        );
+        if !slot_busy && self.waiting_for_slot {
+            // Something else happened: a later busy slot is a new wait.
+            self.waiting_for_slot = false;
+            self.slot_wait.reset();
+        }
         match outcome {
             Outcome::StandingBy { poll } => Action::StandBy {
                 after: poll,
@@ -221,7 +266,8 @@ impl Supervisor {
                 progressed,
                 confirmed,
                 lock_lost,
-            } => self.failed(error, progressed, confirmed, lock_lost),
+                lease,
+            } => self.failed(error, (progressed, confirmed), lock_lost, lease),
             Outcome::Stopped { stopped, confirmed } => {
                 let line = match stopped {
                     Stopped::Drained => {
@@ -253,16 +299,31 @@ impl Supervisor {
             ErrorKind::Fatal => return Action::Exit(error.into()),
             ErrorKind::SlotBusy if holding_lock => {
                 // The reader was told to end when the lock was taken; it is
-                // on its way out: the shortest wait, and no step of the
-                // back-off, which is for failures.
+                // normally on its way out: a short first wait, and no step
+                // of the failures' back-off. One that stays (no relay lock
+                // of its own, or stopped until wal_sender_timeout) is waited
+                // for longer and longer, quietly after the first line.
                 self.attempt = self.attempt.saturating_add(1);
-                let after = self.backoff.first();
-                let line = Line {
-                    error: Some(error.to_string()),
-                    ..Line::new(
-                        Level::INFO,
-                        "holding the relay lock, waiting for the slot's previous reader to exit",
-                    )
+                let after = self.slot_wait.next_delay();
+                let line = if self.waiting_for_slot {
+                    Line {
+                        error: Some(error.to_string()),
+                        attempt: Some(self.attempt),
+                        ..Line::new(
+                            Level::DEBUG,
+                            "still waiting for the slot's previous reader to exit",
+                        )
+                    }
+                } else {
+                    self.waiting_for_slot = true;
+                    Line {
+                        error: Some(error.to_string()),
+                        ..Line::new(
+                            Level::INFO,
+                            "holding the relay lock, waiting for the slot's previous reader to \
+                             exit (trying again, less and less often, quietly until it does)",
+                        )
+                    }
                 };
                 return Action::Retry {
                     after,
@@ -300,9 +361,9 @@ impl Supervisor {
     fn failed(
         &mut self,
         error: SessionError,
-        progressed: bool,
-        confirmed: Lsn,
+        (progressed, confirmed): (bool, Lsn),
         lock_lost: bool,
+        lease: Option<Duration>,
     ) -> Action {
         // Fenced while the relay lock is lost: the relay that took over
         // fenced this producer. Stand by, like any lost lock.
@@ -329,9 +390,8 @@ impl Supervisor {
                          be taken again",
                     )
                 };
-                // No back-off: the lock decides who goes on.
                 return Action::StandBy {
-                    after: Duration::ZERO,
+                    after: self.after_lease(lease),
                     report: Some(Report {
                         counter: m::RECONNECTS,
                         reason,
@@ -389,6 +449,23 @@ impl Supervisor {
             self.backoff.reset();
         }
         self.retry(counter, reason, health, line)
+    }
+
+    /// The wait after a lost lease of `lease`: none after a healthy one, or
+    /// the first lost since (the lock decides who goes on); after leases
+    /// lost again and again, the lease back-off's next delay, during which
+    /// another relay may take the lock.
+    fn after_lease(&mut self, lease: Option<Duration>) -> Duration {
+        if lease.is_none_or(|held| held >= HEALTHY_LEASE) {
+            self.leases_lost = 0;
+            self.lease_wait.reset();
+        }
+        self.leases_lost = self.leases_lost.saturating_add(1);
+        if self.leases_lost == 1 {
+            Duration::ZERO
+        } else {
+            self.lease_wait.next_delay()
+        }
     }
 
     /// A retry after the back-off's next delay.

@@ -133,6 +133,113 @@ async fn cleanup_keeps_the_row_of_a_dead_letter_that_lost_its_payload() {
     check_delivery("cleanup-x-truncated-dead-letter", &all, &received);
 }
 
+/// The same row kept, in a transaction too large to hold its ids: one
+/// transaction commits the large row first and 100 001 small ones after it,
+/// more than the relay holds ids for, so the small rows past the cap are
+/// deleted by `xmin`. That delete must spare the large row: its dead letter
+/// went without its payload, and the table holds the only copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cleanup_by_xmin_keeps_the_row_of_a_dead_letter_that_lost_its_payload() {
+    const SMALL: i64 = 100_001;
+    let outbox = TestOutbox::create("jsonb").await;
+    grant_delete(&outbox).await;
+    let topic = outbox.topic("order");
+    outbox
+        .create_topic_with_config(&topic, 3, &[("max.message.bytes", "2000")])
+        .await;
+    outbox
+        .create_topic_with_config(&outbox.dlq_topic, 1, &[("max.message.bytes", "2000")])
+        .await;
+    // The small rows go to a topic of their own: the broker's limit is on a
+    // batch of records, which many small ones would exceed too.
+    outbox.create_topic(&outbox.topic("bulk"), 3).await;
+    let config = config_with(&outbox, "cleanup = \"delete-after-ack\"\n", "");
+    let mut relay = Relay::process(&config);
+    relay
+        .wait_for_log("streaming from the slot", DEADLINE)
+        .await;
+    let big = uuid::Uuid::new_v4().to_string();
+    let payload = format!(r#"{{"seq":1,"blob":"{}"}}"#, "x".repeat(5 * 1024));
+    let mut writer = outbox.writer().await;
+    let txn = writer.transaction().await.unwrap();
+    txn.execute(
+        &format!(
+            "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload, seq)
+             VALUES ($1::text::uuid, 'order', 'big-1', 'OrderPlaced', $2::text::jsonb, 1)",
+            outbox.table
+        ),
+        &[&big, &payload],
+    )
+    .await
+    .unwrap();
+    txn.execute(
+        &format!(
+            "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload, seq)
+             SELECT gen_random_uuid(), 'bulk', 'small-' || (i % 64), 'OrderPlaced',
+                    jsonb_build_object('seq', i), i
+             FROM generate_series(1, $1::bigint) AS i",
+            outbox.table
+        ),
+        &[&SMALL],
+    )
+    .await
+    .unwrap();
+    txn.commit().await.unwrap();
+    assert_eq!(rows_in_table(&outbox).await, SMALL + 1);
+    let others = format!(
+        "SELECT count(*) FROM public.{} WHERE id <> $1::text::uuid",
+        outbox.table
+    );
+    let count_others = || async {
+        let n: i64 = outbox
+            .admin
+            .query_one(&others, &[&big])
+            .await
+            .unwrap()
+            .get(0);
+        n
+    };
+    wait_until_explained(
+        "the 100 001 small rows to be deleted once confirmed",
+        // Three passes over the transaction (the event refused, then its
+        // dead letter, then the stand-in sent), each of 100 002 events.
+        3 * DEADLINE,
+        || async { count_others().await == 0 },
+        || async {
+            let log = relay.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(20).collect();
+            format!(
+                "{} small rows left; slot confirmed {:?}, WAL at {}; the relay's last lines: {tail:#?}",
+                count_others().await,
+                outbox.confirmed_flush_lsn().await,
+                outbox.current_wal_lsn().await
+            )
+        },
+    )
+    .await;
+    assert_eq!(
+        ids_in_table(&outbox).await,
+        HashSet::from([big.clone()]),
+        "the large row, whose dead letter lost its payload, stays in the table"
+    );
+    let wanted = big.clone();
+    let dead = consume(&outbox.dlq_topic, DEADLINE, move |r| {
+        r.iter().any(|x| x.header("id") == Some(wanted.as_str()))
+    })
+    .await;
+    let letter = dead
+        .iter()
+        .find(|x| x.header("id") == Some(big.as_str()))
+        .expect("the dead letter of the large row");
+    assert_eq!(letter.header("dlq_truncated"), Some("true"), "{letter:?}");
+    assert!(
+        letter.value.as_deref().unwrap_or_default().is_empty(),
+        "headers only: {letter:?}"
+    );
+    relay.terminate().await;
+    outbox.drop_all().await;
+}
+
 /// An outbox in exactly-once mode: its event topic (3 partitions) and a
 /// compacted checkpoint topic of its own.
 async fn eos_topics(outbox: &TestOutbox) -> (String, String) {

@@ -255,6 +255,7 @@ async fn rows_not_yet_visible_when_the_deleter_runs_are_deleted_once_visible() {
     deleter.hand_over(Some(Deletable {
         ids: ids.clone(),
         xids: vec![xid as u32],
+        keep: Vec::new(),
     }));
     // The deleter ran both DELETEs (the xmin one runs after the id one) and
     // is idle: it found nothing, the rows being invisible to it.

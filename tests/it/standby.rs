@@ -424,3 +424,71 @@ async fn with_several_hosts_the_stream_goes_to_the_server_of_the_lock() {
     drop(relay);
     outbox.drop_all().await;
 }
+
+/// The relay lock held, the slot read by a process the holder may not end
+/// (a superuser's `pg_recvlogical`: the relay's role cannot signal it): the
+/// relay waits for the slot, says so once at info, and tries less and less
+/// often (every 100 ms before, some 200 tries in the 20 s watched here);
+/// once the reader goes, it streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_the_holder_cannot_free_is_waited_for_quietly_and_less_and_less_often() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    outbox.create_topic(&topic, 1).await;
+    let mut reader = Reader(
+        std::process::Command::new(format!("{}/pg_recvlogical", env("PG_BINDIR")))
+            .args(["-d", &env("PG_URL"), "--slot", &outbox.slot, "--start"])
+            .args(["-f", "/dev/null", "-o", "proto_version=1", "-o"])
+            .arg(format!("publication_names={}", outbox.publication))
+            .spawn()
+            .expect("start pg_recvlogical"),
+    );
+    wait_until("the superuser's reader to hold the slot", DEADLINE, || {
+        outbox.slot_active()
+    })
+    .await;
+    let port = free_port();
+    let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
+    let relay = Relay::process(&config);
+    let said = "waiting for the slot's previous reader to exit";
+    relay.wait_for_log(said, DEADLINE).await;
+    // A window of the wait itself, measured: how often the relay tried.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let (_, metrics) = http::http_get(port, "/metrics").await.expect("/metrics");
+    let tries: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("outbox_relay_reconnects_total{reason=\"slot_busy\"} "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no slot_busy reconnects in {metrics}"));
+    let log = relay.log_text();
+    let lines = log.lines().filter(|l| l.contains(said)).count();
+    println!("a slot held for 20 s: {tries} tries, {lines} log line(s)");
+    assert!(
+        (2.0..=15.0).contains(&tries),
+        "tries in 20 s against a busy slot: {tries}"
+    );
+    assert_eq!(lines, 1, "said once, then quiet:\n{log}");
+    reader.end();
+    relay
+        .wait_for_log("streaming from the slot's confirmed position", DEADLINE)
+        .await;
+    drop(relay);
+    outbox.drop_all().await;
+}
+
+/// The slot's other reader, ended when dropped: a failing test never
+/// leaves it on the shared server.
+struct Reader(std::process::Child);
+
+impl Reader {
+    fn end(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        self.end();
+    }
+}

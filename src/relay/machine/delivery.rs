@@ -96,11 +96,11 @@ impl SessionMachine<'_> {
         let record = match fate {
             DeadLetterFate::Send => record,
             DeadLetterFate::Truncate => {
-                self.keep_row(&tag.row_key);
+                self.keep_row(&tag);
                 deadletter::headers_only(&record)
             }
             DeadLetterFate::Minimal => {
-                self.keep_row(&tag.row_key);
+                self.keep_row(&tag);
                 deadletter::minimal(&record)
             }
             DeadLetterFate::Suspect => {
@@ -158,7 +158,7 @@ impl SessionMachine<'_> {
                 // Larger than message.max.bytes: the payload cannot go.
                 match deadletter::smaller(&record) {
                     Some(smaller) => {
-                        self.keep_row(&tag.row_key);
+                        self.keep_row(&tag);
                         self.send_counted(smaller, tag, producer)
                     }
                     None => Err(SessionError::Refused(refused)),
@@ -172,9 +172,9 @@ impl SessionMachine<'_> {
 
     /// A row whose dead letter goes without its payload stays in the
     /// outbox table (cleanup on): the table then holds the only copy.
-    fn keep_row(&mut self, row_key: &str) {
+    fn keep_row(&mut self, tag: &DeliveryTag) {
         if let Some(cleanup) = &mut self.cleanup {
-            cleanup.keep(row_key);
+            cleanup.keep(tag.lsn, &tag.row_key);
         }
     }
 

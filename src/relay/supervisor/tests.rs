@@ -56,6 +56,7 @@ fn failed(error: SessionError, progressed: bool) -> Outcome {
         progressed,
         confirmed: Lsn::from(0x100),
         lock_lost: false,
+        lease: None,
     }
 }
 
@@ -71,6 +72,11 @@ fn fenced() -> SessionError {
 }
 
 fn lock_lost() -> Outcome {
+    lease_lost(HEALTHY_LEASE)
+}
+
+/// The relay lock lost after a lease of `lease`.
+fn lease_lost(lease: Duration) -> Outcome {
     Outcome::Failed {
         error: SessionError::LockLost {
             slot: SLOT.to_owned(),
@@ -78,6 +84,15 @@ fn lock_lost() -> Outcome {
         progressed: false,
         confirmed: Lsn::from(0x100),
         lock_lost: true,
+        lease: Some(lease),
+    }
+}
+
+/// The wait of a stand-by; panics on any other action.
+fn stand_by(action: Action) -> Duration {
+    match action {
+        Action::StandBy { after, .. } => after,
+        other => panic!("expected to stand by, got {other:?}"),
     }
 }
 
@@ -158,6 +173,7 @@ fn a_lost_lock_stands_by_without_backoff() {
         progressed: false,
         confirmed: Lsn::from(0x100),
         lock_lost: true,
+        lease: Some(HEALTHY_LEASE),
     };
     let Action::StandBy { after, report } = s.decide(fenced_without_lock) else {
         panic!("fenced after the lock was lost stands by");
@@ -261,15 +277,64 @@ fn each_failure_is_counted_logged_and_told_as_its_kind() {
     );
 }
 
+/// A slot still read by another process while this relay holds the lock:
+/// a short first wait (the reader was told to end), then longer and longer
+/// ones up to the cap (one that does not end: a relay without the lock,
+/// a stopped process). Said once at info, then at debug; waiting was no
+/// failure, and once something else happened a new wait starts over.
 #[test]
-fn waiting_for_the_previous_reader_does_not_step_the_backoff() {
+fn waiting_for_the_previous_reader_backs_off_quietly() {
     let mut s = supervisor();
-    for _ in 0..5 {
-        assert_eq!(retry(s.decide(slot_busy(true))).0, ms(100));
-    }
+    let waits: Vec<(Duration, Level)> = (0..9)
+        .map(|_| {
+            let (after, report) = retry(s.decide(slot_busy(true)));
+            assert_eq!(report.reason, m::reason::SLOT_BUSY);
+            (after, report.line.level)
+        })
+        .collect();
+    let delays: Vec<Duration> = waits.iter().map(|(d, _)| *d).collect();
+    assert_eq!(
+        delays,
+        [100, 300, 900, 2_700, 8_100, 24_300, 30_000, 30_000, 30_000].map(ms)
+    );
+    let levels: Vec<Level> = waits.iter().map(|(_, l)| *l).collect();
+    assert_eq!(levels[0], Level::INFO);
+    assert!(
+        levels[1..].iter().all(|l| *l == Level::DEBUG),
+        "one line at info, then quiet: {levels:?}"
+    );
     // The new holder's first failure waits the first delay, not the
-    // sixth: waiting for the old reader to exit was no failure.
+    // tenth: waiting for the old reader to exit was no failure.
     assert_eq!(retry(s.decide(stream_broke(false))).0, ms(100));
+    // A later busy slot is a new wait: short, and said again.
+    let (after, report) = retry(s.decide(slot_busy(true)));
+    assert_eq!((after, report.line.level), (ms(100), Level::INFO));
+}
+
+/// A relay lock lost again and again (a flapping connection to the lock's
+/// server, a lease too short for the server's pace): the first loss stands
+/// by at once, the next ones after a growing wait, so that the producer and
+/// the stream are not rebuilt at every lease; a healthy lease starts over.
+#[test]
+fn a_lock_lost_again_and_again_backs_off_between_leases() {
+    let mut s = supervisor();
+    let short = ms(2_000);
+    let waits: Vec<Duration> = (0..8)
+        .map(|_| stand_by(s.decide(lease_lost(short))))
+        .collect();
+    assert_eq!(
+        waits,
+        [0, 100, 300, 900, 2_700, 8_100, 24_300, 30_000].map(ms)
+    );
+    // A lease that lasted: its loss stands by at once, and the next short
+    // one waits the first delay again.
+    assert_eq!(
+        stand_by(s.decide(lease_lost(HEALTHY_LEASE))),
+        Duration::ZERO
+    );
+    assert_eq!(stand_by(s.decide(lease_lost(short))), ms(100));
+    // None of it stepped the failures' back-off.
+    assert_eq!(retry(s.decide(unconnected())).0, ms(100));
 }
 
 #[test]
@@ -359,6 +424,28 @@ async fn a_lost_lock_goes_round_again_at_once_and_lets_go() {
     assert_eq!(stopped.unwrap(), Stopped::Drained);
     assert_eq!(script.rounds_at, [ms(0), ms(0), ms(300), ms(400)]);
     assert_eq!(script.let_go, 2);
+}
+
+/// On the paused clock: the rounds against a slot that stays busy come
+/// less and less often, and so do those after leases lost again and again.
+#[tokio::test(start_paused = true)]
+async fn the_loop_backs_off_on_a_busy_slot_and_on_leases_lost_soon() {
+    let mut script = Script::new((0..6).map(|_| slot_busy(true)));
+    let (_stop, shutdown) = watch::channel(false);
+    let health = Health::default();
+    let stopped = supervise(supervisor(), &mut script, shutdown, &health).await;
+    assert_eq!(stopped.unwrap(), Stopped::Drained);
+    assert_eq!(
+        script.rounds_at,
+        [0, 100, 400, 1_300, 4_000, 12_100, 36_400].map(ms)
+    );
+    let short = ms(500);
+    let mut script = Script::new((0..4).map(|_| lease_lost(short)));
+    let (_stop, shutdown) = watch::channel(false);
+    let stopped = supervise(supervisor(), &mut script, shutdown, &health).await;
+    assert_eq!(stopped.unwrap(), Stopped::Drained);
+    assert_eq!(script.rounds_at, [0, 0, 100, 400, 1_300].map(ms));
+    assert_eq!(script.let_go, 4);
 }
 
 #[tokio::test(start_paused = true)]
