@@ -19,50 +19,10 @@ use std::time::Instant;
 use outbox_relay::registry::AvroEncoder;
 use serde_json::{Map, Value, json};
 
-use super::support;
-
-/// How many cases: `OUTBOX_REFERENCE_CASES`, default 10,000.
-fn case_count() -> usize {
-    std::env::var("OUTBOX_REFERENCE_CASES")
-        .ok()
-        .map(|v| v.parse().expect("OUTBOX_REFERENCE_CASES is a number"))
-        .unwrap_or(10_000)
-}
-
-/// The seed the cases come from: `OUTBOX_REFERENCE_SEED`, default fixed.
-fn seed() -> u64 {
-    std::env::var("OUTBOX_REFERENCE_SEED")
-        .ok()
-        .map(|v| v.parse().expect("OUTBOX_REFERENCE_SEED is a number"))
-        .unwrap_or(0x0a77_0001)
-}
-
-/// SplitMix64: small, and the same sequence for a seed on every platform
-/// and version, which a printed seed needs.
-struct Rng(u64);
+use super::support::{self, Rng};
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.next() % 100 < percent
-    }
-
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-
+    /// `n` random digits, the first not zero.
     fn digits(&mut self, n: usize) -> String {
         (0..n)
             .map(|i| {
@@ -940,7 +900,7 @@ fn shrink(mut case: (Value, Value), mut why: String) -> ((Value, Value), String)
 
 #[test]
 fn the_relay_writes_what_fastavro_writes_and_refuses_what_it_refuses() {
-    let (count, seed) = (case_count(), seed());
+    let (count, seed) = (support::cases(), support::seed(0x0a77_0001));
     let started = Instant::now();
     let cases: Vec<(Value, Value)> = (0..count).map(|i| generate(seed, i)).collect();
     let verdicts = run(&cases);

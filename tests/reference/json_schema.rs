@@ -18,55 +18,9 @@ use std::time::Instant;
 use outbox_relay::contracts::Schema;
 use serde_json::{Map, Value, json};
 
-use crate::support;
+use crate::support::{self, Rng};
 
-const DEFAULT_CASES: usize = 10_000;
 const DEFAULT_SEED: u64 = 0x6a73_6f6e_5343_4841;
-
-fn cases_wanted() -> usize {
-    std::env::var("OUTBOX_REFERENCE_CASES")
-        .ok()
-        .map(|n| {
-            n.parse()
-                .expect("OUTBOX_REFERENCE_CASES: a number of cases")
-        })
-        .unwrap_or(DEFAULT_CASES)
-}
-
-fn seed() -> u64 {
-    std::env::var("OUTBOX_REFERENCE_SEED")
-        .ok()
-        .map(|s| {
-            s.parse()
-                .expect("OUTBOX_REFERENCE_SEED: an unsigned integer")
-        })
-        .unwrap_or(DEFAULT_SEED)
-}
-
-/// SplitMix64: small, seeded, the same sequence everywhere.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % n as u64).expect("small")
-    }
-
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Draft {
@@ -203,14 +157,14 @@ fn number(text: &str) -> Value {
 fn value(rng: &mut Rng, depth: usize) -> Value {
     match rng.below(if depth == 0 { 5 } else { 7 }) {
         0 | 1 => number(rng.pick::<&str>(NUMBERS)),
-        2 => Value::String((*rng.pick(STRINGS)).to_owned()),
+        2 => Value::String((*rng.pick_ref(STRINGS)).to_owned()),
         3 => Value::Bool(rng.chance(50)),
         4 => Value::Null,
         5 => Value::Array((0..rng.below(4)).map(|_| value(rng, depth - 1)).collect()),
         _ => {
             let mut members = Map::new();
             for _ in 0..rng.below(4) {
-                members.insert((*rng.pick(KEYS)).to_owned(), value(rng, depth - 1));
+                members.insert((*rng.pick_ref(KEYS)).to_owned(), value(rng, depth - 1));
             }
             Value::Object(members)
         }
@@ -231,9 +185,12 @@ fn schema(rng: &mut Rng, draft: Draft, depth: usize, defs: bool) -> Value {
         match choice {
             0 => {
                 let t = if rng.chance(70) {
-                    json!(rng.pick(TYPES))
+                    json!(rng.pick_ref(TYPES))
                 } else {
-                    json!([rng.pick(TYPES), rng.pick(&["integer", "string", "null"])])
+                    json!([
+                        rng.pick_ref(TYPES),
+                        rng.pick_ref(&["integer", "string", "null"])
+                    ])
                 };
                 s.insert("type".into(), t);
             }
@@ -273,7 +230,7 @@ fn schema(rng: &mut Rng, draft: Draft, depth: usize, defs: bool) -> Value {
                 s.insert(key.into(), json!(rng.below(4)));
             }
             6 => {
-                s.insert("pattern".into(), json!(rng.pick(PATTERNS)));
+                s.insert("pattern".into(), json!(rng.pick_ref(PATTERNS)));
             }
             7 => {
                 if draft >= Draft::D6 {
@@ -285,13 +242,13 @@ fn schema(rng: &mut Rng, draft: Draft, depth: usize, defs: bool) -> Value {
             8 => {
                 let mut properties = Map::new();
                 for _ in 0..1 + rng.below(3) {
-                    properties.insert((*rng.pick(KEYS)).to_owned(), sub(rng));
+                    properties.insert((*rng.pick_ref(KEYS)).to_owned(), sub(rng));
                 }
                 s.insert("properties".into(), Value::Object(properties));
             }
             9 => {
                 let n = 1 + rng.below(2);
-                let names: Vec<&str> = (0..n).map(|_| *rng.pick(KEYS)).collect();
+                let names: Vec<&str> = (0..n).map(|_| *rng.pick_ref(KEYS)).collect();
                 let mut unique = names.clone();
                 unique.sort_unstable();
                 unique.dedup();
@@ -308,7 +265,7 @@ fn schema(rng: &mut Rng, draft: Draft, depth: usize, defs: bool) -> Value {
             11 => {
                 let mut patterns = Map::new();
                 patterns.insert(
-                    (*rng.pick(&["^x", "^[a-z]$", "ю", "😀"])).to_owned(),
+                    (*rng.pick_ref(&["^x", "^[a-z]$", "ю", "😀"])).to_owned(),
                     sub(rng),
                 );
                 s.insert("patternProperties".into(), Value::Object(patterns));
@@ -322,7 +279,7 @@ fn schema(rng: &mut Rng, draft: Draft, depth: usize, defs: bool) -> Value {
                 s.insert(key.into(), json!(rng.below(3)));
             }
             13 => {
-                let key = *rng.pick(&["minItems", "maxItems", "uniqueItems"]);
+                let key = *rng.pick_ref(&["minItems", "maxItems", "uniqueItems"]);
                 let v = if key == "uniqueItems" {
                     json!(true)
                 } else {
@@ -353,7 +310,7 @@ fn schema(rng: &mut Rng, draft: Draft, depth: usize, defs: bool) -> Value {
                 if draft >= Draft::D6 {
                     s.insert("contains".into(), sub(rng));
                     if draft >= Draft::D2019 && rng.chance(40) {
-                        let key = *rng.pick(&["minContains", "maxContains"]);
+                        let key = *rng.pick_ref(&["minContains", "maxContains"]);
                         s.insert(key.into(), json!(rng.below(3)));
                     }
                 } else {
@@ -390,8 +347,8 @@ fn schema(rng: &mut Rng, draft: Draft, depth: usize, defs: bool) -> Value {
                 }
             }
             _ => {
-                let key = *rng.pick(KEYS);
-                let other = *rng.pick(KEYS);
+                let key = *rng.pick_ref(KEYS);
+                let other = *rng.pick_ref(KEYS);
                 if draft >= Draft::D2019 {
                     s.insert("dependentRequired".into(), json!({ (key): [other] }));
                 } else {
@@ -412,7 +369,7 @@ fn payload(rng: &mut Rng) -> Value {
     if rng.chance(60) {
         let mut members = Map::new();
         for _ in 0..rng.below(5) {
-            members.insert((*rng.pick(KEYS)).to_owned(), value(rng, 2));
+            members.insert((*rng.pick_ref(KEYS)).to_owned(), value(rng, 2));
         }
         Value::Object(members)
     } else {
@@ -445,7 +402,7 @@ impl Case {
 }
 
 fn generate(rng: &mut Rng) -> Case {
-    let draft = *rng.pick(&[Draft::D4, Draft::D6, Draft::D7, Draft::D2019, Draft::D2020]);
+    let draft = *rng.pick_ref(&[Draft::D4, Draft::D6, Draft::D7, Draft::D2019, Draft::D2020]);
     let defs = rng.chance(30);
     let mut root = schema(rng, draft, 3, defs);
     let mut object = match root {
@@ -574,7 +531,7 @@ fn shrink(mut case: Case) -> Case {
 #[test]
 fn contracts_agree_with_the_jsonschema_package() {
     let started = Instant::now();
-    let (n, seed) = (cases_wanted(), seed());
+    let (n, seed) = (support::cases(), support::seed(DEFAULT_SEED));
     let mut rng = Rng(seed);
     let cases: Vec<Case> = (0..n).map(|_| generate(&mut rng)).collect();
     // The relay's verdicts while the package works out its own.

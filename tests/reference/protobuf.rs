@@ -25,45 +25,7 @@ use outbox_relay::registry::ProtobufEncoder;
 use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, ReflectMessage, Value};
 use serde_json::json;
 
-use super::support;
-
-/// How many cases: `OUTBOX_REFERENCE_CASES`, default 10,000.
-fn cases() -> usize {
-    std::env::var("OUTBOX_REFERENCE_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
-}
-
-/// The seed: `OUTBOX_REFERENCE_SEED`, default fixed.
-fn seed() -> u64 {
-    std::env::var("OUTBOX_REFERENCE_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0x05ee_d0f7_0b0f)
-}
-
-/// SplitMix64: small, seeded, the same on every platform.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        usize::try_from(self.next() % (n as u64)).unwrap_or(0)
-    }
-    fn chance(&mut self, percent: usize) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
+use super::support::{self, Rng};
 
 // ---- Payloads as text: numbers and key order exactly as generated. ----
 
@@ -1238,8 +1200,8 @@ fn shrink(
 #[test]
 fn the_protobuf_encoder_reads_json_as_json_format_does() {
     let started = std::time::Instant::now();
-    let seed = seed();
-    let total = cases();
+    let seed = support::seed(0x05ee_d0f7_0b0f);
+    let total = support::cases();
     let mut rng = Rng(seed);
     let schema_count = (total / 250).clamp(1, 40);
     let schemas: Vec<Schema> = (0..schema_count).map(|id| schema(&mut rng, id)).collect();

@@ -64,3 +64,61 @@ pub fn run_script(script: &str, args: &[&str], cases: &[String]) -> Vec<String> 
     );
     lines
 }
+
+/// How many cases each format generates: `OUTBOX_REFERENCE_CASES`, default
+/// 10,000 (`make test-reference-long`: a million).
+pub fn cases() -> usize {
+    std::env::var("OUTBOX_REFERENCE_CASES")
+        .ok()
+        .map(|n| {
+            n.parse()
+                .expect("OUTBOX_REFERENCE_CASES: a number of cases")
+        })
+        .unwrap_or(10_000)
+}
+
+/// The seed of this run's cases: `OUTBOX_REFERENCE_SEED`, else the
+/// module's own fixed `default`.
+pub fn seed(default: u64) -> u64 {
+    std::env::var("OUTBOX_REFERENCE_SEED")
+        .ok()
+        .map(|s| {
+            s.parse()
+                .expect("OUTBOX_REFERENCE_SEED: an unsigned integer")
+        })
+        .unwrap_or(default)
+}
+
+/// SplitMix64: small, and the same sequence for a seed on every platform
+/// and version, which a printed seed needs.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        usize::try_from(self.next() % n as u64).expect("below a usize")
+    }
+
+    /// True `percent` times in a hundred.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.next() % 100 < percent
+    }
+
+    /// One of `items` (not empty).
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+
+    /// One of `items` (not empty), by reference.
+    pub fn pick_ref<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len())]
+    }
+}
