@@ -433,10 +433,18 @@ struct Answer {
     schema_ok: bool,
     valid: bool,
     plain: bool,
+    /// The package raised instead of answering (its own fault: draft 6
+    /// and 7's `additionalItems` beside a boolean `items` takes `len` of
+    /// the boolean): no verdict to compare with, counted apart.
+    #[serde(default)]
+    crashed: Option<String>,
 }
 
 /// Whether the relay and the reference disagree on `case`.
 fn disagree(relay: Option<bool>, answer: &Answer) -> bool {
+    if answer.crashed.is_some() {
+        return false;
+    }
     match (relay, answer.schema_ok) {
         (None, false) => false,
         (None, true) | (Some(_), false) => true,
@@ -542,6 +550,7 @@ fn contracts_agree_with_the_jsonschema_package() {
     });
     let asked = started.elapsed();
     let mut documented = 0;
+    let mut crashed = 0;
     let mut refused_schemas = 0;
     let mut valid = 0;
     let mut first = None;
@@ -561,15 +570,20 @@ fn contracts_agree_with_the_jsonschema_package() {
             first.get_or_insert_with(|| case.clone());
             continue;
         }
+        if answer.crashed.is_some() {
+            crashed += 1;
+            continue;
+        }
         documented += usize::from(answer.schema_ok && answer.valid != answer.plain);
         refused_schemas += usize::from(!answer.schema_ok);
         valid += usize::from(answer.schema_ok && answer.valid);
     }
     eprintln!(
         "json_schema: {n} cases (seed {seed}): {valid} valid, {} violations, {refused_schemas} \
-         schemas refused by both, {documented} on a documented difference, {mismatches} \
-         disagreements, in {:.1?} ({asked:.1?} of it the package's)",
-        n - valid - refused_schemas - mismatches,
+         schemas refused by both, {documented} on a documented difference, {crashed} the \
+         package raised on (not compared), {mismatches} disagreements, in {:.1?} ({asked:.1?} \
+         of it the package's)",
+        n - valid - refused_schemas - crashed - mismatches,
         started.elapsed()
     );
     if let Some(case) = first {
