@@ -46,3 +46,4 @@ pub mod relay;
 pub mod replication;
 pub mod routes;
 pub mod sink;
+pub mod suggest;

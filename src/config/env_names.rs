@@ -125,7 +125,7 @@ fn suggest(name: &str) -> Option<Vec<String>> {
     }
     // A typo: the nearest key, if near.
     keys.iter()
-        .map(|k| (edit_distance(&canon(k), &wanted), k))
+        .map(|k| (crate::suggest::edit_distance(&canon(k), &wanted), k))
         .filter(|(d, _)| *d <= 2)
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k.split('.').map(str::to_owned).collect())
@@ -177,23 +177,6 @@ fn before_alnum(s: &str, n: usize) -> &str {
         }
     }
     ""
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let next = (diagonal + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diagonal = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
 }
 
 /// The variable that sets `path` (for messages).

@@ -391,28 +391,15 @@ fn unknown_keyword(keyword: &str, draft: Draft) -> String {
 /// be what was meant.
 fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     candidates
-        .map(|c| (distance(&word.to_lowercase(), &c.to_lowercase()), c))
+        .map(|c| {
+            (
+                crate::suggest::edit_distance(&word.to_lowercase(), &c.to_lowercase()),
+                c,
+            )
+        })
         .filter(|(d, c)| *d <= 2.max(c.len() / 4))
         .min_by_key(|(d, _)| *d)
         .map(|(_, c)| c)
-}
-
-/// Levenshtein distance over chars.
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let next = (row[j + 1] + 1)
-                .min(row[j] + 1)
-                .min(diagonal + usize::from(ca != *cb));
-            diagonal = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
 }
 
 /// Appends `token` to a JSON pointer (RFC 6901 escapes).
