@@ -45,6 +45,7 @@ use crate::cleanup::Cleanup;
 use crate::envelope::{ContentMode, DEFAULT_TOPIC_TEMPLATE, EnvelopeSettings};
 use crate::outbox::Source;
 use crate::outbox::message::DEFAULT_PREFIX;
+use crate::routes::AfterDeadLetter;
 use crate::sink::OnUnroutable;
 
 pub use crate::invocation::{command, set_config_path};
@@ -156,6 +157,11 @@ pub struct PostgresConfig {
     /// The delivery table of HTTP routes (retries, dead events): a name in
     /// the outbox table's schema, or `schema.name`.
     pub delivery_table: String,
+    /// The parking table: events of an aggregate parked behind a dead
+    /// letter (`after_dead_letter = "park"`), held in commit order until
+    /// it is retried or discarded; a name in the outbox table's schema, or
+    /// `schema.name`.
+    pub parked_table: String,
     /// The outbox split between this many relays, each with its own
     /// publication (a row filter on the aggregate id) and slot; 1: none.
     pub shards: u32,
@@ -179,6 +185,7 @@ impl Default for PostgresConfig {
             message_prefix: DEFAULT_PREFIX.to_owned(),
             cleanup: Cleanup::None,
             delivery_table: "outbox_delivery".to_owned(),
+            parked_table: "outbox_parked".to_owned(),
             shards: 1,
             shard: 0,
         }
@@ -232,6 +239,10 @@ pub struct KafkaConfig {
     pub shutdown_drain_secs: u64,
     /// What to do with an event the broker cannot route to its topic.
     pub on_unroutable: OnUnroutable,
+    /// What a dead letter of an event bound for Kafka does to its
+    /// aggregate's later events: `park` them behind it (order kept) or
+    /// `skip` (they go on ahead of it).
+    pub after_dead_letter: AfterDeadLetter,
     /// At-least-once (the idempotent producer) or exactly-once for
     /// read_committed consumers (Kafka transactions carrying a checkpoint).
     pub delivery: Delivery,
@@ -277,6 +288,7 @@ impl Default for KafkaConfig {
             queue_max_messages: 100_000,
             shutdown_drain_secs: 30,
             on_unroutable: OnUnroutable::Stop,
+            after_dead_letter: AfterDeadLetter::Park,
             delivery: Delivery::AtLeastOnce,
             transactional_id: String::new(),
             checkpoint_topic: DEFAULT_CHECKPOINT_TOPIC.to_owned(),
@@ -484,6 +496,15 @@ impl PostgresConfig {
         match self.delivery_table.trim().split_once('.') {
             Some((schema, name)) => (schema.to_owned(), name.to_owned()),
             None => (self.table_parts().0, self.delivery_table.trim().to_owned()),
+        }
+    }
+
+    /// `(schema, name)` of the parking table, in the outbox table's schema
+    /// unless named.
+    pub fn parked_table_parts(&self) -> (String, String) {
+        match self.parked_table.trim().split_once('.') {
+            Some((schema, name)) => (schema.to_owned(), name.to_owned()),
+            None => (self.table_parts().0, self.parked_table.trim().to_owned()),
         }
     }
 

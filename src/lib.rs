@@ -39,6 +39,7 @@ pub mod invocation;
 pub mod metrics;
 pub mod otel;
 pub mod outbox;
+pub mod parking;
 pub mod pg;
 pub mod redact;
 pub mod registry;

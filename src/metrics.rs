@@ -64,6 +64,11 @@ pub const KAFKA_TRANSACTIONS: &str = "outbox_relay_kafka_transactions_total";
 pub const CHECKPOINT_LSN: &str = "outbox_relay_checkpoint_lsn";
 pub const POSITIONS_AHEAD: &str = "outbox_relay_positions_ahead_of_server_total";
 pub const KAFKA_COMMIT_DURATION: &str = "outbox_relay_kafka_commit_seconds";
+/// Aggregates parked behind a dead letter, events waiting behind them, and
+/// the age of the oldest parked head: sampled from the parking table.
+pub const PARKED_AGGREGATES: &str = "outbox_relay_parked_aggregates";
+pub const PARKED_EVENTS: &str = "outbox_relay_parked_events";
+pub const PARKED_OLDEST_HEAD_AGE: &str = "outbox_relay_parked_oldest_head_age_seconds";
 
 /// Every metric name above: the dashboard and the alert rules in `deploy/`
 /// may use these and no others (a unit test checks it).
@@ -105,6 +110,9 @@ pub const ALL: &[&str] = &[
     CHECKPOINT_LSN,
     POSITIONS_AHEAD,
     KAFKA_COMMIT_DURATION,
+    PARKED_AGGREGATES,
+    PARKED_EVENTS,
+    PARKED_OLDEST_HEAD_AGE,
 ];
 
 /// The `outcome` label of [`WEBHOOK_DELIVERIES`]: one value per way a try
@@ -178,6 +186,10 @@ pub mod reason {
     /// The cleanup's DELETE of confirmed outbox rows failed and is tried
     /// again, backing off.
     pub const CLEANUP_DELETE: &str = "cleanup_delete";
+    /// The parking table could not be written or read (PostgreSQL away,
+    /// the table dropped, a privilege revoked): the writer tries again,
+    /// backing off, and nothing behind a parked event is confirmed.
+    pub const PARKED_TABLE: &str = "parked_table";
     /// The schema registry did not answer when the relay fetched its
     /// contracts' schemas: it waits, sending nothing unchecked.
     pub const SCHEMA_REGISTRY: &str = "schema_registry";
@@ -225,6 +237,7 @@ pub const RECONNECT_REASONS: &[&str] = &[
     reason::DELIVERY_TABLE,
     reason::CLEANUP_DELETE,
     reason::SCHEMA_REGISTRY,
+    reason::PARKED_TABLE,
 ];
 
 /// The `reason` values of [`EVENTS_DEAD_LETTERED`]: every reason code a

@@ -1,6 +1,9 @@
 //! Event routing between sinks: `[[routes]]` send events to a named sink by
 //! `aggregatetype` and `type` globs; the first route that matches wins, and
-//! an event no route matches goes to Kafka.
+//! an event no route matches goes to Kafka. Each sink (and each route, over
+//! its sink's) also says what a dead letter does to its aggregate
+//! ([`AfterDeadLetter`]): park the aggregate's later events behind it, or
+//! let them go on.
 //!
 //! Pure: the routes are compiled once (by the config), matching
 //! allocates nothing (`tests/allocations.rs` counts).
@@ -17,12 +20,39 @@ pub enum Target {
     Http(usize),
 }
 
+/// What a dead letter does to the later events of its aggregate
+/// (`after_dead_letter` of `[kafka]`, of a `[sinks.NAME]`, of a
+/// `[[routes]]` entry).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AfterDeadLetter {
+    /// The aggregate is parked: its later events are held, in commit order,
+    /// until the dead letter is retried or discarded (per-aggregate order
+    /// kept through a failure).
+    #[default]
+    Park,
+    /// The aggregate's later events go on at once, ahead of the dead letter.
+    Skip,
+}
+
+impl AfterDeadLetter {
+    /// The config spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AfterDeadLetter::Park => "park",
+            AfterDeadLetter::Skip => "skip",
+        }
+    }
+}
+
 /// A compiled `[[routes]]` entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Route {
     aggregate_type: Option<String>,
     event_type: Option<String>,
     sink: usize,
+    /// The route's own `after_dead_letter`, over its sink's.
+    after_dead_letter: Option<AfterDeadLetter>,
 }
 
 /// The routes of a config, in order, and the sink names they use.
@@ -31,6 +61,10 @@ pub struct Routes {
     routes: Vec<Route>,
     /// Names of the HTTP sinks, indexed by [`Target::Http`].
     sinks: Vec<String>,
+    /// `after_dead_letter` of each HTTP sink, indexed like `sinks`.
+    sink_after: Vec<AfterDeadLetter>,
+    /// `kafka.after_dead_letter`: of events no route takes.
+    kafka_after: AfterDeadLetter,
 }
 
 impl Routes {
@@ -40,6 +74,7 @@ impl Routes {
         routes: Vec<(Option<String>, Option<String>, usize)>,
         sinks: Vec<String>,
     ) -> Self {
+        let sink_after = vec![AfterDeadLetter::default(); sinks.len()];
         Routes {
             routes: routes
                 .into_iter()
@@ -48,25 +83,66 @@ impl Routes {
                     aggregate_type,
                     event_type,
                     sink,
+                    after_dead_letter: None,
                 })
                 .collect(),
             sinks,
+            sink_after,
+            kafka_after: AfterDeadLetter::default(),
         }
+    }
+
+    /// What a dead letter does: `kafka` for events no route takes, `sinks`
+    /// per HTTP sink (indexed like the sink names), `routes` per route (in
+    /// order; `None`: its sink's).
+    #[must_use]
+    pub fn with_after_dead_letter(
+        mut self,
+        kafka: AfterDeadLetter,
+        sinks: &[AfterDeadLetter],
+        routes: &[Option<AfterDeadLetter>],
+    ) -> Self {
+        self.kafka_after = kafka;
+        for (slot, after) in self.sink_after.iter_mut().zip(sinks) {
+            *slot = *after;
+        }
+        for (route, after) in self.routes.iter_mut().zip(routes) {
+            route.after_dead_letter = *after;
+        }
+        self
+    }
+
+    fn route_of(&self, aggregate_type: &str, event_type: &str) -> Option<&Route> {
+        self.routes.iter().find(|r| {
+            r.aggregate_type
+                .as_deref()
+                .is_none_or(|g| glob_match(g, aggregate_type))
+                && r.event_type
+                    .as_deref()
+                    .is_none_or(|g| glob_match(g, event_type))
+        })
     }
 
     /// The sink of an event, by its aggregate type and type.
     pub fn target(&self, aggregate_type: &str, event_type: &str) -> Target {
-        self.routes
-            .iter()
-            .find(|r| {
-                r.aggregate_type
-                    .as_deref()
-                    .is_none_or(|g| glob_match(g, aggregate_type))
-                    && r.event_type
-                        .as_deref()
-                        .is_none_or(|g| glob_match(g, event_type))
-            })
+        self.route_of(aggregate_type, event_type)
             .map_or(Target::Kafka, |r| Target::Http(r.sink))
+    }
+
+    /// What a dead letter of an event of this aggregate type and type does
+    /// to its aggregate: its route's setting, else its sink's, else Kafka's.
+    pub fn after_dead_letter(&self, aggregate_type: &str, event_type: &str) -> AfterDeadLetter {
+        match self.route_of(aggregate_type, event_type) {
+            Some(route) => route
+                .after_dead_letter
+                .unwrap_or_else(|| self.sink_after.get(route.sink).copied().unwrap_or_default()),
+            None => self.kafka_after,
+        }
+    }
+
+    /// `after_dead_letter` of the HTTP sink at this index.
+    pub fn sink_after_dead_letter(&self, sink: usize) -> AfterDeadLetter {
+        self.sink_after.get(sink).copied().unwrap_or_default()
     }
 
     /// The sink names, indexed by [`Target::Http`].
@@ -135,6 +211,49 @@ fn next_char(text: &str, at: usize) -> usize {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_route_s_own_setting_wins_over_its_sink_s_and_kafka_s_covers_the_rest() {
+        let routes = Routes::from_parts(
+            vec![
+                (Some("order".into()), Some("Paid".into()), 0),
+                (Some("order".into()), None, 0),
+                (Some("invoice".into()), None, 1),
+            ],
+            vec!["billing".into(), "ledger".into()],
+        )
+        .with_after_dead_letter(
+            AfterDeadLetter::Skip,
+            &[AfterDeadLetter::Park, AfterDeadLetter::Skip],
+            &[
+                Some(AfterDeadLetter::Skip),
+                None,
+                Some(AfterDeadLetter::Park),
+            ],
+        );
+        assert_eq!(
+            routes.after_dead_letter("order", "Paid"),
+            AfterDeadLetter::Skip
+        );
+        assert_eq!(
+            routes.after_dead_letter("order", "Placed"),
+            AfterDeadLetter::Park
+        );
+        assert_eq!(
+            routes.after_dead_letter("invoice", "Sent"),
+            AfterDeadLetter::Park
+        );
+        assert_eq!(
+            routes.after_dead_letter("user", "Created"),
+            AfterDeadLetter::Skip
+        );
+        assert_eq!(routes.sink_after_dead_letter(1), AfterDeadLetter::Skip);
+        let defaults = Routes::default();
+        assert_eq!(
+            defaults.after_dead_letter("user", "Created"),
+            AfterDeadLetter::Park
+        );
+    }
 
     /// An independent matcher: plain recursion over the definition.
     fn reference(glob: &[char], text: &[char]) -> bool {

@@ -19,13 +19,14 @@ use crate::relay::exactly_once::ExactlyOnceSettings;
 use crate::relay::lock::LockSettings;
 use crate::relay::{Observability, RelaySettings, SourceSettings};
 use crate::replication::ReplicationSettings;
-use crate::routes::Routes;
+use crate::routes::{AfterDeadLetter, Routes};
 use crate::sink::SinkSettings;
 use crate::sink::TransactionSettings;
 use crate::sink::http::schedule::Schedule;
 use crate::sink::http::store::DeliveryTable;
 use crate::sink::http::{Endpoint, HttpSinkSettings, Webhooks};
 
+use super::sinks::RouteConfig;
 use super::{Config, ConfigError, Delivery};
 
 /// The service name of exported spans when `tracing.service_name` is empty.
@@ -137,15 +138,27 @@ impl Config {
     /// [`Config::http_sinks`] lists them in).
     pub fn routes(&self) -> Routes {
         let sinks: Vec<String> = self.sinks.keys().cloned().collect();
-        let routes = self
+        let known: Vec<&RouteConfig> = self
             .routes
+            .iter()
+            .filter(|r| sinks.contains(&r.sink))
+            .collect();
+        let routes = known
             .iter()
             .filter_map(|r| {
                 let sink = sinks.iter().position(|s| *s == r.sink)?;
                 Some((r.aggregatetype.clone(), r.event_type.clone(), sink))
             })
             .collect();
-        Routes::from_parts(routes, sinks)
+        let sink_after: Vec<AfterDeadLetter> =
+            self.sinks.values().map(|s| s.after_dead_letter).collect();
+        let route_after: Vec<Option<AfterDeadLetter>> =
+            known.iter().map(|r| r.after_dead_letter).collect();
+        Routes::from_parts(routes, sinks).with_after_dead_letter(
+            self.kafka.after_dead_letter,
+            &sink_after,
+            &route_after,
+        )
     }
 
     /// Every HTTP sink, in name order.

@@ -33,6 +33,9 @@ pub struct RouteConfig {
     pub event_type: Option<String>,
     /// A name under `[sinks]`.
     pub sink: String,
+    /// What a dead letter of this route's events does to their aggregate;
+    /// unset: the sink's `after_dead_letter`.
+    pub after_dead_letter: Option<AfterDeadLetter>,
 }
 
 /// The kinds of sink a route may name.
@@ -71,6 +74,10 @@ pub struct SinkConfig {
     pub max_concurrency: usize,
     /// How often the retry worker looks for due rows.
     pub retry_poll_ms: u64,
+    /// Whether a DEAD event (or a dead letter of an event routed here)
+    /// holds its aggregate's later events (`park`) or lets them go on
+    /// (`skip`).
+    pub after_dead_letter: AfterDeadLetter,
 }
 
 impl Default for SinkConfig {
@@ -87,6 +94,7 @@ impl Default for SinkConfig {
             timeout_ms: 10_000,
             max_concurrency: 16,
             retry_poll_ms: 1_000,
+            after_dead_letter: AfterDeadLetter::Park,
         }
     }
 }
@@ -139,6 +147,15 @@ fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigErr
 
 /// The rules of `[[routes]]`, `[sinks]` and `postgres.delivery_table`.
 pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
+    let parked = config.postgres.parked_table.trim();
+    let parts: Vec<&str> = parked.split('.').collect();
+    if parked.is_empty() || parts.len() > 2 || parts.iter().any(|p| !is_plain_identifier(p)) {
+        return Err(invalid(
+            "postgres.parked_table",
+            "must be a table name or schema.name of lower-case letters, digits and \
+             underscores (default \"outbox_parked\", in the outbox table's schema)",
+        ));
+    }
     let table = config.postgres.delivery_table.trim();
     let parts: Vec<&str> = table.split('.').collect();
     if table.is_empty() || parts.len() > 2 || parts.iter().any(|p| !is_plain_identifier(p)) {

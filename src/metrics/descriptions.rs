@@ -93,6 +93,19 @@ pub fn describe() {
         Unit::Seconds,
         "Age of the oldest PENDING row of the delivery table per route; 0 without one."
     );
+    describe_gauge!(
+        PARKED_AGGREGATES,
+        "Aggregates parked behind a dead letter (after_dead_letter = park): their later events wait for outbox-relay dead retry or discard."
+    );
+    describe_gauge!(
+        PARKED_EVENTS,
+        "Events waiting in the parking table behind a parked aggregate's dead letter."
+    );
+    describe_gauge!(
+        PARKED_OLDEST_HEAD_AGE,
+        Unit::Seconds,
+        "Age of the oldest dead letter an aggregate is parked behind; 0 without one."
+    );
     describe_counter!(
         TRACE_SPANS_EXPORTED,
         "Produce spans exported to the OTLP collector."

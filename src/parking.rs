@@ -1,0 +1,136 @@
+//! Parking: the later events of an aggregate whose event was
+//! dead-lettered, held in commit order until the dead letter is retried or
+//! discarded ("Per-aggregate order" through a failure, docs/design.md).
+//!
+//! Role: the types the session machine decides with ([`Aggregate`],
+//! [`Parcel`], [`Request`]), the parking table's SQL ([`store`],
+//! `sql/outbox_parked.sql`) and the session's writer task ([`writer`]),
+//! which commits each request to the table and reports back like a
+//! broker: only then does the ack tracker count the event handled.
+//!
+//! Invariants:
+//! * An event is parked only behind a live head of its aggregate, under
+//!   the head row's shared lock; a release holds the same row exclusively,
+//!   so the writer either parks an event before the release reads its
+//!   queue, or finds the head released and hands the event back
+//!   ([`Outcome::Released`]) to be delivered now, after everything the
+//!   release sent.
+//! * Requests of one session are committed in the order they were made,
+//!   so an aggregate's parked events keep commit order.
+//! * A row is keyed by where its event stands in the stream (shard,
+//!   commit LSN, position in the transaction): a replay after a crash
+//!   finds it instead of parking it twice.
+
+pub mod store;
+pub mod writer;
+
+use crate::envelope::KafkaRecord;
+use crate::sink::http::WebhookEvent;
+use pgoutput::lsn::Lsn;
+
+pub use store::ParkedTable;
+
+/// An aggregate: events with the same `(aggregatetype, aggregateid)` keep
+/// their commit order.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Aggregate {
+    pub aggregate_type: String,
+    pub aggregate_id: String,
+}
+
+impl Aggregate {
+    pub fn new(aggregate_type: impl Into<String>, aggregate_id: impl Into<String>) -> Self {
+        Aggregate {
+            aggregate_type: aggregate_type.into(),
+            aggregate_id: aggregate_id.into(),
+        }
+    }
+}
+
+/// Where an event stands in the stream: its transaction's commit LSN and
+/// its place among the transaction's outbox events (of this shard).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Place {
+    pub commit_lsn: Lsn,
+    pub position: u64,
+}
+
+/// What a parked event would have been sent as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Parcel {
+    /// The Kafka record, exactly as built (topic, key, headers, value).
+    Kafka(KafkaRecord),
+    /// An event of a route to the webhook sink at this index.
+    Webhook { sink: usize, event: WebhookEvent },
+}
+
+impl Parcel {
+    /// Bytes held: what the table stores of it.
+    pub fn size(&self) -> usize {
+        match self {
+            Parcel::Kafka(record) => record.size(),
+            Parcel::Webhook { event, .. } => {
+                event.body.len()
+                    + event
+                        .headers
+                        .iter()
+                        .map(|(n, v)| n.len() + v.len())
+                        .sum::<usize>()
+            }
+        }
+    }
+}
+
+/// What the writer is asked to commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// An event was dead-lettered: its aggregate parks behind it (or, when
+    /// the aggregate is parked already, it waits in the queue as the next
+    /// head).
+    Head {
+        aggregate: Aggregate,
+        event_id: String,
+        reason: String,
+        place: Place,
+    },
+    /// An event of a parked aggregate.
+    Event {
+        aggregate: Aggregate,
+        event_id: String,
+        place: Place,
+        parcel: Parcel,
+    },
+}
+
+impl Request {
+    pub fn aggregate(&self) -> &Aggregate {
+        match self {
+            Request::Head { aggregate, .. } | Request::Event { aggregate, .. } => aggregate,
+        }
+    }
+}
+
+/// How the writer answered a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Committed to the table (or found there: a replay).
+    Parked,
+    /// The aggregate's head was released: the event goes out now.
+    Released(Parcel),
+}
+
+/// The answer for one request, with the tag it was made with.
+#[derive(Debug)]
+pub struct Report<T> {
+    pub tag: T,
+    pub outcome: Outcome,
+}
+
+/// A live head at session start: the aggregate parks every event after
+/// `place`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub aggregate: Aggregate,
+    pub event_id: String,
+    pub place: Place,
+}

@@ -1,0 +1,159 @@
+//! The session's parking writer: a task that commits the machine's
+//! [`Request`]s to the parking table in batches, in the order they were
+//! made, and answers each with a [`Report`] once its transaction committed
+//! (or the aggregate was found released). The session feeds the reports
+//! to the machine like delivery reports: an event parked is an event
+//! handled, so the slot moves past it only once its row is committed.
+//!
+//! A failure (PostgreSQL away, the table dropped, a privilege revoked)
+//! drops the connection and tries the same batch again, backing off (100
+//! ms to 5 s), counted in `outbox_relay_reconnects_total{reason=
+//! "parked_table"}` and logged once per incident: nothing behind the
+//! batch is reported, so nothing is confirmed past it meanwhile. The task
+//! is aborted with its session; what it did not report is replayed.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::store::{self, ParkedTable};
+use super::{Report, Request};
+use crate::backoff::{Backoff, Incident};
+use crate::metrics as m;
+use crate::pg::{ConnectSettings, SqlConnection};
+
+/// Requests committed in one transaction, at most.
+const BATCH: usize = 512;
+
+/// Where a session's writer writes.
+#[derive(Debug, Clone)]
+pub struct WriterSettings {
+    pub connection: ConnectSettings,
+    pub table: ParkedTable,
+    /// This relay's shard (part of each row's place in the stream).
+    pub shard: u32,
+    /// The webhook sink names, by index (a parked webhook event's `sink`).
+    pub sinks: Vec<String>,
+}
+
+/// The session's handle: requests in, reports out. Dropping it stops the
+/// task.
+pub struct Writer<T> {
+    requests: mpsc::UnboundedSender<(Request, T)>,
+    reports: mpsc::UnboundedReceiver<Report<T>>,
+    task: JoinHandle<()>,
+}
+
+impl<T: Send + 'static> Writer<T> {
+    pub fn spawn(settings: WriterSettings) -> Writer<T> {
+        let (requests, inbox) = mpsc::unbounded_channel();
+        let (outbox, reports) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run(settings, inbox, outbox));
+        Writer {
+            requests,
+            reports,
+            task,
+        }
+    }
+
+    /// Queues a request; its report comes back through [`Writer::recv`].
+    pub fn send(&self, request: Request, tag: T) {
+        // The task ends only with the session, which owns this handle.
+        let _ = self.requests.send((request, tag));
+    }
+
+    /// The next report; pending for ever while none is due.
+    pub async fn recv(&mut self) -> Report<T> {
+        match self.reports.recv().await {
+            Some(report) => report,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl<T> Drop for Writer<T> {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run<T>(
+    settings: WriterSettings,
+    mut inbox: mpsc::UnboundedReceiver<(Request, T)>,
+    outbox: mpsc::UnboundedSender<Report<T>>,
+) {
+    let mut conn: Option<SqlConnection> = None;
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 3);
+    let mut incident = Incident::default();
+    let mut batch: Vec<(Request, T)> = Vec::with_capacity(BATCH);
+    loop {
+        let Some(first) = inbox.recv().await else {
+            return;
+        };
+        batch.push(first);
+        while batch.len() < BATCH {
+            match inbox.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let requests: Vec<Request> = batch.iter().map(|(r, _)| r.clone()).collect();
+        let outcomes = loop {
+            let result = match conn.take() {
+                Some(c) => Ok(c),
+                None => SqlConnection::connect_normal(&settings.connection).await,
+            };
+            let error = match result {
+                Ok(mut c) => {
+                    match store::write(
+                        &mut c,
+                        &settings.table,
+                        settings.shard,
+                        &settings.sinks,
+                        &requests,
+                    )
+                    .await
+                    {
+                        Ok(outcomes) => {
+                            conn = Some(c);
+                            break outcomes;
+                        }
+                        // A connection that failed a statement is not reused.
+                        Err(e) => e,
+                    }
+                }
+                Err(e) => e,
+            };
+            metrics::counter!(m::RECONNECTS, "reason" => m::reason::PARKED_TABLE).increment(1);
+            if let Some(still) = incident.failed(Instant::now()) {
+                tracing::warn!(
+                    reason = m::reason::PARKED_TABLE,
+                    table = %settings.table.quoted(),
+                    error = %error,
+                    failures = still.failures,
+                    lasting_secs = still.lasting.as_secs(),
+                    "parking table write failed; trying again, backing off, nothing behind the \
+                     parked events is confirmed meanwhile (logged again every {}s while it lasts)",
+                    Incident::LOG_EVERY.as_secs()
+                );
+            }
+            tokio::time::sleep(backoff.next_delay()).await;
+        };
+        backoff.reset();
+        if let Some(end) = incident.recovered(Instant::now()) {
+            tracing::info!(
+                table = %settings.table.quoted(),
+                failures = end.failures,
+                lasted_secs = end.lasted.as_secs(),
+                "the parking table works again"
+            );
+        }
+        for ((_, tag), outcome) in batch.drain(..).zip(outcomes) {
+            if outbox.send(Report { tag, outcome }).is_err() {
+                return;
+            }
+        }
+    }
+}
