@@ -4,10 +4,17 @@
 -- default), its aggregate (aggregatetype, aggregateid) is parked: a HEAD row
 -- names the dead letter, and every later event of the aggregate is written
 -- here (an EVENT row, the record exactly as it would have been sent) instead
--- of being delivered, in commit order (id). The slot confirms a transaction
+-- of being delivered. An aggregate's queue is in commit order: by
+-- (commit_lsn, position), never by id (a replay after a crash may write a
+-- row that comes before rows already there). The slot confirms a transaction
 -- only once its parked rows are committed here, so a crash loses none.
 -- A later dead letter of a parked aggregate is a DEAD row in its queue: the
--- head the aggregate waits behind once the release reaches it.
+-- head the aggregate waits behind once the release reaches it. An earlier
+-- one (a replay dead-letters an event the broker refused only after the
+-- head was decided) becomes the HEAD, and the head it replaces a DEAD row.
+-- A release sends a row only once the slot's confirmed position is past its
+-- commit (a replay could still park it or send it), and starts only once it
+-- is past the head's (every earlier event of the aggregate is then in Kafka).
 --
 -- `outbox-relay dead retry <head id>` sends the head again, then the queue in
 -- order; `dead discard <head id>` sends the queue without the head. Either
@@ -46,8 +53,8 @@ CREATE TABLE IF NOT EXISTS outbox_parked (
     UNIQUE (shard, commit_lsn, position)
 );
 
--- Each aggregate's queue, in order; the live heads.
+-- Each aggregate's queue, in commit order; the live heads.
 CREATE INDEX IF NOT EXISTS outbox_parked_queue
-    ON outbox_parked (aggregatetype, aggregateid, id);
+    ON outbox_parked (aggregatetype, aggregateid, commit_lsn, position);
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_parked_heads
     ON outbox_parked (aggregatetype, aggregateid) WHERE kind = 'HEAD' AND released_at IS NULL;

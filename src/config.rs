@@ -160,7 +160,7 @@ pub struct PostgresConfig {
     /// The parking table: events of an aggregate parked behind a dead
     /// letter (`after_dead_letter = "park"`), held in commit order until
     /// it is retried or discarded; a name in the outbox table's schema, or
-    /// `schema.name`.
+    /// `schema.name`; empty: the outbox table's name followed by `_parked`.
     pub parked_table: String,
     /// The outbox split between this many relays, each with its own
     /// publication (a row filter on the aggregate id) and slot; 1: none.
@@ -185,7 +185,7 @@ impl Default for PostgresConfig {
             message_prefix: DEFAULT_PREFIX.to_owned(),
             cleanup: Cleanup::None,
             delivery_table: "outbox_delivery".to_owned(),
-            parked_table: "outbox_parked".to_owned(),
+            parked_table: String::new(),
             shards: 1,
             shard: 0,
         }
@@ -500,11 +500,17 @@ impl PostgresConfig {
     }
 
     /// `(schema, name)` of the parking table, in the outbox table's schema
-    /// unless named.
+    /// unless named; unset: the outbox table's name followed by `_parked`
+    /// (relays of different outbox tables never share one: their
+    /// aggregates are not each other's).
     pub fn parked_table_parts(&self) -> (String, String) {
-        match self.parked_table.trim().split_once('.') {
-            Some((schema, name)) => (schema.to_owned(), name.to_owned()),
-            None => (self.table_parts().0, self.parked_table.trim().to_owned()),
+        let (schema, outbox) = self.table_parts();
+        match self.parked_table.trim() {
+            "" => (schema, format!("{outbox}_parked")),
+            named => match named.split_once('.') {
+                Some((schema, name)) => (schema.to_owned(), name.to_owned()),
+                None => (schema, named.to_owned()),
+            },
         }
     }
 

@@ -30,6 +30,56 @@ use pgoutput::lsn::Lsn;
 
 pub use store::ParkedTable;
 
+use crate::pg::{ConnectSettings, PgError, SqlConnection};
+
+/// Why the parked aggregates could not be read at a session's start.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(
+        "the parking table {table} does not exist: an aggregate whose event is dead-lettered \
+         parks its later events there (after_dead_letter = \"park\", the default), and without \
+         it the relay could not keep their order. Create it with `{} --admin-url <a table \
+         owner's or superuser's postgres URL> --grant` (it creates the table from \
+         sql/outbox_parked.sql and grants the relay's role its privileges), then start the \
+         relay again; or set after_dead_letter = \"skip\" on [kafka] and every webhook sink \
+         to let an aggregate's events overtake its dead letters",
+        crate::invocation::command("init")
+    )]
+    Missing { table: String },
+    #[error("cannot read the parked aggregates from {table}: {source}")]
+    Unavailable { table: String, source: PgError },
+}
+
+/// The live heads at a session's start: what is parked before the first
+/// event is decided.
+///
+/// # Errors
+/// [`LoadError::Missing`] when the table does not exist (fatal: `init`
+/// makes it); otherwise the connection's, to be retried.
+pub async fn load(
+    connection: &ConnectSettings,
+    table: &ParkedTable,
+) -> Result<Vec<Head>, LoadError> {
+    let unavailable = |source: PgError| {
+        if source.sqlstate() == Some("42P01") {
+            LoadError::Missing {
+                table: table.quoted(),
+            }
+        } else {
+            LoadError::Unavailable {
+                table: table.quoted(),
+                source,
+            }
+        }
+    };
+    let mut conn = SqlConnection::connect_normal(connection)
+        .await
+        .map_err(unavailable)?;
+    let heads = store::heads(&mut conn, table).await.map_err(unavailable)?;
+    conn.close().await;
+    Ok(heads)
+}
+
 /// An aggregate: events with the same `(aggregatetype, aggregateid)` keep
 /// their commit order.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -115,6 +165,10 @@ impl Request {
 pub enum Outcome {
     /// Committed to the table (or found there: a replay).
     Parked,
+    /// A dead letter that now heads its aggregate: it was live, or came
+    /// before the head that was (the writer made that one a dead letter in
+    /// the queue).
+    Head,
     /// The aggregate's head was released: the event goes out now.
     Released(Parcel),
 }

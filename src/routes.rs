@@ -140,6 +140,17 @@ impl Routes {
         }
     }
 
+    /// Whether any sink or route parks an aggregate after a dead letter
+    /// (then the parking table is needed).
+    pub fn any_park(&self) -> bool {
+        self.kafka_after == AfterDeadLetter::Park
+            || self.sink_after.contains(&AfterDeadLetter::Park)
+            || self
+                .routes
+                .iter()
+                .any(|r| r.after_dead_letter == Some(AfterDeadLetter::Park))
+    }
+
     /// `after_dead_letter` of the HTTP sink at this index.
     pub fn sink_after_dead_letter(&self, sink: usize) -> AfterDeadLetter {
         self.sink_after.get(sink).copied().unwrap_or_default()

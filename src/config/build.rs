@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::otel::{Endpoint as OtlpEndpoint, OtlpSettings};
 use crate::outbox::ColumnMap;
 use crate::outbox::shard::Shard;
+use crate::parking::ParkedTable;
 use crate::pg::Conninfo;
 use crate::relay::checkpoint::Bounds;
 use crate::relay::exactly_once::ExactlyOnceSettings;
@@ -111,7 +112,16 @@ impl Config {
             otlp: self.otlp()?,
             exactly_once: self.exactly_once(),
             contracts: self.contracts()?,
+            parking: self.parking(),
         })
+    }
+
+    /// The parking table, when anything parks after a dead letter.
+    pub fn parking(&self) -> Option<ParkedTable> {
+        let (schema, name) = self.postgres.parked_table_parts();
+        self.routes()
+            .any_park()
+            .then_some(ParkedTable { schema, name })
     }
 
     /// What the relay reports about itself besides /metrics.

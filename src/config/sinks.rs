@@ -149,11 +149,11 @@ fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigErr
 pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     let parked = config.postgres.parked_table.trim();
     let parts: Vec<&str> = parked.split('.').collect();
-    if parked.is_empty() || parts.len() > 2 || parts.iter().any(|p| !is_plain_identifier(p)) {
+    if !parked.is_empty() && (parts.len() > 2 || parts.iter().any(|p| !is_plain_identifier(p))) {
         return Err(invalid(
             "postgres.parked_table",
             "must be a table name or schema.name of lower-case letters, digits and \
-             underscores (default \"outbox_parked\", in the outbox table's schema)",
+             underscores (unset: the outbox table's name followed by _parked, in its schema)",
         ));
     }
     let table = config.postgres.delivery_table.trim();

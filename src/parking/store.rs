@@ -11,7 +11,7 @@
 //! * [`stats`]: the parked aggregates and events, for the gauges, `status`
 //!   and /health.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
 use postgres_protocol::escape::{escape_identifier, escape_literal};
@@ -123,7 +123,7 @@ pub async fn write(
     let t = table.quoted();
     let aggregates: HashSet<&Aggregate> = requests.iter().map(Request::aggregate).collect();
     let mut sql = format!(
-        "BEGIN; SELECT aggregatetype, aggregateid FROM {t} \
+        "BEGIN; SELECT aggregatetype, aggregateid, commit_lsn::text, position FROM {t} \
          WHERE kind = 'HEAD' AND released_at IS NULL AND (aggregatetype, aggregateid) IN ("
     );
     for (i, a) in aggregates.iter().enumerate() {
@@ -157,11 +157,16 @@ async fn write_locked(
 ) -> Result<Vec<Outcome>, PgError> {
     let t = table.quoted();
     let rows = conn.query(lock_sql, "lock the parked heads").await?;
-    let mut live: HashSet<Aggregate> = rows
+    // The live head of each aggregate of the batch, by place.
+    let mut live: HashMap<Aggregate, Place> = rows
         .into_iter()
-        .map(|r| {
+        .filter_map(|r| {
             let text = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
-            Aggregate::new(text(0), text(1))
+            let place = Place {
+                commit_lsn: text(2).parse::<Lsn>().ok()?,
+                position: text(3).parse().ok()?,
+            };
+            Some((Aggregate::new(text(0), text(1)), place))
         })
         .collect();
     let mut outcomes = Vec::with_capacity(requests.len());
@@ -180,24 +185,71 @@ async fn write_locked(
                     conn.query(&std::mem::take(&mut inserts), "park events")
                         .await?;
                 }
-                let kind = if live.contains(aggregate) { DEAD } else { HEAD };
-                let sql = format!(
-                    "INSERT INTO {t} (aggregatetype, aggregateid, event_id, kind, reason, shard, \
-                     commit_lsn, position) VALUES ({}, {}, {}, {}, {}, {shard}, {}::pg_lsn, {}) \
-                     ON CONFLICT DO NOTHING RETURNING kind",
+                let head = live.get(aggregate).copied();
+                let which = format!(
+                    "aggregatetype = {} AND aggregateid = {}",
                     escape_literal(&aggregate.aggregate_type),
                     escape_literal(&aggregate.aggregate_id),
-                    escape_literal(event_id),
-                    escape_literal(kind),
-                    escape_literal(&clip(reason)),
-                    escape_literal(&place.commit_lsn.to_string()),
-                    place.position,
                 );
-                let inserted = conn.query(&sql, "park an aggregate").await?;
-                if kind == HEAD && !inserted.is_empty() {
-                    live.insert(aggregate.clone());
+                let at = format!(
+                    "shard = {shard} AND commit_lsn = {}::pg_lsn AND position = {}",
+                    escape_literal(&place.commit_lsn.to_string()),
+                    place.position
+                );
+                let insert = |kind: &str| {
+                    format!(
+                        "INSERT INTO {t} (aggregatetype, aggregateid, event_id, kind, reason, \
+                         shard, commit_lsn, position) VALUES ({}, {}, {}, {}, {}, {shard}, \
+                         {}::pg_lsn, {}) ON CONFLICT DO NOTHING RETURNING kind",
+                        escape_literal(&aggregate.aggregate_type),
+                        escape_literal(&aggregate.aggregate_id),
+                        escape_literal(event_id),
+                        escape_literal(kind),
+                        escape_literal(&clip(reason)),
+                        escape_literal(&place.commit_lsn.to_string()),
+                        place.position,
+                    )
+                };
+                let mut heads = false;
+                match head {
+                    // The head itself, replayed.
+                    Some(head) if *place == head => heads = true,
+                    // Parked already: the dead letter waits in the queue.
+                    Some(head) if *place > head => {
+                        conn.query(&insert(DEAD), "park a dead letter").await?;
+                    }
+                    // Before the live head (a replay dead-letters what the
+                    // broker refused only after that head was decided):
+                    // the earliest dead letter heads the aggregate.
+                    // (A row already at its place, a head released
+                    // since, stays as it is.)
+                    Some(_) => {
+                        let inserted = conn.query(&insert(DEAD), "park a dead letter").await?;
+                        if !inserted.is_empty() {
+                            let sql = format!(
+                                "UPDATE {t} SET kind = 'DEAD' WHERE kind = 'HEAD' AND \
+                                 released_at IS NULL AND {which}; \
+                                 UPDATE {t} SET kind = 'HEAD' WHERE {at}"
+                            );
+                            conn.query(&sql, "park an aggregate behind an earlier dead letter")
+                                .await?;
+                            live.insert(aggregate.clone(), *place);
+                            heads = true;
+                        }
+                    }
+                    None => {
+                        let inserted = conn.query(&insert(HEAD), "park an aggregate").await?;
+                        if !inserted.is_empty() {
+                            live.insert(aggregate.clone(), *place);
+                            heads = true;
+                        }
+                    }
                 }
-                outcomes.push(Outcome::Parked);
+                outcomes.push(if heads {
+                    Outcome::Head
+                } else {
+                    Outcome::Parked
+                });
             }
             Request::Event {
                 aggregate,
@@ -205,7 +257,7 @@ async fn write_locked(
                 place,
                 parcel,
             } => {
-                if !live.contains(aggregate) {
+                if !live.contains_key(aggregate) {
                     outcomes.push(Outcome::Released(parcel.clone()));
                     continue;
                 }

@@ -118,6 +118,9 @@ pub enum RelayError {
     /// registry refuses the credentials.
     #[error("cannot fetch the schemas of [[contracts]]: {0}")]
     Contracts(#[from] crate::contracts::ResolveError),
+    /// The parking table is missing (checked at every session's start).
+    #[error(transparent)]
+    Parking(#[from] crate::parking::LoadError),
 }
 
 impl RelayError {
@@ -126,7 +129,9 @@ impl RelayError {
         match self {
             RelayError::Replication(_) => Side::Source,
             RelayError::Sink(_) | RelayError::Webhook(_) | RelayError::Contracts(_) => Side::Sink,
-            RelayError::Lock(_) | RelayError::DeliveryTable(_) => Side::Source,
+            RelayError::Lock(_) | RelayError::DeliveryTable(_) | RelayError::Parking(_) => {
+                Side::Source
+            }
             RelayError::Session(e) => match e {
                 SessionError::Replication(_)
                 | SessionError::Decode { .. }

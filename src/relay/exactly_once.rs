@@ -408,6 +408,10 @@ fn unreported_tag() -> DeliveryTag {
 /// machine says opens a Kafka transaction is preceded by its begin.
 pub(super) struct Transactional<'s> {
     pub(super) sink: &'s mut KafkaSink<DeliveryTag>,
+    /// The parking writer, when anything parks after a dead letter: a
+    /// parked event is in neither the Kafka transaction nor its checkpoint
+    /// until the writer answers (the machine's commit waits for it).
+    pub(super) parking: Option<&'s crate::parking::writer::Writer<super::machine::ParkTag>>,
 }
 
 impl Producer for Transactional<'_> {
@@ -425,5 +429,13 @@ impl Producer for Transactional<'_> {
 
     fn open_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
         KafkaSink::begin_transaction(self.sink)
+    }
+
+    fn park(
+        &mut self,
+        request: crate::parking::Request,
+        tag: super::machine::ParkTag,
+    ) -> Result<(), Box<(crate::parking::Request, super::machine::ParkTag)>> {
+        super::sinks::park_with(self.parking, request, tag)
     }
 }

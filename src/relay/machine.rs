@@ -75,6 +75,7 @@ mod commit;
 mod delivery;
 mod notice;
 mod pace;
+mod parking;
 mod sources;
 mod webhook;
 
@@ -84,6 +85,7 @@ pub use commit::CommitPlan;
 use commit::Commits;
 pub use notice::Notice;
 use pace::Pace;
+pub use parking::ParkTag;
 
 /// Where records go: a non-blocking hand-off whose answers come back later
 /// as [`DeliveryReport`]s.
@@ -110,6 +112,16 @@ pub trait Producer {
     ) -> Result<(), Box<(crate::sink::http::WebhookEvent, DeliveryTag)>> {
         let _ = sink;
         Err(Box::new((event, tag)))
+    }
+    /// Hands a request to the parking writer (`crate::parking`); its
+    /// report comes back through [`SessionMachine::on_park_report`]. A
+    /// producer without a writer hands it back.
+    fn park(
+        &mut self,
+        request: crate::parking::Request,
+        tag: ParkTag,
+    ) -> Result<(), Box<(crate::parking::Request, ParkTag)>> {
+        Err(Box::new((request, tag)))
     }
 }
 
@@ -226,6 +238,8 @@ pub struct SessionMachine<'a> {
     resume: Option<Partial>,
     /// Events of the open transaction still to skip ([`Partial::events`]).
     skip: u64,
+    /// The aggregates parked behind a dead letter (`parking.rs`).
+    parked: parking::Parked,
     /// Outbox events of the open transaction handed over (or skipped as
     /// written before), in stream order.
     txn_events: u64,
@@ -286,6 +300,7 @@ impl<'a> SessionMachine<'a> {
             resume: None,
             skip: 0,
             txn_events: 0,
+            parked: parking::Parked::default(),
         }
     }
 

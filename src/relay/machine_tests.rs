@@ -33,6 +33,7 @@ use crate::contracts::{Contracts, Schema};
 use crate::envelope::{ContentMode, EnvelopeSettings};
 use crate::outbox::ColumnMap;
 use crate::outbox::Source;
+use crate::parking::{Outcome, Parcel, Place, Request};
 use crate::relay::SourceSettings;
 use crate::replication::ReplicationSettings;
 use crate::sink::{RefusalKind, SinkSettings};
@@ -98,6 +99,7 @@ fn settings(max_in_flight: usize) -> RelaySettings {
                 .expect("the model's schema compiles"),
             ),
         )]),
+        parking: Some(crate::parking::ParkedTable::default()),
     }
 }
 
@@ -279,6 +281,8 @@ struct FakeProducer {
     /// A transactional producer: a record outside a transaction is an
     /// error (librdkafka's "Erroneous state").
     transactional: bool,
+    /// Requests handed to the parking writer, answered in order.
+    parks: VecDeque<(Request, ParkTag)>,
 }
 
 fn partition(record: &KafkaRecord) -> (String, u64) {
@@ -320,6 +324,172 @@ impl Producer for FakeProducer {
         self.transaction_open = true;
         Ok(())
     }
+
+    fn park(&mut self, request: Request, tag: ParkTag) -> Result<(), Box<(Request, ParkTag)>> {
+        self.parks.push_back((request, tag));
+        Ok(())
+    }
+}
+
+/// One row of the model's parking table.
+#[derive(Debug, Clone)]
+struct ParkedRow {
+    place: Place,
+    id: String,
+    /// A later dead letter: the next head once a release reaches it.
+    dead: bool,
+    /// Too large for the broker: refused when released, it becomes a dead
+    /// letter and the next head.
+    too_large: bool,
+}
+
+/// The model's parking table, as `parking::store` keeps it: it outlives
+/// the sessions, like PostgreSQL.
+#[derive(Debug, Default)]
+struct ParkStore {
+    /// Live heads per key: where the head stands, its id.
+    heads: BTreeMap<String, (Place, String)>,
+    /// Every HEAD row's place, released or not (a replay finds it).
+    head_places: HashSet<Place>,
+    /// Each key's queue, in order.
+    queues: BTreeMap<String, Vec<ParkedRow>>,
+    /// Rows committed here (parked events and dead markers).
+    held: HashSet<String>,
+}
+
+impl ParkStore {
+    /// Commits one request as `store::write` does.
+    fn write(&mut self, request: &Request) -> Outcome {
+        let key = request.aggregate().aggregate_id.clone();
+        match request {
+            Request::Head {
+                event_id, place, ..
+            } => {
+                let in_queue = self
+                    .queues
+                    .get(&key)
+                    .is_some_and(|q| q.iter().any(|r| r.place == *place));
+                if self.heads.get(&key).is_some_and(|(head, _)| head == place) {
+                    return Outcome::Head;
+                }
+                if self.head_places.contains(place) || in_queue {
+                    return Outcome::Parked;
+                }
+                if let Some((head, head_id)) = self.heads.get(&key).cloned() {
+                    let queue = self.queues.entry(key.clone()).or_default();
+                    if *place > head {
+                        queue.push(ParkedRow {
+                            place: *place,
+                            id: event_id.clone(),
+                            dead: true,
+                            too_large: false,
+                        });
+                    } else {
+                        // An earlier dead letter heads the aggregate; the
+                        // head it replaces waits in the queue.
+                        queue.push(ParkedRow {
+                            place: head,
+                            id: head_id,
+                            dead: true,
+                            too_large: false,
+                        });
+                        self.head_places.insert(*place);
+                        self.heads.insert(key.clone(), (*place, event_id.clone()));
+                        queue.sort_by_key(|r| r.place);
+                        return Outcome::Head;
+                    }
+                    queue.sort_by_key(|r| r.place);
+                    Outcome::Parked
+                } else {
+                    self.head_places.insert(*place);
+                    self.heads.insert(key, (*place, event_id.clone()));
+                    Outcome::Head
+                }
+            }
+            Request::Event {
+                event_id,
+                place,
+                parcel,
+                ..
+            } => {
+                if !self.heads.contains_key(&key) {
+                    return Outcome::Released(parcel.clone());
+                }
+                let queue = self.queues.entry(key).or_default();
+                if !queue.iter().any(|r| r.place == *place) {
+                    let too_large = match parcel {
+                        Parcel::Kafka(record) => record.value.len() > BROKER_LIMIT,
+                        Parcel::Webhook { .. } => false,
+                    };
+                    queue.push(ParkedRow {
+                        place: *place,
+                        id: event_id.clone(),
+                        dead: false,
+                        too_large,
+                    });
+                    queue.sort_by_key(|r| r.place);
+                }
+                self.held.insert(event_id.clone());
+                Outcome::Parked
+            }
+        }
+    }
+
+    /// `dead retry` of `key`'s head, as the operator's command does: the
+    /// head goes to the broker again (once: a second run finds it sent),
+    /// then its queue in order, up to a dead marker or a row too large
+    /// (the next head), a row the slot is not confirmed past yet (`below`:
+    /// a replay could still park or send it; the command stops and is run
+    /// again), or the end (the key is live again). The head only once the
+    /// slot is confirmed past it: every earlier event of its key is then
+    /// in the broker's log, none still in the relay's producer.
+    fn release(&mut self, key: &str, below: Lsn, log: &mut BrokerLog) {
+        let Some((place, head)) = self.heads.get(key).cloned() else {
+            return;
+        };
+        if place.commit_lsn >= below {
+            return;
+        }
+        if !log.retried.contains(&head) {
+            log.retried(key, &head);
+        }
+        let queue = self.queues.remove(key).unwrap_or_default();
+        let mut rest = queue.into_iter().peekable();
+        let mut live = true;
+        while let Some(row) = rest.next_if(|row| row.place.commit_lsn < below) {
+            if row.too_large {
+                // The broker refuses it: the command dead-letters it, and
+                // it becomes the next head.
+                log.acked.insert(row.id.clone());
+                log.delivered.push(row.id.clone());
+            }
+            if row.dead || row.too_large {
+                self.head_places.insert(row.place);
+                self.heads.insert(key.to_owned(), (row.place, row.id));
+                live = false;
+                break;
+            }
+            log.released(key, &row.id);
+        }
+        let rest: Vec<ParkedRow> = rest.collect();
+        if live && rest.is_empty() {
+            self.heads.remove(key);
+        }
+        if !rest.is_empty() {
+            self.queues.insert(key.to_owned(), rest);
+        }
+    }
+}
+
+/// The parking writer answers its oldest request.
+fn answer_park(
+    machine: &mut SessionMachine<'_>,
+    producer: &mut FakeProducer,
+    store: &mut ParkStore,
+) -> Option<Result<(), SessionError>> {
+    let (request, tag) = producer.parks.pop_front()?;
+    let outcome = store.write(&request);
+    Some(machine.on_park_report(crate::parking::Report { tag, outcome }, producer))
 }
 
 impl FakeProducer {
@@ -340,6 +510,8 @@ struct BrokerLog {
     /// Exactly-once: records acknowledged in the open Kafka transaction,
     /// visible (above) only once it commits; `None` at-least-once.
     staged: Option<Vec<DeliveryTag>>,
+    /// Heads the operator sent again (`dead retry`), as events.
+    retried: HashSet<String>,
 }
 
 impl BrokerLog {
@@ -359,6 +531,28 @@ impl BrokerLog {
                 .or_default()
                 .push(tag.row_key.clone());
         }
+    }
+
+    /// The operator's `dead retry` sent a parked head to its topic (read
+    /// committed at once: the command's producer is not the relay's).
+    fn retried(&mut self, key: &str, id: &str) {
+        // Sent again on purpose: not among the records the relay wrote.
+        self.retried.insert(id.to_owned());
+        self.acked.insert(id.to_owned());
+        self.events
+            .entry(key.to_owned())
+            .or_default()
+            .push(id.to_owned());
+    }
+
+    /// A release sent a parked event to its topic.
+    fn released(&mut self, key: &str, id: &str) {
+        self.acked.insert(id.to_owned());
+        self.delivered.push(id.to_owned());
+        self.events
+            .entry(key.to_owned())
+            .or_default()
+            .push(id.to_owned());
     }
 
     /// Exactly-once: the open transaction committed (`true`) or aborted.
@@ -440,12 +634,22 @@ fn answer(
     }])
 }
 
+/// Whether the session could read a message now.
+fn read_possible(machine: &SessionMachine<'_>, wal: &VecDeque<Bytes>, stopping: bool) -> bool {
+    !stopping && machine.can_read() && !wal.is_empty()
+}
+
 /// Checks the two safety properties against the log.
-fn check(txns: &[Txn], confirmed: Lsn, log: &BrokerLog) -> Result<(), TestCaseError> {
+fn check(
+    txns: &[Txn],
+    confirmed: Lsn,
+    log: &BrokerLog,
+    store: &ParkStore,
+) -> Result<(), TestCaseError> {
     for txn in txns.iter().filter(|t| t.end_lsn <= confirmed) {
         for row in &txn.rows {
             prop_assert!(
-                log.acked.contains(&row.id),
+                log.acked.contains(&row.id) || store.held.contains(&row.id),
                 "confirmed {confirmed} past row {} of the transaction ending at {}, never acknowledged",
                 row.id,
                 txn.end_lsn
@@ -464,10 +668,23 @@ fn check(txns: &[Txn], confirmed: Lsn, log: &BrokerLog) -> Result<(), TestCaseEr
             "{id} reached the broker but is no committed event"
         );
     }
+    // A row too large for the broker is found refused only after later
+    // events of its key may have been acknowledged: they stay delivered
+    // ahead of it (its retry, after a release, comes later). That is the
+    // one way an event overtakes a dead letter under parking, and the
+    // check leaves those rows out; every other dead letter is decided
+    // before anything after it is sent.
+    let refused: HashSet<&str> = txns
+        .iter()
+        .flat_map(|t| &t.rows)
+        .filter(|r| r.too_large)
+        .map(|r| r.id.as_str())
+        .collect();
     for (key, ids) in &log.events {
         let mut seen = HashSet::new();
         let firsts: Vec<usize> = ids
             .iter()
+            .filter(|id| !refused.contains(id.as_str()))
             .filter(|id| seen.insert(id.as_str()))
             .map(|id| order[id.as_str()])
             .collect();
@@ -630,6 +847,8 @@ fn run_model_in(
     // Exactly-once: the last committed checkpoint, where a session starts
     // (skipping the part of a transaction it says is in Kafka already).
     let mut checkpoints: Vec<CommitPlan> = Vec::new();
+    // The parking table, and the heads live at each session's start.
+    let mut store = ParkStore::default();
     for _session in 0..200 {
         let mut producer = FakeProducer {
             queues: BTreeMap::new(),
@@ -637,6 +856,7 @@ fn run_model_in(
             rng: Rng(rng.next() | 1),
             transaction_open: false,
             transactional: mode.exactly_once,
+            parks: VecDeque::new(),
         };
         let resume = match checkpoints.last() {
             Some(at) if mode.exactly_once => {
@@ -646,8 +866,18 @@ fn run_model_in(
             }
             _ => None,
         };
+        let heads = store
+            .heads
+            .iter()
+            .map(|(key, (place, id))| crate::parking::Head {
+                aggregate: crate::parking::Aggregate::new("order", key.as_str()),
+                event_id: id.clone(),
+                place: *place,
+            })
+            .collect();
         let mut machine =
-            SessionMachine::new(&settings, Some(outbox_table()), confirmed, &mut refusals);
+            SessionMachine::new(&settings, Some(outbox_table()), confirmed, &mut refusals)
+                .with_parked(heads);
         machine.set_time(start + Duration::from_millis(steps as u64));
         if mode.exactly_once {
             machine = machine.exactly_once(resume, model_bounds());
@@ -680,7 +910,22 @@ fn run_model_in(
                 && machine.can_read()
                 && !wal.is_empty()
                 && (rng.chance(50) || producer.in_flight() == 0);
-            let outcome = if read {
+            // Now and then the operator releases a parked key (`dead
+            // retry`), while the session goes on.
+            // The command releases a head only once the slot is confirmed
+            // past it: every earlier event of its aggregate is then in the
+            // broker's log (read_committed), none still in the relay's
+            // producer to be overtaken by the released ones.
+            if rng.chance(2)
+                && let Some(key) = store.heads.keys().nth(rng.below(4) as usize).cloned()
+            {
+                store.release(&key, machine.confirmable(), &mut log);
+            }
+            let outcome = if !producer.parks.is_empty()
+                && (rng.chance(40) || !read_possible(&machine, &wal, stopping))
+            {
+                answer_park(&mut machine, &mut producer, &mut store).unwrap_or(Ok(()))
+            } else if read {
                 let data = wal.pop_front().unwrap();
                 let outcome = machine.on_wal(data, &mut producer);
                 // Now and then the session finds nothing more read: a
@@ -727,9 +972,14 @@ fn run_model_in(
                 // Nothing in flight and reading paused: only a full queue's
                 // retry can be waiting, and it waits for a report that
                 // never comes. That would be a stuck session.
+                prop_assert!(producer.parks.is_empty(), "parks left unanswered");
                 prop_assert!(
                     machine.can_read(),
-                    "stuck: reading paused with nothing in flight"
+                    "stuck: reading paused with nothing in flight: pending {} parks waiting {} outgoing {:?} isolation {:?}",
+                    machine.pending_events(),
+                    machine.parks_waiting(),
+                    machine.outgoing,
+                    machine.isolation
                 );
                 Ok(())
             };
@@ -748,7 +998,7 @@ fn run_model_in(
                 ),
                 other => other,
             };
-            check(txns, machine.confirmable(), &log)?;
+            check(txns, machine.confirmable(), &log, &store)?;
             if mode.exactly_once {
                 prop_assert!(
                     machine.confirmable() <= machine.confirmed(),
@@ -758,7 +1008,7 @@ fn run_model_in(
                 );
             }
             if let Some(deletable) = machine.take_deletable() {
-                check_deletable(txns, &deletable, machine.confirmable(), &log)?;
+                check_deletable(txns, &deletable, machine.confirmable(), (&log, &store))?;
                 deleted.extend(deletable.ids);
             }
             if let Err(e) = outcome {
@@ -768,7 +1018,7 @@ fn run_model_in(
         confirmed = confirmed.max(machine.confirmable());
         // What the last turn (a final commit) made deletable.
         if let Some(deletable) = machine.take_deletable() {
-            check_deletable(txns, &deletable, machine.confirmable(), &log)?;
+            check_deletable(txns, &deletable, machine.confirmable(), (&log, &store))?;
             deleted.extend(deletable.ids);
         }
         match ended {
@@ -782,12 +1032,21 @@ fn run_model_in(
             None => {
                 // Everything read and answered.
                 prop_assert!(!machine.awaiting_broker());
+                prop_assert!(producer.parks.is_empty(), "parks left unanswered");
+                // The operator releases what is still parked: every key's
+                // events then arrive, in commit order (checked below).
+                while let Some(key) = store.heads.keys().next().cloned() {
+                    store.release(&key, Lsn(u64::MAX), &mut log);
+                }
+                check(txns, confirmed, &log, &store)?;
                 let last = txns.last().map_or(Lsn(0x1000), |t| t.end_lsn);
                 prop_assert_eq!(confirmed, last, "the last transaction is confirmed");
                 for row in txns.iter().flat_map(|t| &t.rows) {
                     prop_assert!(log.acked.contains(&row.id), "row {} lost", row.id);
                     prop_assert!(
-                        !(row.breaks && log.events.values().flatten().any(|id| id == &row.id)),
+                        log.retried.contains(&row.id)
+                            || !(row.breaks
+                                && log.events.values().flatten().any(|id| id == &row.id)),
                         "row {} broke its contract but was sent as an event",
                         row.id
                     );
@@ -829,6 +1088,13 @@ fn run_model_in(
                     !e.is_fatal(),
                     "only transient failures and too-large refusals are injected: {e}"
                 );
+                // The parking writer is aborted with the session: a batch
+                // may have committed without its reports reaching the
+                // machine; the rest is replayed.
+                let committed = rng.below(producer.parks.len() as u64 + 1) as usize;
+                for (request, _) in producer.parks.drain(..).take(committed) {
+                    store.write(&request);
+                }
                 // The relay abandons the producer: its records are purged,
                 // its open transaction aborted.
                 for (_, tag) in producer.queues.values_mut().flat_map(|q| q.drain(..)) {
@@ -852,7 +1118,7 @@ fn check_deletable(
     txns: &[Txn],
     deletable: &crate::cleanup::Deletable,
     confirmable: Lsn,
-    log: &BrokerLog,
+    (log, store): (&BrokerLog, &ParkStore),
 ) -> Result<(), TestCaseError> {
     prop_assert!(deletable.xids.is_empty(), "the model holds few ids");
     for id in &deletable.ids {
@@ -865,13 +1131,15 @@ fn check_deletable(
             txn.end_lsn <= confirmable,
             "{id} deleted above the confirmable position {confirmable}"
         );
+        // Parked, the parking table holds it whole.
+        let parked = store.held.contains(id);
         prop_assert!(
-            !row.too_large,
+            !row.too_large || parked,
             "{id} deleted though its dead letter lost its payload"
         );
         prop_assert!(
-            log.acked.contains(id),
-            "{id} deleted before the broker holds it"
+            log.acked.contains(id) || parked,
+            "{id} deleted before the broker or the parking table holds it"
         );
     }
     Ok(())
@@ -918,6 +1186,7 @@ fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space()
         transaction_open: false,
         transactional: false,
         rng: Rng(1),
+        parks: VecDeque::new(),
     };
     let feed = |machine: &mut SessionMachine<'_>, producer: &mut FakeProducer, data: Bytes| {
         if let Step::LookUp(relation) = machine.on_wal(data, producer).unwrap() {
@@ -1030,6 +1299,7 @@ fn routed_events_go_to_their_webhook_sink_and_hold_their_transaction() {
             transaction_open: false,
             transactional: false,
             rng: Rng(1),
+            parks: VecDeque::new(),
         },
         webhooks: Vec::new(),
     };
@@ -1104,6 +1374,7 @@ fn fed_machine<'a>(
         transaction_open: false,
         transactional: false,
         rng: Rng(7),
+        parks: VecDeque::new(),
     };
     let mut feed = |data: Bytes| {
         if let Step::LookUp(relation) = machine.on_wal(data, &mut producer).unwrap() {

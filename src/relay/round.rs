@@ -242,9 +242,28 @@ impl<'a> Sessions<'a> {
             }
             self.dead_letter_topic_checked = true;
         }
+        // What is parked, before the first event is decided: a restart, a
+        // standby taking over, another shard's relay all start from the
+        // table.
+        let parked = match &settings.parking {
+            None => Vec::new(),
+            Some(table) => match crate::parking::load(&replication.connection, table).await {
+                Ok(heads) => heads,
+                Err(e @ crate::parking::LoadError::Missing { .. }) => {
+                    return Outcome::Fatal(e.into());
+                }
+                Err(crate::parking::LoadError::Unavailable { source, .. }) => {
+                    return Outcome::Unconnected {
+                        error: source,
+                        holding_lock: self.lock.is_some(),
+                    };
+                }
+            },
+        };
         tracing::info!(
             slot = %replication.slot,
             confirmed = %confirmed,
+            parked_aggregates = parked.len(),
             "streaming from the slot's confirmed position"
         );
         self.health.set_streaming(true);
@@ -259,6 +278,7 @@ impl<'a> Sessions<'a> {
             (&mut self.progress, self.background),
         )
         .with_exactly_once(eos, partial)
+        .with_parked(parked, settings)
         .fenced_by(self.lock.as_ref().map(HeldLock::watch))
         .run(shutdown)
         .await;

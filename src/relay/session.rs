@@ -36,12 +36,14 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::error::SessionError;
 use super::exactly_once::Eos;
 use super::fates::Refusals;
-use super::machine::SessionMachine;
+use super::machine::{ParkTag, SessionMachine};
 use super::progress::Progress;
 use super::tag::DeliveryTag;
 use super::{Background, RelaySettings, Stopped};
 use crate::cleanup::Deleter;
 use crate::metrics::Health;
+use crate::parking::Head;
+use crate::parking::writer::{Writer, WriterSettings};
 use crate::pg::SqlConnection;
 use crate::replication::{OutboxTable, ReplicationSettings, ReplicationStream};
 use crate::sink::http::dispatch::Dispatch;
@@ -55,6 +57,14 @@ mod stop;
 
 use io::{HotMetrics, lock_lost, spawn_heartbeat};
 use stop::SETTLE_AFTER_STREAM_FAILURE;
+
+/// The parking writer's next report; pending for ever without a writer.
+async fn park_report(parking: &mut Option<Writer<ParkTag>>) -> crate::parking::Report<ParkTag> {
+    match parking {
+        Some(writer) => writer.recv().await,
+        None => std::future::pending().await,
+    }
+}
 
 /// How often the session updates the gauges that age with time (the oldest
 /// unacknowledged event) and checks whether a progress line is due.
@@ -92,6 +102,8 @@ pub(super) struct Session<'a> {
     eos: Option<Eos>,
     /// Turns true when the relay lock is lost; `None` without the lock.
     fence: Option<watch::Receiver<bool>>,
+    /// The parking writer, when anything parks after a dead letter.
+    parking: Option<Writer<ParkTag>>,
 }
 
 impl<'a> Session<'a> {
@@ -123,7 +135,23 @@ impl<'a> Session<'a> {
             hot: HotMetrics::register(),
             eos: None,
             fence: None,
+            parking: None,
         }
+    }
+
+    /// The aggregates parked at the start (`heads`), and the writer that
+    /// parks more (when `settings.parking` names a table).
+    pub(super) fn with_parked(mut self, heads: Vec<Head>, settings: &RelaySettings) -> Self {
+        self.machine = self.machine.with_parked(heads);
+        self.parking = settings.parking.clone().map(|table| {
+            Writer::spawn(WriterSettings {
+                connection: self.replication.connection.clone(),
+                table,
+                shard: settings.source.shard.shard,
+                sinks: settings.webhooks.routes.sinks().to_vec(),
+            })
+        });
+        self
     }
 
     /// Exactly-once delivery (`exactly_once.rs`), resuming after the part
@@ -244,6 +272,9 @@ impl<'a> Session<'a> {
                 }
                 report = self.http.recv() => {
                     self.on_report(report)?;
+                }
+                report = park_report(&mut self.parking) => {
+                    self.on_park_report(report)?;
                 }
                 item = self.stream.next(), if can_read => {
                     // When it arrived: after a pause, or not (pace.rs).

@@ -55,6 +55,10 @@ pub struct RelaySettings {
     pub lock: LockSettings,
     /// `[[contracts]]`: the schema each event type's payload must satisfy.
     pub contracts: Contracts,
+    /// The parking table, when any sink or route parks an aggregate after
+    /// a dead letter (`after_dead_letter = "park"`, the default); `None`:
+    /// every one skips.
+    pub parking: Option<crate::parking::ParkedTable>,
 }
 
 /// Where events come from (`postgres.source`, `postgres.message_prefix`),

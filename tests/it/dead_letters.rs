@@ -67,16 +67,12 @@ async fn bad_rows_go_to_the_dead_letter_topic_and_the_stream_goes_on() {
         .batch_execute(&format!(
             "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{not_json}', 'order', 'o1', 'Placed', 'this is not json');
              INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{null_key}', 'order', NULL, 'Placed', '{{}}');
-             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{too_large}', 'order', 'o1', 'Placed', '{big}');
+             INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{too_large}', 'order', 'o2', 'Placed', '{big}');
              INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) VALUES ('{good}', 'order', 'o1', 'Placed', '{{\"ok\":true}}');"
         ))
         .await
         .unwrap();
     let after = outbox.current_wal_lsn().await;
-    let good_records = consume(&topic, DEADLINE, |r| !r.is_empty()).await;
-    assert_eq!(good_records.len(), 1);
-    assert_eq!(good_records[0].header("ce_id"), Some(good.as_str()));
-
     let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| r.len() >= 3).await;
     assert_eq!(dlq.len(), 3, "three dead letters");
     let by_id: HashMap<&str, &Received> = dlq
@@ -128,9 +124,34 @@ async fn bad_rows_go_to_the_dead_letter_topic_and_the_stream_goes_on() {
         },
     )
     .await;
+    // Aggregate o1 is parked behind its dead letter (the default,
+    // after_dead_letter = "park"): its good event waits in the parking
+    // table and never reached the topic ahead of it.
+    let parked = outbox.parked().await;
+    let o1: Vec<(String, String)> = parked
+        .iter()
+        .filter(|(aggregate, _, _)| aggregate == "o1")
+        .map(|(_, kind, id)| (kind.clone(), id.clone()))
+        .collect();
+    assert_eq!(
+        o1,
+        vec![
+            ("HEAD".to_owned(), not_json.clone()),
+            ("EVENT".to_owned(), good.clone()),
+        ],
+        "o1 parked behind its first dead letter: {parked:?}"
+    );
+    assert!(
+        parked.contains(&("o2".to_owned(), "HEAD".to_owned(), too_large.clone())),
+        "o2 parked behind its dead letter: {parked:?}"
+    );
     relay.stop().await.expect("graceful stop");
+    assert!(
+        consume_to_end(&topic).await.is_empty(),
+        "nothing of o1 reached its topic ahead of its dead letter"
+    );
     println!(
-        "summary: case=dead-letters committed=4 delivered=1 lost=0 duplicated=0 dead-lettered=3"
+        "summary: case=dead-letters committed=4 delivered=0 parked=1 lost=0 duplicated=0 dead-lettered=3"
     );
     outbox.drop_all().await;
 }
@@ -166,7 +187,9 @@ async fn broker_side_size_limit_dead_letters_the_record_and_keeps_order() {
     assert_eq!(dlq.len(), 1, "one dead letter");
     assert_eq!(dlq[0].header("id"), Some(ids[1].as_str()));
     assert_eq!(dlq[0].header("dlq_reason_code"), Some("too_large"));
-    consume(&topic, DEADLINE, |r| r.len() >= 3).await;
+    consume(&topic, DEADLINE, |r| !r.is_empty()).await;
+    let later = [ids[2].clone(), ids[3].clone()];
+    let parked = wait_later_parked_or_delivered(&outbox, &topic, &ids[1], &later).await;
     relay.stop().await.expect("graceful stop");
     let received = consume_to_end(&topic).await;
     let firsts: Vec<&str> = {
@@ -177,10 +200,13 @@ async fn broker_side_size_limit_dead_letters_the_record_and_keeps_order() {
             .filter(|id| seen.insert(*id))
             .collect()
     };
-    assert_eq!(
-        firsts,
-        vec![ids[0].as_str(), ids[2].as_str(), ids[3].as_str()]
-    );
+    // In commit order; what the broker took before it refused the big
+    // record stays delivered, the rest waits behind its dead letter.
+    let delivered: Vec<&str> = [ids[0].as_str(), ids[2].as_str(), ids[3].as_str()]
+        .into_iter()
+        .filter(|id| !parked.iter().any(|p| p == id))
+        .collect();
+    assert_eq!(firsts, delivered, "parked: {parked:?}");
     outbox.drop_all().await;
 }
 
@@ -236,6 +262,56 @@ async fn null_key_dead_letter_keeps_the_payload_and_the_mapped_columns() {
 
 /// Inserts `big` under a fresh id for aggregate `o1`, then `later` small
 /// events of the same aggregate; returns the big row's id and the later ids.
+/// Waits until each of `later` (events of the aggregate after `head`, in
+/// commit order) is either on `topic` or parked behind `head` in the
+/// parking table, and checks the parked ones are the tail: none delivered
+/// after one parked. Returns the parked ids.
+async fn wait_later_parked_or_delivered(
+    outbox: &TestOutbox,
+    topic: &str,
+    head: &str,
+    later: &[String],
+) -> Vec<String> {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let (parked, delivered) = loop {
+        let rows = outbox.parked().await;
+        let on_topic = consume_to_end(topic).await;
+        let parked: Vec<String> = rows
+            .iter()
+            .filter(|(_, kind, _)| kind == "EVENT")
+            .map(|(_, _, id)| id.clone())
+            .collect();
+        let delivered: Vec<String> = on_topic
+            .iter()
+            .filter_map(|r| r.header("ce_id").map(str::to_owned))
+            .collect();
+        let head_parked = rows
+            .iter()
+            .any(|(_, kind, id)| kind == "HEAD" && id == head);
+        let placed = later
+            .iter()
+            .all(|id| parked.contains(id) || delivered.contains(id));
+        if placed && (parked.is_empty() || head_parked) {
+            break (parked, delivered);
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the later events {later:?} neither parked behind {head} nor delivered: parked \
+             {parked:?}, delivered {delivered:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    if let Some(first) = later.iter().position(|id| parked.contains(id)) {
+        assert!(
+            later[first..]
+                .iter()
+                .all(|id| parked.contains(id) && !delivered.contains(id)),
+            "an event delivered after one parked: later {later:?}, parked {parked:?}"
+        );
+    }
+    parked
+}
+
 async fn insert_big_then_small(
     outbox: &TestOutbox,
     big: &str,
@@ -295,12 +371,9 @@ async fn too_large_for_its_topic_is_dead_lettered_with_its_payload() {
     );
     assert_eq!(d.header("aggregateid"), Some("o1"));
 
-    let want = later.len();
-    let received = consume(&topic, DEADLINE, move |r| r.len() >= want).await;
-    let ids: Vec<&str> = received.iter().filter_map(|r| r.header("ce_id")).collect();
-    for id in &later {
-        assert!(ids.contains(&id.as_str()), "later event {id} delivered");
-    }
+    // Its aggregate's later events are parked behind it, or (taken by the
+    // broker before it refused the big record) delivered in order.
+    wait_later_parked_or_delivered(&outbox, &topic, &big_id, &later).await;
     wait_slot_past(&outbox, after, "the slot to advance past the dead letter").await;
     relay.stop().await.expect("graceful stop");
     outbox.drop_all().await;
@@ -341,13 +414,9 @@ async fn too_large_for_the_dead_letter_topic_too_goes_headers_only_and_the_strea
         "headers only"
     );
 
-    // The stream went on: the later events arrive and the slot advances.
-    let want = later.len();
-    let received = consume(&topic, DEADLINE, move |r| r.len() >= want).await;
-    let ids: Vec<&str> = received.iter().filter_map(|r| r.header("ce_id")).collect();
-    for id in &later {
-        assert!(ids.contains(&id.as_str()), "later event {id} delivered");
-    }
+    // The stream went on: the later events are parked behind the dead
+    // letter (or were taken before it was refused), and the slot advances.
+    wait_later_parked_or_delivered(&outbox, &topic, &big_id, &later).await;
     wait_slot_past(&outbox, after, "the slot to advance past the dead letter").await;
     relay.stop().await.expect("graceful stop");
     outbox.drop_all().await;

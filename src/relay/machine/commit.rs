@@ -126,6 +126,11 @@ impl SessionMachine<'_> {
     /// arrives; `None` in at-least-once mode or with nothing to commit.
     pub fn commit_wake_at(&self) -> Option<Instant> {
         let commits = self.commits.as_ref()?;
+        if self.parks_waiting() > 0 {
+            // The writer's answer wakes the session, and the commit waits
+            // for it (below).
+            return None;
+        }
         commits.wake_at(
             self.pace.quiet_since(),
             self.at_boundary(),
@@ -136,6 +141,12 @@ impl SessionMachine<'_> {
 
     /// Exactly-once: the commit due at `now`, if any.
     pub fn commit_due(&self, now: Instant, force: bool) -> Option<CommitPlan> {
+        if self.parks_waiting() > 0 {
+            // A checkpoint past an event that is neither in this Kafka
+            // transaction nor committed to the parking table would lose it
+            // in a crash: the writer answers within milliseconds.
+            return None;
+        }
         let plan = self.commits.as_ref()?.due(
             self.pace.quiet_since(),
             now,

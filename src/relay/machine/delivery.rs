@@ -14,6 +14,7 @@
 //! [`RowFate`]: super::super::fates::RowFate
 
 use super::*;
+use crate::parking::Parcel;
 
 impl SessionMachine<'_> {
     /// Hands what a row or message became to the producer, counted in its
@@ -42,6 +43,27 @@ impl SessionMachine<'_> {
                     if let (Some(tracer), Some(parent)) = (&self.tracer, &trace) {
                         tag.span = tracer.start(parent, &mut record, &row.id);
                     }
+                }
+                if self.parked_behind(&row, tag.lsn) {
+                    // Its aggregate waits behind a dead letter: held in
+                    // the parking table, as it would have been sent.
+                    let parcel = match self.webhook_of(&row) {
+                        None => Parcel::Kafka(record),
+                        Some(sink) => match self.webhook_event(&row) {
+                            Ok(event) => Parcel::Webhook { sink, event },
+                            Err(e) => {
+                                let (record, tag) = self.router.dead_letter(
+                                    &row,
+                                    origin,
+                                    e.to_string(),
+                                    e.reason_code(),
+                                    tag,
+                                );
+                                return self.send_dead_letter(record, tag, false, producer);
+                            }
+                        },
+                    };
+                    return self.park_event(&row, parcel, tag, producer);
                 }
                 if let Some(sink) = self.webhook_of(&row) {
                     return self.deliver_webhook(sink, &row, origin, tag, producer);
@@ -76,10 +98,31 @@ impl SessionMachine<'_> {
         }
     }
 
+    /// Sends a dead letter (see [`Self::send_dead_letter_record`]), then
+    /// parks its aggregate when its sink says so (`parking.rs`).
+    pub(super) fn send_dead_letter(
+        &mut self,
+        record: KafkaRecord,
+        tag: DeliveryTag,
+        counted: bool,
+        producer: &mut impl Producer,
+    ) -> SessionResult<()> {
+        let parks = self.dead_letter_parks(&record, &tag);
+        let head = parks.is_some().then(|| DeliveryTag {
+            span: None,
+            ..tag.clone()
+        });
+        self.send_dead_letter_record(record, tag, counted, producer)?;
+        match (parks, head) {
+            (Some(parks), Some(head)) => self.park_head(parks, &head, producer),
+            _ => Ok(()),
+        }
+    }
+
     /// Sends a dead letter as its row's fate says: whole, alone, or as a
     /// stand-in without its payload. `counted`: it replaces an event already
     /// counted in its transaction.
-    pub(super) fn send_dead_letter(
+    fn send_dead_letter_record(
         &mut self,
         record: KafkaRecord,
         tag: DeliveryTag,
@@ -258,6 +301,7 @@ impl SessionMachine<'_> {
                 return Err(self.replay_for(&tag, refused, true));
             }
         }
+        self.send_handed_back(producer)?;
         self.send_isolated_when_alone(producer)
     }
 

@@ -26,6 +26,19 @@ impl SessionMachine<'_> {
         }
     }
 
+    /// The request an event of a webhook route is POSTed as.
+    pub(super) fn webhook_event(
+        &self,
+        row: &crate::outbox::OutboxRow,
+    ) -> Result<WebhookEvent, crate::envelope::EnvelopeError> {
+        let time = match self.txn {
+            TxnState::Delivering(commit) => commit.time,
+            _ => Utc::now(),
+        };
+        let dataschema = self.router.dataschema(row);
+        WebhookEvent::of_row(row, time, &self.settings.envelope.source, dataschema)
+    }
+
     /// Hands an event to webhook sink `sink`. A row that cannot be an
     /// event goes to the dead-letter topic, as it would on the Kafka path.
     pub(super) fn deliver_webhook(
@@ -36,12 +49,7 @@ impl SessionMachine<'_> {
         tag: DeliveryTag,
         producer: &mut impl Producer,
     ) -> SessionResult<()> {
-        let time = match self.txn {
-            TxnState::Delivering(commit) => commit.time,
-            _ => Utc::now(),
-        };
-        let dataschema = self.router.dataschema(row);
-        match WebhookEvent::of_row(row, time, &self.settings.envelope.source, dataschema) {
+        match self.webhook_event(row) {
             Ok(event) => {
                 self.tracker.add_event(tag.txn)?;
                 producer.send_webhook(sink, event, tag).map_err(|_| {

@@ -7,7 +7,7 @@ use super::io::seconds_since;
 use super::{Session, SessionResult};
 use crate::metrics as m;
 use crate::relay::exactly_once::Transactional;
-use crate::relay::machine::Step;
+use crate::relay::machine::{ParkTag, Step};
 use crate::relay::sinks::Sinks;
 use crate::relay::tag::DeliveryTag;
 use crate::replication::{RelationClass, StreamItem, classify};
@@ -34,6 +34,7 @@ impl Session<'_> {
                 report,
                 &mut Transactional {
                     sink: &mut self.sink,
+                    parking: self.parking.as_ref(),
                 },
             ),
             None => self.machine.on_report(
@@ -41,6 +42,31 @@ impl Session<'_> {
                 &mut Sinks {
                     kafka: &mut self.sink,
                     http: &mut self.http,
+                    parking: self.parking.as_ref(),
+                },
+            ),
+        }
+    }
+
+    /// Feeds one answer of the parking writer to the machine.
+    pub(super) fn on_park_report(
+        &mut self,
+        report: crate::parking::Report<ParkTag>,
+    ) -> SessionResult<()> {
+        match &self.eos {
+            Some(_) => self.machine.on_park_report(
+                report,
+                &mut Transactional {
+                    sink: &mut self.sink,
+                    parking: self.parking.as_ref(),
+                },
+            ),
+            None => self.machine.on_park_report(
+                report,
+                &mut Sinks {
+                    kafka: &mut self.sink,
+                    http: &mut self.http,
+                    parking: self.parking.as_ref(),
                 },
             ),
         }
@@ -74,6 +100,7 @@ impl Session<'_> {
                         data,
                         &mut Transactional {
                             sink: &mut self.sink,
+                            parking: self.parking.as_ref(),
                         },
                     ),
                     None => self.machine.on_wal(
@@ -81,6 +108,7 @@ impl Session<'_> {
                         &mut Sinks {
                             kafka: &mut self.sink,
                             http: &mut self.http,
+                            parking: self.parking.as_ref(),
                         },
                     ),
                 };

@@ -45,6 +45,14 @@ impl Session<'_> {
             let report = tokio::select! {
                 r = self.reports.recv() => r,
                 r = self.http.recv() => Some(r),
+                r = super::park_report(&mut self.parking) => {
+                    if let Err(e) = self.on_park_report(r) {
+                        let confirmed = self.confirmed;
+                        return Err((self.abandon(e).await, confirmed));
+                    }
+                    self.confirm();
+                    continue;
+                }
                 () = tokio::time::sleep_until(self.stream.status_due_at()) => {
                     if let Err(e) = self.stream.send_due_status().await {
                         tracing::warn!(error = %e, "status update while draining failed");
@@ -104,6 +112,14 @@ impl Session<'_> {
             let report = tokio::select! {
                 r = self.reports.recv() => r,
                 r = self.http.recv() => Some(r),
+                r = super::park_report(&mut self.parking) => {
+                    let handled = self.on_park_report(r);
+                    self.confirm();
+                    if let Err(e) = handled {
+                        return e.is_fatal().then_some(e);
+                    }
+                    continue;
+                }
                 () = tokio::time::sleep_until(deadline) => break,
             };
             let Some(report) = report else { break };

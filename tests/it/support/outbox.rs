@@ -34,6 +34,24 @@ pub struct TestOutbox {
     services: Shared,
 }
 
+/// The parking table the relay uses by default for the outbox `table`
+/// (`public.<table>_parked`, as `outbox-relay init` makes it), writable by
+/// the relay role: parking is on unless a test's config says `skip`.
+pub async fn create_parked_table(admin: &Client, table: &str) {
+    let parked = outbox_relay::parking::ParkedTable {
+        schema: "public".into(),
+        name: format!("{table}_parked"),
+    };
+    admin
+        .batch_execute(&format!(
+            "{}\nGRANT SELECT, INSERT, UPDATE, DELETE ON {} TO relay;",
+            parked.create_sql(),
+            parked.quoted()
+        ))
+        .await
+        .expect("create the parking table");
+}
+
 impl TestOutbox {
     /// Creates a Debezium-style outbox. `payload_type` is `jsonb` normally,
     /// `text` to let a test write payloads that are not JSON.
@@ -71,6 +89,7 @@ impl TestOutbox {
             ))
             .await
             .expect("create outbox");
+        create_parked_table(&admin, &table).await;
         admin
             .execute(
                 "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -282,6 +301,27 @@ source = "/orders-service"
 
     pub async fn writer(&self) -> Client {
         pg_admin().await
+    }
+
+    /// The rows of this outbox's parking table (`public.<table>_parked`),
+    /// in each aggregate's commit order: `(aggregateid, kind, event_id)`,
+    /// kind `HEAD` (live), `EVENT` or `DEAD`.
+    pub async fn parked(&self) -> Vec<(String, String, String)> {
+        self.admin
+            .query(
+                &format!(
+                    "SELECT aggregateid, kind, event_id FROM public.{}_parked \
+                     WHERE released_at IS NULL \
+                     ORDER BY aggregatetype, aggregateid, commit_lsn, position",
+                    self.table
+                ),
+                &[],
+            )
+            .await
+            .expect("read the parking table")
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect()
     }
 
     pub async fn current_wal_lsn(&self) -> Lsn {
