@@ -114,10 +114,13 @@ impl Config {
         })
     }
 
-    /// What the relay reports about itself besides /metrics.
+    /// What the relay reports about itself besides the sessions' own
+    /// metrics.
     pub fn observability(&self) -> Observability {
+        let (schema, name) = self.postgres.parked_table_parts();
         Observability {
             progress_interval: self.relay.progress_interval(),
+            parked_table: Some(crate::parking::ParkedTable { schema, name }),
         }
     }
 
