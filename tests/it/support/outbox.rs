@@ -1,4 +1,4 @@
-//! One test's outbox: a Debezium-style table, its publication, a pgoutput
+//! One test's outbox: a Debezium-style table, its parking table, its publication, a pgoutput
 //! slot and topic names, all randomly named; the relay config for it (the
 //! same TOML for the relay binary and, through `Config::from_figment` and
 //! `Config::relay_settings`, for the in-process relay); rows committed
@@ -71,6 +71,21 @@ impl TestOutbox {
             ))
             .await
             .expect("create outbox");
+        // The parking table, the relay's own per outbox: a healthy run has
+        // one (the relay samples it), and no test parks behind another's
+        // dead letter.
+        let parked = outbox_relay::parking::ParkedTable {
+            schema: "public".into(),
+            name: format!("{table}_parked"),
+        };
+        admin
+            .batch_execute(&format!(
+                "{} GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO relay;",
+                parked.create_sql(),
+                parked.quoted()
+            ))
+            .await
+            .expect("create the parking table");
         admin
             .execute(
                 "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -133,6 +148,7 @@ url = "{url}"
 slot = "{slot}"
 publication = "{publication}"
 table = "public.{table}"
+parked_table = "public.{table}_parked"
 status_interval_secs = 1
 heartbeat_interval_secs = 0
 [kafka]
@@ -348,8 +364,8 @@ source = "/orders-service"
         let _ = self
             .admin
             .batch_execute(&format!(
-                "DROP PUBLICATION IF EXISTS {}; DROP TABLE IF EXISTS public.{} ; DROP TABLE IF EXISTS public.{}_orders;",
-                self.publication, self.table, self.table
+                "DROP PUBLICATION IF EXISTS {}; DROP TABLE IF EXISTS public.{} ; DROP TABLE IF EXISTS public.{}_orders; DROP TABLE IF EXISTS public.{}_parked;",
+                self.publication, self.table, self.table, self.table
             ))
             .await;
     }
