@@ -468,6 +468,7 @@ mod tests {
                 WEBHOOK_OLDEST_PENDING_AGE,
             ),
             ("OutboxRelayWebhookDead", WEBHOOK_DEAD),
+            ("OutboxRelayParkedHeadOld", PARKED_OLDEST_HEAD_AGE),
         ] {
             let rule = alerts
                 .split("- alert: ")

@@ -112,7 +112,8 @@ pub async fn run(
 
 /// [`run`], with the progress line as `observability` says. The slot's lag
 /// is sampled in the background for as long as it runs, and the background
-/// tasks of the cleanup and the trace exporter run beside the sessions.
+/// tasks of the cleanup, the trace exporter and the parked gauges run
+/// beside the sessions.
 pub async fn run_observed(
     settings: RelaySettings,
     observability: Observability,
@@ -143,6 +144,10 @@ pub async fn run_observed(
     // after their drain, or a fatal error), finishing the rows it holds.
     let (stop_worker, worker_stop) = watch::channel(false);
     let (webhooks, retry_worker) = spawn_webhooks(&settings, &worker_stop)?;
+    let parked_gauges = observability.parked_table.clone().map(|table| {
+        let connection = settings.replication.connection.clone();
+        crate::parking::gauges::spawn(connection, table, health.clone(), worker_stop.clone())
+    });
     let background = Background {
         tracer,
         deleter,
@@ -160,7 +165,7 @@ pub async fn run_observed(
             worker.abort();
         }
     }
-    for task in [exporter, cleaner].into_iter().flatten() {
+    for task in [exporter, cleaner, parked_gauges].into_iter().flatten() {
         let _ = tokio::time::timeout(BACKGROUND_DRAIN, task).await;
     }
     outcome

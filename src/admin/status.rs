@@ -1,11 +1,17 @@
 //! `outbox-relay status`: how far behind the slot is, for the on-call
 //! engineer: the lag in bytes, the slot's WAL status, who holds it, and,
 //! when the outbox keeps its rows, how many rows may still wait and how old
-//! the oldest of them is.
+//! the oldest of them is; and the aggregates parked behind a dead letter.
 //!
-//! Role: [`gather`] reads the slot (one query) and the pending rows (one
-//! scan of the outbox table); [`render_text`] and [`render_json`] format a
-//! [`StatusReport`].
+//! Role: [`gather`] reads the slot (one query), the pending rows (one
+//! scan of the outbox table), the webhook sinks' delivery table and the
+//! parking table (a count each); [`render_text`] and [`render_json`]
+//! format a [`StatusReport`].
+//!
+//! Parked aggregates are shown, never judged: parking is the relay working
+//! as configured (`after_dead_letter = "park"`), and what releases them is
+//! a person (`outbox-relay dead list`, then `dead retry` or `dead discard`),
+//! whatever the slot's state.
 //!
 //! The pending rows, and why they are an upper bound: a row does not record
 //! the LSN of the commit that inserted it, so "above the confirmed
@@ -46,6 +52,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
+use crate::parking::store::{self as parking_store, ParkedTable, Stats as ParkedStats};
 use crate::pg::{ErrorKind, PgError, SqlConnection};
 use crate::replication::evaluate_slot_json;
 use postgres_protocol::escape::{escape_identifier, escape_literal};
@@ -132,6 +139,11 @@ pub struct StatusReport {
     /// sink; a table that cannot be read leaves it empty).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub webhooks: Vec<crate::sink::http::store::RouteStats>,
+    /// The parking table's figures (`None`: it could not be read, and
+    /// `parked_note` says why).
+    pub parked: Option<ParkedStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parked_note: Option<String>,
     /// Why the relay cannot use the slot (its own verdict), when it cannot.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unusable: Option<String>,
@@ -359,6 +371,8 @@ pub async fn gather(
             _ => None,
         }
     });
+    let webhooks = webhook_stats(connection, config).await;
+    let (parked, parked_note) = parked_stats(connection, config).await;
     let mut report = StatusReport {
         slot: pg.slot.clone(),
         database: document.database,
@@ -373,7 +387,9 @@ pub async fn gather(
         synced: slot.and_then(|s| s.synced),
         holder: document.holder.map(HolderFacts::with_hint),
         pending,
-        webhooks: webhook_stats(connection, config).await,
+        webhooks,
+        parked,
+        parked_note,
         unusable,
         verdict: Verdict::Ok,
         problem: None,
@@ -447,6 +463,41 @@ async fn webhook_stats(
                 })
         })
         .collect()
+}
+
+/// The parking table's figures, or why they could not be read.
+async fn parked_stats(
+    connection: &mut SqlConnection,
+    config: &Config,
+) -> (Option<ParkedStats>, Option<String>) {
+    let (schema, name) = config.postgres.parked_table_parts();
+    let table = ParkedTable { schema, name };
+    match parking_store::stats(connection, &table).await {
+        Ok(stats) => (Some(stats), None),
+        Err(e) if e.sqlstate() == Some("42P01") => (
+            None,
+            Some(format!(
+                "the parking table {}.{} does not exist (`outbox-relay init` creates it)",
+                table.schema, table.name
+            )),
+        ),
+        Err(e) => (None, Some(format!("the parking table cannot be read: {e}"))),
+    }
+}
+
+/// The `parked` row of the text report.
+fn parked_text(report: &StatusReport) -> String {
+    match (&report.parked, &report.parked_note) {
+        (Some(p), _) if p.aggregates == 0 && p.events == 0 => "none".to_owned(),
+        (Some(p), _) => format!(
+            "{} aggregates behind a dead letter, {} events waiting behind them; the oldest \
+             parked {} ago: `outbox-relay dead list` shows them",
+            p.aggregates,
+            p.events,
+            human_duration(p.oldest_head_secs)
+        ),
+        (None, note) => note.clone().unwrap_or_else(|| "unknown".to_owned()),
+    }
 }
 
 /// The report for people.
@@ -554,6 +605,7 @@ pub fn render_text(report: &StatusReport) -> String {
         })
         .collect();
     rows.extend(webhook_rows.iter().map(|(k, v)| (k.as_str(), v.clone())));
+    rows.push(("parked", parked_text(report)));
     rows.push((
         "verdict",
         match (report.verdict, &report.problem) {

@@ -128,6 +128,7 @@ impl Config {
     pub fn observability(&self) -> Observability {
         Observability {
             progress_interval: self.relay.progress_interval(),
+            parked_table: self.parking(),
         }
     }
 

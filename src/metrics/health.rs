@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 
 use super::{DEFAULT_UNHEALTHY_AFTER, READY};
+use crate::parking::store::Stats as ParkedStats;
 
 /// Longest failure text /health and /ready show.
 const MAX_REASON_LEN: usize = 300;
@@ -67,6 +68,9 @@ struct HealthState {
     /// answering clears it.
     kafka_down_since: AtomicU64,
     kafka_reason: Mutex<String>,
+    /// The parking table's figures at the last sample that worked; `None`
+    /// before one did.
+    parked: Mutex<Option<ParkedStats>>,
 }
 
 impl Default for Health {
@@ -83,6 +87,7 @@ impl Default for Health {
             reason: Mutex::new(String::new()),
             kafka_down_since: AtomicU64::new(0),
             kafka_reason: Mutex::new(String::new()),
+            parked: Mutex::new(None),
         }))
     }
 }
@@ -246,13 +251,33 @@ impl Health {
             .clone()
     }
 
+    /// The parking table's figures, as the parked gauges last read them.
+    pub fn set_parked(&self, stats: ParkedStats) {
+        *self.0.parked.lock().unwrap_or_else(|e| e.into_inner()) = Some(stats);
+    }
+
+    /// The figures [`Health::set_parked`] was last given.
+    pub fn parked(&self) -> Option<ParkedStats> {
+        *self.0.parked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// The /health answer: status code and body.
     pub fn status(&self) -> (StatusCode, String) {
         self.status_at(self.0.origin.elapsed())
     }
 
-    /// The /health answer at `now` (time since this value was created).
+    /// The /health answer at `now` (time since this value was created):
+    /// the relay's state, then what is parked (never changing the code).
     pub(super) fn status_at(&self, now: Duration) -> (StatusCode, String) {
+        let (code, mut body) = self.liveness_at(now);
+        if let Some(line) = self.parked().as_ref().and_then(parked_line) {
+            body.push_str(&line);
+        }
+        (code, body)
+    }
+
+    /// The /health code and first line at `now`.
+    fn liveness_at(&self, now: Duration) -> (StatusCode, String) {
         let limit = Duration::from_millis(self.0.unhealthy_after_ms.load(Ordering::Relaxed));
         let since = self.0.failing_since.load(Ordering::Relaxed);
         if since != 0 {
@@ -337,6 +362,20 @@ impl Health {
         let ready = self.readiness().0 == StatusCode::OK;
         metrics::gauge!(READY).set(if ready { 1.0 } else { 0.0 });
     }
+}
+
+/// The /health line of what is parked, while anything is.
+fn parked_line(stats: &ParkedStats) -> Option<String> {
+    if stats.aggregates == 0 && stats.events == 0 {
+        return None;
+    }
+    Some(format!(
+        "parked: {} aggregates behind a dead letter, {} events waiting, the oldest parked for \
+         {} s (outbox-relay dead list)\n",
+        stats.aggregates,
+        stats.events,
+        stats.oldest_head_secs.max(0.0).round() as u64
+    ))
 }
 
 #[cfg(test)]
@@ -541,5 +580,42 @@ mod tests {
         let reason = health.reason();
         assert!(reason.len() <= MAX_REASON_LEN, "{}", reason.len());
         assert!(reason.starts_with("broker_error: é"));
+    }
+
+    #[test]
+    fn parked_aggregates_are_shown_and_never_change_the_answer() {
+        let health = Health::default();
+        health.set_unhealthy_after(Duration::from_secs(10));
+        health.set_streaming(true);
+        // Nothing parked: the body is as before.
+        health.set_parked(ParkedStats::default());
+        assert_eq!(
+            health.status_at(SEC),
+            (StatusCode::OK, "streaming\n".to_owned())
+        );
+        // A day-old head: still 200, the figures on a line of their own.
+        health.set_parked(ParkedStats {
+            aggregates: 2,
+            events: 7,
+            oldest_head_secs: 86_400.4,
+        });
+        assert_eq!(
+            health.status_at(SEC),
+            (
+                StatusCode::OK,
+                "streaming\nparked: 2 aggregates behind a dead letter, 7 events waiting, the \
+                 oldest parked for 86400 s (outbox-relay dead list)\n"
+                    .to_owned()
+            )
+        );
+        assert_eq!(health.readiness().0, StatusCode::OK);
+        // Beside an unhealthy answer too: the code is the relay's.
+        health.retrying(reason::STREAM_BROKE, &"walsender ended");
+        let (code, body) = health.status_at(Duration::from_secs(3600));
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert!(
+            body.starts_with("unhealthy: ") && body.ends_with("(outbox-relay dead list)\n"),
+            "{body}"
+        );
     }
 }

@@ -12,6 +12,7 @@ use crate::otel::OtlpSettings;
 use crate::outbox::message::DEFAULT_PREFIX;
 use crate::outbox::shard::Shard;
 use crate::outbox::{ColumnMap, Source};
+use crate::parking::ParkedTable;
 use crate::replication::ReplicationSettings;
 use crate::sink::http::Webhooks;
 use crate::sink::{OnUnroutable, SinkSettings};
@@ -85,18 +86,23 @@ impl Default for SourceSettings {
     }
 }
 
-/// What the relay reports about itself besides /metrics, from the config's
-/// `[relay]` section.
+/// What the relay reports about itself besides the sessions' own metrics,
+/// from the config: the progress line (`[relay]`), and the parking table
+/// whose figures it samples for /metrics and /health.
 #[derive(Debug, Clone)]
 pub struct Observability {
     /// Interval of the progress line while there is work; `None`: no line.
     pub progress_interval: Option<Duration>,
+    /// `postgres.parked_table`, for the parked gauges
+    /// (`parking::gauges`); `None`: not sampled.
+    pub parked_table: Option<ParkedTable>,
 }
 
 impl Default for Observability {
     fn default() -> Self {
         Observability {
             progress_interval: Some(progress::DEFAULT_INTERVAL),
+            parked_table: None,
         }
     }
 }

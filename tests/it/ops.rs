@@ -289,6 +289,143 @@ async fn metrics_show_latency_bytes_by_topic_dead_letters_by_reason_and_slot_lag
     outbox.drop_all().await;
 }
 
+/// What waits in the parking table is on /metrics, /health and `status`.
+/// The relay starts before its parking table exists: the gauges are there
+/// at 0, and one WARN line names the fix (not one per sample). Once the
+/// table holds two live heads (one parked two hours ago), three events
+/// behind them and a released head of a day ago, the gauges say 2, 3 and
+/// two hours at the next sample; /health shows the figures and stays 200;
+/// `status` shows them, text and JSON, with the command to run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn parked_aggregates_show_on_metrics_health_and_status() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let parked = format!("public.{}_parked", outbox.table);
+    outbox
+        .admin
+        .batch_execute(&format!("DROP TABLE {parked}"))
+        .await
+        .unwrap();
+    let port = free_port();
+    let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
+    let mut relay = Relay::process(&config);
+    relay
+        .wait_for_log("cannot read the parking table", FAST_EXIT)
+        .await;
+    let scrape = || async { http_get(port, "/metrics").await.map(|(_, b)| b) };
+    let metrics = scrape().await.expect("/metrics");
+    for series in [
+        "outbox_relay_parked_aggregates 0",
+        "outbox_relay_parked_events 0",
+        "outbox_relay_parked_oldest_head_age_seconds 0",
+    ] {
+        assert!(metrics.lines().any(|l| l == series), "{series}: {metrics}");
+    }
+
+    let table = outbox_relay::parking::ParkedTable {
+        schema: "public".into(),
+        name: format!("{}_parked", outbox.table),
+    };
+    let row = |aggregate: &str, id: &str, kind: &str, lsn: &str, parked_at: &str| {
+        format!(
+            "('order', '{aggregate}', '{id}', '{kind}', 0, '{lsn}', 0, now() - interval '{parked_at}')"
+        )
+    };
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "{create} GRANT SELECT ON {parked} TO relay;
+             INSERT INTO {parked} (aggregatetype, aggregateid, event_id, kind, shard, commit_lsn,
+                 position, parked_at) VALUES {rows};
+             INSERT INTO {parked} (aggregatetype, aggregateid, event_id, kind, shard, commit_lsn,
+                 position, parked_at, released_at)
+                 VALUES ('order', 'agg-9', 'e9', 'HEAD', 0, '0/90', 0, now() - interval '1 day', now());",
+            create = table.create_sql(),
+            rows = [
+                row("agg-1", "e1", "HEAD", "0/10", "2 hours"),
+                row("agg-1", "e2", "EVENT", "0/11", "1 hour"),
+                row("agg-1", "e3", "EVENT", "0/12", "1 hour"),
+                row("agg-2", "e4", "HEAD", "0/20", "10 minutes"),
+                row("agg-2", "e5", "EVENT", "0/21", "5 minutes"),
+            ]
+            .join(", "),
+        ))
+        .await
+        .unwrap();
+    let figures = |m: &str| {
+        (
+            metric_value(m, "outbox_relay_parked_aggregates", ""),
+            metric_value(m, "outbox_relay_parked_events", ""),
+            metric_value(m, "outbox_relay_parked_oldest_head_age_seconds", ""),
+        )
+    };
+    wait_until_explained(
+        "the gauges to show 2 aggregates, 3 events, a head two hours old",
+        FAST_EXIT,
+        || async {
+            scrape().await.is_some_and(|m| {
+                let (aggregates, events, age) = figures(&m);
+                aggregates == 2.0 && events == 3.0 && (7_200.0..7_400.0).contains(&age)
+            })
+        },
+        || async { format!("{:?}", figures(&scrape().await.unwrap_or_default())) },
+    )
+    .await;
+    let (status, body) = http_get(port, "/health").await.expect("/health");
+    assert_eq!(status, 200, "parking is no failure: {body}");
+    assert!(
+        body.contains("parked: 2 aggregates behind a dead letter, 3 events waiting")
+            && body.contains("(outbox-relay dead list)"),
+        "{body}"
+    );
+    // One line for the incident, and one when it ended.
+    let log = relay.log_text();
+    let warned: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("cannot read the parking table"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert!(
+        warned[0].contains(" WARN ") && warned[0].contains("`outbox-relay init` creates it"),
+        "{}",
+        warned[0]
+    );
+    assert!(
+        log.contains("the parked gauges read the parking table again"),
+        "{log}"
+    );
+
+    let status = |json: bool| {
+        let mut args = vec![
+            "status".to_owned(),
+            "--config".to_owned(),
+            config.display().to_string(),
+        ];
+        if json {
+            args.push("--json".to_owned());
+        }
+        cli::cli(args)
+    };
+    let output = status(true).await;
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", cli::shown(&output)));
+    assert_eq!(json["parked"]["aggregates"], 2, "{json}");
+    assert_eq!(json["parked"]["events"], 3, "{json}");
+    let age = json["parked"]["oldest_head_secs"].as_f64().unwrap();
+    assert!((7_200.0..7_400.0).contains(&age), "{json}");
+    let output = status(false).await;
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        text.contains("2 aggregates behind a dead letter, 3 events waiting behind them")
+            && text.contains("`outbox-relay dead list` shows them"),
+        "{}",
+        cli::shown(&output)
+    );
+
+    let status = relay.terminate().await;
+    assert_eq!(status.code(), Some(EXIT_CLEAN), "{}", relay.log_text());
+    outbox.drop_all().await;
+}
+
 // ---------------------------------------------------------------------------
 // Log lines
 

@@ -30,6 +30,8 @@ fn report() -> StatusReport {
             note: None,
         },
         webhooks: Vec::new(),
+        parked: Some(ParkedStats::default()),
+        parked_note: None,
         unusable: None,
         verdict: Verdict::Ok,
         problem: None,
@@ -290,5 +292,50 @@ fn the_verdict_fails_where_the_relay_cannot_use_the_slot_and_warns_on_unread_wal
         })
         .0,
         Verdict::Fail
+    );
+}
+
+#[test]
+fn parked_aggregates_show_with_the_dead_list_hint_and_do_not_change_the_verdict() {
+    let mut r = report();
+    assert!(
+        render_text(&r).contains("parked           none"),
+        "{}",
+        render_text(&r)
+    );
+    r.parked = Some(ParkedStats {
+        aggregates: 3,
+        events: 41,
+        oldest_head_secs: 5_400.0,
+    });
+    let text = render_text(&r);
+    assert!(
+        text.contains(
+            "parked           3 aggregates behind a dead letter, 41 events waiting behind them; \
+             the oldest parked 1 h 30 min ago: `outbox-relay dead list` shows them"
+        ),
+        "{text}"
+    );
+    assert_eq!(judge(&r), (Verdict::Ok, None));
+    let json: serde_json::Value = serde_json::from_str(&render_json(&r)).unwrap();
+    assert_eq!(json["parked"]["aggregates"], 3);
+    assert_eq!(json["parked"]["events"], 41);
+    assert_eq!(json["parked"]["oldest_head_secs"], 5_400.0);
+    assert!(json.get("parked_note").is_none(), "{json}");
+
+    r.parked = None;
+    r.parked_note = Some("the parking table public.outbox_parked does not exist".into());
+    assert!(
+        render_text(&r).contains("parked           the parking table public.outbox_parked"),
+        "{}",
+        render_text(&r)
+    );
+    let json: serde_json::Value = serde_json::from_str(&render_json(&r)).unwrap();
+    assert!(json["parked"].is_null(), "{json}");
+    assert!(
+        json["parked_note"]
+            .as_str()
+            .unwrap()
+            .contains("does not exist")
     );
 }

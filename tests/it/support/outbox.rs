@@ -1,4 +1,4 @@
-//! One test's outbox: a Debezium-style table, its publication, a pgoutput
+//! One test's outbox: a Debezium-style table, its parking table, its publication, a pgoutput
 //! slot and topic names, all randomly named; the relay config for it (the
 //! same TOML for the relay binary and, through `Config::from_figment` and
 //! `Config::relay_settings`, for the in-process relay); rows committed
@@ -152,6 +152,7 @@ url = "{url}"
 slot = "{slot}"
 publication = "{publication}"
 table = "public.{table}"
+parked_table = "public.{table}_parked"
 status_interval_secs = 1
 heartbeat_interval_secs = 0
 [kafka]
@@ -388,8 +389,8 @@ source = "/orders-service"
         let _ = self
             .admin
             .batch_execute(&format!(
-                "DROP PUBLICATION IF EXISTS {}; DROP TABLE IF EXISTS public.{} ; DROP TABLE IF EXISTS public.{}_orders;",
-                self.publication, self.table, self.table
+                "DROP PUBLICATION IF EXISTS {}; DROP TABLE IF EXISTS public.{} ; DROP TABLE IF EXISTS public.{}_orders; DROP TABLE IF EXISTS public.{}_parked;",
+                self.publication, self.table, self.table, self.table
             ))
             .await;
     }
