@@ -42,7 +42,10 @@ impl SessionMachine<'_> {
         };
         let dataschema = self.router.dataschema(row);
         match WebhookEvent::of_row(row, time, &self.settings.envelope.source, dataschema) {
-            Ok(event) => {
+            Ok(mut event) => {
+                // Its route's: whether its row, once DEAD, holds the aggregate.
+                event.after_dead_letter = (self.settings.webhooks.routes)
+                    .after_dead_letter(&row.aggregate_type, &row.event_type);
                 self.tracker.add_event(tag.txn)?;
                 producer.send_webhook(sink, event, tag).map_err(|_| {
                     let error = DeliveryError::ProducerFatal(
