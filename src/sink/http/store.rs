@@ -14,8 +14,8 @@
 //!   row at the same time;
 //! * [`stats`]: the gauges of stuck deliveries, per route.
 //!
-//! A row holds its aggregate ([`holds`], and [`holds_sql`] for the same rule
-//! in SQL): PENDING, or DEAD with `after_dead_letter = 'park'`. The look-up
+//! A row holds its aggregate ([`holds`], and [`holders_sql`] for the same
+//! rule in SQL): PENDING, or DEAD with `after_dead_letter = 'park'`. The look-up
 //! queues an event behind such a row, and the claim takes only rows with no
 //! older such row of their (route, aggregate): a DEAD row under `park` is a
 //! head that is never due, so nothing behind it is sent until `dead retry`
@@ -96,7 +96,7 @@ pub const DEAD: &str = "DEAD";
 pub const HOLD_COLUMN: &str = "after_dead_letter";
 
 /// Whether a row of this status and `after_dead_letter` holds its
-/// aggregate's later events: the rule [`holds_sql`] writes in SQL.
+/// aggregate's later events: the rule [`holders_sql`] writes in SQL.
 pub fn holds(status: &str, after_dead_letter: AfterDeadLetter) -> bool {
     match status {
         PENDING => true,
@@ -105,13 +105,24 @@ pub fn holds(status: &str, after_dead_letter: AfterDeadLetter) -> bool {
     }
 }
 
-/// [`holds`] as an SQL condition on the row alias `alias`.
-pub fn holds_sql(alias: &str) -> String {
-    format!(
-        "({alias}.status = '{PENDING}' OR ({alias}.status = '{DEAD}' AND \
-         {alias}.{HOLD_COLUMN} = '{park}'))",
-        park = AfterDeadLetter::Park.as_str()
-    )
+/// [`holds`] in SQL: whether a row of `t` (quoted) of this route and key
+/// (SQL expressions), older than row id `older_than` if given, holds the
+/// aggregate; one `EXISTS` per kind of holder, PENDING and DEAD under park,
+/// each answered by its partial index (`_key`, `_dead`). Kept apart rather
+/// than one `OR`: under `NOT`, each becomes an anti-join on its index,
+/// where an `OR` makes the claim compare every due row with every PENDING
+/// row of the table.
+pub fn holders_sql(t: &str, route: &str, key: &str, older_than: Option<&str>) -> [String; 2] {
+    let older = older_than.map_or_else(String::new, |id| format!(" AND h.id < {id}"));
+    let of = format!("h.route = {route} AND h.aggregate_key = {key}{older}");
+    [
+        format!("EXISTS (SELECT 1 FROM {t} h WHERE h.status = '{PENDING}' AND {of})"),
+        format!(
+            "EXISTS (SELECT 1 FROM {t} h WHERE h.status = '{DEAD}' AND {of} \
+             AND h.{HOLD_COLUMN} = '{park}')",
+            park = AfterDeadLetter::Park.as_str()
+        ),
+    ]
 }
 
 /// The `after_dead_letter` column's text back as the setting; anything but
@@ -147,14 +158,15 @@ pub async fn look_up(
     event: &WebhookEvent,
 ) -> Result<Known, PgError> {
     let t = table.quoted();
+    let [pending, parked] = holders_sql(
+        &t,
+        &escape_literal(route),
+        &escape_literal(&event.key),
+        None,
+    );
     let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM {t} WHERE event_id = {id}), \
-                EXISTS (SELECT 1 FROM {t} h WHERE h.route = {route} AND h.aggregate_key = {key} \
-                        AND {held})",
-        held = holds_sql("h"),
+        "SELECT EXISTS (SELECT 1 FROM {t} WHERE event_id = {id}), ({pending} OR {parked})",
         id = escape_literal(&event.id),
-        route = escape_literal(route),
-        key = escape_literal(&event.key),
     );
     let rows = conn.query(&sql, "look up a webhook event").await?;
     let flag = |i: usize| {
@@ -258,17 +270,15 @@ pub async fn claim(
     // has locked is skipped (SKIP LOCKED), and the rows behind it are not
     // heads, so nothing of that key is claimed meanwhile; nor while the
     // head is DEAD and parks its aggregate.
+    let [pending, parked] = holders_sql(&t, "d.route", "d.aggregate_key", Some("d.id"));
     let sql = format!(
         "SELECT d.id, d.attempts, d.max_attempts, d.event_id, d.aggregate_key, d.headers::text, \
                 encode(d.body, 'hex'), d.{HOLD_COLUMN} \
          FROM {t} d \
          WHERE d.status = 'PENDING' AND d.route = {route} AND d.next_attempt_at <= now() \
-           AND NOT EXISTS (SELECT 1 FROM {t} e WHERE e.route = d.route \
-                           AND e.aggregate_key = d.aggregate_key AND e.id < d.id \
-                           AND {held}) \
+           AND NOT {pending} AND NOT {parked} \
          ORDER BY d.next_attempt_at \
          LIMIT 1 FOR UPDATE OF d SKIP LOCKED",
-        held = holds_sql("e"),
         route = escape_literal(route),
     );
     let rows = conn.query(&sql, "claim a webhook retry").await?;
@@ -472,9 +482,23 @@ mod tests {
         for after in [Park, Skip] {
             assert_eq!(after_dead_letter_of(after.as_str()), after);
         }
-        assert_eq!(
-            holds_sql("e"),
-            "(e.status = 'PENDING' OR (e.status = 'DEAD' AND e.after_dead_letter = 'park'))"
+        // The SQL asks the same: PENDING rows, and DEAD ones under park
+        // only, of the aggregate, older than the row when one is given.
+        let [pending, parked] = holders_sql("t", "'r'", "'k'", Some("d.id"));
+        assert!(
+            pending.contains("h.status = 'PENDING'")
+                && pending.contains("h.aggregate_key = 'k'")
+                && pending.contains("h.id < d.id")
+                && !pending.contains(HOLD_COLUMN),
+            "{pending}"
         );
+        assert!(
+            parked.contains("h.status = 'DEAD'")
+                && parked.contains("h.after_dead_letter = 'park'")
+                && parked.contains("h.route = 'r'"),
+            "{parked}"
+        );
+        let [pending, _] = holders_sql("t", "'r'", "'k'", None);
+        assert!(!pending.contains("h.id <"), "{pending}");
     }
 }
