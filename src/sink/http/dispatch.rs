@@ -287,15 +287,25 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
                 }
                 Outcome::Permanent => {
                     count(name, webhook_outcome::DEAD);
-                    tracing::warn!(
-                        route = name,
-                        event_id = %event.id,
-                        status = answer.status,
-                        after_dead_letter = event.after_dead_letter.as_str(),
-                        "webhook refused the event for good; it is DEAD in the delivery table \
-                         (outbox-relay dead list; under park its aggregate's later events wait \
-                         behind it until `dead retry` or `dead discard`)"
-                    );
+                    if store::holds(store::DEAD, event.after_dead_letter) {
+                        tracing::warn!(
+                            route = name,
+                            event_id = %event.id,
+                            status = answer.status,
+                            "webhook refused the event for good; it is DEAD in the delivery \
+                             table (outbox-relay dead list), and its aggregate's later events \
+                             wait behind it (after_dead_letter = \"park\") until `outbox-relay \
+                             dead retry` or `dead discard` of it"
+                        );
+                    } else {
+                        tracing::warn!(
+                            route = name,
+                            event_id = %event.id,
+                            status = answer.status,
+                            "webhook refused the event for good; it is DEAD in the delivery \
+                             table (outbox-relay dead list)"
+                        );
+                    }
                     park(
                         sink,
                         event,
