@@ -1,9 +1,10 @@
 //! `after_dead_letter = "park"` (the default) on a webhook sink: an event
 //! the endpoint refuses for good is DEAD in the delivery table and holds
 //! its aggregate; the aggregate's later events wait behind it, untried,
-//! while other aggregates flow (also through the retry worker). `outbox-relay
-//! dead retry` of the DEAD event sends it first and then the ones behind it
-//! in commit order; `dead discard` lets the ones behind it go on. (Under
+//! while other aggregates flow (also through the retry worker); so does an
+//! event the retry worker marks DEAD later. `outbox-relay dead retry` of the
+//! DEAD event sends it first and then the ones behind it in commit order;
+//! `dead discard` lets the ones behind it go on. (Under
 //! "skip" the aggregate goes on at once: the 410 test in `webhooks.rs`.)
 
 use std::collections::HashMap;
@@ -117,11 +118,15 @@ fn of(committed: &[Committed], aggregate: &str) -> Vec<String> {
 /// Commits the events and waits until agg-0's first is DEAD and the
 /// others of agg-0 are handled; asserts they wait behind it untried while
 /// agg-1 and agg-2 arrive, agg-1 partly through the retry worker.
-async fn park_agg_0(case: &Case) -> Vec<Committed> {
+/// `by_worker`: agg-0's first event fails for a while first (PENDING), and
+/// the retry worker is the one that finds it refused for good and marks it
+/// DEAD; else it is refused in line at once.
+async fn park_agg_0(case: &Case, by_worker: bool) -> Vec<Committed> {
     // agg-0's first event is refused for good; agg-1's third fails for a
     // while (503), so it and the one behind it go through the retry worker
     // after agg-0's rows are queued.
-    case.receiver.refuse("agg-0", 1, 410);
+    case.receiver
+        .refuse("agg-0", 1, if by_worker { 503 } else { 410 });
     case.receiver.refuse("agg-1", 3, 503);
     let mut writer = case.outbox.writer().await;
     let mut seqs = HashMap::new();
@@ -137,6 +142,19 @@ async fn park_agg_0(case: &Case) -> Vec<Committed> {
         .await;
     case.all_handled().await;
     let k = of(&committed, "agg-0");
+    if by_worker {
+        assert_eq!(
+            case.rows().await.get(&k[0]).map(|r| r.0.clone()),
+            Some("PENDING".to_owned())
+        );
+        case.receiver.refuse("agg-0", 1, 410);
+        wait_until(
+            "the retry worker marks agg-0's first DEAD",
+            DEADLINE,
+            || async { case.rows().await.get(&k[0]).is_some_and(|r| r.0 == "DEAD") },
+        )
+        .await;
+    }
     let rows = case.rows().await;
     assert_eq!(
         rows.get(&k[0]).map(|r| r.0.as_str()),
@@ -178,7 +196,7 @@ async fn park_agg_0(case: &Case) -> Vec<Committed> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_event_holds_its_aggregate_until_dead_retry_sends_it_first() {
     let case = start().await;
-    let committed = park_agg_0(&case).await;
+    let committed = park_agg_0(&case, false).await;
     let k = of(&committed, "agg-0");
     let held: String = case
         .outbox
@@ -195,7 +213,20 @@ async fn a_dead_event_holds_its_aggregate_until_dead_retry_sends_it_first() {
         .get(0);
     assert_eq!(held, "park", "the row records its route's setting");
 
-    // The endpoint is fixed; the operator retries the DEAD event.
+    retry_agg_0(case, committed, "webhook-park-retry").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_the_retry_worker_marks_dead_holds_its_aggregate_too() {
+    let case = start().await;
+    let committed = park_agg_0(&case, true).await;
+    retry_agg_0(case, committed, "webhook-park-worker-dead").await;
+}
+
+/// The endpoint is fixed, the operator retries agg-0's DEAD event: it
+/// arrives first, then the rest of agg-0 in commit order, nothing twice.
+async fn retry_agg_0(case: Case, committed: Vec<Committed>, name: &str) {
+    let k = of(&committed, "agg-0");
     case.receiver.forgive("agg-0", 1);
     case.dead("retry", &k[0]).await;
     wait_until("agg-0's events accepted", DEADLINE, || async {
@@ -213,7 +244,7 @@ async fn a_dead_event_holds_its_aggregate_until_dead_retry_sends_it_first() {
         agg_0, k,
         "the retried event first, then the rest in commit order"
     );
-    let duplicates = check_webhook_delivery("webhook-park-retry", &committed, &accepted, &[]);
+    let duplicates = check_webhook_delivery(name, &committed, &accepted, &[]);
     assert_eq!(duplicates, 0);
     assert_eq!(case.receiver.max_in_flight_per_key(), 1);
     wait_until("every row SENT", DEADLINE, || async {
@@ -230,7 +261,7 @@ async fn a_dead_event_holds_its_aggregate_until_dead_retry_sends_it_first() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_discard_lets_the_held_aggregate_go_on_without_it() {
     let case = start().await;
-    let committed = park_agg_0(&case).await;
+    let committed = park_agg_0(&case, false).await;
     let k = of(&committed, "agg-0");
 
     case.dead("discard", &k[0]).await;
