@@ -4,8 +4,9 @@
 -- PostgreSQL transaction, before its WAL position may be confirmed: the slot
 -- never waits on a slow endpoint. A retry worker claims due rows with
 -- FOR UPDATE SKIP LOCKED, so several relays may share the table. While an
--- aggregate (route, aggregate_key) has a PENDING row, its later events are
--- queued here behind it instead of overtaking it.
+-- aggregate (route, aggregate_key) has a PENDING row, or a DEAD row whose
+-- after_dead_letter is 'park', its later events are queued here behind it
+-- instead of overtaking it.
 --
 -- status: PENDING (waiting for next_attempt_at), SENT (delivered by a retry),
 -- DEAD (out of attempts or refused for good; `outbox-relay dead retry` turns
@@ -30,8 +31,20 @@ CREATE TABLE IF NOT EXISTS outbox_delivery (
     -- the event as it is sent: its HTTP headers (ce-*, Idempotency-Key,
     -- content-type) as a JSON object of strings, and the exact body bytes.
     headers         jsonb       NOT NULL,
-    body            bytea       NOT NULL
+    body            bytea       NOT NULL,
+    -- what this row does to its aggregate's later events once it is DEAD:
+    -- the `after_dead_letter` of the event's route when the relay wrote it.
+    -- 'park': they wait behind it until `dead retry` or `dead discard`;
+    -- 'skip': they go on. The relay always writes it; the default is for
+    -- rows written before the column existed, when a DEAD row held nothing.
+    after_dead_letter text      NOT NULL DEFAULT 'skip'
+                                CHECK (after_dead_letter IN ('park', 'skip'))
 );
+
+-- A table created before after_dead_letter existed gets it here (running
+-- `outbox-relay init` again); its rows read 'skip', as they were written.
+ALTER TABLE outbox_delivery ADD COLUMN IF NOT EXISTS after_dead_letter text NOT NULL
+    DEFAULT 'skip' CHECK (after_dead_letter IN ('park', 'skip'));
 
 -- The retry worker's scan: due rows, oldest first.
 CREATE INDEX IF NOT EXISTS outbox_delivery_due
@@ -39,3 +52,6 @@ CREATE INDEX IF NOT EXISTS outbox_delivery_due
 -- Per-key order: the head of each aggregate's queue.
 CREATE INDEX IF NOT EXISTS outbox_delivery_key
     ON outbox_delivery (route, aggregate_key, id) WHERE status = 'PENDING';
+-- The DEAD rows of each aggregate: whether one holds its later events.
+CREATE INDEX IF NOT EXISTS outbox_delivery_dead
+    ON outbox_delivery (route, aggregate_key, id) WHERE status = 'DEAD';

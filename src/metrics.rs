@@ -153,7 +153,7 @@ pub const KAFKA_COMMIT_BUCKETS: &[f64] = &[
 ];
 
 pub use descriptions::describe;
-pub use health::Health;
+pub use health::{Health, ParkedStats};
 
 /// The `reason` label of [`DELIVERY_FAILURES`] and [`RECONNECTS`]: a small
 /// fixed set, so that a dashboard can tell a broker outage from a refusal

@@ -37,7 +37,16 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 
 use super::{DEFAULT_UNHEALTHY_AFTER, READY};
-use crate::parking::store::Stats as ParkedStats;
+
+/// The parked figures: aggregates with a live head, events waiting behind
+/// them, and the age of the oldest live head (read from the parking table
+/// by `parking::gauges`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct ParkedStats {
+    pub aggregates: u64,
+    pub events: u64,
+    pub oldest_head_secs: f64,
+}
 
 /// Longest failure text /health and /ready show.
 const MAX_REASON_LEN: usize = 300;

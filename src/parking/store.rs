@@ -322,14 +322,8 @@ fn bytea(bytes: &[u8]) -> String {
     format!("decode('{}', 'hex')", hex::encode(bytes))
 }
 
-/// The parked figures: aggregates with a live head, events waiting behind
-/// them, and the age of the oldest live head.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct Stats {
-    pub aggregates: u64,
-    pub events: u64,
-    pub oldest_head_secs: f64,
-}
+/// The parked figures (named in `metrics`, which shows them on /health).
+pub use crate::metrics::ParkedStats as Stats;
 
 /// See [`Stats`].
 ///

@@ -6,9 +6,12 @@
 //! duplicates only across a crash, and the slot never waits on a retry
 //! (its confirmed_flush_lsn moves past events that sit PENDING). Then
 //! kill -9 during retries, and two relays sharing one delivery table; and
-//! ([`delivery_table`]) the table missing at start or dropped while running.
+//! ([`delivery_table`]) the table missing at start or dropped while running;
+//! ([`parked`]) a DEAD event holding its aggregate under
+//! `after_dead_letter = "park"` until `dead retry` or `dead discard`.
 
 mod delivery_table;
+mod parked;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -229,11 +232,18 @@ async fn outage_429_and_timeouts_lose_nothing_keep_order_and_never_hold_the_slot
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_permanent_refusal_is_dead_with_its_status_and_the_aggregate_goes_on() {
+async fn a_permanent_refusal_is_dead_with_its_status_and_under_skip_the_aggregate_goes_on() {
     let outbox = TestOutbox::create("jsonb").await;
     let receiver = Receiver::start(&["new-secret"]).await;
     let table = create_delivery_table(&outbox).await;
-    let mut settings = outbox.settings_with(&webhook_toml(&receiver.url(), &secrets(), ""));
+    // The route's own setting, over its sink's (park, the default).
+    let toml = webhook_toml(&receiver.url(), &secrets(), "").replacen(
+        "sink = \"hooks\"\n",
+        "sink = \"hooks\"\nafter_dead_letter = \"skip\"\n",
+        1,
+    );
+    assert!(toml.contains("after_dead_letter"), "route layout changed");
+    let mut settings = outbox.settings_with(&toml);
     settings.webhooks.table.name = table.clone();
     // The 2nd event of agg-0 is refused for good (410).
     receiver.refuse("agg-0", 2, 410);
@@ -259,7 +269,8 @@ async fn a_permanent_refusal_is_dead_with_its_status_and_the_aggregate_goes_on()
         .admin
         .query_one(
             &format!(
-                "SELECT status, last_status, last_error, attempts FROM public.{table} WHERE event_id = $1"
+                "SELECT status, last_status, last_error, attempts, after_dead_letter \
+                 FROM public.{table} WHERE event_id = $1"
             ),
             &[&refused[0]],
         )
@@ -272,6 +283,11 @@ async fn a_permanent_refusal_is_dead_with_its_status_and_the_aggregate_goes_on()
         row.get::<_, i32>(3),
         1,
         "a permanent refusal is not retried"
+    );
+    assert_eq!(
+        row.get::<_, String>(4),
+        "skip",
+        "the row records its route's setting: it holds nothing"
     );
     relay.stop().await.expect("graceful stop");
     outbox.drop_all().await;

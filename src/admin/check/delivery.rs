@@ -1,6 +1,8 @@
-//! `check`'s items for the webhook sinks: the delivery table exists and the
-//! relay role may read and write it (SELECT, INSERT, UPDATE, DELETE, asked
-//! of the catalog: check writes nothing), and the config's webhook
+//! `check`'s items for the webhook sinks: the delivery table exists, has the
+//! columns this relay writes (a table from an older relay lacks
+//! `after_dead_letter` until `init` runs again, which adds it and keeps
+//! every row), and the relay role may read and write it (SELECT, INSERT,
+//! UPDATE, DELETE, asked of the catalog: check writes nothing), and the config's webhook
 //! warnings (a secret sent over plain http to another host). Nothing
 //! without a sink.
 
@@ -9,6 +11,7 @@ use postgres_protocol::escape::escape_literal;
 use super::Item;
 use crate::config::Config;
 use crate::pg::SqlConnection;
+use crate::sink::http::store::HOLD_COLUMN;
 
 /// The items; `role` is the relay's role.
 pub(super) async fn items(
@@ -38,11 +41,15 @@ pub(super) async fn items(
     let sql = format!(
         "SELECT to_regclass({table}) IS NOT NULL, \
                 CASE WHEN to_regclass({table}) IS NULL THEN NULL \
-                     ELSE {} AND {} AND {} AND {} END",
+                     ELSE {} AND {} AND {} AND {} END, \
+                EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a \
+                        WHERE a.attrelid = to_regclass({table}) AND a.attname = {column} \
+                        AND NOT a.attisdropped)",
         privilege("SELECT"),
         privilege("INSERT"),
         privilege("UPDATE"),
         privilege("DELETE"),
+        column = escape_literal(HOLD_COLUMN),
     );
     let item = "postgres.delivery_table";
     match connection.query(&sql, "checking the delivery table").await {
@@ -56,6 +63,20 @@ pub(super) async fn items(
                         format!("{shown} does not exist; webhook sinks cannot retry without it"),
                     )
                     .fix("run `outbox-relay init` (it creates the table from sql/outbox_delivery.sql)"),
+                );
+            } else if value(2).as_deref() != Some("t") {
+                items.push(
+                    Item::fail(
+                        item,
+                        format!(
+                            "{shown} has no column {HOLD_COLUMN} (created by an older relay); \
+                             the relay refuses to start without it"
+                        ),
+                    )
+                    .fix(
+                        "run `outbox-relay init` (it adds the column from sql/outbox_delivery.sql \
+                         and keeps every row)",
+                    ),
                 );
             } else if value(1).as_deref() != Some("t") {
                 items.push(

@@ -5,7 +5,10 @@
 //! Role: the SQL text (pure, so unit tests read it) and the few statements
 //! that run it. The delivery table is the contract of `sql/outbox_delivery.sql`:
 //! `dead retry` turns a DEAD row into PENDING with no attempts and due now
-//! (the relay's retry worker picks it up), `dead discard` deletes it.
+//! (the relay's retry worker picks it up), `dead discard` deletes it. A DEAD
+//! row whose `after_dead_letter` is `park` holds its aggregate's later rows:
+//! retried, it is again the head of that queue, sent before them; discarded,
+//! the next of them is the head. Neither statement needs to touch them.
 //!
 //! The replay record, [`REPLAY_TABLE`] in the outbox table's schema, has one
 //! row per dead letter of a Kafka dead-letter topic (`dlq_topic`,

@@ -3,7 +3,9 @@
 //! config has a sink, and with `--grant` the relay role's privileges on it
 //! (SELECT, INSERT, UPDATE, DELETE: the relay inserts and updates rows, the
 //! `dead` commands delete them). The table's statements are all
-//! `IF NOT EXISTS`, so running init again changes nothing.
+//! `IF NOT EXISTS`, so running init again changes nothing on a current
+//! table, and adds what a table from an older relay lacks (the
+//! `after_dead_letter` column, an index), keeping its rows.
 
 use postgres_protocol::escape::escape_identifier;
 
@@ -22,7 +24,10 @@ pub(super) fn plan_delivery_table(config: &Config, options: &InitOptions, plan: 
         name: name.clone(),
     };
     plan.steps.push(Step {
-        summary: format!("create the delivery table {schema}.{name} (if missing)"),
+        summary: format!(
+            "create the delivery table {schema}.{name} (if missing; add the columns and indexes \
+             an older one lacks)"
+        ),
         sql: table.create_sql().trim().trim_end_matches(';').to_owned(),
     });
     if let Some(grantee) = &options.grant {

@@ -36,7 +36,12 @@ impl SessionMachine<'_> {
             _ => Utc::now(),
         };
         let dataschema = self.router.dataschema(row);
-        WebhookEvent::of_row(row, time, &self.settings.envelope.source, dataschema)
+        let mut event =
+            WebhookEvent::of_row(row, time, &self.settings.envelope.source, dataschema)?;
+        // Its route's: whether its row, once DEAD, holds the aggregate.
+        event.after_dead_letter =
+            (self.settings.webhooks.routes).after_dead_letter(&row.aggregate_type, &row.event_type);
+        Ok(event)
     }
 
     /// Hands an event to webhook sink `sink`. A row that cannot be an

@@ -131,6 +131,7 @@ mod tests {
                 ("content-type".into(), "application/json".into()),
             ],
             body: Bytes::from_static(b"{\"a\":1}"),
+            after_dead_letter: crate::routes::AfterDeadLetter::Park,
         }
     }
 

@@ -10,12 +10,17 @@
 //!
 //! Per event, in its aggregate's lane:
 //! 1. look the event and its aggregate up in the delivery table: known →
-//!    handled; its aggregate has a PENDING row → inserted behind it (never
-//!    sent ahead of an older event);
+//!    handled; a row holds its aggregate (PENDING, or DEAD under
+//!    `after_dead_letter = "park"`: [`store::holds`]) → inserted behind it
+//!    as PENDING, never sent ahead of an older event;
 //! 2. else up to `inline_attempts` quick tries (100 ms, 200 ms, … apart, or
 //!    the receiver's `Retry-After` up to a second; a longer one ends the
 //!    tries in line); a 2xx → handled; a permanent refusal → a DEAD row;
 //! 3. still failing → a PENDING row, due after the schedule's first delay.
+//!
+//! Every row written records the event's `after_dead_letter` (its route's,
+//! set by the session), so a DEAD row holds its aggregate or not as its
+//! route says, also when the retry worker marks it DEAD later.
 //!
 //! A PostgreSQL failure is retried (with [`crate::backoff::Backoff`], 100 ms
 //! to 5 s, shared by the sink's events; counted in
@@ -254,7 +259,7 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
         return;
     }
     let schedule = &sink.settings.schedule;
-    if known.pending_ahead {
+    if known.held {
         count(name, webhook_outcome::QUEUED);
         park(
             sink,
@@ -282,13 +287,25 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
                 }
                 Outcome::Permanent => {
                     count(name, webhook_outcome::DEAD);
-                    tracing::warn!(
-                        route = name,
-                        event_id = %event.id,
-                        status = answer.status,
-                        "webhook refused the event for good; it is DEAD in the delivery table \
-                         (outbox-relay dead list)"
-                    );
+                    if store::holds(store::DEAD, event.after_dead_letter) {
+                        tracing::warn!(
+                            route = name,
+                            event_id = %event.id,
+                            status = answer.status,
+                            "webhook refused the event for good; it is DEAD in the delivery \
+                             table (outbox-relay dead list), and its aggregate's later events \
+                             wait behind it (after_dead_letter = \"park\") until `outbox-relay \
+                             dead retry` or `dead discard` of it"
+                        );
+                    } else {
+                        tracing::warn!(
+                            route = name,
+                            event_id = %event.id,
+                            status = answer.status,
+                            "webhook refused the event for good; it is DEAD in the delivery \
+                             table (outbox-relay dead list)"
+                        );
+                    }
                     park(
                         sink,
                         event,

@@ -18,9 +18,20 @@
 //!
 //! Invariants: an event counts as handled ("delivered" for the ack tracker)
 //! only once a 2xx came back or its row is committed in the delivery table
-//! (PENDING or DEAD); while an aggregate has a PENDING row, its later
+//! (PENDING or DEAD); while an aggregate has a row that holds it, its later
 //! events are queued behind it in the table, never sent ahead of it; the
 //! body sent is the payload bytes exactly; secrets never reach a log.
+//!
+//! Which rows hold their aggregate ([`store::holds`]): a PENDING row always;
+//! a DEAD row when its route's `after_dead_letter` is `park` (the default),
+//! until `outbox-relay dead retry` makes it PENDING again (then it is sent
+//! first, and the rows behind it in order) or `dead discard` deletes it.
+//! The setting is the event's route entry's (its own, else its sink's):
+//! the session, which knows the route, puts it on the [`WebhookEvent`],
+//! and the row records it in its `after_dead_letter` column when it is
+//! written. So a row the retry worker marks DEAD later, or one a relay with
+//! another config reads, holds as its route said when the event was
+//! handed over, and the worker needs no routes to decide.
 
 pub mod client;
 pub mod dispatch;
@@ -37,6 +48,7 @@ use bytes::Bytes;
 
 use crate::envelope::{CloudEvent, EnvelopeError};
 use crate::outbox::OutboxRow;
+use crate::routes::AfterDeadLetter;
 use schedule::Schedule;
 
 /// Where a sink POSTs to, parsed from its URL.
@@ -199,6 +211,9 @@ pub struct WebhookEvent {
     pub key: String,
     pub headers: Vec<(String, String)>,
     pub body: Bytes,
+    /// Its route's `after_dead_letter`: whether its row, once DEAD, holds
+    /// the aggregate's later events (see the module docs).
+    pub after_dead_letter: AfterDeadLetter,
 }
 
 impl WebhookEvent {
@@ -206,6 +221,8 @@ impl WebhookEvent {
     /// idempotency key (the event id), the content type, and the payload
     /// bytes unchanged as the body. `dataschema`: the schema the payload
     /// was checked against (`[[contracts]]`), as `ce-dataschema`.
+    /// `after_dead_letter` is the default (`park`); the session sets its
+    /// route's.
     ///
     /// # Errors
     /// As [`CloudEvent::from_row`]: the row cannot be an event.
@@ -253,6 +270,7 @@ impl WebhookEvent {
             key: row.aggregate_id.clone(),
             headers,
             body: ce.data,
+            after_dead_letter: AfterDeadLetter::default(),
         })
     }
 }

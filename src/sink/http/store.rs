@@ -5,14 +5,22 @@
 //!
 //! The statements:
 //! * [`look_up`]: whether an event is known already (a replay after a crash
-//!   must not send it again) and whether its aggregate has a PENDING row
-//!   (then it is queued behind instead of sent);
+//!   must not send it again) and whether a row holds its aggregate (then it
+//!   is queued behind instead of sent);
 //! * [`insert`]: one event as PENDING or DEAD, in one statement (one
 //!   transaction), idempotent on `event_id`;
 //! * [`claim`] / [`finish`]: the retry worker's transaction, holding the
 //!   row lock while its request is in flight, so two relays never send one
 //!   row at the same time;
 //! * [`stats`]: the gauges of stuck deliveries, per route.
+//!
+//! A row holds its aggregate ([`holds`], and [`holders_sql`] for the same
+//! rule in SQL): PENDING, or DEAD with `after_dead_letter = 'park'`. The look-up
+//! queues an event behind such a row, and the claim takes only rows with no
+//! older such row of their (route, aggregate): a DEAD row under `park` is a
+//! head that is never due, so nothing behind it is sent until `dead retry`
+//! makes it PENDING (it is then the due head, sent first) or `dead discard`
+//! deletes it (the next row becomes the head).
 
 use std::time::Duration;
 
@@ -20,6 +28,7 @@ use postgres_protocol::escape::{escape_identifier, escape_literal};
 
 use super::WebhookEvent;
 use crate::pg::{PgError, SqlConnection};
+use crate::routes::AfterDeadLetter;
 
 /// The delivery table, `(schema, name)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +74,14 @@ impl DeliveryTable {
             "INDEX IF NOT EXISTS outbox_delivery_key",
             &format!("INDEX IF NOT EXISTS {}", index("key")),
         )
+        .replace(
+            "INDEX IF NOT EXISTS outbox_delivery_dead",
+            &format!("INDEX IF NOT EXISTS {}", index("dead")),
+        )
+        .replace(
+            "ALTER TABLE outbox_delivery ",
+            &format!("ALTER TABLE {quoted} "),
+        )
         .replace("ON outbox_delivery ", &format!("ON {quoted} "))
     }
 }
@@ -74,6 +91,50 @@ pub const PENDING: &str = "PENDING";
 pub const SENT: &str = "SENT";
 pub const DEAD: &str = "DEAD";
 
+/// The column that says whether a DEAD row holds its aggregate; tables
+/// made before it lack it until `outbox-relay init` runs again.
+pub const HOLD_COLUMN: &str = "after_dead_letter";
+
+/// Whether a row of this status and `after_dead_letter` holds its
+/// aggregate's later events: the rule [`holders_sql`] writes in SQL.
+pub fn holds(status: &str, after_dead_letter: AfterDeadLetter) -> bool {
+    match status {
+        PENDING => true,
+        DEAD => after_dead_letter == AfterDeadLetter::Park,
+        _ => false,
+    }
+}
+
+/// [`holds`] in SQL: whether a row of `t` (quoted) of this route and key
+/// (SQL expressions), older than row id `older_than` if given, holds the
+/// aggregate; one `EXISTS` per kind of holder, PENDING and DEAD under park,
+/// each answered by its partial index (`_key`, `_dead`). Kept apart rather
+/// than one `OR`: under `NOT`, each becomes an anti-join on its index,
+/// where an `OR` makes the claim compare every due row with every PENDING
+/// row of the table.
+pub fn holders_sql(t: &str, route: &str, key: &str, older_than: Option<&str>) -> [String; 2] {
+    let older = older_than.map_or_else(String::new, |id| format!(" AND h.id < {id}"));
+    let of = format!("h.route = {route} AND h.aggregate_key = {key}{older}");
+    [
+        format!("EXISTS (SELECT 1 FROM {t} h WHERE h.status = '{PENDING}' AND {of})"),
+        format!(
+            "EXISTS (SELECT 1 FROM {t} h WHERE h.status = '{DEAD}' AND {of} \
+             AND h.{HOLD_COLUMN} = '{park}')",
+            park = AfterDeadLetter::Park.as_str()
+        ),
+    ]
+}
+
+/// The `after_dead_letter` column's text back as the setting; anything but
+/// `park` (the column allows only `park` and `skip`) holds nothing.
+pub fn after_dead_letter_of(text: &str) -> AfterDeadLetter {
+    if text == AfterDeadLetter::Park.as_str() {
+        AfterDeadLetter::Park
+    } else {
+        AfterDeadLetter::Skip
+    }
+}
+
 /// Longest `last_error` kept.
 const MAX_ERROR_LEN: usize = 500;
 
@@ -82,8 +143,8 @@ const MAX_ERROR_LEN: usize = 500;
 pub struct Known {
     /// A row for this event exists: it was handled before (a replay).
     pub event: bool,
-    /// Its aggregate has a PENDING row: queue behind it.
-    pub pending_ahead: bool,
+    /// A row holds its aggregate ([`holds`]): queue behind it.
+    pub held: bool,
 }
 
 /// See the module docs.
@@ -97,13 +158,15 @@ pub async fn look_up(
     event: &WebhookEvent,
 ) -> Result<Known, PgError> {
     let t = table.quoted();
+    let [pending, parked] = holders_sql(
+        &t,
+        &escape_literal(route),
+        &escape_literal(&event.key),
+        None,
+    );
     let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM {t} WHERE event_id = {id}), \
-                EXISTS (SELECT 1 FROM {t} WHERE route = {route} AND aggregate_key = {key} \
-                        AND status = 'PENDING')",
+        "SELECT EXISTS (SELECT 1 FROM {t} WHERE event_id = {id}), ({pending} OR {parked})",
         id = escape_literal(&event.id),
-        route = escape_literal(route),
-        key = escape_literal(&event.key),
     );
     let rows = conn.query(&sql, "look up a webhook event").await?;
     let flag = |i: usize| {
@@ -114,7 +177,7 @@ pub async fn look_up(
     };
     Ok(Known {
         event: flag(0),
-        pending_ahead: flag(1),
+        held: flag(1),
     })
 }
 
@@ -150,11 +213,12 @@ pub async fn insert(
     let headers = serde_json::Value::Object(headers).to_string();
     let sql = format!(
         "INSERT INTO {t} (event_id, route, aggregate_key, status, attempts, max_attempts, \
-         next_attempt_at, last_error, last_status, headers, body) VALUES ({id}, {route}, {key}, \
-         {status}, {attempts}, {max}, clock_timestamp() + {delay} * interval '1 millisecond', \
-         {error}, \
-         {last_status}, {headers}::jsonb, decode({body}, 'hex')) \
+         next_attempt_at, last_error, last_status, headers, body, {HOLD_COLUMN}) VALUES ({id}, \
+         {route}, {key}, {status}, {attempts}, {max}, \
+         clock_timestamp() + {delay} * interval '1 millisecond', {error}, \
+         {last_status}, {headers}::jsonb, decode({body}, 'hex'), {after}) \
          ON CONFLICT (event_id) DO NOTHING",
+        after = escape_literal(row.event.after_dead_letter.as_str()),
         t = table.quoted(),
         id = escape_literal(&row.event.id),
         route = escape_literal(row.route),
@@ -201,17 +265,18 @@ pub async fn claim(
 ) -> Result<Option<Claimed>, PgError> {
     let t = table.quoted();
     conn.query("BEGIN", "begin a webhook retry").await?;
-    // Only the head of each aggregate's queue: no older PENDING row of the
-    // same key. A head another relay has locked is skipped (SKIP LOCKED),
-    // and the rows behind it are not heads, so nothing of that key is
-    // claimed meanwhile.
+    // Only the head of each aggregate's queue: no older row of the same key
+    // that holds it (PENDING, or DEAD under `park`). A head another relay
+    // has locked is skipped (SKIP LOCKED), and the rows behind it are not
+    // heads, so nothing of that key is claimed meanwhile; nor while the
+    // head is DEAD and parks its aggregate.
+    let [pending, parked] = holders_sql(&t, "d.route", "d.aggregate_key", Some("d.id"));
     let sql = format!(
         "SELECT d.id, d.attempts, d.max_attempts, d.event_id, d.aggregate_key, d.headers::text, \
-                encode(d.body, 'hex') \
+                encode(d.body, 'hex'), d.{HOLD_COLUMN} \
          FROM {t} d \
          WHERE d.status = 'PENDING' AND d.route = {route} AND d.next_attempt_at <= now() \
-           AND NOT EXISTS (SELECT 1 FROM {t} e WHERE e.status = 'PENDING' AND e.route = d.route \
-                           AND e.aggregate_key = d.aggregate_key AND e.id < d.id) \
+           AND NOT {pending} AND NOT {parked} \
          ORDER BY d.next_attempt_at \
          LIMIT 1 FOR UPDATE OF d SKIP LOCKED",
         route = escape_literal(route),
@@ -240,6 +305,7 @@ pub async fn claim(
             key: text(4),
             headers,
             body: hex::decode(text(6)).unwrap_or_default().into(),
+            after_dead_letter: after_dead_letter_of(&text(7)),
         },
     }))
 }
@@ -385,10 +451,54 @@ mod tests {
             sql.contains("ON \"billing\".\"hook_rows\" (next_attempt_at)"),
             "{sql}"
         );
+        assert!(
+            sql.contains("INDEX IF NOT EXISTS \"hook_rows_dead\""),
+            "{sql}"
+        );
+        // An older table gets the column when init runs again.
+        assert!(
+            sql.contains(&format!(
+                "ALTER TABLE \"billing\".\"hook_rows\" ADD COLUMN IF NOT EXISTS {HOLD_COLUMN} "
+            )),
+            "{sql}"
+        );
         let statements: String = sql
             .lines()
             .filter(|l| !l.trim_start().starts_with("--"))
             .collect();
         assert!(!statements.contains("outbox_delivery"), "{statements}");
+    }
+
+    #[test]
+    fn which_rows_hold_their_aggregate() {
+        use AfterDeadLetter::{Park, Skip};
+        // A PENDING row always holds (order while it is retried); a DEAD
+        // one only under park; a SENT one never.
+        assert!(holds(PENDING, Park) && holds(PENDING, Skip));
+        assert!(holds(DEAD, Park));
+        assert!(!holds(DEAD, Skip));
+        assert!(!holds(SENT, Park) && !holds(SENT, Skip));
+        // The column's text reads back as what was written.
+        for after in [Park, Skip] {
+            assert_eq!(after_dead_letter_of(after.as_str()), after);
+        }
+        // The SQL asks the same: PENDING rows, and DEAD ones under park
+        // only, of the aggregate, older than the row when one is given.
+        let [pending, parked] = holders_sql("t", "'r'", "'k'", Some("d.id"));
+        assert!(
+            pending.contains("h.status = 'PENDING'")
+                && pending.contains("h.aggregate_key = 'k'")
+                && pending.contains("h.id < d.id")
+                && !pending.contains(HOLD_COLUMN),
+            "{pending}"
+        );
+        assert!(
+            parked.contains("h.status = 'DEAD'")
+                && parked.contains("h.after_dead_letter = 'park'")
+                && parked.contains("h.route = 'r'"),
+            "{parked}"
+        );
+        let [pending, _] = holders_sql("t", "'r'", "'k'", None);
+        assert!(!pending.contains("h.id <"), "{pending}");
     }
 }

@@ -2,10 +2,12 @@
 //! asks the catalog whether the table exists and whether the relay's role
 //! may use it as the dispatcher and the retry worker do (`store`: SELECT
 //! to look events up and claim rows, INSERT to park them, UPDATE to lock
-//! and record a try; USAGE on its schema). A table missing or unusable
-//! stops the relay at once with a message that names the table and the
-//! command that fixes it, instead of a relay that runs, reports ready,
-//! and retries forever.
+//! and record a try; USAGE on its schema), and whether the table has the
+//! columns this relay writes (`after_dead_letter`, added after the table's
+//! first version). A table missing, older, or unusable stops the relay at
+//! once with a message that names the table and the command that fixes it,
+//! instead of a relay that runs, reports ready, and retries forever; the
+//! slot keeps every event meanwhile.
 //!
 //! The catalog is read by name, so the check needs no privilege itself
 //! and changes nothing. The verdict ([`verdict`]) is pure; [`check`] runs
@@ -16,7 +18,7 @@ use std::sync::Arc;
 use postgres_protocol::escape::escape_literal;
 
 use super::dispatch::SinkRuntime;
-use super::store::DeliveryTable;
+use super::store::{DeliveryTable, HOLD_COLUMN};
 use crate::pg::{PgError, SqlConnection};
 
 /// What the catalog says about the delivery table, for the current role.
@@ -27,6 +29,9 @@ pub struct TableAccess {
     pub select: bool,
     pub insert: bool,
     pub update: bool,
+    /// It has the [`HOLD_COLUMN`] (a table from an older relay lacks it
+    /// until `init` runs again).
+    pub current: bool,
 }
 
 /// Why the relay refuses to start with webhook routes.
@@ -42,6 +47,15 @@ pub enum DeliveryTableRefused {
     )]
     Missing { table: String },
     #[error(
+        "the delivery table {table} has no column {HOLD_COLUMN}: it was created by an older \
+         relay, and this one records there whether a DEAD row holds its aggregate's later \
+         events. Add it with `{} --admin-url <a table owner's or superuser's postgres URL>` \
+         (it runs sql/outbox_delivery.sql again, which adds the column and keeps every row; \
+         rows already there hold nothing, as before), then start the relay again",
+        crate::invocation::command("init")
+    )]
+    Outdated { table: String },
+    #[error(
         "the relay's role may not use the delivery table {table}: it lacks {missing}. Grant it \
          with `{} --admin-url <a table owner's or superuser's postgres URL> --grant`, or: \
          {grant}",
@@ -56,12 +70,14 @@ pub enum DeliveryTableRefused {
     },
 }
 
-/// The catalog query for `table`: one row of five booleans, by name.
+/// The catalog query for `table`: one row of six booleans, by name.
 pub fn access_sql(table: &DeliveryTable) -> String {
     let privilege = |p: &str| format!("coalesce(has_table_privilege(c.oid, '{p}'), false)");
     format!(
         "SELECT c.oid IS NOT NULL, coalesce(has_schema_privilege(n.oid, 'USAGE'), false), {}, \
-                {}, {} \
+                {}, {}, \
+                EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid \
+                        AND a.attname = {column} AND NOT a.attisdropped) \
          FROM (SELECT 1) one \
          LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = {schema} \
          LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = {name} \
@@ -71,6 +87,7 @@ pub fn access_sql(table: &DeliveryTable) -> String {
         privilege("UPDATE"),
         schema = escape_literal(&table.schema),
         name = escape_literal(&table.name),
+        column = escape_literal(HOLD_COLUMN),
     )
 }
 
@@ -88,6 +105,7 @@ pub fn parse(rows: &[Vec<Option<String>>]) -> TableAccess {
         select: flag(2),
         insert: flag(3),
         update: flag(4),
+        current: flag(5),
     }
 }
 
@@ -99,6 +117,10 @@ pub fn verdict(table: &DeliveryTable, access: TableAccess) -> Result<(), Deliver
     let shown = table.quoted();
     if !access.exists {
         return Err(DeliveryTableRefused::Missing { table: shown });
+    }
+    if !access.current {
+        // Before the privileges: `init --grant` fixes both at once.
+        return Err(DeliveryTableRefused::Outdated { table: shown });
     }
     let mut missing = Vec::new();
     let mut grant = Vec::new();
@@ -207,7 +229,32 @@ mod tests {
             select: true,
             insert: true,
             update: true,
+            current: true,
         }
+    }
+
+    #[test]
+    fn a_table_without_the_hold_column_asks_for_init() {
+        let e = verdict(
+            &table(),
+            TableAccess {
+                current: false,
+                ..all()
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            DeliveryTableRefused::Outdated {
+                table: "\"hooks\".\"outbox_delivery\"".into()
+            }
+        );
+        let text = e.to_string();
+        assert!(text.contains("no column after_dead_letter"), "{text}");
+        assert!(
+            text.contains("outbox-relay init --config") && text.contains("--admin-url"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -260,10 +307,17 @@ mod tests {
 
     #[test]
     fn the_answer_is_read_by_position_and_null_is_no() {
-        let row = |v: [Option<&str>; 5]| vec![v.iter().map(|x| x.map(str::to_owned)).collect()];
-        assert_eq!(parse(&row([Some("t"); 5])), all());
+        let row = |v: [Option<&str>; 6]| vec![v.iter().map(|x| x.map(str::to_owned)).collect()];
+        assert_eq!(parse(&row([Some("t"); 6])), all());
         assert_eq!(
-            parse(&row([Some("t"), Some("t"), Some("t"), None, Some("f")])),
+            parse(&row([
+                Some("t"),
+                Some("t"),
+                Some("t"),
+                None,
+                Some("f"),
+                Some("t")
+            ])),
             TableAccess {
                 insert: false,
                 update: false,

@@ -4,11 +4,14 @@
 //! Per sink a few loops, each on its own SQL connection: claim the due head
 //! of one aggregate's queue (`FOR UPDATE SKIP LOCKED`, transaction open),
 //! POST it, record the try (SENT with `sent_at`, DEAD, or PENDING again at
-//! the schedule's next delay) and commit. The row lock is held while the
-//! request is in flight, so two relays sharing the table never send one row
-//! at the same time; a relay that dies mid-request releases it with its
-//! connection, and the row is tried again (the receiver may then see that
-//! event twice: the `Idempotency-Key` tells).
+//! the schedule's next delay) and commit. A head that goes DEAD under
+//! `after_dead_letter = "park"` stays its aggregate's head: the rows behind
+//! it are not claimed until `dead retry` or `dead discard` of it
+//! (`store::claim`). The row lock is held while the request is in flight,
+//! so two relays sharing the table never send one row at the same time; a
+//! relay that dies mid-request releases it with its connection, and the row
+//! is tried again (the receiver may then see that event twice: the
+//! `Idempotency-Key` tells).
 //!
 //! A graceful stop lets every loop finish the row it holds.
 //!
@@ -286,7 +289,11 @@ async fn retry_loop(
         metrics::counter!(m::WEBHOOK_DELIVERIES, "route" => name.clone(), "outcome" => outcome)
             .increment(1);
         if let Finish::Dead { error, .. } = &how {
-            tracing::warn!(route = %name, event_id = %row.event.id, error = %error, "webhook event is DEAD (outbox-relay dead list)");
+            if store::holds(store::DEAD, row.event.after_dead_letter) {
+                tracing::warn!(route = %name, event_id = %row.event.id, error = %error, "webhook event is DEAD (outbox-relay dead list); its aggregate's later events wait behind it (after_dead_letter = \"park\") until `outbox-relay dead retry` or `dead discard` of it");
+            } else {
+                tracing::warn!(route = %name, event_id = %row.event.id, error = %error, "webhook event is DEAD (outbox-relay dead list)");
+            }
         }
         if let Err(e) = store::finish(c, &sink.table, row.id, &how).await {
             // The try is not recorded: the row is tried again later.

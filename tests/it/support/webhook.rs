@@ -132,6 +132,16 @@ impl Receiver {
             .insert((aggregate.to_owned(), seq), status);
     }
 
+    /// Ends a [`Receiver::refuse`]: the event is answered as the mode says
+    /// again (an endpoint fixed before a `dead retry`).
+    pub fn forgive(&self, aggregate: &str, seq: i64) {
+        self.state
+            .lock()
+            .unwrap()
+            .per_event
+            .remove(&(aggregate.to_owned(), seq));
+    }
+
     pub fn accepted(&self) -> Vec<Accepted> {
         self.state.lock().unwrap().accepted.clone()
     }

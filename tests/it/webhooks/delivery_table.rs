@@ -3,7 +3,8 @@
 //! sending; dropped while the relay runs, the retry worker backs off
 //! (counted in `outbox_relay_reconnects_total{reason="delivery_table"}`)
 //! instead of retrying as fast as it can, and goes on once the table is
-//! back.
+//! back. A table from an older relay (no `after_dead_letter` column) is
+//! refused at start until `init` adds the column, keeping its rows.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -132,6 +133,111 @@ async fn a_delivery_table_dropped_while_running_is_retried_with_backoff() {
         || async { receiver.has_all(&committed) },
     )
     .await;
+    relay.terminate().await;
+    outbox.drop_all().await;
+}
+
+/// A delivery table from a relay before `after_dead_letter`: the relay
+/// refuses to start on it (the slot keeps the events), check says to run
+/// init, and init adds the column keeping every row; the rows already
+/// there read "skip", so an old DEAD row holds nothing, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_delivery_table_is_refused_until_init_adds_its_column() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let receiver = Receiver::start(&["new-secret"]).await;
+    let table = create_delivery_table(&outbox).await;
+    // As an older relay left it: no column, a DEAD row of agg-0.
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "ALTER TABLE public.{table} DROP COLUMN IF EXISTS after_dead_letter;
+             INSERT INTO public.{table} (event_id, route, aggregate_key, status, attempts,
+                 max_attempts, headers, body)
+             VALUES ('old-dead', 'hooks', 'agg-0', 'DEAD', 1, 3, '{{}}', '\\x00'::bytea)"
+        ))
+        .await
+        .unwrap();
+    let config = outbox.write_config(&webhook_toml(
+        &receiver.url(),
+        &["new-secret".to_owned()],
+        "",
+    ));
+    let vars = [("OUTBOX_RELAY__POSTGRES__DELIVERY_TABLE", table.as_str())];
+    let mut writer = outbox.writer().await;
+    let mut seqs = HashMap::new();
+    let committed = outbox.commit_events(&mut writer, 4, 1, 2, &mut seqs).await;
+
+    let mut relay = Relay::process_with_env(&config, &vars);
+    let status = relay.wait(REFUSED_WITHIN).await;
+    let log = relay.log_text();
+    assert_eq!(status.code(), Some(EXIT_SOURCE), "{log}");
+    assert!(
+        log.contains(&format!(
+            "\"public\".\"{table}\" has no column after_dead_letter"
+        )),
+        "the message names the table and the column: {log}"
+    );
+    assert!(
+        log.contains("outbox-relay init --config") && log.contains("--admin-url"),
+        "the message names the command that adds it: {log}"
+    );
+    assert_eq!(receiver.requests(), 0);
+
+    let config_path = config;
+    let config = config_path.display().to_string();
+    let check = vec![
+        "check".to_owned(),
+        "--config".to_owned(),
+        config.clone(),
+        "--json".to_owned(),
+    ];
+    let item = super::delivery_item(&super::cli(check.clone(), &table).await);
+    assert_eq!(item["status"], "fail", "{item}");
+    assert!(
+        item["detail"]
+            .as_str()
+            .unwrap()
+            .contains("has no column after_dead_letter"),
+        "{item}"
+    );
+    assert!(item["fix"].as_str().unwrap().contains("init"), "{item}");
+
+    let init = vec![
+        "init".to_owned(),
+        "--config".to_owned(),
+        config,
+        "--admin-url".to_owned(),
+        env("PG_URL"),
+    ];
+    let output = super::cli(init, &table).await;
+    assert!(
+        output.status.success(),
+        "{}",
+        crate::support::cli::shown(&output)
+    );
+    let old: String = outbox
+        .admin
+        .query_one(
+            &format!("SELECT after_dead_letter FROM public.{table} WHERE event_id = 'old-dead'"),
+            &[],
+        )
+        .await
+        .expect("init keeps the rows")
+        .get(0);
+    assert_eq!(old, "skip", "a row written before the column holds nothing");
+    let item = super::delivery_item(&super::cli(check, &table).await);
+    assert_eq!(item["status"], "ok", "{item}");
+
+    // Started again: every event committed meanwhile arrives, agg-0's too
+    // (the old DEAD row does not hold it).
+    let mut relay = Relay::process_with_env(&config_path, &vars);
+    wait_until(
+        "the events kept by the slot delivered",
+        DEADLINE,
+        || async { receiver.has_all(&committed) },
+    )
+    .await;
+    check_webhook_delivery("webhook-older-table", &committed, &receiver.accepted(), &[]);
     relay.terminate().await;
     outbox.drop_all().await;
 }
