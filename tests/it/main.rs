@@ -99,6 +99,7 @@ mod memory;
 mod ops;
 mod outbox_cleanup;
 mod outbox_messages;
+mod parking;
 mod payloads;
 mod quiet_run;
 mod registry;

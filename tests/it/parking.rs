@@ -1,0 +1,321 @@
+//! Parking end to end, per sink: an aggregate whose event fails waits behind
+//! it, through kill -9 of the relay, while every other aggregate flows; once
+//! the cause is fixed, `outbox-relay dead retry` sends the failed event and
+//! then the aggregate's parked events, in commit order
+//! (docs/design.md, "A dead letter parks its aggregate").
+//!
+//! Each test writes one event of the parked aggregate K that fails (a
+//! contract violation for Kafka, a permanent refusal for a webhook), then
+//! 100 more events of K interleaved with 10,000 events of 1,000 other
+//! aggregates, in 100 transactions, killing the relay with -9 after the
+//! 30th and the 60th. Checked: every other event arrives (in order, per the
+//! checker); no event of K reaches its sink before its head; K's 100 later
+//! events wait in the parking table (or, for the webhook, the delivery
+//! table); after the fix and `dead retry`, K's 101 events arrive in commit
+//! order (exactly-once: each once, read_committed).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use crate::support::cli::{cli, shown};
+use crate::support::mixed::{STREAMING, checkpoint_topic, exactly_once};
+use crate::support::webhook::*;
+use crate::support::*;
+
+/// The aggregate that fails.
+const K: &str = "k-parked";
+/// Transactions written; each holds one event of K and `OTHERS_PER_TXN`.
+const TXNS: usize = 100;
+const OTHERS_PER_TXN: usize = 100;
+/// Other aggregates, round robin.
+const AGGREGATES: usize = 1_000;
+/// The relay is killed with -9 after these transactions.
+const KILLS: [usize; 2] = [30, 60];
+
+/// A contract on `aggregate_type` that requires `"ok"`, in a file the test
+/// can fix later; returns the file and the `[[contracts]]` TOML.
+fn strict_contract(aggregate_type: &str) -> (PathBuf, String) {
+    let dir = std::env::temp_dir().join(random_name("parking_contract"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("order.schema.json");
+    std::fs::write(&path, r#"{"type": "object", "required": ["ok"]}"#).unwrap();
+    let toml = format!(
+        "\n[[contracts]]\naggregatetype = \"{aggregate_type}\"\nschema = {:?}\n",
+        path.display().to_string()
+    );
+    (path, toml)
+}
+
+/// The schema fix: every object is accepted.
+fn fix_contract(path: &Path) {
+    std::fs::write(path, r#"{"type": "object"}"#).unwrap();
+}
+
+/// What the writer committed: K's events (the failing one first) and the
+/// others', each in commit order per aggregate.
+struct Written {
+    k: Vec<Committed>,
+    others: Vec<Committed>,
+}
+
+/// Commits the workload of the module docs, K's first event with
+/// `first_payload`, restarting `relay` (with -9) at [`KILLS`].
+async fn write_and_kill(
+    outbox: &TestOutbox,
+    aggregate_type: &str,
+    first_payload: &str,
+    config: &Path,
+    mut relay: Relay,
+) -> (Written, Relay) {
+    let t = &outbox.table;
+    let mut writer = pg_admin().await;
+    let mut seqs: HashMap<String, i64> = HashMap::new();
+    let mut written = Written {
+        k: Vec::new(),
+        others: Vec::new(),
+    };
+    let insert = format!(
+        "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) \
+         VALUES ($1::text::uuid, $2, $3, 'Placed', $4::text::jsonb)"
+    );
+    // The failing event, alone in its transaction, then K's later events
+    // spread through the others.
+    let head = uuid::Uuid::new_v4().to_string();
+    writer
+        .execute(&insert, &[&head, &aggregate_type, &K, &first_payload])
+        .await
+        .unwrap();
+    written.k.push(Committed {
+        id: head,
+        aggregate: K.to_owned(),
+        seq: 1,
+    });
+    let mut n = 0usize;
+    for txn in 0..TXNS {
+        let tx = writer.transaction().await.unwrap();
+        let k_at = txn % (OTHERS_PER_TXN + 1);
+        for i in 0..=OTHERS_PER_TXN {
+            let (aggregate, out) = if i == k_at {
+                (K.to_owned(), &mut written.k)
+            } else {
+                n += 1;
+                (format!("a{}", n % AGGREGATES), &mut written.others)
+            };
+            let seq = if aggregate == K {
+                out.len() as i64 + 1
+            } else {
+                let s = seqs.entry(aggregate.clone()).or_insert(0);
+                *s += 1;
+                *s
+            };
+            let id = uuid::Uuid::new_v4().to_string();
+            let payload = format!(r#"{{"ok": true, "seq": {seq}}}"#);
+            tx.execute(&insert, &[&id, &aggregate_type, &aggregate, &payload])
+                .await
+                .unwrap();
+            out.push(Committed { id, aggregate, seq });
+        }
+        tx.commit().await.unwrap();
+        if KILLS.contains(&(txn + 1)) {
+            println!("kill -9 after transaction {}", txn + 1);
+            relay.kill9();
+            relay = Relay::process(config);
+            relay.wait_for_log(STREAMING, DEADLINE).await;
+        }
+    }
+    (written, relay)
+}
+
+/// K's later events wait in the parking table behind its head, in commit
+/// order, and nothing else of K is there.
+async fn wait_k_parked(outbox: &TestOutbox, written: &Written) {
+    let want: Vec<(String, String)> = std::iter::once(("HEAD".to_owned(), written.k[0].id.clone()))
+        .chain(
+            written.k[1..]
+                .iter()
+                .map(|c| ("EVENT".to_owned(), c.id.clone())),
+        )
+        .collect();
+    let mut parked = Vec::new();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while tokio::time::Instant::now() < deadline {
+        parked = outbox
+            .parked()
+            .await
+            .into_iter()
+            .filter(|(aggregate, _, _)| aggregate == K)
+            .map(|(_, kind, id)| (kind, id))
+            .collect::<Vec<_>>();
+        if parked == want {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    panic!(
+        "K's events are not parked behind its head in commit order: {} rows, want {}: {:?}",
+        parked.len(),
+        want.len(),
+        parked.iter().take(5).collect::<Vec<_>>()
+    );
+}
+
+/// `outbox-relay dead retry <id>`, which must succeed.
+async fn dead_retry(config: &Path, id: &str) {
+    let out = cli(vec![
+        "dead".into(),
+        "retry".into(),
+        id.into(),
+        "--config".into(),
+        config.display().to_string(),
+    ])
+    .await;
+    assert!(out.status.success(), "dead retry {id}: {}", shown(&out));
+    println!("dead retry: {}", shown(&out).trim());
+}
+
+/// The Kafka sink in `delivery` mode (`""`: at-least-once).
+async fn kafka_sink_case(case: &str, eos: bool) {
+    let started = Instant::now();
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let (schema, contract) = strict_contract("order");
+    let kafka = if eos {
+        exactly_once(&checkpoint_topic(&outbox).await)
+    } else {
+        String::new()
+    };
+    let config = outbox.write_config_with("", &kafka, &contract);
+    let relay = Relay::process(&config);
+    relay.wait_for_log(STREAMING, DEADLINE).await;
+    let (written, mut relay) =
+        write_and_kill(&outbox, "order", r#"{"seq": 1}"#, &config, relay).await;
+    let writing = started.elapsed();
+
+    // Every other aggregate arrives; K waits behind its dead letter.
+    let received = consume_all_ids(&topic, &written.others, DEADLINE).await;
+    let others = check_delivery(case, &written.others, &received);
+    assert_eq!(others.lost, 0);
+    let drained = started.elapsed();
+    println!(
+        "{case}: {} other events delivered {:.1} s after the first write ({:.1} s writing)",
+        written.others.len(),
+        drained.as_secs_f64(),
+        writing.as_secs_f64()
+    );
+    let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| !r.is_empty()).await;
+    assert!(
+        dlq.iter()
+            .all(|r| r.header("id") == Some(written.k[0].id.as_str())),
+        "only K's head is dead-lettered"
+    );
+    wait_k_parked(&outbox, &written).await;
+    let k_ids: std::collections::HashSet<&str> = written.k.iter().map(|c| c.id.as_str()).collect();
+    let early: Vec<String> = consume_ids_to_end(&topic)
+        .await
+        .iter()
+        .filter_map(|r| r.header("ce_id"))
+        .filter(|id| k_ids.contains(id))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{case}: events of K reached the topic before its head: {early:?}"
+    );
+
+    // The fix, and the release: the head first, then K's events in order.
+    fix_contract(&schema);
+    dead_retry(&config, &written.k[0].id).await;
+    let received = consume_all_ids(&topic, &written.k, DEADLINE).await;
+    let all: Vec<Committed> = written.k.iter().chain(&written.others).cloned().collect();
+    let summary = if eos {
+        let status = relay.terminate().await;
+        assert!(status.success(), "{status:?}\n{}", relay.log_text());
+        check_exactly_once(case, &all, &consume_ids_to_end(&topic).await)
+    } else {
+        let summary = check_delivery(case, &all, &received);
+        relay.terminate().await;
+        summary
+    };
+    assert_eq!(summary.lost, 0);
+    assert!(
+        outbox
+            .parked()
+            .await
+            .iter()
+            .all(|(aggregate, _, _)| aggregate != K),
+        "K is live again"
+    );
+    outbox.drop_all().await;
+    report_wall_time(case, started);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_at_least_once_parks_an_aggregate_through_kill9_and_releases_it_in_order() {
+    kafka_sink_case("parking-kafka-alo", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_exactly_once_parks_an_aggregate_through_kill9_and_releases_it_once_in_order() {
+    kafka_sink_case("parking-kafka-eos", true).await;
+}
+
+/// The webhook sink: K's first event is refused for good (DEAD), and its
+/// DEAD row holds K's later events in the delivery table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhook_dead_event_holds_its_aggregate_through_kill9_and_dead_retry_releases_it_in_order()
+{
+    let started = Instant::now();
+    let case = "parking-webhook";
+    let outbox = TestOutbox::create("jsonb").await;
+    let receiver = Receiver::start(&["parking-secret"]).await;
+    receiver.refuse(K, 1, 410);
+    let table = create_delivery_table(&outbox).await;
+    let config = outbox.write_config_with(
+        &format!("delivery_table = \"{table}\"\n"),
+        "",
+        &webhook_route_toml(
+            "hook",
+            &receiver.url(),
+            &["parking-secret".to_owned()],
+            "max_concurrency = 64\n",
+        ),
+    );
+    let relay = Relay::process(&config);
+    relay.wait_for_log(STREAMING, DEADLINE).await;
+    let (written, mut relay) =
+        write_and_kill(&outbox, "hook", r#"{"ok": true, "seq": 1}"#, &config, relay).await;
+    wait_until("every other event accepted", DEADLINE, || async {
+        receiver.has_all(&written.others)
+    })
+    .await;
+    let k_ids: std::collections::HashSet<&str> = written.k.iter().map(|c| c.id.as_str()).collect();
+    let early: Vec<String> = receiver
+        .accepted()
+        .iter()
+        .filter(|a| k_ids.contains(a.id.as_str()))
+        .map(|a| a.id.clone())
+        .collect();
+    assert!(
+        early.is_empty(),
+        "{case}: events of K accepted before its DEAD head: {early:?}"
+    );
+    receiver.forgive(K, 1);
+    dead_retry(&config, &written.k[0].id).await;
+    wait_until("K's events accepted", DEADLINE, || async {
+        receiver.has_all(&written.k)
+    })
+    .await;
+    let all: Vec<Committed> = written.k.iter().chain(&written.others).cloned().collect();
+    check_webhook_delivery(case, &all, &receiver.accepted(), &[]);
+    let k_order: Vec<i64> = receiver
+        .accepted()
+        .iter()
+        .filter(|a| a.aggregate == K)
+        .map(|a| a.seq)
+        .collect();
+    assert_eq!(k_order.first(), Some(&1), "the retried event first");
+    relay.terminate().await;
+    outbox.drop_all().await;
+    report_wall_time(case, started);
+}
