@@ -21,6 +21,7 @@
 //!   commit LSN, position in the transaction): a replay after a crash
 //!   finds it instead of parking it twice.
 
+pub mod release;
 pub mod store;
 pub mod writer;
 
