@@ -156,7 +156,8 @@ fn the_table_escapes_control_characters_and_the_json_has_every_field() {
         ),
         "{text}"
     );
-    let doc: serde_json::Value = serde_json::from_str(&render_json(entries, &inv)).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&render_json(entries, Vec::new(), &inv)).unwrap();
     let first = &doc["dead_letters"][0];
     assert_eq!(first["id"], "r'1%");
     assert_eq!(first["sink"], "table");

@@ -21,6 +21,35 @@ use tokio_postgres::Client;
 use super::services::{self, Exclusive, Shared};
 use super::{env, pg_admin, random_name};
 
+/// The parking table of the outbox table `table`.
+pub fn parked_table_name(table: &str) -> String {
+    format!("{table}_parked")
+}
+
+/// A parking table of its own for each test's outbox, from
+/// `sql/outbox_parked.sql` as `init --grant relay` makes it: tests share
+/// `public`, and aggregates of one test must not park another's. Created
+/// here (with psql: `from_parts` is not async) since the relay needs it
+/// (after_dead_letter = "park" is the default) and most tests do not run
+/// init.
+fn create_parked_table(table: &str) {
+    use outbox_relay::parking::ParkedTable;
+    let parked = ParkedTable {
+        schema: "public".to_owned(),
+        name: parked_table_name(table),
+    };
+    let create = parked.create_sql();
+    let grant = format!(
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO relay",
+        parked.quoted()
+    );
+    assert!(
+        super::psql_as_superuser(&[&create, &grant]),
+        "create the parking table {}",
+        parked.name
+    );
+}
+
 /// One test's outbox: table, publication, slot and topic, all randomly named.
 pub struct TestOutbox {
     pub admin: Client,
@@ -93,6 +122,7 @@ impl TestOutbox {
     ) -> Self {
         let topic_prefix = random_name("t");
         let dlq_topic = format!("{topic_prefix}.dlq");
+        create_parked_table(&table);
         Self {
             admin,
             table,
@@ -119,6 +149,12 @@ impl TestOutbox {
         }
     }
 
+    /// This outbox's parking table (`public.<table>_parked`, the
+    /// config's `postgres.parked_table`).
+    pub fn parked_table(&self) -> String {
+        parked_table_name(&self.table)
+    }
+
     pub fn topic(&self, aggregate_type: &str) -> String {
         format!("{}.{aggregate_type}", self.topic_prefix)
     }
@@ -133,6 +169,7 @@ url = "{url}"
 slot = "{slot}"
 publication = "{publication}"
 table = "public.{table}"
+parked_table = "public.{table}_parked"
 status_interval_secs = 1
 heartbeat_interval_secs = 0
 [kafka]
