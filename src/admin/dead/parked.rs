@@ -279,10 +279,12 @@ pub(super) async fn act(
             if failed {
                 outcome.problems.push(format!(
                     "{}: its parked queue ({} waiting) is not released, as its dead letter was \
-                     not {}",
+                     not {}; once the cause is fixed run the command again, or `outbox-relay \
+                     dead discard {}` releases the queue without the dead letter",
                     shown_id(&head.event_id),
                     head.waiting,
-                    past(action)
+                    past(action),
+                    head.event_id
                 ));
                 continue;
             }

@@ -647,3 +647,41 @@ async fn an_interrupted_release_resumes_where_it_stopped_in_order() {
     );
     outbox.drop_all().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_whose_dead_letter_cannot_be_retried_keeps_its_queue_until_discarded() {
+    let outbox = set_up().await;
+    let p = Parking::new(&outbox, "o5");
+    let [head, e1] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
+    let mut not_json = letter(&head, "o5", &source(&outbox));
+    not_json.1 = b"not json {".to_vec();
+    produce_raw(&outbox.dlq_topic, &[not_json]).await;
+    p.head(&head, "payload_not_json").await;
+    p.event(&e1).await;
+    let config = outbox.write_config("");
+    let out = dead(&config, &["retry", &head]).await;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("its parked queue (1 waiting) is not released")
+            && stderr.contains(&format!("`outbox-relay dead discard {head}`")),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        p.rows().await,
+        [
+            ("HEAD".to_owned(), head.clone(), false),
+            ("EVENT".to_owned(), e1.clone(), false)
+        ]
+    );
+    let out = dead(&config, &["discard", &head]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let records = sent(&p.topic, 1).await;
+    assert_eq!(ce_ids(&records), [e1.as_str()]);
+    assert_eq!(
+        list_json(&config, &[]).await["parked"],
+        serde_json::json!([])
+    );
+    outbox.drop_all().await;
+}
