@@ -309,19 +309,21 @@ pub async fn promote(
     conn.query(&steps, ACTION).await.map(|_| ())
 }
 
-/// Deletes the released heads of `slot`'s stream that can never be
-/// replayed (their commit is below the slot's confirmed_flush_lsn); how
-/// many. None while the slot does not exist.
+/// Deletes the released heads of shard `shard`, read through `slot`, that
+/// can never be replayed (their commit is below the slot's
+/// confirmed_flush_lsn); how many. None while the slot does not exist.
+/// Only this shard's: another shard's slot may not have passed them yet.
 ///
 /// # Errors
 /// The connection's.
 pub async fn forget_tombstones(
     conn: &mut SqlConnection,
     table: &ParkedTable,
-    slot: &str,
+    (shard, slot): (u32, &str),
 ) -> Result<u64, PgError> {
     let sql = format!(
         "WITH gone AS (DELETE FROM {t} WHERE kind = 'HEAD' AND released_at IS NOT NULL \
+           AND shard = {shard} \
            AND commit_lsn < (SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots \
                              WHERE slot_name = {slot}) RETURNING 1) \
          SELECT count(*) FROM gone",

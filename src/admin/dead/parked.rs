@@ -47,7 +47,8 @@
 //!   finishes it.
 //! * Released heads are kept (a replay of their dead letter must not park
 //!   the aggregate again) until the slot's confirmed_flush_lsn is past
-//!   their commit; each release deletes those that are.
+//!   their commit; each release deletes those of its config's shard that
+//!   are (another shard's slot may not have passed them).
 
 use std::sync::Arc;
 
@@ -311,7 +312,8 @@ pub(super) async fn act(
             continue;
         };
         release_queue(config, conn, table, head, hooks, &mut outcome).await;
-        match release::forget_tombstones(conn, table, &config.postgres.slot).await {
+        let stream = (config.postgres.shard, config.postgres.slot.as_str());
+        match release::forget_tombstones(conn, table, stream).await {
             Ok(_) => {}
             Err(e) => outcome.problems.push(format!(
                 "released heads of {} whose commit the slot {:?} confirmed could not be deleted \

@@ -218,6 +218,18 @@ async fn a_parked_head_is_listed_and_retried_then_its_queue_in_order_up_to_the_n
     p.event(&e3).await;
     p.dead(&next, "contract_violation: amount").await;
     p.event(&e4).await;
+    // A released head of another shard, which that shard's slot (not this
+    // config's) has to pass before it may go.
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO {} (aggregatetype, aggregateid, event_id, kind, released_at, shard, \
+             commit_lsn, position) VALUES ('order', 'other-shard', 'gone', 'HEAD', now(), 1, \
+             '0/10', 0)",
+            p.table
+        ))
+        .await
+        .unwrap();
     let config = outbox.write_config("");
 
     // list: the head, what waits behind it, its reason and age.
@@ -271,6 +283,19 @@ async fn a_parked_head_is_listed_and_retried_then_its_queue_in_order_up_to_the_n
             ("EVENT".to_owned(), e4.clone(), false)
         ]
     );
+    let other: i64 = outbox
+        .admin
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE aggregateid = 'other-shard'",
+                p.table
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(other, 1, "another shard's released head stays");
     let doc = list_json(&config, &[]).await;
     assert_eq!(doc["parked"][0]["event_id"], next.as_str(), "{doc:#}");
     assert_eq!(doc["parked"][0]["reason"], "contract_violation: amount");
