@@ -55,6 +55,7 @@
 //!   problem makes the command exit 1.
 
 mod act;
+pub mod exactly_once;
 pub mod kafka;
 pub mod parked;
 mod render;

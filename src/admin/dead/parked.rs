@@ -36,12 +36,13 @@
 //!   head's dead letter is recorded as replayed (or discarded) and
 //!   skipped, the queue goes on from its first row not deleted. The batch
 //!   that was in flight may be sent twice (at least once), never out of
-//!   order. With `kafka.delivery = "exactly-once"` the same holds: the
-//!   release sends with an idempotent producer outside any transaction,
-//!   whose records read_committed consumers see at once, so a release
-//!   killed after the broker took a batch and before its commit sends
-//!   that batch again (at most one batch of duplicates per interruption,
-//!   which consumers de-duplicate on the unchanged event ids).
+//!   order. With `kafka.delivery = "exactly-once"` the queue's Kafka
+//!   records go in Kafka transactions that carry the release's progress
+//!   ([`exactly_once`]): a read_committed consumer sees each once, however
+//!   the release was interrupted. The head's own dead letter is sent as
+//!   `dead retry` sends every dead letter (claimed in PostgreSQL, idempotent
+//!   producer): a command killed between the broker's acknowledgement and
+//!   the replay record's commit sends it again, in either mode.
 //! * A head whose dead letter is recorded as handled but which is still
 //!   live is shown as an interrupted release, with the command that
 //!   finishes it.
@@ -56,9 +57,10 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use super::act::{self, Action, Outcome};
+use super::exactly_once;
 use super::table::{self, TableName};
 use super::{Inventory, Sink, State, kafka, shown_id};
-use crate::config::Config;
+use crate::config::{Config, Delivery};
 use crate::parking::ParkedTable;
 use crate::parking::release::{self, Kind, LiveHead, Queued};
 use crate::parking::store::KAFKA_SINK;
@@ -94,6 +96,10 @@ pub struct Hooks {
     /// Tell `locked` once the head is locked in each batch, then wait for
     /// a permit of `resume`.
     pub pause: Option<Pause>,
+    /// The batch of this index (from 0) is sent and its rows deleted, then
+    /// rolled back instead of committed: the command dying between the
+    /// broker's acknowledgement and PostgreSQL's commit.
+    pub lose_commit_of: Option<usize>,
 }
 
 impl Default for Hooks {
@@ -102,6 +108,7 @@ impl Default for Hooks {
             batch: BATCH,
             stop_after: None,
             pause: None,
+            lose_commit_of: None,
         }
     }
 }
@@ -348,6 +355,19 @@ pub async fn release_queue(
     let aggregate = head.aggregate();
     let mut sent = 0usize;
     let mut batches = 0usize;
+    let mut exactly_once = None;
+    if config.kafka.delivery == Delivery::ExactlyOnce {
+        match exactly_once::Sender::open(config, table, head.row).await {
+            Ok(opened) => exactly_once = Some(opened),
+            Err(why) => {
+                outcome.problems.push(format!(
+                    "{id}: its parked queue is not released (kafka.delivery = \"exactly-once\" \
+                     releases through a Kafka transaction): {why}"
+                ));
+                return;
+            }
+        }
+    }
     loop {
         if hooks.stop_after.is_some_and(|n| batches >= n) {
             outcome.problems.push(format!(
@@ -356,7 +376,8 @@ pub async fn release_queue(
             ));
             return;
         }
-        match batch(config, conn, table, head, &aggregate, hooks).await {
+        let at = (batches, exactly_once.as_mut());
+        match batch(config, conn, table, head, &aggregate, hooks, at).await {
             Err(why) => {
                 let _ = conn.query("ROLLBACK", "rolling back").await;
                 outcome.problems.push(format!(
@@ -430,6 +451,7 @@ async fn batch(
     head: &LiveHead,
     aggregate: &crate::parking::Aggregate,
     hooks: &Hooks,
+    (index, exactly_once): (usize, Option<&mut (exactly_once::Sender, i64)>),
 ) -> Result<Step, String> {
     let pg = |e: crate::pg::PgError| e.to_string();
     conn.query("BEGIN", "starting a transaction")
@@ -453,7 +475,7 @@ async fn batch(
         .map_err(pg)?;
     let cut = rows.iter().position(|r| r.kind == Kind::Dead);
     let events = &rows[..cut.unwrap_or(rows.len())];
-    send(config, conn, events).await?;
+    send(config, conn, events, exactly_once).await?;
     let ids: Vec<i64> = events.iter().map(|r| r.id).collect();
     release::delete(conn, table, &ids).await.map_err(pg)?;
     let step = match cut {
@@ -470,6 +492,9 @@ async fn batch(
         }
         None => Step::More(events.len()),
     };
+    if hooks.lose_commit_of == Some(index) {
+        return Err("the batch's commit was lost (as if the command died before it)".into());
+    }
     conn.query("COMMIT", "committing").await.map_err(|e| {
         format!(
             "the last batch was sent but its rows could not be deleted ({e}): a new run \
@@ -481,11 +506,24 @@ async fn batch(
 
 /// Sends `events` in order: webhook ones become PENDING rows of the
 /// delivery table (in the caller's transaction), Kafka ones go to the
-/// broker, all acknowledged before this returns.
-async fn send(config: &Config, conn: &mut SqlConnection, events: &[Queued]) -> Result<(), String> {
+/// broker, all acknowledged before this returns. In exactly-once mode the
+/// Kafka ones go in one transaction with the progress, and those the
+/// progress says are committed already are not sent again.
+async fn send(
+    config: &Config,
+    conn: &mut SqlConnection,
+    events: &[Queued],
+    exactly_once: Option<&mut (exactly_once::Sender, i64)>,
+) -> Result<(), String> {
+    let committed = exactly_once.as_ref().map_or(0, |(_, progress)| *progress);
     let mut records: Vec<(String, kafka::Republished)> = Vec::new();
+    let mut through = committed;
     for event in events {
         if event.sink == KAFKA_SINK {
+            if event.id <= committed {
+                continue;
+            }
+            through = event.id;
             let Some(topic) = event.topic.clone() else {
                 return Err(format!(
                     "event {} has no topic in the parking table",
@@ -513,6 +551,11 @@ async fn send(config: &Config, conn: &mut SqlConnection, events: &[Queued]) -> R
         return Ok(());
     }
     let sending: Vec<kafka::Republished> = records.iter().map(|(_, r)| r.clone()).collect();
+    if let Some((sender, progress)) = exactly_once {
+        sender.send(&sending, through).await?;
+        *progress = through;
+        return Ok(());
+    }
     let results = kafka::publish(&config.kafka, &sending).await?;
     for ((event_id, record), result) in records.iter().zip(results) {
         if let Err(e) = result {

@@ -626,7 +626,7 @@ async fn an_interrupted_release_resumes_where_it_stopped_in_order() {
     let hooks = Hooks {
         batch: 2,
         stop_after: Some(1),
-        pause: None,
+        ..Hooks::default()
     };
     let (passed, shown) = retry_with(&config, std::slice::from_ref(&head), hooks).await;
     assert!(!passed, "{shown}");
@@ -707,6 +707,51 @@ async fn a_head_whose_dead_letter_cannot_be_retried_keeps_its_queue_until_discar
     assert_eq!(
         list_json(&config, &[]).await["parked"],
         serde_json::json!([])
+    );
+    outbox.drop_all().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_exactly_once_mode_a_release_that_lost_its_commit_sends_nothing_twice() {
+    let outbox = set_up().await;
+    let checkpoints = crate::support::mixed::checkpoint_topic(&outbox).await;
+    let config_path = outbox.write_config_with(
+        "",
+        &format!("delivery = \"exactly-once\"\ncheckpoint_topic = \"{checkpoints}\""),
+        "",
+    );
+    let config = load(&config_path);
+    let p = Parking::new(&outbox, "o7");
+    let head = uuid::Uuid::new_v4().to_string();
+    let events = ids(4);
+    produce_raw(&outbox.dlq_topic, &[letter(&head, "o7", &source(&outbox))]).await;
+    p.head(&head, "topic_missing").await;
+    for e in &events {
+        p.event(e).await;
+    }
+    // The first batch reaches the broker, its rows' deletion never commits.
+    let hooks = Hooks {
+        batch: 2,
+        lose_commit_of: Some(0),
+        ..Hooks::default()
+    };
+    let (passed, shown) = retry_with(&config, std::slice::from_ref(&head), hooks).await;
+    assert!(!passed, "{shown}");
+    assert!(shown.contains("commit was lost"), "{shown}");
+    assert_eq!(p.rows().await.len(), 5, "every row still parked");
+
+    let out = dead(&config_path, &["retry", &head]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let mut wanted = vec![head.clone()];
+    wanted.extend(events.iter().cloned());
+    // One partition: a batch sent twice would show before the last event.
+    let records = sent(&p.topic, 5).await;
+    assert_eq!(ce_ids(&records), wanted, "each once, in order");
+    assert!(
+        p.rows()
+            .await
+            .iter()
+            .all(|(kind, _, released)| kind == "HEAD" && *released)
     );
     outbox.drop_all().await;
 }
