@@ -22,6 +22,7 @@
 //!   finds it instead of parking it twice.
 
 pub mod gauges;
+pub mod release;
 pub mod store;
 pub mod writer;
 

@@ -19,6 +19,7 @@ mod contracts;
 mod delivery;
 mod exactly_once;
 mod outbox;
+mod parked;
 mod postgres;
 mod replay;
 mod topics;
@@ -263,6 +264,7 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
             }
             items.extend(delivery::items(&mut connection, config, role).await);
             items.push(replay::item(&mut connection, config, role).await);
+            items.push(parked::item(&mut connection, config, role).await);
             connection.close().await;
         }
     }

@@ -55,7 +55,9 @@
 //!   problem makes the command exit 1.
 
 mod act;
+pub mod exactly_once;
 pub mod kafka;
+pub mod parked;
 mod render;
 mod rows;
 pub mod table;
@@ -185,6 +187,10 @@ pub struct Inventory {
     contracts: crate::contracts::Contracts,
     /// Whether `list` and `retry --all` take the unattributed dead letters.
     unattributed: bool,
+    /// The live heads of the parking table ([`parked`]).
+    pub parked: Vec<parked::Parked>,
+    /// The parking table, when it exists.
+    parked_table: Option<crate::parking::ParkedTable>,
     /// The dead letters of other sources on the dead-letter topic, left
     /// out: (id, location, source), so an id naming one is told apart from
     /// an id nothing has.
@@ -470,6 +476,7 @@ pub async fn gather(
                 replays.insert((r.partition, r.offset), (r.action, r.at));
             }
         }
+        parked::read(conn, config, &mut inventory).await;
         let also: Vec<i64> = row_records.keys().copied().collect();
         match table::exists(conn, &delivery).await {
             Ok(true) => match table::dead_rows(conn, &delivery, &also).await {
@@ -522,6 +529,7 @@ pub async fn gather(
         }
         Err(e) => inventory.problems.push(e.to_string()),
     }
+    parked::mark_interrupted(&mut inventory);
     inventory.contracts = contracts;
     (inventory, connection)
 }
@@ -658,6 +666,21 @@ pub async fn run(
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> bool {
+    let hooks = parked::Hooks::default();
+    run_with(target, config, options, request, &hooks, out, err).await
+}
+
+/// [`run`], releasing parked queues as `hooks` say (tests stop or pause a
+/// release with them).
+pub async fn run_with(
+    target: &AdminTarget,
+    config: &Config,
+    options: &DeadOptions,
+    request: Request,
+    hooks: &parked::Hooks,
+    out: &mut dyn std::io::Write,
+    err: &mut dyn std::io::Write,
+) -> bool {
     let name = request.name();
     let (inventory, mut connection) = gather(target, config, options).await;
     for problem in &inventory.problems {
@@ -667,29 +690,42 @@ pub async fn run(
     let outcome = match request {
         Request::List { all, route, json } => {
             let entries = inventory.listed(all, route.as_deref());
+            let heads = parked::listed(&inventory, route.as_deref());
             if json {
-                let _ = writeln!(out, "{}", render_json(entries, &inventory));
+                let _ = writeln!(out, "{}", render_json(entries, heads, &inventory));
             } else {
                 for note in &inventory.notes {
                     let _ = writeln!(err, "outbox-relay dead {name}: note: {note}");
                 }
                 let _ = write!(out, "{}", render_text(&entries, all));
+                let _ = write!(out, "{}", parked::render_text(&heads));
             }
             None
         }
         Request::Retry { ids, route } => Some(
-            retry(
+            parked::act(
                 config,
                 &inventory,
                 connection.as_mut(),
                 &ids,
                 route.as_deref(),
+                act::Action::Retry,
+                hooks,
             )
             .await,
         ),
-        Request::Discard { ids } => {
-            Some(discard(config, &inventory, connection.as_mut(), &ids).await)
-        }
+        Request::Discard { ids } => Some(
+            parked::act(
+                config,
+                &inventory,
+                connection.as_mut(),
+                &ids,
+                None,
+                act::Action::Discard,
+                hooks,
+            )
+            .await,
+        ),
     };
     if let Some(outcome) = outcome {
         for line in &outcome.done {

@@ -1,6 +1,7 @@
 //! `outbox-relay init`: creates what the relay needs in the database,
 //! idempotently: the outbox table (with `--create-table`), the publication,
-//! the slot, the dead-letter replay record ([`replay`]), and (with
+//! the slot, the dead-letter replay record ([`replay`]), the parking table
+//! ([`parked`]), and (with
 //! `--grant`) the relay role's privileges; in exactly-once mode also the
 //! checkpoint topic on Kafka ([`checkpoint`]).
 //!
@@ -13,8 +14,8 @@
 //! * Nothing that exists is dropped, replaced or narrowed: an existing
 //!   publication only gains what the relay needs (inserts, the table). The
 //!   one exception is asked for by name: `--recreate-slot` (below).
-//! * Order: table, grants, publication, slot, then the replay record (it
-//!   depends on nothing else). The publication must exist
+//! * Order: table, grants, publication, slot, then the replay record and
+//!   the parking table (they depend on nothing else). The publication must exist
 //!   before the slot: pgoutput looks publications up as of each change it
 //!   decodes, and a change older than the publication fails to decode.
 //! * Every refusal is decided before the first statement runs, so a refused
@@ -53,6 +54,7 @@ use checkpoint::TopicPlan;
 
 pub mod checkpoint;
 mod delivery;
+mod parked;
 mod planning;
 mod replay;
 mod steps;
@@ -308,11 +310,41 @@ pub async fn run(
             .map_err(InitError::Query),
         Err(_) => Ok(Default::default()),
     };
+    let parked_table = super::dead::parked::parked_table(config);
+    let parked_facts = match &replay_facts {
+        Ok(_) => {
+            let name = super::dead::table::TableName {
+                schema: parked_table.schema.clone(),
+                name: parked_table.name.clone(),
+            };
+            let facts = super::dead::table::table_facts(
+                &mut connection,
+                &name,
+                &role,
+                &super::dead::parked::PRIVILEGES,
+            )
+            .await;
+            let usage =
+                super::dead::table::schema_usage(&mut connection, &name.schema, &role).await;
+            facts
+                .and_then(|f| Ok((f, usage?)))
+                .map_err(InitError::Query)
+        }
+        Err(_) => Ok(Default::default()),
+    };
     let plan = match facts
         .map_err(InitError::Query)
         .and_then(|f| plan(config, &f, options))
         .and_then(|mut plan| {
             replay::plan_replay_table(&replay_table, &replay_facts?, options, &mut plan);
+            let (parked_facts, usage) = parked_facts?;
+            parked::plan_parked_table(
+                &parked_table,
+                (&schema, usage),
+                &parked_facts,
+                options,
+                &mut plan,
+            );
             Ok(plan)
         }) {
         Ok(plan) => plan,

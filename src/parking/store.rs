@@ -123,7 +123,7 @@ pub async fn write(
     let t = table.quoted();
     let aggregates: HashSet<&Aggregate> = requests.iter().map(Request::aggregate).collect();
     let mut sql = format!(
-        "BEGIN; SELECT aggregatetype, aggregateid, commit_lsn::text, position FROM {t} \
+        "BEGIN; SELECT aggregatetype, aggregateid, commit_lsn::text, position, id FROM {t} \
          WHERE kind = 'HEAD' AND released_at IS NULL AND (aggregatetype, aggregateid) IN ("
     );
     for (i, a) in aggregates.iter().enumerate() {
@@ -157,8 +157,8 @@ async fn write_locked(
 ) -> Result<Vec<Outcome>, PgError> {
     let t = table.quoted();
     let rows = conn.query(lock_sql, "lock the parked heads").await?;
-    // The live head of each aggregate of the batch, by place.
-    let mut live: HashMap<Aggregate, Place> = rows
+    // The live head of each aggregate of the batch: its place and row.
+    let mut live: HashMap<Aggregate, (Place, i64)> = rows
         .into_iter()
         .filter_map(|r| {
             let text = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
@@ -166,7 +166,10 @@ async fn write_locked(
                 commit_lsn: text(2).parse::<Lsn>().ok()?,
                 position: text(3).parse().ok()?,
             };
-            Some((Aggregate::new(text(0), text(1)), place))
+            Some((
+                Aggregate::new(text(0), text(1)),
+                (place, text(4).parse().ok()?),
+            ))
         })
         .collect();
     let mut outcomes = Vec::with_capacity(requests.len());
@@ -186,21 +189,11 @@ async fn write_locked(
                         .await?;
                 }
                 let head = live.get(aggregate).copied();
-                let which = format!(
-                    "aggregatetype = {} AND aggregateid = {}",
-                    escape_literal(&aggregate.aggregate_type),
-                    escape_literal(&aggregate.aggregate_id),
-                );
-                let at = format!(
-                    "shard = {shard} AND commit_lsn = {}::pg_lsn AND position = {}",
-                    escape_literal(&place.commit_lsn.to_string()),
-                    place.position
-                );
                 let insert = |kind: &str| {
                     format!(
                         "INSERT INTO {t} (aggregatetype, aggregateid, event_id, kind, reason, \
                          shard, commit_lsn, position) VALUES ({}, {}, {}, {}, {}, {shard}, \
-                         {}::pg_lsn, {}) ON CONFLICT DO NOTHING RETURNING kind",
+                         {}::pg_lsn, {}) ON CONFLICT DO NOTHING RETURNING id",
                         escape_literal(&aggregate.aggregate_type),
                         escape_literal(&aggregate.aggregate_id),
                         escape_literal(event_id),
@@ -213,34 +206,54 @@ async fn write_locked(
                 let mut heads = false;
                 match head {
                     // The head itself, replayed.
-                    Some(head) if *place == head => heads = true,
+                    Some((head, _)) if *place == head => heads = true,
                     // Parked already: the dead letter waits in the queue.
-                    Some(head) if *place > head => {
+                    Some((head, _)) if *place > head => {
                         conn.query(&insert(DEAD), "park a dead letter").await?;
                     }
                     // Before the live head (a replay dead-letters what the
                     // broker refused only after that head was decided):
                     // the earliest dead letter heads the aggregate.
-                    // (A row already at its place, a head released
-                    // since, stays as it is.)
-                    Some(_) => {
+                    // The head keeps its row (a release waiting on its
+                    // lock finds it still live): it takes this dead
+                    // letter, and the one it held becomes a DEAD row in
+                    // the queue. (A row already at this place, a head
+                    // released since, stays as it is.)
+                    Some((_, head_row)) => {
                         let inserted = conn.query(&insert(DEAD), "park a dead letter").await?;
-                        if !inserted.is_empty() {
+                        let row = inserted
+                            .first()
+                            .and_then(|r| r.first().cloned().flatten())
+                            .and_then(|id| id.parse::<i64>().ok());
+                        if let Some(row) = row {
                             let sql = format!(
-                                "UPDATE {t} SET kind = 'DEAD' WHERE kind = 'HEAD' AND \
-                                 released_at IS NULL AND {which}; \
-                                 UPDATE {t} SET kind = 'HEAD' WHERE {at}"
+                                "UPDATE {t} SET position = -1 - position WHERE id = {head_row}; \
+                                 UPDATE {t} AS d SET event_id = h.event_id, reason = h.reason, \
+                                   commit_lsn = h.commit_lsn, position = -1 - h.position, \
+                                   parked_at = h.parked_at \
+                                   FROM {t} AS h WHERE d.id = {row} AND h.id = {head_row}; \
+                                 UPDATE {t} SET event_id = {}, reason = {}, \
+                                   commit_lsn = {}::pg_lsn, position = {}, \
+                                   parked_at = clock_timestamp() WHERE id = {head_row}",
+                                escape_literal(event_id),
+                                escape_literal(&clip(reason)),
+                                escape_literal(&place.commit_lsn.to_string()),
+                                place.position,
                             );
                             conn.query(&sql, "park an aggregate behind an earlier dead letter")
                                 .await?;
-                            live.insert(aggregate.clone(), *place);
+                            live.insert(aggregate.clone(), (*place, head_row));
                             heads = true;
                         }
                     }
                     None => {
                         let inserted = conn.query(&insert(HEAD), "park an aggregate").await?;
-                        if !inserted.is_empty() {
-                            live.insert(aggregate.clone(), *place);
+                        if let Some(row) = inserted
+                            .first()
+                            .and_then(|r| r.first().cloned().flatten())
+                            .and_then(|id| id.parse::<i64>().ok())
+                        {
+                            live.insert(aggregate.clone(), (*place, row));
                             heads = true;
                         }
                     }

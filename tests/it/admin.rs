@@ -204,6 +204,97 @@ async fn init_sets_up_from_nothing_then_events_arrive() {
     o.drop_all().await;
 }
 
+/// Whether `role` has each of SELECT, INSERT, UPDATE, DELETE on
+/// `public.table`.
+async fn may_use(o: &TestOutbox, role: &str, table: &str) -> Vec<bool> {
+    let mut all = Vec::new();
+    for privilege in ["SELECT", "INSERT", "UPDATE", "DELETE"] {
+        all.push(
+            o.admin
+                .query_one(
+                    "SELECT has_table_privilege($1, 'public.' || quote_ident($2), $3)",
+                    &[&role, &table, &privilege],
+                )
+                .await
+                .unwrap()
+                .get(0),
+        );
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_creates_the_parking_table_for_the_relay_role_and_check_verifies_it() {
+    let o = fresh().await;
+    let config = o.write_config("");
+    // A parking table of a name nothing created yet.
+    let parked = random_name("held");
+    let text_of = std::fs::read_to_string(&config).unwrap();
+    let line = format!("parked_table = \"public.{}\"", o.parked_table());
+    assert!(text_of.contains(&line), "config layout changed");
+    std::fs::write(
+        &config,
+        text_of.replace(&line, &format!("parked_table = \"{parked}\"")),
+    )
+    .unwrap();
+    let (_, items, _) = check(&config).await;
+    let missing = item(&items, "postgres.parked_table");
+    assert_eq!(missing["status"], "fail", "{missing:#}");
+    assert!(
+        missing["fix"]
+            .as_str()
+            .unwrap()
+            .contains("outbox-relay init"),
+        "{missing:#}"
+    );
+
+    let init = cli(args(&[
+        "init",
+        "--config",
+        &config.display().to_string(),
+        "--create-table",
+        "--grant",
+        "relay",
+        "--admin-url",
+        &env("PG_URL"),
+    ]))
+    .await;
+    assert!(init.status.success(), "{}", text(&init));
+    let stdout = String::from_utf8_lossy(&init.stdout);
+    for step in [
+        format!("done: create the parking table public.{parked} (if missing)"),
+        format!("done: grant relay SELECT, INSERT, UPDATE, DELETE on public.{parked}"),
+    ] {
+        assert!(stdout.contains(&step), "{step}: {}", text(&init));
+    }
+    assert_eq!(may_use(&o, "relay", &parked).await, [true; 4]);
+    let (code, items, output) = check(&config).await;
+    assert_eq!(code, Some(0), "{}", text(&output));
+    assert_eq!(item(&items, "postgres.parked_table")["status"], "ok");
+
+    // A privilege taken away: check says so, and how to give it back.
+    o.admin
+        .batch_execute(&format!("REVOKE DELETE ON public.{parked} FROM relay"))
+        .await
+        .unwrap();
+    let (code, items, _) = check(&config).await;
+    assert_eq!(code, Some(1));
+    let lacking = item(&items, "postgres.parked_table");
+    assert_eq!(lacking["status"], "fail", "{lacking:#}");
+    assert!(
+        lacking["detail"].as_str().unwrap().contains("lacks DELETE"),
+        "{lacking:#}"
+    );
+    assert!(
+        lacking["fix"]
+            .as_str()
+            .unwrap()
+            .contains("outbox-relay init"),
+        "{lacking:#}"
+    );
+    o.drop_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn init_dry_run_prints_the_sql_and_changes_nothing() {
     let o = fresh().await;

@@ -1262,3 +1262,5 @@ fn the_page_says_who_creates_a_missing_topic_as_the_code_does() {
          allow.auto.create.topics = false"
     );
 }
+
+mod parked;

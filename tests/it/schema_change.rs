@@ -158,7 +158,6 @@ async fn partitioned_outbox(via_root: bool) -> TestOutbox {
            WITH (publish = 'insert', publish_via_partition_root = {via_root});"
     ));
     admin.batch_execute(&ddl).await.expect("partitioned outbox");
-    crate::support::outbox::create_parked_table(&admin, &table).await;
     admin
         .execute(
             "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",

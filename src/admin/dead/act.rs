@@ -67,12 +67,12 @@ pub async fn discard(
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Action {
+pub(super) enum Action {
     Retry,
     Discard,
 }
 
-async fn act(
+pub(super) async fn act(
     config: &Config,
     inventory: &Inventory,
     connection: Option<&mut SqlConnection>,

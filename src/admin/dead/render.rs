@@ -17,14 +17,21 @@ use crate::admin::human_duration;
 #[derive(Debug, Serialize)]
 pub struct ListDocument<'a> {
     pub dead_letters: Vec<&'a Entry>,
+    /// The live heads of the parking table.
+    pub parked: Vec<&'a super::parked::Parked>,
     pub problems: &'a [String],
     pub notes: &'a [String],
 }
 
 /// `dead list --json`: one document (shape in docs/dead-letters.md).
-pub fn render_json(entries: Vec<&Entry>, inventory: &Inventory) -> String {
+pub fn render_json(
+    entries: Vec<&Entry>,
+    parked: Vec<&super::parked::Parked>,
+    inventory: &Inventory,
+) -> String {
     let document = ListDocument {
         dead_letters: entries,
+        parked,
         problems: &inventory.problems,
         notes: &inventory.notes,
     };
@@ -36,7 +43,7 @@ const REASON_WIDTH: usize = 60;
 
 /// A cell of the text table: control characters escaped (ids, routes and
 /// reasons come from rows and endpoints), cut to `max` characters.
-fn cell(text: &str, max: usize) -> String {
+pub(super) fn cell(text: &str, max: usize) -> String {
     let mut out = String::new();
     for c in text.chars() {
         if c.is_control() {
@@ -48,6 +55,29 @@ fn cell(text: &str, max: usize) -> String {
     if out.chars().count() > max {
         out = out.chars().take(max.saturating_sub(1)).collect();
         out.push('…');
+    }
+    out
+}
+
+/// Rows as aligned columns, the first row the header.
+pub(super) fn table(rows: &[Vec<String>]) -> String {
+    let columns = rows[0].len();
+    let widths: Vec<usize> = (0..columns)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, value) in row.iter().enumerate() {
+            if i + 1 == columns {
+                line.push_str(value);
+            } else {
+                let pad = widths[i] - value.chars().count();
+                let _ = write!(line, "{value}{}  ", " ".repeat(pad));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
     }
     out
 }
@@ -84,24 +114,7 @@ pub fn render_text(entries: &[&Entry], with_state: bool) -> String {
         }
         rows.push(row);
     }
-    let columns = rows[0].len();
-    let widths: Vec<usize> = (0..columns)
-        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let mut line = String::new();
-        for (i, value) in row.iter().enumerate() {
-            if i + 1 == columns {
-                line.push_str(value);
-            } else {
-                let pad = widths[i] - value.chars().count();
-                let _ = write!(line, "{value}{}  ", " ".repeat(pad));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-    }
+    let mut out = table(&rows);
     let counts = entries.iter().fold(BTreeMap::new(), |mut m, e| {
         *m.entry(e.sink.as_str()).or_insert(0) += 1;
         m

@@ -261,9 +261,15 @@ pub fn list_sql(table: &TableName, also: &[i64]) -> String {
 /// (`None` each when the table or the role does not exist), in the order
 /// of [`REPLAY_PRIVILEGES`].
 pub fn replay_facts_sql(table: &TableName, role: &str) -> String {
+    facts_sql(table, role, &REPLAY_PRIVILEGES)
+}
+
+/// Whether `table` exists, and which of `privileges` `role` has on it, in
+/// their order.
+pub fn facts_sql(table: &TableName, role: &str, privileges: &[&str]) -> String {
     // By name in the catalog, not `to_regclass`, which needs USAGE on the
     // schema: check asks as the relay role.
-    let privileges: Vec<String> = REPLAY_PRIVILEGES
+    let privileges: Vec<String> = privileges
         .iter()
         .map(|p| {
             format!(
@@ -284,7 +290,8 @@ pub fn replay_facts_sql(table: &TableName, role: &str) -> String {
     )
 }
 
-/// What the catalog says of the replay record.
+/// What the catalog says of the replay record (or of another table:
+/// [`table_facts`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ReplayFacts {
     pub exists: bool,
@@ -302,9 +309,23 @@ pub async fn replay_facts(
     table: &TableName,
     role: &str,
 ) -> Result<ReplayFacts, PgError> {
-    const ACTION: &str = "looking the replay record up";
+    table_facts(connection, table, role, &REPLAY_PRIVILEGES).await
+}
+
+/// Whether `table` exists, and which of `privileges` `role` lacks on it
+/// (all when it does not exist), as [`ReplayFacts`].
+///
+/// # Errors
+/// The query fails.
+pub async fn table_facts(
+    connection: &mut SqlConnection,
+    table: &TableName,
+    role: &str,
+    privileges: &[&'static str],
+) -> Result<ReplayFacts, PgError> {
+    const ACTION: &str = "looking a table up";
     let rows = connection
-        .query(&replay_facts_sql(table, role), ACTION)
+        .query(&facts_sql(table, role, privileges), ACTION)
         .await?;
     let Some(row) = rows.first() else {
         return Err(shape(connection, ACTION));
@@ -312,13 +333,39 @@ pub async fn replay_facts(
     let yes = |i: usize| row.get(i).cloned().flatten().as_deref() == Some("t");
     Ok(ReplayFacts {
         exists: yes(0),
-        missing: REPLAY_PRIVILEGES
+        missing: privileges
             .iter()
             .enumerate()
             .filter(|(i, _)| !yes(i + 1))
             .map(|(_, p)| *p)
             .collect(),
     })
+}
+
+/// Whether `role` has USAGE on `schema` (false when either is missing).
+///
+/// # Errors
+/// The query fails.
+pub async fn schema_usage(
+    connection: &mut SqlConnection,
+    schema: &str,
+    role: &str,
+) -> Result<bool, PgError> {
+    let sql = format!(
+        "SELECT pg_catalog.has_schema_privilege(r.oid, n.oid, 'USAGE') \
+         FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n \
+         WHERE r.rolname = {} AND n.nspname = {}",
+        escape_literal(role),
+        escape_literal(schema)
+    );
+    let rows = connection
+        .query(&sql, "looking a schema's privileges up")
+        .await?;
+    Ok(rows
+        .first()
+        .and_then(|r| r.first().cloned().flatten())
+        .as_deref()
+        == Some("t"))
 }
 
 /// Turns the DEAD rows with these event ids back into due PENDING rows

@@ -156,7 +156,8 @@ fn the_table_escapes_control_characters_and_the_json_has_every_field() {
         ),
         "{text}"
     );
-    let doc: serde_json::Value = serde_json::from_str(&render_json(entries, &inv)).unwrap();
+    let doc: serde_json::Value =
+        serde_json::from_str(&render_json(entries, Vec::new(), &inv)).unwrap();
     let first = &doc["dead_letters"][0];
     assert_eq!(first["id"], "r'1%");
     assert_eq!(first["sink"], "table");
@@ -372,4 +373,72 @@ fn only_this_relays_dead_letters_are_taken_and_unattributed_ones_when_asked() {
         ids(inv.listed(true, None)),
         ["mine", "my-message", "nobody", "empty"]
     );
+}
+
+fn parked_head(event_id: &str, aggregateid: &str) -> parked::Parked {
+    parked::Parked {
+        head: crate::parking::release::LiveHead {
+            row: 1,
+            aggregatetype: "order".into(),
+            aggregateid: aggregateid.into(),
+            event_id: event_id.into(),
+            reason: "topic_missing: no topic".into(),
+            waiting: 7,
+            age_seconds: 90.0,
+        },
+        release_interrupted: None,
+    }
+}
+
+#[test]
+fn a_head_whose_dead_letter_was_handled_but_which_is_live_is_an_interrupted_release() {
+    let mut replays = HashMap::new();
+    replays.insert((0, 1), ("replayed".to_owned(), "2026-01-01".to_owned()));
+    replays.insert((0, 2), ("discarded".to_owned(), "2026-01-01".to_owned()));
+    let mut inv = inventory(&replays);
+    inv.entries = kafka_entries(
+        vec![
+            letter(Some("r"), 0, 1, "x"),
+            letter(Some("d"), 0, 2, "x"),
+            letter(Some("l"), 0, 3, "x"),
+        ],
+        &replays,
+        kafka::Rebuild::new(&config(), &crate::contracts::Contracts::default()),
+    );
+    inv.parked = vec![
+        parked_head("r", "o1"),
+        parked_head("d", "o2"),
+        parked_head("l", "o3"),
+    ];
+    parked::mark_interrupted(&mut inv);
+    let hints: Vec<Option<&str>> = inv
+        .parked
+        .iter()
+        .map(|p| p.release_interrupted.as_deref())
+        .collect();
+    assert_eq!(
+        hints,
+        [
+            Some("release interrupted: run `dead retry r` again"),
+            Some("release interrupted: run `dead discard d` again"),
+            None
+        ]
+    );
+    let shown: Vec<&parked::Parked> = inv.parked.iter().collect();
+    let text = parked::render_text(&shown);
+    assert!(text.contains("order/o1"), "{text}");
+    assert!(text.contains("3 parked aggregates:"), "{text}");
+    assert!(
+        text.contains("r: release interrupted: run `dead retry r` again"),
+        "{text}"
+    );
+    assert_eq!(parked::render_text(&[]), "", "nothing parked, no section");
+}
+
+#[test]
+fn a_parked_aggregate_id_reaches_the_terminal_with_its_control_characters_escaped() {
+    let head = parked_head("h\u{1b}[2J", "o\n1");
+    let text = parked::render_text(&[&head]);
+    assert!(!text.contains('\u{1b}'), "{text:?}");
+    assert!(text.contains("order/o\\n1"), "{text}");
 }

@@ -743,6 +743,77 @@ fn the_replay_record_is_created_and_granted_once() {
     assert_eq!(planned(&partial, &grant).steps.len(), 1);
 }
 
+#[test]
+fn the_parking_table_is_created_and_granted_once_with_usage_on_its_own_schema() {
+    use crate::admin::dead::table::ReplayFacts;
+    use crate::parking::ParkedTable;
+    let grant = InitOptions {
+        grant: Some("relay".into()),
+        ..InitOptions::default()
+    };
+    let planned = |table: &ParkedTable, facts: &ReplayFacts, options: &InitOptions| {
+        let mut plan = Plan::default();
+        super::parked::plan_parked_table(table, ("app", false), facts, options, &mut plan);
+        plan
+    };
+    let table = ParkedTable {
+        schema: "app".into(),
+        name: "outbox_parked".into(),
+    };
+    let missing = ReplayFacts {
+        exists: false,
+        missing: vec!["SELECT", "INSERT", "UPDATE", "DELETE"],
+    };
+    let plan = planned(&table, &missing, &grant);
+    let sql: Vec<&str> = plan.steps.iter().map(|s| s.sql.as_str()).collect();
+    assert_eq!(sql.len(), 2, "{sql:?}");
+    assert!(
+        sql[0].contains("CREATE TABLE IF NOT EXISTS \"app\".\"outbox_parked\" (")
+            && sql[0].contains("CREATE UNIQUE INDEX IF NOT EXISTS \"outbox_parked_heads\""),
+        "{sql:?}"
+    );
+    assert_eq!(
+        sql[1],
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON \"app\".\"outbox_parked\" TO \"relay\""
+    );
+    assert_eq!(
+        planned(&table, &missing, &InitOptions::default())
+            .steps
+            .len(),
+        1
+    );
+    let in_place = ReplayFacts {
+        exists: true,
+        missing: Vec::new(),
+    };
+    let plan = planned(&table, &in_place, &grant);
+    assert!(plan.steps.is_empty(), "{plan:?}");
+    assert_eq!(plan.in_place.len(), 2, "{plan:?}");
+    let partial = ReplayFacts {
+        exists: true,
+        missing: vec!["DELETE"],
+    };
+    assert_eq!(planned(&table, &partial, &grant).steps.len(), 1);
+    // In a schema of its own: the relay role also gets USAGE on it.
+    let elsewhere = ParkedTable {
+        schema: "ops".into(),
+        name: "held".into(),
+    };
+    let plan = planned(&elsewhere, &missing, &grant);
+    let sql: Vec<&str> = plan.steps.iter().map(|s| s.sql.as_str()).collect();
+    assert_eq!(
+        sql[1], "GRANT USAGE ON SCHEMA \"ops\" TO \"relay\"",
+        "{sql:?}"
+    );
+    // Which it has already: not again.
+    let mut plan = Plan::default();
+    super::parked::plan_parked_table(&elsewhere, ("app", true), &missing, &grant, &mut plan);
+    assert!(
+        plan.steps.iter().all(|s| !s.sql.contains("USAGE")),
+        "{plan:?}"
+    );
+}
+
 /// The slot exists, the publication does not: the setup a person reaches by
 /// following `run`'s exit-3 message, with outbox rows waiting in the WAL.
 fn slot_without_publication(wal_end: &str) -> PgFacts {

@@ -21,6 +21,35 @@ use tokio_postgres::Client;
 use super::services::{self, Exclusive, Shared};
 use super::{env, pg_admin, random_name};
 
+/// The parking table of the outbox table `table`.
+pub fn parked_table_name(table: &str) -> String {
+    format!("{table}_parked")
+}
+
+/// A parking table of its own for each test's outbox, from
+/// `sql/outbox_parked.sql` as `init --grant relay` makes it: tests share
+/// `public`, and aggregates of one test must not park another's. Created
+/// here (with psql: `from_parts` is not async) since the relay needs it
+/// (after_dead_letter = "park" is the default) and most tests do not run
+/// init.
+fn create_parked_table(table: &str) {
+    use outbox_relay::parking::ParkedTable;
+    let parked = ParkedTable {
+        schema: "public".to_owned(),
+        name: parked_table_name(table),
+    };
+    let create = parked.create_sql();
+    let grant = format!(
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO relay",
+        parked.quoted()
+    );
+    assert!(
+        super::psql_as_superuser(&[&create, &grant]),
+        "create the parking table {}",
+        parked.name
+    );
+}
+
 /// One test's outbox: table, publication, slot and topic, all randomly named.
 pub struct TestOutbox {
     pub admin: Client,
@@ -32,24 +61,6 @@ pub struct TestOutbox {
     pub dlq_topic: String,
     /// Keeps the tests that disturb the services away while this lives.
     services: Shared,
-}
-
-/// The parking table the relay uses by default for the outbox `table`
-/// (`public.<table>_parked`, as `outbox-relay init` makes it), writable by
-/// the relay role: parking is on unless a test's config says `skip`.
-pub async fn create_parked_table(admin: &Client, table: &str) {
-    let parked = outbox_relay::parking::ParkedTable {
-        schema: "public".into(),
-        name: format!("{table}_parked"),
-    };
-    admin
-        .batch_execute(&format!(
-            "{}\nGRANT SELECT, INSERT, UPDATE, DELETE ON {} TO relay;",
-            parked.create_sql(),
-            parked.quoted()
-        ))
-        .await
-        .expect("create the parking table");
 }
 
 impl TestOutbox {
@@ -89,7 +100,6 @@ impl TestOutbox {
             ))
             .await
             .expect("create outbox");
-        create_parked_table(&admin, &table).await;
         admin
             .execute(
                 "SELECT pg_create_logical_replication_slot($1, 'pgoutput')",
@@ -112,6 +122,7 @@ impl TestOutbox {
     ) -> Self {
         let topic_prefix = random_name("t");
         let dlq_topic = format!("{topic_prefix}.dlq");
+        create_parked_table(&table);
         Self {
             admin,
             table,
@@ -136,6 +147,12 @@ impl TestOutbox {
             dlq_topic: self.dlq_topic.clone(),
             services: Shared::held_by_caller(),
         }
+    }
+
+    /// This outbox's parking table (`public.<table>_parked`, the
+    /// config's `postgres.parked_table`).
+    pub fn parked_table(&self) -> String {
+        parked_table_name(&self.table)
     }
 
     pub fn topic(&self, aggregate_type: &str) -> String {
