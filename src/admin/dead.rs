@@ -698,7 +698,7 @@ pub async fn run_with(
                     let _ = writeln!(err, "outbox-relay dead {name}: note: {note}");
                 }
                 let _ = write!(out, "{}", render_text(&entries, all));
-                let _ = write!(out, "{}", parked::render_text(&heads));
+                let _ = write!(out, "{}", render::parked_text(&heads));
             }
             None
         }

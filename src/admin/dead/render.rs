@@ -146,3 +146,43 @@ pub fn render_text(entries: &[&Entry], with_state: bool) -> String {
     }
     out
 }
+
+/// `list`'s section of parked aggregates (nothing when none is parked).
+pub fn parked_text(parked: &[&super::parked::Parked]) -> String {
+    use std::fmt::Write as _;
+    if parked.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("\nparked aggregates (each waits behind its head's dead letter):\n");
+    let mut rows = vec![vec![
+        "HEAD ID".to_owned(),
+        "AGGREGATE".to_owned(),
+        "WAITING".to_owned(),
+        "AGE".to_owned(),
+        "REASON".to_owned(),
+    ]];
+    for p in parked {
+        let h = &p.head;
+        rows.push(vec![
+            cell(&h.event_id, usize::MAX),
+            cell(&format!("{}/{}", h.aggregatetype, h.aggregateid), 60),
+            h.waiting.to_string(),
+            crate::admin::human_duration(h.age_seconds),
+            cell(&h.reason, 60),
+        ]);
+    }
+    out.push_str(&table(&rows));
+    let _ = writeln!(
+        out,
+        "{} parked aggregate{}: `dead retry HEAD-ID` sends the head again, then its queue; `dead \
+         discard HEAD-ID` sends the queue without it",
+        parked.len(),
+        if parked.len() == 1 { "" } else { "s" }
+    );
+    for p in parked {
+        if let Some(hint) = &p.release_interrupted {
+            let _ = writeln!(out, "{}: {hint}", cell(&p.head.event_id, usize::MAX));
+        }
+    }
+    out
+}

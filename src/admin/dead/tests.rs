@@ -425,20 +425,20 @@ fn a_head_whose_dead_letter_was_handled_but_which_is_live_is_an_interrupted_rele
         ]
     );
     let shown: Vec<&parked::Parked> = inv.parked.iter().collect();
-    let text = parked::render_text(&shown);
+    let text = render::parked_text(&shown);
     assert!(text.contains("order/o1"), "{text}");
     assert!(text.contains("3 parked aggregates:"), "{text}");
     assert!(
         text.contains("r: release interrupted: run `dead retry r` again"),
         "{text}"
     );
-    assert_eq!(parked::render_text(&[]), "", "nothing parked, no section");
+    assert_eq!(render::parked_text(&[]), "", "nothing parked, no section");
 }
 
 #[test]
 fn a_parked_aggregate_id_reaches_the_terminal_with_its_control_characters_escaped() {
     let head = parked_head("h\u{1b}[2J", "o\n1");
-    let text = parked::render_text(&[&head]);
+    let text = render::parked_text(&[&head]);
     assert!(!text.contains('\u{1b}'), "{text:?}");
     assert!(text.contains("order/o\\n1"), "{text}");
 }
