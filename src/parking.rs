@@ -48,6 +48,14 @@ pub enum LoadError {
         crate::invocation::command("init")
     )]
     Missing { table: String },
+    #[error(
+        "the relay's role may not use the parking table {table} ({source}): it needs SELECT, \
+         INSERT, UPDATE and DELETE on it. Grant them with `{} --admin-url <a table owner's or \
+         superuser's postgres URL> --grant`, or: GRANT SELECT, INSERT, UPDATE, DELETE ON {table} \
+         TO <the relay's role>;",
+        crate::invocation::command("init")
+    )]
+    NotPermitted { table: String, source: PgError },
     #[error("cannot read the parked aggregates from {table}: {source}")]
     Unavailable { table: String, source: PgError },
 }
@@ -66,6 +74,11 @@ pub async fn load(
         if source.sqlstate() == Some("42P01") {
             LoadError::Missing {
                 table: table.quoted(),
+            }
+        } else if source.sqlstate() == Some("42501") {
+            LoadError::NotPermitted {
+                table: table.quoted(),
+                source,
             }
         } else {
             LoadError::Unavailable {

@@ -249,7 +249,10 @@ impl<'a> Sessions<'a> {
             None => Vec::new(),
             Some(table) => match crate::parking::load(&replication.connection, table).await {
                 Ok(heads) => heads,
-                Err(e @ crate::parking::LoadError::Missing { .. }) => {
+                Err(
+                    e @ (crate::parking::LoadError::Missing { .. }
+                    | crate::parking::LoadError::NotPermitted { .. }),
+                ) => {
                     return Outcome::Fatal(e.into());
                 }
                 Err(crate::parking::LoadError::Unavailable { source, .. }) => {

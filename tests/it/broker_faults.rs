@@ -988,6 +988,15 @@ async fn policy_violation_with_on_unroutable_dead_letter_goes_to_the_dead_letter
     let rig = MockRig::start(1, 3).await;
     let mut settings = rig.settings();
     settings.on_unroutable = outbox_relay::sink::OnUnroutable::DeadLetter;
+    // The aggregate's later events go on (after_dead_letter = "skip"): the
+    // broker's refusal is what this test is about; parking behind one is
+    // dead_letters::broker_side_size_limit_dead_letters_the_record_and_keeps_order.
+    settings.webhooks.routes = settings.webhooks.routes.clone().with_after_dead_letter(
+        outbox_relay::routes::AfterDeadLetter::Skip,
+        &[],
+        &[],
+    );
+    settings.parking = None;
     // Refused in its batch, then again alone: the broker means it.
     let (relay, refused_end, mut committed, mut seqs) = refuse_next_event(
         &rig,

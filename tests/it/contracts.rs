@@ -77,26 +77,26 @@ async fn an_event_that_breaks_its_contract_is_dead_lettered_and_retried_once_the
             .await
             .unwrap();
     }
-    let events = consume(&topic, DEADLINE, |r| r.len() >= 3).await;
+    // The aggregate parks behind the violation (after_dead_letter =
+    // "park", the default): the events after it wait, in order.
+    let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| !r.is_empty()).await;
+    wait_until("the later events parked", DEADLINE, || async {
+        outbox.parked().await
+            == [
+                ("o-1".to_owned(), "HEAD".to_owned(), broken.clone()),
+                ("o-1".to_owned(), "EVENT".to_owned(), after.clone()),
+                ("o-1".to_owned(), "EVENT".to_owned(), unchecked.clone()),
+            ]
+    })
+    .await;
+    let events = consume_to_end(&topic).await;
     let ids: Vec<&str> = events.iter().map(|r| r.header("ce_id").unwrap()).collect();
+    assert_eq!(ids, [before.as_str()], "nothing after the violation yet");
     assert_eq!(
-        ids,
-        [before.as_str(), after.as_str(), unchecked.as_str()],
-        "in order, one aggregate"
-    );
-    for event in &events[..2] {
-        assert_eq!(
-            event.header("ce_dataschema"),
-            Some("https://schemas.example.com/order-placed/v1")
-        );
-    }
-    assert_eq!(
-        events[2].header("ce_dataschema"),
-        None,
-        "no contract, unchecked"
+        events[0].header("ce_dataschema"),
+        Some("https://schemas.example.com/order-placed/v1")
     );
 
-    let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| !r.is_empty()).await;
     assert_eq!(dlq.len(), 1);
     let letter = &dlq[0];
     assert_eq!(letter.header("id"), Some(broken.as_str()));
@@ -134,11 +134,37 @@ async fn an_event_that_breaks_its_contract_is_dead_lettered_and_retried_once_the
         text(&refused)
     );
 
-    // Fixed: the retry sends it, checked against the new version.
+    // Fixed: the retry sends it, checked against the new version, then
+    // the events parked behind it, in commit order.
     write_schema(&config, FIXED);
     let retried = dead(&config, &["retry", &broken]).await;
     assert_eq!(retried.status.code(), Some(0), "{}", text(&retried));
     let events = consume(&topic, DEADLINE, |r| r.len() >= 4).await;
+    let ids: Vec<&str> = events.iter().map(|r| r.header("ce_id").unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            before.as_str(),
+            broken.as_str(),
+            after.as_str(),
+            unchecked.as_str()
+        ],
+        "in order, one aggregate"
+    );
+    assert_eq!(
+        events[2].header("ce_dataschema"),
+        Some("https://schemas.example.com/order-placed/v1"),
+        "a parked event is sent as it was built"
+    );
+    assert_eq!(
+        events[3].header("ce_dataschema"),
+        None,
+        "no contract, unchecked"
+    );
+    assert!(
+        outbox.parked().await.is_empty(),
+        "the aggregate is live again"
+    );
     let resent = events
         .iter()
         .find(|r| r.header("ce_id") == Some(broken.as_str()))
@@ -279,15 +305,19 @@ mod registry {
     }
 
     async fn insert(outbox: &TestOutbox, id: &str, payload: &str) {
+        insert_as(outbox, id, "o-1", payload).await;
+    }
+
+    async fn insert_as(outbox: &TestOutbox, id: &str, aggregate: &str, payload: &str) {
         outbox
             .admin
             .execute(
                 &format!(
                     "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload) \
-                     VALUES ($1::text::uuid, 'order', 'o-1', 'OrderPlaced', $2::text::jsonb)",
+                     VALUES ($1::text::uuid, 'order', $3, 'OrderPlaced', $2::text::jsonb)",
                     outbox.table
                 ),
-                &[&id, &payload],
+                &[&id, &payload, &aggregate],
             )
             .await
             .unwrap();
@@ -300,7 +330,15 @@ mod registry {
     async fn insert_fits_breaks_fits(outbox: &TestOutbox, fits: &str) -> String {
         let [first, broken, second] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
         insert(outbox, &first, r#"{"order_id": "o-1", "amount": 1200}"#).await;
-        insert(outbox, &broken, r#"{"order_id": "o-1", "amount": "12.50"}"#).await;
+        // An aggregate of its own: it parks behind its dead letter, while
+        // o-1's events go on.
+        insert_as(
+            outbox,
+            &broken,
+            "o-broken",
+            r#"{"order_id": "o-1", "amount": "12.50"}"#,
+        )
+        .await;
         insert(outbox, &second, fits).await;
         broken
     }

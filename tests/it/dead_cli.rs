@@ -62,6 +62,15 @@ async fn kafka_dead_letters_are_republished_to_their_topic_once_and_discarded_on
         ),
     ]);
     settings.on_unroutable = outbox_relay::sink::OnUnroutable::DeadLetter;
+    // Each row its own dead letter, the aggregate's good event delivered
+    // (after_dead_letter = "skip"): the dead letters are what this test
+    // reads; parked heads are tests/it/dead_cli/parked.rs's.
+    settings.webhooks.routes = settings.webhooks.routes.clone().with_after_dead_letter(
+        outbox_relay::routes::AfterDeadLetter::Skip,
+        &[],
+        &[],
+    );
+    settings.parking = None;
     let relay = Relay::in_process(settings);
     let t = &outbox.table;
     let [not_json, refused, big_id, good] =

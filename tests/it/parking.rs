@@ -285,10 +285,23 @@ async fn webhook_dead_event_holds_its_aggregate_through_kill9_and_dead_retry_rel
     relay.wait_for_log(STREAMING, DEADLINE).await;
     let (written, mut relay) =
         write_and_kill(&outbox, "hook", r#"{"ok": true, "seq": 1}"#, &config, relay).await;
-    wait_until("every other event accepted", DEADLINE, || async {
-        receiver.has_all(&written.others)
-    })
-    .await;
+    let deadline = tokio::time::Instant::now() + DEADLINE * 2;
+    while !receiver.has_all(&written.others) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{case}: {} of {} other events accepted ({} requests); relay log:\n{}",
+            receiver.accepted().len(),
+            written.others.len(),
+            receiver.requests(),
+            relay.log_text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    println!(
+        "{case}: {} other events accepted {:.1} s after the first write",
+        written.others.len(),
+        started.elapsed().as_secs_f64()
+    );
     let k_ids: std::collections::HashSet<&str> = written.k.iter().map(|c| c.id.as_str()).collect();
     let early: Vec<String> = receiver
         .accepted()

@@ -77,7 +77,8 @@ pub struct TestRole {
 
 impl TestRole {
     /// `CREATE ROLE <random> <attributes> PASSWORD '<password>'`, with
-    /// SELECT on the outbox table (what the relay's checks read). The
+    /// SELECT on the outbox table (what the relay's checks read) and the
+    /// use of its parking table (which the relay reads at start). The
     /// password may hold any character but NUL.
     pub async fn create(outbox: &TestOutbox, attributes: &str, password: &str) -> Self {
         let name = random_name("role");
@@ -87,8 +88,9 @@ impl TestRole {
             .admin
             .batch_execute(&format!(
                 "CREATE ROLE {name} {attributes} PASSWORD '{literal}';
-                 GRANT SELECT ON public.{} TO {name};",
-                outbox.table
+                 GRANT SELECT ON public.{} TO {name};
+                 GRANT SELECT, INSERT, UPDATE, DELETE ON public.{}_parked TO {name};",
+                outbox.table, outbox.table
             ))
             .await
             .expect("create role");
