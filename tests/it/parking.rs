@@ -287,6 +287,43 @@ async fn webhook_dead_event_holds_its_aggregate_through_kill9_and_dead_retry_rel
         write_and_kill(&outbox, "hook", r#"{"ok": true, "seq": 1}"#, &config, relay).await;
     let deadline = tokio::time::Instant::now() + DEADLINE * 2;
     while !receiver.has_all(&written.others) {
+        if tokio::time::Instant::now() >= deadline {
+            let accepted: std::collections::HashSet<String> =
+                receiver.accepted().into_iter().map(|a| a.id).collect();
+            let missing: Vec<&Committed> = written
+                .others
+                .iter()
+                .filter(|c| !accepted.contains(&c.id))
+                .collect();
+            println!("missing (first 5): {:?}", &missing[..missing.len().min(5)]);
+            for c in missing.iter().take(5) {
+                let rows = outbox
+                    .admin
+                    .query(
+                        &format!(
+                            "SELECT status, attempts, coalesce(last_error, ''), after_dead_letter, \
+                             (SELECT count(*) FROM public.{table} o WHERE o.aggregate_key = \
+                              d.aggregate_key AND o.id < d.id AND o.status <> 'SENT') \
+                             FROM public.{table} d WHERE event_id = $1"
+                        ),
+                        &[&c.id],
+                    )
+                    .await
+                    .unwrap();
+                for r in rows {
+                    println!(
+                        "  {} {}: {} attempts {} err {:?} adl {} ahead {}",
+                        c.aggregate,
+                        c.seq,
+                        r.get::<_, String>(0),
+                        r.get::<_, i32>(1),
+                        r.get::<_, String>(2),
+                        r.get::<_, String>(3),
+                        r.get::<_, i64>(4)
+                    );
+                }
+            }
+        }
         assert!(
             tokio::time::Instant::now() < deadline,
             "{case}: {} of {} other events accepted ({} requests); relay log:\n{}",

@@ -62,6 +62,10 @@ pub struct Written {
     pub hooks: Vec<Committed>,
     /// Ids of the bad rows: each must be dead-lettered.
     pub bad: Vec<String>,
+    /// Good events of the bad rows' aggregate (`agg-bad`), written after
+    /// its first bad row: each must wait in the parking table behind it
+    /// (after_dead_letter = "park", the default), never on a topic.
+    pub parked: Vec<Committed>,
     /// The traceparent each event was written with, by event id.
     pub traceparents: HashMap<String, String>,
     /// How many events were outbox messages.
@@ -157,6 +161,28 @@ impl TestOutbox {
             .await
             .unwrap();
             out.bad.push(id);
+            // A good event behind it: parked, in order, never sent.
+            let id = uuid::Uuid::new_v4().to_string();
+            let seq = seqs.entry("agg-bad".to_owned()).or_insert(0);
+            *seq += 1;
+            tx.execute(
+                &insert,
+                &[
+                    &id,
+                    &"order",
+                    &"agg-bad",
+                    &format!(r#"{{"aggregate":"agg-bad","seq":{seq}}}"#),
+                    &new_traceparent(),
+                    &*seq,
+                ],
+            )
+            .await
+            .unwrap();
+            out.parked.push(Committed {
+                id,
+                aggregate: "agg-bad".to_owned(),
+                seq: *seq,
+            });
             if mix.contract_breaks {
                 let n = t / mix.bad_every;
                 let aggregate_type = match mix.hook_type {
@@ -417,6 +443,61 @@ pub async fn check_dead_letters(outbox: &TestOutbox, written: &Written, once: bo
         assert_eq!(all.len(), bad.len(), "each dead letter once");
     }
     println!("dead-letters: {} bad rows, all on the topic", bad.len());
+    check_parked(outbox, written).await;
+}
+
+/// The good events of `agg-bad` wait in the parking table behind its
+/// first bad row, each once and in commit order, and none reached the
+/// topic of its aggregate type.
+pub async fn check_parked(outbox: &TestOutbox, written: &Written) {
+    let want: Vec<String> = written.parked.iter().map(|c| c.id.clone()).collect();
+    let mut parked = Vec::new();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while tokio::time::Instant::now() < deadline {
+        parked = outbox
+            .parked()
+            .await
+            .into_iter()
+            .filter(|(aggregate, kind, _)| aggregate == "agg-bad" && kind == "EVENT")
+            .map(|(_, _, id)| id)
+            .collect::<Vec<_>>();
+        if parked.len() >= want.len() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        parked, want,
+        "agg-bad's good events parked behind its dead letter, once each, in commit order"
+    );
+    let heads: Vec<String> = outbox
+        .parked()
+        .await
+        .into_iter()
+        .filter(|(aggregate, kind, _)| aggregate == "agg-bad" && kind == "HEAD")
+        .map(|(_, _, id)| id)
+        .collect();
+    assert_eq!(
+        heads.first(),
+        written.bad.first(),
+        "agg-bad waits behind its first bad row"
+    );
+    let wanted: HashSet<&str> = want.iter().map(String::as_str).collect();
+    let early: Vec<String> = consume_ids_to_end(&outbox.topic("order"))
+        .await
+        .iter()
+        .filter_map(|r| r.header("ce_id"))
+        .filter(|id| wanted.contains(id))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        early.is_empty(),
+        "parked events reached the topic: {early:?}"
+    );
+    println!(
+        "parking: {} events of agg-bad parked in order behind its dead letter",
+        want.len()
+    );
 }
 
 /// Waits until cleanup deleted every row but those of `at_restart` (the
