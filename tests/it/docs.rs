@@ -83,7 +83,7 @@ fn the_name_parser_finds_names_in_the_tests_column_only() {
 }
 
 /// The features of docs/design.md "Where features meet", as its rows name them.
-const FEATURES: [&str; 9] = [
+const FEATURES: [&str; 10] = [
     "delivery",
     "source",
     "cleanup",
@@ -93,6 +93,7 @@ const FEATURES: [&str; 9] = [
     "dead letters",
     "trace context",
     "contracts",
+    "parking",
 ];
 
 /// One clause of a verdict cell.
@@ -247,8 +248,9 @@ fn feature_table_problems(
                                 }
                                 if !body.contains("check_delivery")
                                     && !body.contains("check_exactly_once")
+                                    && !body.contains("check_webhook_delivery")
                                 {
-                                    problems.push(format!("{label}: {path} runs no checker (check_delivery, check_exactly_once)"));
+                                    problems.push(format!("{label}: {path} runs no checker (check_delivery, check_exactly_once, check_webhook_delivery)"));
                                 }
                             }
                         }

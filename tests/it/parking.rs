@@ -30,8 +30,11 @@ const TXNS: usize = 100;
 const OTHERS_PER_TXN: usize = 100;
 /// Other aggregates, round robin.
 const AGGREGATES: usize = 1_000;
-/// The relay is killed with -9 after these transactions.
-const KILLS: [usize; 2] = [30, 60];
+/// After which transactions the relay is killed with -9 (and started
+/// again).
+fn kill9_after(transactions: &[usize]) -> Vec<usize> {
+    transactions.to_vec()
+}
 
 /// A contract on `aggregate_type` that requires `"ok"`, in a file the test
 /// can fix later; returns the file and the `[[contracts]]` TOML.
@@ -60,12 +63,13 @@ struct Written {
 }
 
 /// Commits the workload of the module docs, K's first event with
-/// `first_payload`, restarting `relay` (with -9) at [`KILLS`].
-async fn write_and_kill(
+/// `first_payload`, killing `relay` with -9 (and starting it again) after
+/// the transactions `kills` names.
+async fn write_with_kills(
     outbox: &TestOutbox,
     aggregate_type: &str,
     first_payload: &str,
-    config: &Path,
+    (config, kills): (&Path, &[usize]),
     mut relay: Relay,
 ) -> (Written, Relay) {
     let t = &outbox.table;
@@ -117,7 +121,7 @@ async fn write_and_kill(
             out.push(Committed { id, aggregate, seq });
         }
         tx.commit().await.unwrap();
-        if KILLS.contains(&(txn + 1)) {
+        if kills.contains(&(txn + 1)) {
             println!("kill -9 after transaction {}", txn + 1);
             relay.kill9();
             relay = Relay::process(config);
@@ -174,8 +178,15 @@ async fn dead_retry(config: &Path, id: &str) {
     println!("dead retry: {}", shown(&out).trim());
 }
 
-/// The Kafka sink in `delivery` mode (`""`: at-least-once).
-async fn kafka_sink_case(case: &str, eos: bool) {
+/// The Kafka sink, exactly-once when `eos`: runs the module's workload
+/// with `kills`, checks what is parked and that nothing of K went early,
+/// releases K, and returns everything committed and everything on the
+/// topic (read to its end, read_committed) for the test's checker.
+async fn kafka_sink_case(
+    case: &str,
+    eos: bool,
+    kills: &[usize],
+) -> (Vec<Committed>, Vec<Received>, TestOutbox) {
     let started = Instant::now();
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
@@ -189,7 +200,7 @@ async fn kafka_sink_case(case: &str, eos: bool) {
     let relay = Relay::process(&config);
     relay.wait_for_log(STREAMING, DEADLINE).await;
     let (written, mut relay) =
-        write_and_kill(&outbox, "order", r#"{"seq": 1}"#, &config, relay).await;
+        write_with_kills(&outbox, "order", r#"{"seq": 1}"#, (&config, kills), relay).await;
     let writing = started.elapsed();
 
     // Every other aggregate arrives; K waits behind its dead letter.
@@ -226,18 +237,10 @@ async fn kafka_sink_case(case: &str, eos: bool) {
     // The fix, and the release: the head first, then K's events in order.
     fix_contract(&schema);
     dead_retry(&config, &written.k[0].id).await;
-    let received = consume_all_ids(&topic, &written.k, DEADLINE).await;
+    consume_all_ids(&topic, &written.k, DEADLINE).await;
     let all: Vec<Committed> = written.k.iter().chain(&written.others).cloned().collect();
-    let summary = if eos {
-        let status = relay.terminate().await;
-        assert!(status.success(), "{status:?}\n{}", relay.log_text());
-        check_exactly_once(case, &all, &consume_ids_to_end(&topic).await)
-    } else {
-        let summary = check_delivery(case, &all, &received);
-        relay.terminate().await;
-        summary
-    };
-    assert_eq!(summary.lost, 0);
+    let status = relay.terminate().await;
+    assert!(status.success(), "{status:?}\n{}", relay.log_text());
     assert!(
         outbox
             .parked()
@@ -246,18 +249,27 @@ async fn kafka_sink_case(case: &str, eos: bool) {
             .all(|(aggregate, _, _)| aggregate != K),
         "K is live again"
     );
-    outbox.drop_all().await;
     report_wall_time(case, started);
+    (all, consume_ids_to_end(&topic).await, outbox)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_at_least_once_parks_an_aggregate_through_kill9_and_releases_it_in_order() {
-    kafka_sink_case("parking-kafka-alo", false).await;
+    let case = "parking-kafka-alo";
+    let (all, received, outbox) = kafka_sink_case(case, false, &kill9_after(&[30, 60])).await;
+    // K's 101 events among the rest, each first arrival in commit order.
+    let summary = check_delivery(case, &all, &received);
+    assert_eq!(summary.lost, 0);
+    outbox.drop_all().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_exactly_once_parks_an_aggregate_through_kill9_and_releases_it_once_in_order() {
-    kafka_sink_case("parking-kafka-eos", true).await;
+    let case = "parking-kafka-eos";
+    let (all, received, outbox) = kafka_sink_case(case, true, &kill9_after(&[30, 60])).await;
+    // Read committed: each event once, K's included, in commit order.
+    check_exactly_once(case, &all, &received);
+    outbox.drop_all().await;
 }
 
 /// The webhook sink: K's first event is refused for good (DEAD), and its
@@ -283,8 +295,14 @@ async fn webhook_dead_event_holds_its_aggregate_through_kill9_and_dead_retry_rel
     );
     let relay = Relay::process(&config);
     relay.wait_for_log(STREAMING, DEADLINE).await;
-    let (written, mut relay) =
-        write_and_kill(&outbox, "hook", r#"{"ok": true, "seq": 1}"#, &config, relay).await;
+    let (written, mut relay) = write_with_kills(
+        &outbox,
+        "hook",
+        r#"{"ok": true, "seq": 1}"#,
+        (&config, &kill9_after(&[30, 60])),
+        relay,
+    )
+    .await;
     let deadline = tokio::time::Instant::now() + DEADLINE * 2;
     while !receiver.has_all(&written.others) {
         if tokio::time::Instant::now() >= deadline {

@@ -161,23 +161,33 @@ impl TestOutbox {
             .await
             .unwrap();
             out.bad.push(id);
-            // A good event behind it: parked, in order, never sent.
-            let id = uuid::Uuid::new_v4().to_string();
+            // A good event behind it (a row, or with source both every
+            // other time a message): parked, in order, never sent, with
+            // its trace context kept for its release.
             let seq = seqs.entry("agg-bad".to_owned()).or_insert(0);
             *seq += 1;
-            tx.execute(
-                &insert,
-                &[
-                    &id,
-                    &"order",
-                    &"agg-bad",
-                    &format!(r#"{{"aggregate":"agg-bad","seq":{seq}}}"#),
-                    &new_traceparent(),
-                    &*seq,
-                ],
-            )
-            .await
-            .unwrap();
+            let payload = format!(r#"{{"aggregate":"agg-bad","seq":{seq}}}"#);
+            let traceparent = new_traceparent();
+            let id = if mix.messages && out.parked.len() % 2 == 1 {
+                out.messages += 1;
+                tx.query_one(
+                    emit,
+                    &[&"order", &"agg-bad", &payload, &traceparent, &prefix],
+                )
+                .await
+                .unwrap()
+                .get(0)
+            } else {
+                let id = uuid::Uuid::new_v4().to_string();
+                tx.execute(
+                    &insert,
+                    &[&id, &"order", &"agg-bad", &payload, &traceparent, &*seq],
+                )
+                .await
+                .unwrap();
+                id
+            };
+            out.traceparents.insert(id.clone(), traceparent);
             out.parked.push(Committed {
                 id,
                 aggregate: "agg-bad".to_owned(),
@@ -482,6 +492,28 @@ pub async fn check_parked(outbox: &TestOutbox, written: &Written) {
         written.bad.first(),
         "agg-bad waits behind its first bad row"
     );
+    // Each as it would have been sent, its writer's trace context in it.
+    for c in &written.parked {
+        let header: Option<Vec<u8>> = outbox
+            .admin
+            .query_opt(
+                &format!(
+                    "SELECT header_values[array_position(header_names, 'ce_traceparent')] \
+                     FROM public.{} WHERE event_id = $1 AND kind = 'EVENT'",
+                    outbox.parked_table()
+                ),
+                &[&c.id],
+            )
+            .await
+            .unwrap()
+            .and_then(|r| r.get(0));
+        assert_eq!(
+            header.as_deref(),
+            written.traceparents.get(&c.id).map(String::as_bytes),
+            "parked event {} keeps its trace context",
+            c.id
+        );
+    }
     let wanted: HashSet<&str> = want.iter().map(String::as_str).collect();
     let early: Vec<String> = consume_ids_to_end(&outbox.topic("order"))
         .await
