@@ -85,27 +85,38 @@ impl SinkRuntime {
         table: DeliveryTable,
         connection: ConnectSettings,
     ) -> Result<Arc<SinkRuntime>, super::client::TransportError> {
+        let settings_concurrency = settings.max_concurrency;
         Ok(Arc::new(SinkRuntime {
             client: Client::new(&settings)?,
             limit: Semaphore::new(settings.max_concurrency),
             settings,
             table,
-            pool: Pool::new(connection),
+            // Every event in flight holds one while it looks itself up,
+            // plus the retry worker's few: fewer kept idle would make the
+            // events beyond them open (and authenticate) a connection each.
+            pool: Pool::new(connection, settings_concurrency + WORKER_CONNECTIONS),
             sql_trouble: Mutex::new(SqlTrouble::new()),
         }))
     }
 }
 
-/// A few plain SQL connections, opened on demand, dropped after an error.
+/// Connections the retry worker's loops may hold besides the events in
+/// flight.
+const WORKER_CONNECTIONS: usize = 4;
+
+/// Plain SQL connections, opened on demand, kept for the next statement
+/// (up to `keep`), dropped after an error.
 pub struct Pool {
     settings: ConnectSettings,
+    keep: usize,
     idle: Mutex<Vec<SqlConnection>>,
 }
 
 impl Pool {
-    pub fn new(settings: ConnectSettings) -> Pool {
+    pub fn new(settings: ConnectSettings, keep: usize) -> Pool {
         Pool {
             settings,
+            keep,
             idle: Mutex::new(Vec::new()),
         }
     }
@@ -125,7 +136,7 @@ impl Pool {
     /// Back to the pool after a statement that worked.
     pub fn put(&self, conn: SqlConnection) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < 8 {
+        if idle.len() < self.keep {
             idle.push(conn);
         }
     }
