@@ -342,15 +342,7 @@ impl SessionMachine<'_> {
                     }
                 }
                 Parcel::Webhook { sink, event } => {
-                    producer.send_webhook(sink, event, tag).map_err(|_| {
-                        let error = DeliveryError::ProducerFatal(
-                            "an event is routed to a webhook sink but this session has none".into(),
-                        );
-                        SessionError::Delivery {
-                            reason: failure_reason(&error),
-                            error,
-                        }
-                    })?;
+                    super::webhook::hand_to_webhook(producer, sink, event, tag)?;
                 }
             }
         }

@@ -57,15 +57,7 @@ impl SessionMachine<'_> {
         match self.webhook_event(row) {
             Ok(event) => {
                 self.tracker.add_event(tag.txn)?;
-                producer.send_webhook(sink, event, tag).map_err(|_| {
-                    let error = DeliveryError::ProducerFatal(
-                        "an event is routed to a webhook sink but this session has none".into(),
-                    );
-                    SessionError::Delivery {
-                        reason: failure_reason(&error),
-                        error,
-                    }
-                })
+                hand_to_webhook(producer, sink, event, tag)
             }
             Err(e) => {
                 let (record, tag) =
@@ -75,4 +67,24 @@ impl SessionMachine<'_> {
             }
         }
     }
+}
+
+/// Hands a counted event to webhook sink `sink`; a producer without webhook
+/// sinks ends the session (the config routes events to one it does not
+/// have: a bug, never an event dropped).
+pub(super) fn hand_to_webhook(
+    producer: &mut impl Producer,
+    sink: usize,
+    event: WebhookEvent,
+    tag: DeliveryTag,
+) -> SessionResult<()> {
+    producer.send_webhook(sink, event, tag).map_err(|_| {
+        let error = DeliveryError::ProducerFatal(
+            "an event is routed to a webhook sink but this session has none".into(),
+        );
+        SessionError::Delivery {
+            reason: failure_reason(&error),
+            error,
+        }
+    })
 }
