@@ -24,6 +24,13 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
   Avro schema of the same shape (W3_AVRO), each draining the same WAL from
   its own slot beside the plain relay (BENCH_CONTRACT=0 leaves both out,
   BENCH_CONTRACT_AVRO=0 the Avro one);
+* parking: in W3, this build with one of the backlog's aggregates
+  (BENCH_W3_AGGREGATES, 1,000) parked before the drain starts (a live
+  HEAD row in the drain's own parking table), so that its events (one in
+  1,000) go to the parking table through the relay's writer while the
+  others are sent; on its own slot beside the plain relay, and checked
+  after each drain: the parked events all in the table, every other
+  aggregate's on the topic (BENCH_PARKED=0 leaves it out);
 * cost curves (BENCH_ONLY=curves): how the cost of the relay and of Debezium
   (defaults) grows with the work, each point a backlog drain of fresh WAL
   from slots made before the load (drain events/s, CPU µs/event, peak RSS):
@@ -135,6 +142,10 @@ class Settings:
     # an Avro registry contract.
     contract: bool
     contract_avro: bool
+    # The W3 backlog's aggregates ('agg-0' .. 'agg-<n-1>', round robin),
+    # and whether W3 also drains with one of them parked.
+    w3_aggregates: int
+    parked: bool
     # Before each relay drain of W3, wait (at most quiet_max_secs) until
     # the machine's CPUs were busy less than this many CPUs over 2 s
     # (0 = do not wait).
@@ -181,6 +192,8 @@ class Settings:
             contract=os.environ.get("BENCH_CONTRACT", "1") != "0",
             contract_avro=os.environ.get("BENCH_CONTRACT", "1") != "0"
             and os.environ.get("BENCH_CONTRACT_AVRO", "1") != "0",
+            w3_aggregates=env_int("BENCH_W3_AGGREGATES", 1_000),
+            parked=os.environ.get("BENCH_PARKED", "1") != "0",
             quiet_cpus=env_float("BENCH_QUIET_CPUS", 0),
             quiet_max_secs=env_float("BENCH_QUIET_MAX_SECS", 300),
             curves=os.environ.get("BENCH_CURVES", ",".join(CURVES)).split(","),
@@ -545,7 +558,19 @@ GRANT USAGE ON SEQUENCE public.{table}_orders_id_seq TO relay;
 CREATE PUBLICATION {pub} FOR TABLE public.{table} WITH (publish = 'insert');
 """
         )
+        # Its parking table, postgres.parked_table's default name: under
+        # after_dead_letter = "park" (the default) the relay reads the live
+        # heads from it at every start and refuses to start without it.
+        self.create_parked_table(f"{table}_parked")
         return table, pub
+
+    def create_parked_table(self, name: str) -> None:
+        """A parking table `public.<name>` from sql/outbox_parked.sql (its
+        indexes named after it, as `outbox-relay init` names them), with the
+        privileges the relay's role needs."""
+        sql = (ROOT / "sql" / "outbox_parked.sql").read_text()
+        sql = re.sub(r"\boutbox_parked", name, sql)
+        self.psql_script(sql + f"GRANT SELECT, INSERT, UPDATE, DELETE ON public.{name} TO relay;\n")
 
     def create_slot(self, plugin: str = "pgoutput") -> str:
         slot = self.name("slot")
@@ -600,7 +625,7 @@ class Relay:
 
     def __init__(self, env: Env, table: str, pub: str, slot: str, prefix: str, perf_out: Path | None = None,
                  binary: Path | None = None, exactly_once: bool = False, contract: str | None = None,
-                 kafka_properties: dict[str, str] | None = None):
+                 kafka_properties: dict[str, str] | None = None, parked_table: str | None = None):
         self.env = env
         self.slot = slot
         if binary is not None:
@@ -632,6 +657,12 @@ class Relay:
             self.label = "outbox-relay (Avro registry contract)"
             contracts = (f'[registry]\nurl = "{env.registry()}"\n\n[[contracts]]\naggregatetype = "order"\n'
                          f'type = "OrderPlaced"\nsubject = "{W3_AVRO_SUBJECT}"\n')
+        # A parking table of its own (W3's parked drains: each starts with
+        # one aggregate parked in it).
+        postgres = ""
+        if parked_table:
+            self.label = "outbox-relay (parked aggregate)"
+            postgres = f'parked_table = "public.{parked_table}"\n'
         # librdkafka properties (the cost curves' larger message.max.bytes).
         if kafka_properties:
             delivery += "[kafka.properties]\n" + "".join(f'"{k}" = "{v}"\n' for k, v in kafka_properties.items())
@@ -643,7 +674,7 @@ slot = "{slot}"
 publication = "{pub}"
 table = "public.{table}"
 heartbeat_interval_secs = 0
-[kafka]
+{postgres}[kafka]
 brokers = "{env.brokers}"
 topic = "{prefix}.{{aggregatetype}}"
 dlq_topic = "{prefix}.dlq"
@@ -974,28 +1005,30 @@ def ceiling_broker(env: Env) -> list[dict]:
     return out
 
 
-def payload_sql(payload_bytes: int) -> str:
+def payload_sql(payload_bytes: int, aggregates: int = 100) -> str:
     """The SQL of the n-th backlog payload (`i`), padded to about
     `payload_bytes`: what every backlog and curve loads."""
     pad = max(payload_bytes - 90, 0)
     return (
-        "jsonb_build_object('n', i, 'aggregate', 'agg-' || (i % 100), 'seq', i / 100 + 1, "
+        f"jsonb_build_object('n', i, 'aggregate', 'agg-' || (i % {aggregates}), 'seq', i / {aggregates} + 1, "
         f"'total', 42.5, 'pad', repeat('x', {pad}))"
     )
 
 
-def load_backlog(env: Env, table: str, rows: int, one_txn: bool) -> None:
-    payload = payload_sql(env.s.payload)
+def load_backlog(env: Env, table: str, rows: int, one_txn: bool, aggregates: int = 100) -> None:
+    """`rows` events of `aggregates` aggregates ('agg-0', 'agg-1', ...,
+    round robin) in single-row transactions, or all in one."""
+    payload = payload_sql(env.s.payload, aggregates)
     if one_txn:
         script = f"""INSERT INTO public.{table} (id, aggregatetype, aggregateid, type, payload)
-SELECT gen_random_uuid(), 'order', 'agg-' || (i % 100), 'OrderPlaced', {payload}
+SELECT gen_random_uuid(), 'order', 'agg-' || (i % {aggregates}), 'OrderPlaced', {payload}
 FROM generate_series(0, {rows - 1}) AS i;"""
     else:
         script = f"""DO $$
 BEGIN
   FOR i IN 0..{rows - 1} LOOP
     INSERT INTO public.{table} (id, aggregatetype, aggregateid, type, payload)
-    VALUES (gen_random_uuid(), 'order', 'agg-' || (i % 100), 'OrderPlaced', {payload});
+    VALUES (gen_random_uuid(), 'order', 'agg-' || (i % {aggregates}), 'OrderPlaced', {payload});
     COMMIT;
   END LOOP;
 END
@@ -1023,8 +1056,16 @@ def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int) ->
 
 
 def system_drain(env: Env, make_sut, rows: int, topics=None, topic_config: dict[str, str] | None = None,
-                 timeout: float = 1800, interval_ms: int | None = None, stall_secs: float | None = None) -> dict:
+                 timeout: float = 1800, interval_ms: int | None = None, stall_secs: float | None = None,
+                 events: int | None = None, until=None) -> dict:
     """Starts a system on a slot holding `rows` events and measures until all are on its topic.
+
+    `events`: how many events the system handles, when not all of them go
+    to the topic (W3's parked drains park some): the rate and the CPU per
+    event are per event handled; the drain ends with the `rows`-th on the
+    topic. `until()`: once they are there, the system is stopped only when
+    it says True too (the parked drains: every parked row committed),
+    waiting at most 60 s.
 
     For the cost curves: `topics(prefix)` names the topics the events go to
     (counted together; default the one `prefix.order`), made with
@@ -1059,6 +1100,14 @@ def system_drain(env: Env, make_sut, rows: int, topics=None, topic_config: dict[
         done = time.time()
         if w.returncode != 0:
             raise RuntimeError(f"{sut.label}: drain did not complete (watcher exit {w.returncode}); see {sut.log}")
+        if until is not None:
+            deadline = time.monotonic() + 60
+            while not until():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{sut.label}: its topic is complete, and 60 s later the rest is not; "
+                                       f"see {sut.log}")
+                time.sleep(0.05)
+        settled = time.time()
         cpu = sut.sampler.read()
         spent = budget.finish()
     finally:
@@ -1070,17 +1119,30 @@ def system_drain(env: Env, make_sut, rows: int, topics=None, topic_config: dict[
     first = next(t for t, c in pts if c > 0)
     last = pts[-1][0]
     cpu_s = cpu[0] if cpu else sut.sampler.cpu()
+    handled = events or rows
     return {
         "system": sut.label,
+        "topic": names[0],
         "startup_to_first_event_s": first - sut.spawned,
-        "drain_events_per_s": rows / max(last - first, 1e-6),
+        "drain_events_per_s": handled / max(last - first, 1e-6),
         "total_secs": last - sut.spawned,
+        "until_after_last_s": settled - last if until is not None else None,
+        # A healthy drain logs no warning (RUST_LOG=warn: nothing else).
+        "log_warnings": log_warnings(sut.log),
         "cpu_s": cpu_s,
-        "cpu_us_per_event": cpu_s / rows * 1e6,
+        "cpu_us_per_event": cpu_s / handled * 1e6,
         "peak_rss_mb": sut.sampler.hwm / 2**20,
         "curve": [(t - first, c) for t, c in pts],
         "budget": spent,
     }
+
+
+def log_warnings(path: Path) -> int:
+    """WARN and ERROR lines in a system's log (the relay's, at RUST_LOG=warn)."""
+    try:
+        return sum(1 for line in path.read_text(errors="replace").splitlines() if " WARN " in line or "ERROR" in line)
+    except OSError:
+        return 0
 
 
 def contract_keeps(env: Env, table: str) -> None:
@@ -1101,8 +1163,81 @@ def contract_keeps(env: Env, table: str) -> None:
         raise RuntimeError(f"the W3 payloads break benches/decode.rs's W3_SCHEMA: {r.stdout}{r.stderr}")
 
 
+# The aggregate W3's parked drains start with parked.
+PARKED_AGGREGATE = "agg-0"
+
+
+def park_before_drain(env: Env, table: str, parked_table: str, lsn: str) -> None:
+    """Parks PARKED_AGGREGATE in `parked_table` as a dead letter would
+    have: a live HEAD row placed at `lsn` (before the backlog), so that the
+    relay, which loads the live heads at its start, parks every event of
+    that aggregate the drain brings."""
+    env.sql(f"INSERT INTO public.{parked_table} (aggregatetype, aggregateid, event_id, kind, reason, shard, "
+            f"commit_lsn, position) VALUES ('order', '{PARKED_AGGREGATE}', gen_random_uuid()::text, 'HEAD', "
+            f"'parked by the benchmark before the drain', 0, '{lsn}', 0)")
+
+
+def parked_count(env: Env, parked_table: str) -> int:
+    return int(env.sql(f"SELECT count(*) FROM public.{parked_table} WHERE kind = 'EVENT'"))
+
+
+def topic_keys(env: Env, topic: str) -> dict:
+    """Records per key on `topic` (benches/tools/topic_keys.py, in
+    scripts/services' Python, which has confluent-kafka)."""
+    py = run([str(ROOT / "scripts/services"), "venv"], capture_output=True).stdout.strip()
+    out = run([py, str(BENCHES / "tools" / "topic_keys.py"), "--brokers", env.brokers, "--topic", topic],
+              capture_output=True).stdout
+    return json.loads(out)
+
+
+def check_parked_drain(env: Env, table: str, parked_table: str, topic: str) -> dict:
+    """After a parked drain: the parking table holds every event of
+    PARKED_AGGREGATE (and nothing else but its head), and the topic every
+    event of every other aggregate, once, and none of the parked one.
+    Raises when not: a drain that parked the wrong events measured
+    something else."""
+    expected = dict(
+        line.split("|") for line in env.sql(
+            f"SELECT aggregateid, count(*) FROM public.{table} WHERE aggregateid <> 'probe' "
+            f"GROUP BY aggregateid").splitlines())
+    expected = {k: int(v) for k, v in expected.items()}
+    parked_rows, parked_other, parked_ids, missing = (int(x) for x in env.sql(
+        f"SELECT count(*) FILTER (WHERE kind = 'EVENT'), "
+        f"count(*) FILTER (WHERE kind <> 'HEAD' AND aggregateid <> '{PARKED_AGGREGATE}'), "
+        f"count(DISTINCT event_id) FILTER (WHERE kind = 'EVENT'), "
+        f"(SELECT count(*) FROM public.{table} o WHERE o.aggregateid = '{PARKED_AGGREGATE}' AND NOT EXISTS "
+        f"(SELECT 1 FROM public.{parked_table} p WHERE p.kind = 'EVENT' AND p.event_id = o.id::text)) "
+        f"FROM public.{parked_table}").split("|"))
+    on_topic = topic_keys(env, topic)
+    keys = on_topic["keys"]
+    others = {k: v for k, v in expected.items() if k != PARKED_AGGREGATE}
+    short = {k: (keys.get(k, 0), v) for k, v in others.items() if keys.get(k, 0) < v}
+    extra = {k: (keys.get(k, 0), v) for k, v in others.items() if keys.get(k, 0) > v}
+    res = {
+        "parked_expected": expected.get(PARKED_AGGREGATE, 0),
+        "parked_rows": parked_rows,
+        "parked_distinct": parked_ids,
+        "parked_missing": missing,
+        "parked_other_aggregates": parked_other,
+        "topic_records": on_topic["records"],
+        "topic_expected": sum(others.values()),
+        "topic_parked_aggregate": keys.get(PARKED_AGGREGATE, 0),
+        "aggregates_short": len(short),
+        "aggregates_duplicated": len(extra),
+        "aggregates_delivered": sum(1 for k, v in others.items() if keys.get(k, 0) >= v),
+        "aggregates_expected": len(others),
+    }
+    ok = (parked_rows == parked_ids == res["parked_expected"] and missing == 0 and parked_other == 0
+          and res["topic_parked_aggregate"] == 0 and not short)
+    res["ok"] = ok
+    if not ok:
+        raise RuntimeError(f"the parked drain did not park exactly {PARKED_AGGREGATE}'s events: {res}; "
+                           f"first aggregates short: {dict(list(short.items())[:5])}")
+    return res
+
+
 def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool, exactly_once: bool,
-                     contracts: tuple[str, ...] = ()) -> dict:
+                     contracts: tuple[str, ...] = (), aggregates: int = 100, parked: bool = False) -> dict:
     s = env.s
     table, pub = env.create_outbox()
     slots = {
@@ -1118,6 +1253,16 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
     contract_keys = {"json": "relay_contract", "avro": "relay_avro"}
     for kind in contracts:
         slots[contract_keys[kind]] = [env.create_slot() for _ in range(s.repeat)]
+    # The parked drains: each on its own slot with a parking table of its
+    # own, PARKED_AGGREGATE parked in it before the load.
+    parked_tables: list[str] = []
+    if parked:
+        slots["relay_parked"] = [env.create_slot() for _ in range(s.repeat)]
+        lsn = env.sql("SELECT pg_current_wal_insert_lsn()")
+        for i in range(s.repeat):
+            parked_tables.append(f"{table}_held{i + 1}")
+            env.create_parked_table(parked_tables[-1])
+            park_before_drain(env, table, parked_tables[-1], lsn)
     if s.relay_baseline:
         slots["relay_base"] = [env.create_slot() for _ in range(s.repeat)]
         if exactly_once:
@@ -1129,13 +1274,19 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
         slots["perf"] = [env.create_slot()]
     log(f"{name}: loading {rows} rows ({'one transaction' if one_txn else 'single-row transactions'})")
     t0 = time.time()
-    load_backlog(env, table, rows, one_txn)
+    load_backlog(env, table, rows, one_txn, aggregates)
     end_lsn = env.sql("SELECT pg_current_wal_insert_lsn()")
     log(f"{name}: loaded in {time.time() - t0:.1f} s; WAL up to {end_lsn}")
     if contracts:
         contract_keeps(env, table)
-    res: dict = {"rows": rows, "recv": [], "relay": [], "relay_eos": [], "relay_contract": [], "relay_avro": [],
-                 "relay_base": [], "relay_base_eos": [], "dbz_default": [], "dbz_tuned": []}
+    res: dict = {"rows": rows, "aggregates": aggregates, "recv": [], "relay": [], "relay_eos": [],
+                 "relay_contract": [], "relay_avro": [], "relay_parked": [], "relay_base": [], "relay_base_eos": [],
+                 "dbz_default": [], "dbz_tuned": []}
+    n_parked = 0
+    if parked:
+        n_parked = int(env.sql(f"SELECT count(*) FROM public.{table} WHERE aggregateid = '{PARKED_AGGREGATE}'"))
+        res["parked_aggregate"] = PARKED_AGGREGATE
+        res["parked_events"] = n_parked
     for i in range(s.repeat):
         r = recvlogical_drain(env, slots["recv"][i], pub, end_lsn, rows)
         log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s")
@@ -1183,13 +1334,30 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
                 return r
             return drain
 
+        def parked_build() -> dict:
+            # Every event handled (rows) counts: the parked ones are written
+            # to the parking table instead of the topic.
+            r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay_parked"][i], p,
+                                                  parked_table=parked_tables[i]), rows - n_parked, events=rows,
+                             until=lambda: parked_count(env, parked_tables[i]) >= n_parked)
+            r["check"] = check_parked_drain(env, table, parked_tables[i], r["topic"])
+            c = r["check"]
+            log(f"{name} run {i + 1}: relay with {PARKED_AGGREGATE} parked {r['drain_events_per_s']:.0f} events/s, "
+                f"{r['cpu_us_per_event']:.2f} us CPU/event, peak RSS {r['peak_rss_mb']:.1f} MiB; "
+                f"{c['parked_rows']} of {c['parked_expected']} events parked, {c['topic_records']} of "
+                f"{c['topic_expected']} on the topic ({c['aggregates_delivered']} of {c['aggregates_expected']} "
+                f"aggregates complete), {r['log_warnings']} warnings logged")
+            res["relay_parked"].append(r)
+            return r
+
         # Another build of the relay (BENCH_RELAY_BASELINE), and this build
-        # with a contract and in exactly-once mode, drain the same WAL from
-        # their own slots beside this one, the order reversed on every other
-        # repeat: side by side in one run, not biased by which drains first.
-        # The contract drains are next to the plain one either way, so they
-        # are the closest in time.
-        order = ([this_build] + [contract_build(kind) for kind in contracts]
+        # with a parked aggregate, with a contract and in exactly-once mode,
+        # drain the same WAL from their own slots beside this one, the order
+        # reversed on every other repeat: side by side in one run, not
+        # biased by which drains first. The parked drain is next to the
+        # plain one either way, then the contract drains: the closest in
+        # time.
+        order = ([this_build] + ([parked_build] if parked else []) + [contract_build(kind) for kind in contracts]
                  + ([exactly_once_build] if exactly_once else [])
                  + ([baseline_build] if s.relay_baseline else [])
                  + ([baseline_exactly_once_build] if s.relay_baseline and exactly_once else []))
@@ -1212,7 +1380,8 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
     for group in slots.values():
         for slot in group:
             env.drop_slot(slot)
-    env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders")
+    held = "".join(f", public.{t}" for t in parked_tables)
+    env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders, public.{table}_parked{held}")
     return res
 
 
@@ -1376,7 +1545,7 @@ def curve_point(env: Env, name: str, x: int, rows: int, payload_bytes: int, topi
         for group in slots.values():
             for slot in group:
                 env.drop_slot(slot)
-        env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders")
+        env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders, public.{table}_parked")
     return point
 
 
@@ -1439,7 +1608,7 @@ def startup_workload(env: Env) -> dict:
     for group in slots.values():
         for slot in group:
             env.drop_slot(slot)
-    env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders")
+    env.sql(f"DROP PUBLICATION {pub}; DROP TABLE public.{table}, public.{table}_orders, public.{table}_parked")
     return res
 
 
@@ -1669,7 +1838,8 @@ def main() -> None:
             save()
         if "w3" in s.workloads:
             contracts = (("json",) if s.contract else ()) + (("avro",) if s.contract_avro else ())
-            results["w3"] = backlog_workload(env, "W3", s.w3_rows, False, s.flamegraph, True, contracts)
+            results["w3"] = backlog_workload(env, "W3", s.w3_rows, False, s.flamegraph, True, contracts,
+                                             s.w3_aggregates, s.parked)
             save()
         if "w4" in s.workloads:
             results["w4"] = backlog_workload(env, "W4", s.w4_rows, True, False, False)
