@@ -44,6 +44,10 @@ pub struct ParkTag {
 #[derive(Debug, Default)]
 pub(super) struct Parked {
     held: HashMap<Aggregate, Held>,
+    /// How many held aggregates have each aggregate id: an event whose id
+    /// is not here is live, told without building its [`Aggregate`] (the
+    /// hot path while anything is parked).
+    ids: HashMap<String, u32>,
     /// Requests handed to the writer and not answered yet, and events it
     /// handed back not yet handed to their sink.
     waiting: u64,
@@ -69,6 +73,22 @@ impl Parked {
             .get(aggregate)
             .is_some_and(|held| place > held.head)
     }
+
+    fn hold(&mut self, aggregate: Aggregate, held: Held) {
+        *self.ids.entry(aggregate.aggregate_id.clone()).or_insert(0) += 1;
+        self.held.insert(aggregate, held);
+    }
+
+    fn release(&mut self, aggregate: &Aggregate) {
+        if self.held.remove(aggregate).is_some()
+            && let Some(n) = self.ids.get_mut(&aggregate.aggregate_id)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.ids.remove(&aggregate.aggregate_id);
+            }
+        }
+    }
 }
 
 impl SessionMachine<'_> {
@@ -77,7 +97,7 @@ impl SessionMachine<'_> {
     #[must_use]
     pub fn with_parked(mut self, heads: Vec<Head>) -> Self {
         for head in heads {
-            self.parked.held.insert(
+            self.parked.hold(
                 head.aggregate,
                 Held {
                     head: head.place,
@@ -110,7 +130,7 @@ impl SessionMachine<'_> {
 
     /// Whether `row`'s event waits behind a parked head.
     pub(super) fn parked_behind(&self, row: &crate::outbox::OutboxRow, lsn: Lsn) -> bool {
-        !self.parked.held.is_empty()
+        self.parked.ids.contains_key(row.aggregate_id.as_str())
             && self.parked.holds(
                 &Aggregate::new(row.aggregate_type.as_str(), row.aggregate_id.as_str()),
                 self.place(lsn),
@@ -199,7 +219,7 @@ impl SessionMachine<'_> {
             // replayed).
             Some(_) => {}
             None => {
-                self.parked.held.insert(
+                self.parked.hold(
                     aggregate.clone(),
                     Held {
                         head: place,
@@ -321,7 +341,7 @@ impl SessionMachine<'_> {
             None => false,
         };
         if live {
-            self.parked.held.remove(aggregate);
+            self.parked.release(aggregate);
         }
     }
 
