@@ -250,7 +250,15 @@ async fn kafka_sink_case(
         "K is live again"
     );
     report_wall_time(case, started);
-    (all, consume_ids_to_end(&topic).await, outbox)
+    let received = consume_ids_to_end(&topic).await;
+    let seq_of: std::collections::HashMap<&str, i64> =
+        written.k.iter().map(|c| (c.id.as_str(), c.seq)).collect();
+    let k_order: Vec<(i64, i64)> = received
+        .iter()
+        .filter_map(|r| Some((r.offset, *seq_of.get(r.header("ce_id")?)?)))
+        .collect();
+    println!("{case}: K as received (offset, seq): {k_order:?}");
+    (all, received, outbox)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,7 +33,6 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 
 use super::kafka::Republished;
@@ -158,27 +157,27 @@ impl Sender {
 
     async fn send_all(&self, records: &[Republished], through: Place) -> Result<(), String> {
         let mut pending = Vec::with_capacity(records.len() + 1);
+        // The first record of each topic alone, acknowledged before the
+        // rest (see `kafka::publish`: records produced before the producer
+        // knows a topic's partitions can land behind later ones).
+        let mut known: std::collections::HashSet<&str> = std::collections::HashSet::new();
         for record in records {
-            let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-            for (name, value) in &record.headers {
-                headers = headers.insert(Header {
-                    key: name,
-                    value: Some(value.as_ref()),
-                });
+            let first = known.insert(record.topic.as_str());
+            let delivery = self
+                .producer
+                .send_result(super::kafka::future_record(record))
+                .map_err(|(e, _)| format!("topic {:?}: {e}", record.topic))?;
+            if first {
+                match delivery.await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err((e, _))) => return Err(e.to_string()),
+                    Err(_) => {
+                        return Err("the producer went away before the broker answered".into());
+                    }
+                }
+            } else {
+                pending.push(delivery);
             }
-            let mut future: FutureRecord<'_, [u8], [u8]> =
-                FutureRecord::to(&record.topic).headers(headers);
-            if let Some(key) = &record.key {
-                future = future.key(key.as_ref());
-            }
-            if let Some(value) = &record.value {
-                future = future.payload(value.as_ref());
-            }
-            pending.push(
-                self.producer
-                    .send_result(future)
-                    .map_err(|(e, _)| format!("topic {:?}: {e}", record.topic))?,
-            );
         }
         let progress = Bytes::from(format!("{}|{}", through.commit_lsn, through.position));
         let marker: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&self.topic)

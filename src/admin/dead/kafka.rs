@@ -527,37 +527,65 @@ pub async fn publish(
     let producer: FutureProducer = config
         .create()
         .map_err(|e| format!("cannot create a Kafka producer: {e}"))?;
-    let mut pending = Vec::with_capacity(records.len());
-    for record in records {
-        let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
-        for (name, value) in &record.headers {
-            headers = headers.insert(Header {
-                key: name,
-                value: Some(value.as_ref()),
-            });
+    // The first record of each topic goes alone, acknowledged before the
+    // rest: until the producer knows a topic's partitions, librdkafka holds
+    // its records in an unassigned queue, and records produced once it
+    // knows them can land ahead of that queue's (a released aggregate's
+    // first events were seen after its later ones).
+    let mut outcomes: Vec<Option<Result<(), String>>> = vec![None; records.len()];
+    let mut known: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for (i, record) in records.iter().enumerate() {
+        if known.insert(record.topic.as_str()) {
+            let sent = producer.send_result(future_record(record));
+            outcomes[i] = Some(delivered(sent).await);
         }
-        let mut future: FutureRecord<'_, [u8], [u8]> =
-            FutureRecord::to(&record.topic).headers(headers);
-        if let Some(key) = &record.key {
-            future = future.key(key.as_ref());
-        }
-        if let Some(value) = &record.value {
-            future = future.payload(value.as_ref());
-        }
-        pending.push(producer.send_result(future).map_err(|(e, _)| e.to_string()));
     }
-    let mut outcomes = Vec::with_capacity(pending.len());
-    for sent in pending {
-        outcomes.push(match sent {
-            Err(e) => Err(e),
-            Ok(delivery) => match delivery.await {
-                Ok(Ok(_)) => Ok(()),
-                Ok(Err((e, _))) => Err(e.to_string()),
-                Err(_) => Err("the producer went away before the broker answered".to_owned()),
-            },
+    let mut pending = Vec::with_capacity(records.len());
+    for (i, record) in records.iter().enumerate() {
+        if outcomes[i].is_none() {
+            pending.push((i, producer.send_result(future_record(record))));
+        }
+    }
+    for (i, sent) in pending {
+        outcomes[i] = Some(delivered(sent).await);
+    }
+    Ok(outcomes.into_iter().flatten().collect())
+}
+
+/// `record` as librdkafka takes it.
+pub(super) fn future_record(record: &Republished) -> FutureRecord<'_, [u8], [u8]> {
+    let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
+    for (name, value) in &record.headers {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value.as_ref()),
         });
     }
-    Ok(outcomes)
+    let mut future: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&record.topic).headers(headers);
+    if let Some(key) = &record.key {
+        future = future.key(key.as_ref());
+    }
+    if let Some(value) = &record.value {
+        future = future.payload(value.as_ref());
+    }
+    future
+}
+
+type Enqueued<'a> = Result<
+    rdkafka::producer::DeliveryFuture,
+    (rdkafka::error::KafkaError, FutureRecord<'a, [u8], [u8]>),
+>;
+
+/// What the broker said about a record handed over.
+async fn delivered(sent: Enqueued<'_>) -> Result<(), String> {
+    match sent {
+        Err((e, _)) => Err(e.to_string()),
+        Ok(delivery) => match delivery.await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err((e, _))) => Err(e.to_string()),
+            Err(_) => Err("the producer went away before the broker answered".to_owned()),
+        },
+    }
 }
 
 #[cfg(test)]
