@@ -5,8 +5,9 @@
 //! Each batch: [`lock_head`] takes the live HEAD row `FOR UPDATE` (the
 //! relay's writer parks under `FOR SHARE` of the same row, so it waits),
 //! [`next_batch`] reads the rows queued after it in commit order (by place:
-//! commit LSN, position; never by id, as a replay may queue a row that comes
-//! before rows already there), the command sends the EVENT rows before the
+//! commit LSN, position, compared as `pg_lsn` (the text of the LSN sorts
+//! 0/C6AA2E0 after 0/130644B8); never by id, as a replay may queue a row
+//! that comes before rows already there), the command sends the EVENT rows before the
 //! first DEAD row, and only those the slot is confirmed past (a replay could
 //! still park one it is not), [`delete`] removes them,
 //! and the transaction ends with one of:
@@ -209,9 +210,9 @@ pub async fn next_batch(
                 encode(record_key, 'hex'), array_to_json(coalesce(header_names, '{{}}'))::text, \
                 (SELECT coalesce(json_agg(encode(v, 'hex') ORDER BY o), '[]')::text \
                    FROM unnest(header_values) WITH ORDINALITY u(v, o)), \
-                encode(coalesce(body, ''::bytea), 'hex'), commit_lsn::text, position \
-         FROM {t} WHERE aggregatetype = {at} AND aggregateid = {ai} \
-           AND kind IN ('{EVENT}', '{DEAD}') ORDER BY commit_lsn, position LIMIT {limit}",
+                encode(coalesce(body, ''::bytea), 'hex'), commit_lsn::text AS lsn_text, position \
+         FROM {t} q WHERE aggregatetype = {at} AND aggregateid = {ai} \
+           AND kind IN ('{EVENT}', '{DEAD}') ORDER BY q.commit_lsn, q.position LIMIT {limit}",
         t = table.quoted(),
         at = escape_literal(&aggregate.aggregate_type),
         ai = escape_literal(&aggregate.aggregate_id),
