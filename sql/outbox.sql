@@ -32,7 +32,13 @@ END $$;
 SELECT pg_create_logical_replication_slot('outbox_relay', 'pgoutput')
 WHERE NOT EXISTS (SELECT FROM pg_replication_slots WHERE slot_name = 'outbox_relay');
 
--- Least privilege: log in, stream changes, read the outbox. Nothing else.
+-- The parking table (sql/outbox_parked.sql, beside this file): where an
+-- aggregate's later events wait behind its dead letter (after_dead_letter =
+-- "park", the default), named as the relay names it for public.outbox.
+\ir outbox_parked.sql
+
+-- Least privilege: log in, stream changes, read the outbox, park events.
+-- Nothing else.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'outbox_relay') THEN
@@ -44,3 +50,4 @@ ALTER ROLE outbox_relay PASSWORD :relay_password;
 \endif
 GRANT USAGE ON SCHEMA public TO outbox_relay;
 GRANT SELECT ON public.outbox TO outbox_relay;
+GRANT SELECT, INSERT, UPDATE, DELETE ON public.outbox_parked TO outbox_relay;
