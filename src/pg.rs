@@ -51,7 +51,7 @@ use std::time::Duration;
 
 pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, Endpoint, RootCert, SslMode};
 pub use error::{ErrorKind, PgError, ServerError};
-pub use quote::display_ident;
+pub use quote::{clip, display_ident, qualified, renamed_table_sql};
 pub use sql::SqlConnection;
 
 /// What opening a connection needs, as validated plain data: where and as

@@ -66,14 +66,7 @@ impl Config {
         replication.connection.connect_timeout = pg.connect_timeout();
         Ok(RelaySettings {
             replication,
-            sink: SinkSettings {
-                brokers: kafka.brokers.clone(),
-                linger_ms: kafka.linger_ms,
-                message_timeout_ms: kafka.message_timeout_ms,
-                queue_max_messages: kafka.queue_max_messages,
-                dead_letter_topic: kafka.dlq_topic.clone(),
-                properties: kafka.property_pairs(),
-            },
+            sink: self.sink_settings(),
             envelope: self.envelope_settings(),
             columns: ColumnMap {
                 id: pg.columns.id.clone(),
@@ -114,6 +107,20 @@ impl Config {
             contracts: self.contracts()?,
             parking: self.parking(),
         })
+    }
+
+    /// The producer's settings: the relay's, and those of the operator
+    /// commands that produce or read as it does.
+    pub fn sink_settings(&self) -> SinkSettings {
+        let kafka = &self.kafka;
+        SinkSettings {
+            brokers: kafka.brokers.clone(),
+            linger_ms: kafka.linger_ms,
+            message_timeout_ms: kafka.message_timeout_ms,
+            queue_max_messages: kafka.queue_max_messages,
+            dead_letter_topic: kafka.dlq_topic.clone(),
+            properties: kafka.property_pairs(),
+        }
     }
 
     /// The parking table, when anything parks after a dead letter.

@@ -14,7 +14,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
-use postgres_protocol::escape::{escape_identifier, escape_literal};
+use postgres_protocol::escape::escape_literal;
 
 use super::{Aggregate, Head, Outcome, Parcel, Place, Request};
 use crate::pg::{PgError, SqlConnection};
@@ -49,32 +49,18 @@ impl Default for ParkedTable {
 impl ParkedTable {
     /// `"schema"."name"`, quoted for SQL text.
     pub fn quoted(&self) -> String {
-        format!(
-            "{}.{}",
-            escape_identifier(&self.schema),
-            escape_identifier(&self.name)
-        )
+        crate::pg::qualified(&self.schema, &self.name)
     }
 
     /// The table's SQL with its name: the file's `outbox_parked` (table and
     /// index name prefix) becomes this table's.
     pub fn create_sql(&self) -> String {
-        let sql = include_str!("../../sql/outbox_parked.sql");
-        let quoted = self.quoted();
-        let index = |suffix: &str| escape_identifier(&format!("{}_{suffix}", self.name));
-        sql.replace(
-            "CREATE TABLE IF NOT EXISTS outbox_parked",
-            &format!("CREATE TABLE IF NOT EXISTS {quoted}"),
+        crate::pg::renamed_table_sql(
+            include_str!("../../sql/outbox_parked.sql"),
+            "outbox_parked",
+            &self.schema,
+            &self.name,
         )
-        .replace(
-            "INDEX IF NOT EXISTS outbox_parked_queue",
-            &format!("INDEX IF NOT EXISTS {}", index("queue")),
-        )
-        .replace(
-            "INDEX IF NOT EXISTS outbox_parked_heads",
-            &format!("INDEX IF NOT EXISTS {}", index("heads")),
-        )
-        .replace("ON outbox_parked ", &format!("ON {quoted} "))
     }
 }
 
@@ -362,14 +348,7 @@ pub async fn stats(conn: &mut SqlConnection, table: &ParkedTable) -> Result<Stat
 }
 
 fn clip(text: &str) -> String {
-    if text.len() <= MAX_REASON_LEN {
-        return text.to_owned();
-    }
-    let mut end = MAX_REASON_LEN;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    crate::pg::clip(text, MAX_REASON_LEN)
 }
 
 #[cfg(test)]

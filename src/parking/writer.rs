@@ -87,19 +87,25 @@ async fn run<T>(
     let mut conn: Option<SqlConnection> = None;
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 3);
     let mut incident = Incident::default();
-    let mut batch: Vec<(Request, T)> = Vec::with_capacity(BATCH);
+    // A batch's requests and tags apart: the requests go to every try of
+    // the batch, the tags back with the answers.
+    let mut requests: Vec<Request> = Vec::with_capacity(BATCH);
+    let mut tags: Vec<T> = Vec::with_capacity(BATCH);
     loop {
-        let Some(first) = inbox.recv().await else {
+        let Some((request, tag)) = inbox.recv().await else {
             return;
         };
-        batch.push(first);
-        while batch.len() < BATCH {
+        requests.push(request);
+        tags.push(tag);
+        while requests.len() < BATCH {
             match inbox.try_recv() {
-                Ok(next) => batch.push(next),
+                Ok((request, tag)) => {
+                    requests.push(request);
+                    tags.push(tag);
+                }
                 Err(_) => break,
             }
         }
-        let requests: Vec<Request> = batch.iter().map(|(r, _)| r.clone()).collect();
         let outcomes = loop {
             let result = match conn.take() {
                 Some(c) => Ok(c),
@@ -150,7 +156,8 @@ async fn run<T>(
                 "the parking table works again"
             );
         }
-        for ((_, tag), outcome) in batch.drain(..).zip(outcomes) {
+        requests.clear();
+        for (tag, outcome) in tags.drain(..).zip(outcomes) {
             if outbox.send(Report { tag, outcome }).is_err() {
                 return;
             }

@@ -28,6 +28,57 @@ pub fn replication_literal(value: &str) -> String {
     format!("'{}'", value.replace('\'', "''"))
 }
 
+/// `"schema"."name"`, quoted for SQL text.
+pub fn qualified(schema: &str, name: &str) -> String {
+    format!("{}.{}", escape_identifier(schema), escape_identifier(name))
+}
+
+/// The SQL of a file that makes table `default` (in the search path) and
+/// indexes named `<default>_<suffix>`, for the table `schema.name`: every
+/// `CREATE TABLE IF NOT EXISTS`, `ALTER TABLE` and `ON` of `default`, and
+/// every `INDEX IF NOT EXISTS <default>_<suffix>` (which becomes
+/// `<name>_<suffix>`), says the configured names instead.
+pub fn renamed_table_sql(sql: &str, default: &str, schema: &str, name: &str) -> String {
+    let quoted = qualified(schema, name);
+    let mut out = sql
+        .replace(
+            &format!("CREATE TABLE IF NOT EXISTS {default} "),
+            &format!("CREATE TABLE IF NOT EXISTS {quoted} "),
+        )
+        .replace(
+            &format!("ALTER TABLE {default} "),
+            &format!("ALTER TABLE {quoted} "),
+        )
+        .replace(&format!("ON {default} "), &format!("ON {quoted} "));
+    let index = format!("INDEX IF NOT EXISTS {default}_");
+    while let Some(at) = out.find(&index) {
+        let rest = &out[at + index.len()..];
+        let suffix: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        let renamed = format!(
+            "INDEX IF NOT EXISTS {}",
+            escape_identifier(&format!("{name}_{suffix}"))
+        );
+        out.replace_range(at..at + index.len() + suffix.len(), &renamed);
+    }
+    out
+}
+
+/// `text` cut to at most `max` bytes at a character boundary, with `…`
+/// when cut: what a column keeps of a long error or reason.
+pub fn clip(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
+}
+
 /// An identifier as an operator would type it in a fix hint: bare when that
 /// means the same, quoted otherwise (upper case, punctuation, the reserved
 /// words a role or publication is most likely to be named after).

@@ -221,38 +221,7 @@ async fn kafka_sink_case(
         "only K's head is dead-lettered"
     );
     wait_k_parked(&outbox, &written).await;
-    let places: Vec<(String, String, i64)> = outbox
-        .admin
-        .query(
-            &format!(
-                "SELECT event_id, commit_lsn::text AS lsn_text, position FROM public.{} q \
-                 WHERE aggregateid = $1 ORDER BY q.commit_lsn, q.position",
-                outbox.parked_table()
-            ),
-            &[&K],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1), r.get(2)))
-        .collect();
-    let seq_by_id: std::collections::HashMap<&str, i64> =
-        written.k.iter().map(|c| (c.id.as_str(), c.seq)).collect();
-    println!(
-        "{case}: K parked (seq, commit_lsn, position): {:?}",
-        places
-            .iter()
-            .map(|(id, lsn, pos)| (seq_by_id.get(id.as_str()).copied(), lsn, pos))
-            .collect::<Vec<_>>()
-    );
-    let k_ids: std::collections::HashSet<&str> = written.k.iter().map(|c| c.id.as_str()).collect();
-    let early: Vec<String> = consume_ids_to_end(&topic)
-        .await
-        .iter()
-        .filter_map(|r| r.header("ce_id"))
-        .filter(|id| k_ids.contains(id))
-        .map(str::to_owned)
-        .collect();
+    let early = ids_on_topic(&topic, &written.k).await;
     assert!(
         early.is_empty(),
         "{case}: events of K reached the topic before its head: {early:?}"

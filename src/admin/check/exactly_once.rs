@@ -15,7 +15,7 @@ use std::time::Duration;
 use crate::admin::kafka::KafkaFacts;
 use crate::config::Config;
 use crate::sink::checkpoint_topic::{self, Looked, Verdict};
-use crate::sink::{KafkaSink, SinkSettings, TransactionSettings, TxnFailure};
+use crate::sink::{KafkaSink, TransactionSettings, TxnFailure};
 
 use super::Item;
 
@@ -143,14 +143,7 @@ pub async fn probe_transactional_id(
         Some(false) => {}
     }
     let kafka = &config.kafka;
-    let settings = SinkSettings {
-        brokers: kafka.brokers.clone(),
-        linger_ms: kafka.linger_ms,
-        message_timeout_ms: kafka.message_timeout_ms,
-        queue_max_messages: kafka.queue_max_messages,
-        dead_letter_topic: kafka.dlq_topic.clone(),
-        properties: kafka.property_pairs(),
-    };
+    let settings = config.sink_settings();
     let transactions = TransactionSettings {
         transactional_id: id.clone(),
         checkpoint_topic: kafka.checkpoint_topic.clone(),

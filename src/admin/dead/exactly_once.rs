@@ -38,7 +38,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use super::kafka::Republished;
 use crate::config::Config;
 use crate::parking::{ParkedTable, Place};
-use crate::sink::{CheckpointRead, SinkSettings, read_checkpoint};
+use crate::sink::{CheckpointRead, read_checkpoint};
 
 /// How long `init_transactions`, the checkpoint read and a commit may take.
 const WITHIN: Duration = Duration::from_secs(60);
@@ -72,14 +72,8 @@ impl Sender {
             "{}.release.{row}",
             kafka.transactional_id_for(&config.postgres.slot)
         );
-        let mut client = crate::sink::client_config(&kafka.brokers, &kafka.properties);
-        client
+        let producer: FutureProducer = super::kafka::republishing(kafka)
             .set("transactional.id", &transactional_id)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("partitioner", "murmur2_random")
-            .set("message.timeout.ms", kafka.message_timeout_ms.to_string());
-        let producer: FutureProducer = client
             .create()
             .map_err(|e| format!("cannot create a transactional Kafka producer: {e}"))?;
         let init = producer.clone();
@@ -93,14 +87,7 @@ impl Sender {
                 )
             })?;
         let key = progress_key(table, row);
-        let settings = SinkSettings {
-            brokers: kafka.brokers.clone(),
-            linger_ms: kafka.linger_ms,
-            message_timeout_ms: kafka.message_timeout_ms,
-            queue_max_messages: kafka.queue_max_messages,
-            dead_letter_topic: kafka.dlq_topic.clone(),
-            properties: kafka.property_pairs(),
-        };
+        let settings = config.sink_settings();
         let progress = match read_checkpoint(&settings, &kafka.checkpoint_topic, &key, WITHIN).await
         {
             Err(e) => return Err(e.to_string()),

@@ -356,6 +356,19 @@ fn client_config(kafka: &KafkaConfig) -> ClientConfig {
     crate::sink::client_config(&kafka.brokers, &kafka.properties)
 }
 
+/// A producer that writes as the relay does (idempotent, acks from every
+/// replica, the Java client's partitioner, the relay's timeout): what
+/// `retry` and a release send.
+pub(super) fn republishing(kafka: &KafkaConfig) -> ClientConfig {
+    let mut config = client_config(kafka);
+    config
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("partitioner", "murmur2_random")
+        .set("message.timeout.ms", kafka.message_timeout_ms.to_string());
+    config
+}
+
 /// Reads `topic` from the beginning up to the end offsets it has now,
 /// within `timeout`.
 ///
@@ -518,13 +531,7 @@ pub async fn publish(
     kafka: &KafkaConfig,
     records: &[Republished],
 ) -> Result<Vec<Result<(), String>>, String> {
-    let mut config = client_config(kafka);
-    config
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("partitioner", "murmur2_random")
-        .set("message.timeout.ms", kafka.message_timeout_ms.to_string());
-    let producer: FutureProducer = config
+    let producer: FutureProducer = republishing(kafka)
         .create()
         .map_err(|e| format!("cannot create a Kafka producer: {e}"))?;
     // The first record of each topic goes alone, acknowledged before the

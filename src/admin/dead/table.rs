@@ -33,7 +33,7 @@
 //!   record is its latest action (a retried row may go DEAD again, be
 //!   retried or discarded again).
 
-use postgres_protocol::escape::{escape_identifier, escape_literal};
+use postgres_protocol::escape::escape_literal;
 
 use crate::pg::{PgError, SqlConnection};
 
@@ -60,11 +60,7 @@ pub struct TableName {
 impl TableName {
     /// `"schema"."name"` for SQL text.
     pub fn sql(&self) -> String {
-        format!(
-            "{}.{}",
-            escape_identifier(&self.schema),
-            escape_identifier(&self.name)
-        )
+        crate::pg::qualified(&self.schema, &self.name)
     }
 
     /// `schema.name` for people.

@@ -7,8 +7,6 @@
 //! table, and adds what a table from an older relay lacks (the
 //! `after_dead_letter` column, an index), keeping its rows.
 
-use postgres_protocol::escape::escape_identifier;
-
 use super::steps::{InitOptions, Plan, Step};
 use crate::config::Config;
 use crate::sink::http::store::DeliveryTable;
@@ -31,22 +29,14 @@ pub(super) fn plan_delivery_table(config: &Config, options: &InitOptions, plan: 
         sql: table.create_sql().trim().trim_end_matches(';').to_owned(),
     });
     if let Some(grantee) = &options.grant {
-        let grantee_sql = escape_identifier(grantee);
         if schema != config.postgres.table_parts().0 {
-            plan.steps.push(Step {
-                summary: format!("grant {grantee} USAGE on schema {schema}"),
-                sql: format!(
-                    "GRANT USAGE ON SCHEMA {} TO {grantee_sql}",
-                    escape_identifier(&schema)
-                ),
-            });
+            plan.grant_schema_usage(grantee, &schema);
         }
-        plan.steps.push(Step {
-            summary: format!("grant {grantee} SELECT, INSERT, UPDATE, DELETE on {schema}.{name}"),
-            sql: format!(
-                "GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {grantee_sql}",
-                table.quoted()
-            ),
-        });
+        plan.grant_on_table(
+            grantee,
+            "SELECT, INSERT, UPDATE, DELETE",
+            (&format!("{schema}.{name}"), &table.quoted()),
+            false,
+        );
     }
 }

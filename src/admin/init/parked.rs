@@ -8,8 +8,6 @@
 //! Planned from the catalog, so a second run finds it in place and changes
 //! nothing.
 
-use postgres_protocol::escape::escape_identifier;
-
 use super::steps::{InitOptions, Plan, Step};
 use crate::admin::dead::parked::PRIVILEGES;
 use crate::admin::dead::table::ReplayFacts;
@@ -37,25 +35,14 @@ pub(super) fn plan_parked_table(
     let Some(grantee) = &options.grant else {
         return;
     };
-    let grantee_sql = escape_identifier(grantee);
     // The outbox table's schema is granted with the outbox table.
     if table.schema != outbox_schema && !usage {
-        plan.steps.push(Step {
-            summary: format!("grant {grantee} USAGE on schema {}", table.schema),
-            sql: format!(
-                "GRANT USAGE ON SCHEMA {} TO {grantee_sql}",
-                escape_identifier(&table.schema)
-            ),
-        });
+        plan.grant_schema_usage(grantee, &table.schema);
     }
-    let wanted = PRIVILEGES.join(", ");
-    if facts.exists && facts.missing.is_empty() {
-        plan.in_place
-            .push(format!("{wanted} on {shown} for {grantee}"));
-    } else {
-        plan.steps.push(Step {
-            summary: format!("grant {grantee} {wanted} on {shown}"),
-            sql: format!("GRANT {wanted} ON {} TO {grantee_sql}", table.quoted()),
-        });
-    }
+    plan.grant_on_table(
+        grantee,
+        &PRIVILEGES.join(", "),
+        (&shown, &table.quoted()),
+        facts.exists && facts.missing.is_empty(),
+    );
 }

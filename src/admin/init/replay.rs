@@ -7,8 +7,6 @@
 //! ([`REPLAY_PRIVILEGES`]). Planned from the catalog ([`ReplayFacts`]), so
 //! that a second run finds it in place and changes nothing.
 
-use postgres_protocol::escape::escape_identifier;
-
 use super::steps::{InitOptions, Plan, Step};
 use crate::admin::dead::table::{REPLAY_PRIVILEGES, ReplayFacts, TableName, create_replay_sql};
 
@@ -33,18 +31,10 @@ pub(super) fn plan_replay_table(
     let Some(grantee) = &options.grant else {
         return;
     };
-    let wanted = REPLAY_PRIVILEGES.join(", ");
-    if facts.exists && facts.missing.is_empty() {
-        plan.in_place
-            .push(format!("{wanted} on {shown} for {grantee}"));
-    } else {
-        plan.steps.push(Step {
-            summary: format!("grant {grantee} {wanted} on {shown}"),
-            sql: format!(
-                "GRANT {wanted} ON {} TO {}",
-                table.sql(),
-                escape_identifier(grantee)
-            ),
-        });
-    }
+    plan.grant_on_table(
+        grantee,
+        &REPLAY_PRIVILEGES.join(", "),
+        (&shown, &table.sql()),
+        facts.exists && facts.missing.is_empty(),
+    );
 }

@@ -24,7 +24,7 @@
 
 use std::time::Duration;
 
-use postgres_protocol::escape::{escape_identifier, escape_literal};
+use postgres_protocol::escape::escape_literal;
 
 use super::WebhookEvent;
 use crate::pg::{PgError, SqlConnection};
@@ -49,40 +49,18 @@ impl Default for DeliveryTable {
 impl DeliveryTable {
     /// `"schema"."name"`, quoted for SQL text.
     pub fn quoted(&self) -> String {
-        format!(
-            "{}.{}",
-            escape_identifier(&self.schema),
-            escape_identifier(&self.name)
-        )
+        crate::pg::qualified(&self.schema, &self.name)
     }
 
     /// The table's SQL with its name: the file's `outbox_delivery` (table
     /// and index name prefix) becomes this table's.
     pub fn create_sql(&self) -> String {
-        let sql = include_str!("../../../sql/outbox_delivery.sql");
-        let quoted = self.quoted();
-        let index = |suffix: &str| escape_identifier(&format!("{}_{suffix}", self.name));
-        sql.replace(
-            "CREATE TABLE IF NOT EXISTS outbox_delivery",
-            &format!("CREATE TABLE IF NOT EXISTS {quoted}"),
+        crate::pg::renamed_table_sql(
+            include_str!("../../../sql/outbox_delivery.sql"),
+            "outbox_delivery",
+            &self.schema,
+            &self.name,
         )
-        .replace(
-            "INDEX IF NOT EXISTS outbox_delivery_due",
-            &format!("INDEX IF NOT EXISTS {}", index("due")),
-        )
-        .replace(
-            "INDEX IF NOT EXISTS outbox_delivery_key",
-            &format!("INDEX IF NOT EXISTS {}", index("key")),
-        )
-        .replace(
-            "INDEX IF NOT EXISTS outbox_delivery_dead",
-            &format!("INDEX IF NOT EXISTS {}", index("dead")),
-        )
-        .replace(
-            "ALTER TABLE outbox_delivery ",
-            &format!("ALTER TABLE {quoted} "),
-        )
-        .replace("ON outbox_delivery ", &format!("ON {quoted} "))
     }
 }
 
@@ -414,14 +392,7 @@ pub async fn stats(
 }
 
 fn clip(text: &str) -> String {
-    if text.len() <= MAX_ERROR_LEN {
-        return text.to_owned();
-    }
-    let mut end = MAX_ERROR_LEN;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    crate::pg::clip(text, MAX_ERROR_LEN)
 }
 
 #[cfg(test)]

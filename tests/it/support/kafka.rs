@@ -297,6 +297,18 @@ fn lean_consumer() -> BaseConsumer {
         .expect("consumer")
 }
 
+/// The ids of `events` that are on `topic` now (read to its end).
+pub async fn ids_on_topic(topic: &str, events: &[Committed]) -> Vec<String> {
+    let wanted: HashSet<&str> = events.iter().map(|c| c.id.as_str()).collect();
+    consume_ids_to_end(topic)
+        .await
+        .iter()
+        .filter_map(|r| r.header("ce_id"))
+        .filter(|id| wanted.contains(id))
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Records on `topic` right now: the sum of the partitions' high minus low
 /// watermarks (0 while the topic does not exist).
 pub async fn topic_len(topic: &str) -> i64 {

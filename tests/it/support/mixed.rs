@@ -27,7 +27,7 @@ use super::messages::install_outbox_emit;
 use super::webhook::Receiver;
 use super::{
     Committed, DEADLINE, Received, TestOutbox, committed_rows, consume, consume_ids_to_end,
-    random_name, wait_until_explained,
+    ids_on_topic, random_name, wait_until_explained,
 };
 
 /// What each transaction holds.
@@ -74,6 +74,52 @@ pub struct Written {
     pub transactions: usize,
 }
 
+/// Writes one good event of `aggregate` in `tx`, as a row (`insert`) or,
+/// `as_message`, with `outbox_emit` (`emit`, under `prefix`), with the next
+/// `seq` of its aggregate and a traceparent of its own (kept in `out`);
+/// returns its id and seq.
+async fn write_event(
+    tx: &tokio_postgres::Transaction<'_>,
+    (insert, emit, prefix): (&str, &str, &str),
+    (aggregate_type, aggregate, as_message): (&str, &str, bool),
+    seqs: &mut HashMap<String, i64>,
+    out: &mut Written,
+) -> (String, i64) {
+    let seq = seqs.entry(aggregate.to_owned()).or_insert(0);
+    *seq += 1;
+    let seq = *seq;
+    let payload = format!(r#"{{"aggregate":"{aggregate}","seq":{seq}}}"#);
+    let traceparent = new_traceparent();
+    let id = if as_message {
+        out.messages += 1;
+        tx.query_one(
+            emit,
+            &[&aggregate_type, &aggregate, &payload, &traceparent, &prefix],
+        )
+        .await
+        .unwrap()
+        .get(0)
+    } else {
+        let id = uuid::Uuid::new_v4().to_string();
+        tx.execute(
+            insert,
+            &[
+                &id,
+                &aggregate_type,
+                &aggregate,
+                &payload,
+                &traceparent,
+                &seq,
+            ],
+        )
+        .await
+        .unwrap();
+        id
+    };
+    out.traceparents.insert(id.clone(), traceparent);
+    (id, seq)
+}
+
 /// A new W3C traceparent, sampled.
 pub fn new_traceparent() -> String {
     let trace_id = uuid::Uuid::new_v4().simple().to_string();
@@ -107,42 +153,16 @@ impl TestOutbox {
                 Some(kind) => (kind, format!("hook-{}", n % mix.aggregates)),
                 None => ("order", format!("agg-{}", n % mix.aggregates)),
             };
-            let seq = seqs.entry(aggregate.clone()).or_insert(0);
-            *seq += 1;
-            let payload = format!(r#"{{"aggregate":"{aggregate}","seq":{seq}}}"#);
-            let traceparent = new_traceparent();
-            let id = if mix.messages && (t + i).is_multiple_of(2) {
-                out.messages += 1;
-                tx.query_one(
-                    emit,
-                    &[&aggregate_type, &aggregate, &payload, &traceparent, &prefix],
-                )
-                .await
-                .unwrap()
-                .get(0)
-            } else {
-                let id = uuid::Uuid::new_v4().to_string();
-                tx.execute(
-                    &insert,
-                    &[
-                        &id,
-                        &aggregate_type,
-                        &aggregate,
-                        &payload,
-                        &traceparent,
-                        &*seq,
-                    ],
-                )
-                .await
-                .unwrap();
-                id
-            };
-            out.traceparents.insert(id.clone(), traceparent);
-            let committed = Committed {
-                id,
-                aggregate,
-                seq: *seq,
-            };
+            let as_message = mix.messages && (t + i).is_multiple_of(2);
+            let (id, seq) = write_event(
+                &tx,
+                (&insert, emit, &prefix),
+                (aggregate_type, &aggregate, as_message),
+                seqs,
+                out,
+            )
+            .await;
+            let committed = Committed { id, aggregate, seq };
             match hook {
                 Some(_) => out.hooks.push(committed),
                 None => out.kafka.push(committed),
@@ -164,34 +184,19 @@ impl TestOutbox {
             // A good event behind it (a row, or with source both every
             // other time a message): parked, in order, never sent, with
             // its trace context kept for its release.
-            let seq = seqs.entry("agg-bad".to_owned()).or_insert(0);
-            *seq += 1;
-            let payload = format!(r#"{{"aggregate":"agg-bad","seq":{seq}}}"#);
-            let traceparent = new_traceparent();
-            let id = if mix.messages && out.parked.len() % 2 == 1 {
-                out.messages += 1;
-                tx.query_one(
-                    emit,
-                    &[&"order", &"agg-bad", &payload, &traceparent, &prefix],
-                )
-                .await
-                .unwrap()
-                .get(0)
-            } else {
-                let id = uuid::Uuid::new_v4().to_string();
-                tx.execute(
-                    &insert,
-                    &[&id, &"order", &"agg-bad", &payload, &traceparent, &*seq],
-                )
-                .await
-                .unwrap();
-                id
-            };
-            out.traceparents.insert(id.clone(), traceparent);
+            let as_message = mix.messages && out.parked.len() % 2 == 1;
+            let (id, seq) = write_event(
+                &tx,
+                (&insert, emit, &prefix),
+                ("order", "agg-bad", as_message),
+                seqs,
+                out,
+            )
+            .await;
             out.parked.push(Committed {
                 id,
                 aggregate: "agg-bad".to_owned(),
-                seq: *seq,
+                seq,
             });
             if mix.contract_breaks {
                 let n = t / mix.bad_every;
@@ -514,14 +519,7 @@ pub async fn check_parked(outbox: &TestOutbox, written: &Written) {
             c.id
         );
     }
-    let wanted: HashSet<&str> = want.iter().map(String::as_str).collect();
-    let early: Vec<String> = consume_ids_to_end(&outbox.topic("order"))
-        .await
-        .iter()
-        .filter_map(|r| r.header("ce_id"))
-        .filter(|id| wanted.contains(id))
-        .map(str::to_owned)
-        .collect();
+    let early = ids_on_topic(&outbox.topic("order"), &written.parked).await;
     assert!(
         early.is_empty(),
         "parked events reached the topic: {early:?}"
