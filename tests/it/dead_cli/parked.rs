@@ -798,3 +798,30 @@ async fn a_release_sends_nothing_the_relay_has_not_confirmed() {
     );
     outbox.drop_all().await;
 }
+
+/// Places compare as LSNs, not as their text: an event committed at 0/9
+/// goes before one at 0/10 (the text sorts "0/10" first). Where a cluster's
+/// WAL grows a digit, the text's order sent an aggregate's first events last.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_sends_in_lsn_order_where_the_text_of_the_lsns_sorts_otherwise() {
+    let outbox = set_up().await;
+    let config = outbox.write_config("");
+    let mut p = Parking::new(&outbox, "o12");
+    let [head, earlier, later] = std::array::from_fn(|_| uuid::Uuid::new_v4().to_string());
+    produce_raw(&outbox.dlq_topic, &[letter(&head, "o12", &source(&outbox))]).await;
+    p.lsn = "0/8".to_owned();
+    p.head(&head, "topic_missing").await;
+    p.lsn = "0/9".to_owned();
+    p.event(&earlier).await;
+    p.lsn = "0/10".to_owned();
+    p.event(&later).await;
+    let out = dead(&config, &["retry", &head]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let records = sent(&p.topic, 3).await;
+    assert_eq!(
+        ce_ids(&records),
+        [head.as_str(), earlier.as_str(), later.as_str()],
+        "in commit order"
+    );
+    outbox.drop_all().await;
+}
