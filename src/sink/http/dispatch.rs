@@ -44,7 +44,7 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::client::Client;
-use super::status::{Outcome, classify};
+use super::retry::{Answer, InlineTries, LastTry, Next};
 use super::store::{self, DeliveryTable, NewRow};
 use super::{HttpSinkSettings, WebhookEvent};
 use crate::backoff::{Backoff, Incident};
@@ -141,10 +141,6 @@ impl Pool {
         }
     }
 }
-
-/// The longest `Retry-After` waited in line; a longer one moves the event
-/// to the delivery table at once.
-const MAX_INLINE_RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// One aggregate's queue: `(sink index, aggregate key)`.
 type Lane = (usize, String);
@@ -284,74 +280,70 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
         .await;
         return;
     }
-    let mut last = (None, String::new(), None);
-    let mut tried = 0;
-    // 100 ms, 200 ms, 400 ms, then 800 ms between the tries in line.
-    let mut pauses = Backoff::exact(Duration::from_millis(100), Duration::from_millis(800), 2);
-    for attempt in 0..schedule.inline {
-        let answer = sink.client.post(event).await;
-        let (status, error, retry_after) = match answer {
-            Ok(answer) => match classify(answer.status) {
-                Outcome::Delivered => {
-                    count(name, webhook_outcome::DELIVERED);
-                    return;
-                }
-                Outcome::Permanent => {
-                    count(name, webhook_outcome::DEAD);
-                    if store::holds(store::DEAD, event.after_dead_letter) {
-                        tracing::warn!(
-                            route = name,
-                            event_id = %event.id,
-                            status = answer.status,
-                            "webhook refused the event for good; it is DEAD in the delivery \
-                             table (outbox-relay dead list), and its aggregate's later events \
-                             wait behind it (after_dead_letter = \"park\") until `outbox-relay \
-                             dead retry` or `dead discard` of it"
-                        );
-                    } else {
-                        tracing::warn!(
-                            route = name,
-                            event_id = %event.id,
-                            status = answer.status,
-                            "webhook refused the event for good; it is DEAD in the delivery \
-                             table (outbox-relay dead list)"
-                        );
-                    }
-                    park(
-                        sink,
-                        event,
-                        store::DEAD,
-                        (attempt + 1, schedule.max_attempts_after_inline()),
-                        Duration::ZERO,
-                        Some(answer.status),
-                        Some(format!("HTTP {}", answer.status)),
-                    )
-                    .await;
-                    return;
-                }
-                Outcome::Retry => (
-                    Some(answer.status),
-                    format!("HTTP {}", answer.status),
-                    answer.retry_after,
-                ),
-            },
-            Err(e) => (None, e.0, None),
-        };
-        count(name, webhook_outcome::FAILED);
-        last = (status, error, retry_after);
-        tried = attempt + 1;
-        if tried < schedule.inline {
-            let pause = pauses.next_delay();
-            match retry_after {
-                // The receiver asks for more time than the slot should
-                // wait in line: straight to the table, due after it.
-                Some(wait) if wait > MAX_INLINE_RETRY_AFTER => break,
-                Some(wait) => tokio::time::sleep(wait.max(pause)).await,
-                None => tokio::time::sleep(pause).await,
+    // What follows each try is the policy's (`retry.rs`); posting,
+    // waiting, counting and logging are done here.
+    let mut tries = InlineTries::new(schedule.inline);
+    let mut next = tries.start();
+    let (tried, last) = loop {
+        match next {
+            Next::Post => {}
+            Next::RetryAt(at) => tokio::time::sleep_until(Instant::from_std(at)).await,
+            Next::Delivered => {
+                count(name, webhook_outcome::DELIVERED);
+                return;
             }
+            Next::Dead { attempts, status } => {
+                count(name, webhook_outcome::DEAD);
+                if store::holds(store::DEAD, event.after_dead_letter) {
+                    tracing::warn!(
+                        route = name,
+                        event_id = %event.id,
+                        status,
+                        "webhook refused the event for good; it is DEAD in the delivery \
+                         table (outbox-relay dead list), and its aggregate's later events \
+                         wait behind it (after_dead_letter = \"park\") until `outbox-relay \
+                         dead retry` or `dead discard` of it"
+                    );
+                } else {
+                    tracing::warn!(
+                        route = name,
+                        event_id = %event.id,
+                        status,
+                        "webhook refused the event for good; it is DEAD in the delivery \
+                         table (outbox-relay dead list)"
+                    );
+                }
+                park(
+                    sink,
+                    event,
+                    store::DEAD,
+                    (attempts, schedule.max_attempts_after_inline()),
+                    Duration::ZERO,
+                    Some(status),
+                    Some(format!("HTTP {status}")),
+                )
+                .await;
+                return;
+            }
+            Next::Park { tried, last } => break (tried, last),
         }
-    }
-    let (status, error, retry_after) = last;
+        let answer = match sink.client.post(event).await {
+            Ok(answer) => Answer::Status {
+                code: answer.status,
+                retry_after: answer.retry_after,
+            },
+            Err(e) => Answer::Failed(e.0),
+        };
+        next = tries.answered(answer, Instant::now().into_std());
+        if matches!(next, Next::RetryAt(_) | Next::Park { .. }) {
+            count(name, webhook_outcome::FAILED);
+        }
+    };
+    let LastTry {
+        status,
+        error,
+        retry_after,
+    } = last;
     // The whole schedule follows the tries made in line.
     let max = tried + schedule.delays.len() as u32;
     let delay = schedule

@@ -35,6 +35,7 @@
 
 pub mod client;
 pub mod dispatch;
+pub mod retry;
 pub mod schedule;
 pub mod sign;
 pub mod status;
