@@ -2,7 +2,10 @@
 //! the layer order that `docs/design.md` ("Layers") draws, and no group of
 //! files imports itself round in a circle. Beside it, the session machine
 //! (`src/relay/machine.rs`, `src/relay/machine/`) does not log: it has no
-//! I/O, and returns what it has to say to the shell.
+//! I/O, and returns what it has to say to the shell. Nor does it, or any
+//! other pure policy ([`PURE_POLICIES`]), read a clock, bump a metric, draw
+//! a random number, touch tokio or name an rdkafka type: the shell tells
+//! it the time, takes its counts, and carries its actions out.
 //!
 //! Run by `make lint` (and with the rest of the suite). It reads the source,
 //! not the compiled crate: every `crate::…`, `super::…` and `self::…` path in
@@ -471,4 +474,115 @@ fn the_log_guard_sees_what_logs() {
     assert!(is_machine_file(&src, &src.join("relay/machine.rs")));
     assert!(!is_machine_file(&src, &src.join("relay/machine_tests.rs")));
     assert!(!is_machine_file(&src, &src.join("relay/session.rs")));
+}
+
+/// Pure policies outside the machine's directory: decisions without I/O
+/// that the shell carries out, held to the machine's rules.
+const PURE_POLICIES: [&str; 1] = ["sink/http/retry.rs"];
+
+/// What a pure policy must not use, and what to do instead.
+const IMPURE: [(&str, &str); 8] = [
+    (
+        "Instant::now",
+        "take the time from the shell (`set_time`, a `now` argument)",
+    ),
+    (
+        "SystemTime::now",
+        "take the time from the shell (`set_time`, a `now` argument)",
+    ),
+    (
+        "Utc::now",
+        "take the wall time from the shell (`Now::wall`, a `now` argument)",
+    ),
+    (
+        "Local::now",
+        "take the wall time from the shell (`Now::wall`, a `now` argument)",
+    ),
+    (
+        "metrics::",
+        "count in the machine's `Counts` (or return the outcome); the shell bumps the metric",
+    ),
+    (
+        "rand::",
+        "take the random draw as an argument from the shell",
+    ),
+    (
+        "tokio::",
+        "return what to wait for (a deadline, an action); the shell awaits it",
+    ),
+    (
+        "rdkafka::",
+        "use the relay's own types (`DeliveryError`, `TxnFailure`); the shell's producer converts",
+    ),
+];
+
+/// The first impure word of `line`, with its fix.
+fn impure(line: &str) -> Option<(&'static str, &'static str)> {
+    IMPURE.into_iter().find(|(word, _)| {
+        line.match_indices(word).any(|(at, _)| {
+            let before = line[..at].chars().next_back();
+            !before.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    })
+}
+
+fn is_pure_file(src: &Path, path: &Path) -> bool {
+    is_machine_file(src, path) || PURE_POLICIES.iter().any(|p| path == src.join(p))
+}
+
+#[test]
+fn the_session_machine_and_the_pure_policies_read_no_clock_and_do_no_io() {
+    let src = root().join("src");
+    let pure: Vec<Source> = sources(&src)
+        .into_iter()
+        .filter(|s| is_pure_file(&src, &s.path))
+        .collect();
+    let found: Vec<String> = pure
+        .iter()
+        .flat_map(|s| {
+            s.code.iter().filter_map(move |(number, line)| {
+                impure(line)
+                    .map(|(word, fix)| format!("{}:{number}: {word} ({fix})", s.path.display()))
+            })
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "the session machine or a pure policy does I/O or reads a clock:\n{}",
+        found.join("\n")
+    );
+    for policy in PURE_POLICIES {
+        assert!(
+            pure.iter().any(|s| s.path == src.join(policy)),
+            "the pure policy {policy} is not where this test looks: fix PURE_POLICIES"
+        );
+    }
+}
+
+#[test]
+fn the_purity_guard_sees_what_is_impure() {
+    let word = |line: &str| impure(line).map(|(word, _)| word);
+    assert_eq!(word("let t = Instant::now();"), Some("Instant::now"));
+    assert_eq!(
+        word("let t = std::time::Instant::now();"),
+        Some("Instant::now")
+    );
+    assert_eq!(word(".unwrap_or_else(Utc::now)"), Some("Utc::now"));
+    assert_eq!(
+        word("metrics::counter!(m::X).increment(1);"),
+        Some("metrics::")
+    );
+    assert_eq!(word("x: crate::metrics::Counter,"), Some("metrics::"));
+    assert_eq!(
+        word("Result<(), rdkafka::error::KafkaError>"),
+        Some("rdkafka::")
+    );
+    assert_eq!(word("tokio::time::sleep(d).await"), Some("tokio::"));
+    assert_eq!(word("rand::random::<f64>()"), Some("rand::"));
+    assert_eq!(word("self.counts.transactions += 1;"), None);
+    assert_eq!(word("let my_metrics::x = 1;"), None);
+    let src = root().join("src");
+    assert!(is_pure_file(&src, &src.join("relay/machine/commit.rs")));
+    assert!(is_pure_file(&src, &src.join("sink/http/retry.rs")));
+    assert!(!is_pure_file(&src, &src.join("sink/http/dispatch.rs")));
 }

@@ -427,8 +427,8 @@ impl Producer for Transactional<'_> {
         self.sink.explain(err)
     }
 
-    fn open_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
-        KafkaSink::begin_transaction(self.sink)
+    fn open_transaction(&mut self) -> Result<(), DeliveryError> {
+        KafkaSink::begin_transaction(self.sink).map_err(DeliveryError::Failed)
     }
 
     fn park(

@@ -61,7 +61,6 @@ use crate::ack::AckTracker;
 use crate::cleanup::{Cleanup, Collector, Deletable};
 use crate::deadletter;
 use crate::envelope::{KafkaRecord, TraceContext};
-use crate::metrics as m;
 use crate::otel::Tracer;
 use crate::replication::{OutboxTable, RelationClass};
 use crate::sink::{
@@ -72,6 +71,7 @@ use pgoutput::lsn::Lsn;
 use pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
 
 mod commit;
+mod counts;
 mod delivery;
 mod notice;
 mod pace;
@@ -83,7 +83,9 @@ type SessionResult<T> = Result<T, SessionError>;
 
 pub use commit::CommitPlan;
 use commit::Commits;
+pub use counts::Counts;
 pub use notice::Notice;
+pub use pace::Now;
 use pace::Pace;
 pub use parking::ParkTag;
 
@@ -98,7 +100,10 @@ pub trait Producer {
     fn explain(&self, err: DeliveryError) -> DeliveryError;
     /// Exactly-once: opens a Kafka transaction, before the record that the
     /// machine says opens one. Nothing to do for a producer without them.
-    fn open_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
+    /// A failure comes as the delivery error a report would carry (the
+    /// shell's producer converts its client's error), so the machine
+    /// classifies it like a failed send.
+    fn open_transaction(&mut self) -> Result<(), DeliveryError> {
         Ok(())
     }
     /// Hands an event routed to webhook sink `sink` (its index in
@@ -222,9 +227,8 @@ pub struct SessionMachine<'a> {
     /// the last transaction delivered, or an idle position): where an
     /// exactly-once checkpoint may point once the records are committed.
     handed_off: Lsn,
-    /// `outbox_relay_transactions_total`, held: counted once per
-    /// transaction, and a backlog of single-row transactions is many.
-    transactions: metrics::Counter,
+    /// What was counted since the shell last took it (`counts.rs`).
+    counts: Counts,
     /// Exactly-once: the open Kafka transaction's bounds and the last
     /// committed checkpoint, which is what may be confirmed (acknowledged
     /// is not enough: the Kafka transaction holding the records must have
@@ -247,12 +251,13 @@ pub struct SessionMachine<'a> {
 
 impl<'a> SessionMachine<'a> {
     /// A session that starts at `confirmed` (the slot's position, or the one
-    /// carried from the last session on the same server).
+    /// carried from the last session on the same server), at `now`.
     pub fn new(
         settings: &'a RelaySettings,
         outbox: Option<OutboxTable>,
         confirmed: Lsn,
         refusals: &'a mut Refusals,
+        now: Now,
     ) -> Self {
         forget_confirmed(refusals, confirmed);
         let source_table = outbox.as_ref().map_or_else(
@@ -293,10 +298,10 @@ impl<'a> SessionMachine<'a> {
             warned_rows_in_messages_mode: false,
             warned_trace_context: false,
             notices: Vec::new(),
-            transactions: metrics::counter!(m::TRANSACTIONS),
+            counts: Counts::default(),
             handed_off: confirmed,
             commits: None,
-            pace: Pace::new(std::time::Instant::now()),
+            pace: Pace::new(now),
             resume: None,
             skip: 0,
             txn_events: 0,
@@ -473,7 +478,8 @@ impl<'a> SessionMachine<'a> {
                     if super::checkpoint::already_committed(final_lsn, self.tracker.confirmed()) {
                         TxnState::Replaying
                     } else {
-                        let time = pg_timestamp_to_utc(commit_time).unwrap_or_else(Utc::now);
+                        let time =
+                            pg_timestamp_to_utc(commit_time).unwrap_or_else(|| self.wall_now());
                         if let Some(cleanup) = &mut self.cleanup {
                             cleanup.begin(xid, final_lsn);
                         }
@@ -519,7 +525,7 @@ impl<'a> SessionMachine<'a> {
                 if let TxnState::Delivering(commit) =
                     std::mem::replace(&mut self.txn, TxnState::Idle)
                 {
-                    self.transactions.increment(1);
+                    self.counts.transactions += 1;
                     if self.skip > 0 {
                         self.notify(Notice::CheckpointAhead {
                             commit_lsn: commit.lsn,
@@ -584,7 +590,7 @@ impl<'a> SessionMachine<'a> {
             }),
             RelationClass::Other => {}
             RelationClass::Unknown => {
-                metrics::counter!(m::CHANGES_IGNORED, "kind" => "unknown_relation").increment(1);
+                self.counts.ignored.add("unknown_relation");
                 self.notify(Notice::UnknownRelation {
                     relation: relation.qualified_name(),
                     oid: relation.oid,
@@ -606,9 +612,9 @@ impl<'a> SessionMachine<'a> {
             .is_some_and(|class| class.is_outbox())
     }
 
-    fn count_ignored(&self, relation: &Relation, kind: &'static str) {
+    fn count_ignored(&mut self, relation: &Relation, kind: &'static str) {
         if self.is_outbox(relation) {
-            metrics::counter!(m::CHANGES_IGNORED, "kind" => kind).increment(1);
+            self.counts.ignored.add(kind);
         }
     }
 
@@ -629,7 +635,7 @@ impl<'a> SessionMachine<'a> {
             }
         };
         if !self.is_outbox(relation) {
-            metrics::counter!(m::CHANGES_IGNORED, "kind" => "other_table").increment(1);
+            self.counts.ignored.add("other_table");
             return Ok(());
         }
         if !self.settings.source.kind.table() && !self.warned_rows_in_messages_mode {

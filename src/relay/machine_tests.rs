@@ -42,6 +42,15 @@ use pgoutput::{
     Begin, Column, Commit as CommitMsg, Insert, LogicalMessage, Message, RelationBody, TupleValue,
 };
 
+/// The model's clocks at `at`, with a fixed wall time: the machine reads
+/// no clock, so a run replays the same for the same seed.
+fn clocks(at: std::time::Instant) -> Now {
+    Now {
+        at,
+        wall: chrono::DateTime::from_timestamp(1_700_000_000, 0).expect("in range"),
+    }
+}
+
 const OUTBOX_OID: u32 = 16_384;
 const OTHER_OID: u32 = 20_000;
 /// Records with a value larger than this are refused as too large.
@@ -319,7 +328,7 @@ impl Producer for FakeProducer {
         err
     }
 
-    fn open_transaction(&mut self) -> Result<(), rdkafka::error::KafkaError> {
+    fn open_transaction(&mut self) -> Result<(), DeliveryError> {
         assert!(!self.transaction_open, "a Kafka transaction begun twice");
         self.transaction_open = true;
         Ok(())
@@ -875,10 +884,15 @@ fn run_model_in(
                 place: *place,
             })
             .collect();
-        let mut machine =
-            SessionMachine::new(&settings, Some(outbox_table()), confirmed, &mut refusals)
-                .with_parked(heads);
-        machine.set_time(start + Duration::from_millis(steps as u64));
+        let began = clocks(start + Duration::from_millis(steps as u64));
+        let mut machine = SessionMachine::new(
+            &settings,
+            Some(outbox_table()),
+            confirmed,
+            &mut refusals,
+            began,
+        )
+        .with_parked(heads);
         if mode.exactly_once {
             machine = machine.exactly_once(resume, model_bounds());
         }
@@ -900,7 +914,7 @@ fn run_model_in(
             steps += 1;
             prop_assert!(steps < 200_000, "the model made no progress");
             let now = start + Duration::from_millis(steps as u64);
-            machine.set_time(now);
+            machine.set_time(clocks(now));
             let faults = steps < fault_steps;
             if mode.stops && machine.stop_deadline().is_none() && rng.chance(2) {
                 machine.stop_requested(now + Duration::from_secs(3600));
@@ -1178,8 +1192,13 @@ proptest! {
 fn transactions_without_outbox_rows_behind_a_blocked_event_take_constant_space() {
     let settings = settings(10);
     let mut refusals = Refusals::new();
-    let mut machine =
-        SessionMachine::new(&settings, Some(outbox_table()), Lsn(0x10), &mut refusals);
+    let mut machine = SessionMachine::new(
+        &settings,
+        Some(outbox_table()),
+        Lsn(0x10),
+        &mut refusals,
+        clocks(std::time::Instant::now()),
+    );
     let mut producer = FakeProducer {
         queues: BTreeMap::new(),
         queue_full_percent: 0,
@@ -1290,8 +1309,13 @@ fn routed_events_go_to_their_webhook_sink_and_hold_their_transaction() {
         vec!["hooks".into()],
     );
     let mut refusals = Refusals::new();
-    let mut machine =
-        SessionMachine::new(&settings, Some(outbox_table()), Lsn(0x10), &mut refusals);
+    let mut machine = SessionMachine::new(
+        &settings,
+        Some(outbox_table()),
+        Lsn(0x10),
+        &mut refusals,
+        clocks(std::time::Instant::now()),
+    );
     let mut producer = WebhookProducer {
         kafka: FakeProducer {
             queues: BTreeMap::new(),
@@ -1364,7 +1388,13 @@ fn fed_machine<'a>(
     resume: Option<Option<crate::relay::checkpoint::Partial>>,
     txns: &[Txn],
 ) -> (SessionMachine<'a>, FakeProducer) {
-    let mut machine = SessionMachine::new(settings, Some(outbox_table()), Lsn(0x10), refusals);
+    let mut machine = SessionMachine::new(
+        settings,
+        Some(outbox_table()),
+        Lsn(0x10),
+        refusals,
+        clocks(std::time::Instant::now()),
+    );
     if let Some(partial) = resume {
         machine = machine.exactly_once(partial, model_bounds());
     }
@@ -1618,7 +1648,7 @@ fn a_quiet_stream_nudges_the_producer_after_a_pause_when_nothing_older_waits() {
     };
     machine.stream_quiet(t0);
     assert!(!machine.nudge_due(), "nothing sent");
-    machine.set_time(after_pause);
+    machine.set_time(clocks(after_pause));
     feed(
         &mut machine,
         &mut producer,
@@ -1634,7 +1664,7 @@ fn a_quiet_stream_nudges_the_producer_after_a_pause_when_nothing_older_waits() {
     machine.stream_quiet(after_pause);
     assert!(!machine.nudge_due(), "no pause before it");
     // c after a pause, while the first transaction still waits.
-    machine.set_time(after_pause + NUDGE_AFTER_PAUSE);
+    machine.set_time(clocks(after_pause + NUDGE_AFTER_PAUSE));
     feed(&mut machine, &mut producer, table_rows(&["c"], 0x300), 3);
     machine.stream_quiet(after_pause + NUDGE_AFTER_PAUSE);
     assert!(!machine.nudge_due(), "older records wait: queueing");
@@ -1648,7 +1678,7 @@ fn a_quiet_stream_nudges_the_producer_after_a_pause_when_nothing_older_waits() {
     drop(machine);
     let (mut eos, mut producer) = fed_machine(&settings, &mut refusals, Some(None), &[]);
     eos.stream_quiet(t0);
-    eos.set_time(after_pause);
+    eos.set_time(clocks(after_pause));
     feed(&mut eos, &mut producer, table_rows(&["d"], 0x400), 4);
     eos.stream_quiet(after_pause);
     assert!(!eos.nudge_due(), "exactly-once commits instead");

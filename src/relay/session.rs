@@ -55,7 +55,7 @@ mod io;
 mod notices;
 mod stop;
 
-use io::{HotMetrics, lock_lost, spawn_heartbeat};
+use io::{HotMetrics, clocks, lock_lost, spawn_heartbeat};
 use stop::SETTLE_AFTER_STREAM_FAILURE;
 
 /// The parking writer's next report; pending for ever without a writer.
@@ -121,7 +121,7 @@ impl<'a> Session<'a> {
         Session {
             settings,
             replication,
-            machine: SessionMachine::new(settings, outbox, confirmed, refusals)
+            machine: SessionMachine::new(settings, outbox, confirmed, refusals, clocks())
                 .with_tracer(background.tracer.clone()),
             stream,
             sink,
@@ -224,7 +224,7 @@ impl<'a> Session<'a> {
             let stop_deadline = self.machine.stop_deadline().map(Instant::from_std);
             let can_read = self.machine.can_read();
             let commit_at = self.machine.commit_wake_at().map(Instant::from_std);
-            self.machine.set_time(std::time::Instant::now());
+            self.machine.set_time(clocks());
             tokio::select! {
                 biased;
                 () = lock_lost(&mut self.fence) => {
@@ -278,7 +278,7 @@ impl<'a> Session<'a> {
                 }
                 item = self.stream.next(), if can_read => {
                     // When it arrived: after a pause, or not (pace.rs).
-                    self.machine.set_time(std::time::Instant::now());
+                    self.machine.set_time(clocks());
                     self.on_item(item?).await?;
                     // What the same read brought in, without a trip through
                     // this select per message (it polls every branch).
@@ -319,7 +319,7 @@ impl<'a> Session<'a> {
                     }
                 }
             }
-            self.machine.set_time(std::time::Instant::now());
+            self.machine.set_time(clocks());
             if let Some(eos) = &mut self.eos {
                 eos.commit_if_due(&mut self.machine, &self.sink, false)
                     .await?;

@@ -179,7 +179,7 @@ impl SessionMachine<'_> {
         if self.record_in_transaction(record.size(), self.now())
             && let Err(err) = producer.open_transaction()
         {
-            return Err(self.delivery_failed(DeliveryError::Failed(err), producer));
+            return Err(self.delivery_failed(err, producer));
         }
         match producer.send(record, tag) {
             Ok(()) => {

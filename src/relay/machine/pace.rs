@@ -7,6 +7,8 @@
 
 use std::time::{Duration, Instant};
 
+use chrono::{DateTime, Utc};
+
 use super::SessionMachine;
 
 /// At most this many messages already read off the socket, or delivery
@@ -27,6 +29,16 @@ pub const BUFFERED_ITEMS_PER_WAKE: usize = 64;
 /// median at 1,000/s: benches/cpu-notes.md, sixteenth round.)
 pub const NUDGE_AFTER_PAUSE: Duration = Duration::from_millis(1);
 
+/// The shell's clocks at one moment, told to the machine (which reads
+/// none): the monotonic one for every wait and bound it measures, the wall
+/// one for the commit time of a transaction whose own PostgreSQL does not
+/// give (out of range).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub at: Instant,
+    pub wall: DateTime<Utc>,
+}
+
 /// The pace state the machine keeps beside its delivery state.
 #[derive(Debug)]
 pub(super) struct Pace {
@@ -39,6 +51,8 @@ pub(super) struct Pace {
     /// The time the shell last told ([`SessionMachine::set_time`]): what
     /// the machine stamps a Kafka transaction's opening with.
     now: Instant,
+    /// The wall time last told, with `now`.
+    wall: DateTime<Utc>,
     /// At-least-once: records that went to the producer since its last
     /// nudge.
     pub(super) unnudged: u64,
@@ -55,12 +69,13 @@ impl Pace {
         self.quiet_since
     }
 
-    pub(super) fn new(started: Instant) -> Self {
+    pub(super) fn new(started: Now) -> Self {
         Pace {
             stop: None,
             rows_at_tick: 0,
-            last_row: started,
-            now: started,
+            last_row: started.at,
+            now: started.at,
+            wall: started.wall,
             unnudged: 0,
             quiet_since: None,
             after_pause: false,
@@ -110,13 +125,19 @@ impl SessionMachine<'_> {
 
     /// The shell's clock, told before each turn: the machine reads no
     /// clock itself, so a model run replays the same for the same seed.
-    pub fn set_time(&mut self, now: Instant) {
-        self.pace.now = now;
+    pub fn set_time(&mut self, now: Now) {
+        self.pace.now = now.at;
+        self.pace.wall = now.wall;
     }
 
     /// The time last told.
     pub(super) fn now(&self) -> Instant {
         self.pace.now
+    }
+
+    /// The wall time last told.
+    pub(super) fn wall_now(&self) -> DateTime<Utc> {
+        self.pace.wall
     }
 
     /// A graceful stop was asked for at `now`, to end by `deadline`.

@@ -28,7 +28,7 @@ impl SessionMachine<'_> {
             if ours {
                 // Written whether or not its transaction commits, and
                 // decoded at once: not atomic with any business write.
-                metrics::counter!(m::MESSAGES_REFUSED).increment(1);
+                self.counts.messages_refused += 1;
                 self.notify(Notice::NonTransactionalMessage {
                     prefix: msg.prefix.clone(),
                     lsn: msg.lsn,
@@ -56,7 +56,7 @@ impl SessionMachine<'_> {
             }
         };
         if !self.settings.source.kind.messages() {
-            metrics::counter!(m::CHANGES_IGNORED, "kind" => "message").increment(1);
+            self.counts.ignored.add("message");
             if !self.warned_messages_off {
                 self.warned_messages_off = true;
                 self.notify(Notice::MessagesOff {
@@ -68,7 +68,7 @@ impl SessionMachine<'_> {
         if !self.settings.source.shard.owns_message(&msg.content) {
             // Every shard's slot receives every message: the one whose
             // aggregate is this shard's publishes it, the others skip it.
-            metrics::counter!(m::CHANGES_IGNORED, "kind" => m::ignored::OTHER_SHARD).increment(1);
+            self.counts.ignored.add(m::ignored::OTHER_SHARD);
             return Ok(());
         }
         self.rows_seen += 1;
@@ -85,7 +85,7 @@ impl SessionMachine<'_> {
     /// logged at warn the first time in a session (a service that writes
     /// garbage in every row must not flood the log).
     pub(super) fn trace_context_dropped(&mut self, part: &'static str, event_id: &str) {
-        metrics::counter!(m::TRACE_CONTEXT_DROPPED, "part" => part).increment(1);
+        self.counts.trace_context_dropped.add(part);
         if !self.warned_trace_context {
             self.warned_trace_context = true;
             self.notify(Notice::TraceContextDropped {

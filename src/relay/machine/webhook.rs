@@ -33,7 +33,7 @@ impl SessionMachine<'_> {
     ) -> Result<WebhookEvent, crate::envelope::EnvelopeError> {
         let time = match self.txn {
             TxnState::Delivering(commit) => commit.time,
-            _ => Utc::now(),
+            _ => self.wall_now(),
         };
         let dataschema = self.router.dataschema(row);
         let mut event =

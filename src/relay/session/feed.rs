@@ -112,9 +112,10 @@ impl Session<'_> {
                         },
                     ),
                 };
-                // What the machine noted is said even when the message
-                // ended the session.
+                // What the machine noted is said (and counted) even when
+                // the message ended the session.
                 self.log_notices();
+                self.count();
                 if let Step::LookUp(relation) = step? {
                     let class = match self.look_up(relation.oid).await? {
                         Some(lookup) => classify(lookup),
@@ -122,6 +123,7 @@ impl Session<'_> {
                     };
                     self.machine.relation_classified(&relation, class);
                     self.log_notices();
+                    self.count();
                 }
             }
             StreamItem::Keepalive { wal_end } => {

@@ -7,6 +7,7 @@ use tokio::task::JoinHandle;
 use super::{Session, SessionResult};
 use crate::metrics as m;
 use crate::pg::SqlConnection;
+use crate::relay::machine::Now;
 use crate::replication::{ReplicationSettings, emit_heartbeat, look_up};
 
 impl Session<'_> {
@@ -32,6 +33,25 @@ impl Session<'_> {
         }
         Ok(Some(result?))
     }
+
+    /// Adds what the machine counted since the last call to the metrics.
+    /// Called beside [`Session::log_notices`], wherever the machine may
+    /// have counted something.
+    pub(super) fn count(&mut self) {
+        let counts = self.machine.take_counts();
+        if counts.transactions > 0 {
+            self.hot.transactions.increment(counts.transactions);
+        }
+        for (kind, n) in counts.ignored.iter() {
+            metrics::counter!(m::CHANGES_IGNORED, "kind" => kind).increment(n);
+        }
+        if counts.messages_refused > 0 {
+            metrics::counter!(m::MESSAGES_REFUSED).increment(counts.messages_refused);
+        }
+        for (part, n) in counts.trace_context_dropped.iter() {
+            metrics::counter!(m::TRACE_CONTEXT_DROPPED, "part" => part).increment(n);
+        }
+    }
 }
 
 /// Resolves once the relay lock is lost (a dropped sender counts as lost);
@@ -55,6 +75,9 @@ pub(super) struct HotMetrics {
     pub(super) confirmed_lsn: metrics::Gauge,
     pub(super) events_in_flight: metrics::Gauge,
     pub(super) commit_to_ack: metrics::Histogram,
+    /// Counted once per transaction, and a backlog of single-row
+    /// transactions is many.
+    pub(super) transactions: metrics::Counter,
 }
 
 impl HotMetrics {
@@ -65,7 +88,16 @@ impl HotMetrics {
             confirmed_lsn: metrics::gauge!(m::CONFIRMED_LSN),
             events_in_flight: metrics::gauge!(m::EVENTS_IN_FLIGHT),
             commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK),
+            transactions: metrics::counter!(m::TRANSACTIONS),
         }
+    }
+}
+
+/// The clocks read now, for the machine, which reads none itself.
+pub(super) fn clocks() -> Now {
+    Now {
+        at: std::time::Instant::now(),
+        wall: chrono::Utc::now(),
     }
 }
 
