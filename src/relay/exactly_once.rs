@@ -31,7 +31,7 @@ use bytes::Bytes;
 use super::DeliveryTag;
 use super::checkpoint::{Bounds, Checkpoint, Found, Partial, usable};
 use super::error::SessionError;
-use super::machine::{CommitPlan, Producer, SessionMachine};
+use super::machine::{AfterFailure, CommitPlan, Producer, Said, SessionMachine, after_failure};
 use super::position::Position;
 use crate::envelope::KafkaRecord;
 use crate::metrics::{self as m, transaction_outcome as outcome};
@@ -39,7 +39,7 @@ use crate::replication::ServerIdentity;
 use crate::sink::checkpoint_topic::{self, CheckpointTopicRefused, Looked, Verdict};
 use crate::sink::{
     CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings,
-    TransactionSettings, TxnFailure, read_checkpoint,
+    TransactionSettings, read_checkpoint,
 };
 use pgoutput::lsn::Lsn;
 
@@ -67,13 +67,14 @@ pub(super) struct Prepared {
 
 /// Builds the transactional producer and reads the last committed
 /// checkpoint for `slot` on `server`, whose WAL is flushed up to
-/// `server_wal`.
+/// `server_wal`. `said`: what earlier sessions said already.
 pub(super) async fn prepare(
     sink_settings: &SinkSettings,
     settings: &ExactlyOnceSettings,
     slot: &str,
     server: &ServerIdentity,
     server_wal: Lsn,
+    said: &mut Said,
 ) -> Result<Prepared, SessionError> {
     let id = &settings.transactions.transactional_id;
     let topic = &settings.transactions.checkpoint_topic;
@@ -92,7 +93,7 @@ pub(super) async fn prepare(
         sink.init_transactions(id, settings.transactions.transaction_timeout),
     );
     registered?;
-    judge_checkpoint_topic(looked, topic, &sink_settings.brokers)?;
+    judge_checkpoint_topic(looked, topic, &sink_settings.brokers, said)?;
     let missing = || {
         SessionError::CheckpointTopic(CheckpointTopicRefused::Missing {
             topic: topic.clone(),
@@ -153,12 +154,8 @@ pub(super) async fn prepare(
             None
         }
         Found::AheadOfServer { found, server_wal } => {
-            /// The last checkpoint reported: each is logged once, not at
-            /// every session that reads it again before the first commit.
-            static REPORTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             metrics::counter!(m::POSITIONS_AHEAD).increment(1);
-            let lsn = found.as_u64();
-            if REPORTED.swap(lsn, std::sync::atomic::Ordering::Relaxed) != lsn {
+            if said.checkpoint_ahead(found) {
                 tracing::error!(
                     topic = %topic,
                     key = %id,
@@ -184,15 +181,15 @@ pub(super) async fn prepare(
 }
 
 /// Refuses a checkpoint topic that is missing or not compacted; warns,
-/// once per process, when the relay cannot tell whether it is compacted or
-/// it is also deleted by retention. A topic of more than one partition is
-/// refused by the checkpoint read.
+/// once per run of the outer loop (`said`), when the relay cannot tell
+/// whether it is compacted or it is also deleted by retention. A topic of
+/// more than one partition is refused by the checkpoint read.
 fn judge_checkpoint_topic(
     looked: Result<Looked, String>,
     topic: &str,
     brokers: &str,
+    said: &mut Said,
 ) -> Result<(), SessionError> {
-    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     let verdict = match looked {
         Ok(looked) => checkpoint_topic::judge(&looked),
         Err(why) => Verdict::PolicyUnknown { why },
@@ -214,7 +211,7 @@ fn judge_checkpoint_topic(
         ),
         _ => return Ok(()),
     };
-    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+    if said.topic_warning() {
         tracing::warn!(topic = %topic, "{warning}");
     }
     Ok(())
@@ -322,47 +319,28 @@ impl Eos {
 
     /// After a failure: aborts the open transaction, best effort, unless
     /// the producer was fenced (then says so). A new producer's
-    /// `init_transactions` aborts it in any case.
-    ///
-    /// A fence is told from a transaction the coordinator aborted: both
-    /// bump the producer's epoch and look the same to librdkafka, but a
-    /// Kafka transaction open longer than `transaction.timeout.ms` (the
-    /// relay paused by SIGSTOP or a frozen VM: the monotonic clock runs on)
-    /// explains the fence without another producer, and is retried from
-    /// the last committed checkpoint. A lost relay lock says more than
-    /// either: the relay that took over fenced this producer.
+    /// `init_transactions` aborts it in any case. A fence is told from the
+    /// coordinator's abort of a transaction open past its timeout by the
+    /// machine's policy (`machine/fence.rs`).
     pub(super) async fn abandon(
         &mut self,
         machine: &mut SessionMachine<'_>,
         sink: &KafkaSink<DeliveryTag>,
         error: SessionError,
     ) -> SessionError {
-        let outlived = machine.transaction_outlived(
-            Instant::now(),
-            self.settings.transactions.transaction_timeout,
-        );
-        let fenced = match error {
-            SessionError::LockLost { .. } => return error,
-            SessionError::Transaction(fenced @ TxnFailure::Fenced { .. }) => fenced,
-            error => match sink.fenced(self.id()) {
-                Some(fenced) => fenced,
-                None => {
-                    self.abort_after_failure(machine, sink).await;
-                    return error;
-                }
-            },
-        };
-        let Some(open) = outlived else {
-            return SessionError::Transaction(fenced);
-        };
-        machine.transaction_ended();
-        SessionError::Transaction(TxnFailure::Abortable(format!(
-            "the transaction coordinator aborted the Kafka transaction: it was open {:.1} s, \
-             longer than transaction.timeout.ms ({} s; was the relay paused?), and the producer \
-             was fenced ({fenced})",
-            open.as_secs_f64(),
-            self.settings.transactions.transaction_timeout.as_secs()
-        )))
+        let timeout = self.settings.transactions.transaction_timeout;
+        let outlived = machine.transaction_outlived(Instant::now(), timeout);
+        match after_failure(error, || sink.fenced(self.id()), outlived, timeout) {
+            AfterFailure::End(error) => error,
+            AfterFailure::Abort(error) => {
+                self.abort_after_failure(machine, sink).await;
+                error
+            }
+            AfterFailure::Expired(error) => {
+                machine.transaction_ended();
+                error
+            }
+        }
     }
 
     /// Aborts the open transaction after a failure, best effort.

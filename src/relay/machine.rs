@@ -70,9 +70,11 @@ use pgoutput::assembler::{AssemblyError, Relation, TransactionAssembler, TxEvent
 use pgoutput::lsn::Lsn;
 use pgoutput::{self, DecodeContext, TupleData, pg_timestamp_to_utc};
 
+mod carry;
 mod commit;
 mod counts;
 mod delivery;
+mod fence;
 mod notice;
 mod pace;
 mod parking;
@@ -81,9 +83,11 @@ mod webhook;
 
 type SessionResult<T> = Result<T, SessionError>;
 
+pub use carry::{Carry, merge_checkpoint, partial_at};
 pub use commit::CommitPlan;
 use commit::Commits;
 pub use counts::Counts;
+pub use fence::{AfterFailure, Said, after_failure};
 pub use notice::Notice;
 pub use pace::Now;
 use pace::Pace;

@@ -34,7 +34,8 @@ use crate::envelope::{ContentMode, EnvelopeSettings};
 use crate::outbox::ColumnMap;
 use crate::outbox::Source;
 use crate::parking::{Outcome, Parcel, Place, Request};
-use crate::relay::SourceSettings;
+use crate::relay::position::Position;
+use crate::relay::{SourceSettings, Stopped};
 use crate::replication::ReplicationSettings;
 use crate::sink::{RefusalKind, SinkSettings};
 use pgoutput::encode::encode;
@@ -48,6 +49,17 @@ fn clocks(at: std::time::Instant) -> Now {
     Now {
         at,
         wall: chrono::DateTime::from_timestamp(1_700_000_000, 0).expect("in range"),
+    }
+}
+
+/// The model's position `lsn`, on its one server.
+fn model_position(lsn: Lsn) -> Position {
+    Position {
+        server: crate::replication::ServerIdentity {
+            system_id: "7000000000000000001".into(),
+            timeline: 1,
+        },
+        confirmed: lsn,
     }
 }
 
@@ -847,6 +859,9 @@ fn run_model_in(
         ..BrokerLog::default()
     };
     let mut confirmed = Lsn(0x1000);
+    // The position carried from one session to the next, as the outer
+    // loop keeps it (`round.rs`); none before the first.
+    let mut carried: Option<Position> = None;
     let mut rng = Rng(seed | 1);
     let fault_steps = 400;
     let mut steps = 0usize;
@@ -867,14 +882,42 @@ fn run_model_in(
             transactional: mode.exactly_once,
             parks: VecDeque::new(),
         };
-        let resume = match checkpoints.last() {
-            Some(at) if mode.exactly_once => {
-                prop_assert!(at.lsn >= confirmed, "the checkpoint is behind the slot");
-                confirmed = at.lsn;
-                at.partial
-            }
-            _ => None,
-        };
+        // Where the session starts, as the outer loop decides it: the
+        // last committed checkpoint (exactly-once) merged with the carried
+        // position, then resumed against the slot (at the confirmed
+        // position) on the same server.
+        let checkpoint = checkpoints.last().filter(|_| mode.exactly_once);
+        if let Some(at) = checkpoint {
+            prop_assert!(at.lsn >= confirmed, "the checkpoint is behind the slot");
+        }
+        let carry = merge_checkpoint(
+            carried.take(),
+            checkpoint.map(|at| model_position(at.lsn)),
+            checkpoint.and_then(|at| at.partial),
+        );
+        prop_assert_eq!(
+            carry.none_found,
+            carry.carried.is_none(),
+            "\"no checkpoint found\" is said exactly when the session starts from the slot"
+        );
+        let (start_at, _) = crate::relay::position::resume(
+            carry.carried.as_ref(),
+            &model_position(confirmed).server,
+            confirmed,
+            Lsn(u64::MAX),
+        );
+        prop_assert_eq!(
+            start_at,
+            checkpoint.map_or(confirmed, |at| at.lsn),
+            "the session starts at the last checkpoint, or where the slot was confirmed"
+        );
+        confirmed = start_at;
+        let resume = partial_at(carry.partial, start_at);
+        prop_assert_eq!(
+            resume,
+            checkpoint.and_then(|at| at.partial),
+            "a checkpoint's part of a transaction is skipped by the session starting at it"
+        );
         let heads = store
             .heads
             .iter()
@@ -1030,6 +1073,7 @@ fn run_model_in(
             }
         };
         confirmed = confirmed.max(machine.confirmable());
+        carried = Some(model_position(confirmed));
         // What the last turn (a final commit) made deletable.
         if let Some(deletable) = machine.take_deletable() {
             check_deletable(txns, &deletable, machine.confirmable(), (&log, &store))?;
@@ -1042,10 +1086,12 @@ fn run_model_in(
                 // starts at the confirmed position.
                 prop_assert!(!machine.awaiting_broker());
                 prop_assert!(!machine.delivering(), "stopped mid-transaction");
+                prop_assert_eq!(machine.stop_verdict(), Stopped::Drained);
             }
             None => {
                 // Everything read and answered.
                 prop_assert!(!machine.awaiting_broker());
+                prop_assert_eq!(machine.stop_verdict(), Stopped::Drained);
                 prop_assert!(producer.parks.is_empty(), "parks left unanswered");
                 // The operator releases what is still parked: every key's
                 // events then arrive, in commit order (checked below).
@@ -1610,6 +1656,50 @@ fn a_stop_mid_transaction_waits_for_its_commit_and_reads_one_message_at_a_time()
         Some(deadline),
         "between transactions"
     );
+}
+
+/// A graceful stop's verdict: undrained while events wait for the broker
+/// or a transaction is half received (its events are sent again at the
+/// next start), drained once its Commit arrived and every event was
+/// acknowledged.
+#[test]
+fn a_stop_is_drained_only_with_nothing_unacknowledged_and_nothing_half_received() {
+    let settings = settings(10);
+    let mut refusals = Refusals::new();
+    let txn = table_rows(&["a", "b"], 0x100);
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    assert_eq!(machine.stop_verdict(), Stopped::Drained, "nothing sent");
+    let mut stream = messages(&txn, 1, false);
+    let commit = stream.pop().expect("the Commit");
+    for data in stream {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    machine.stop_requested(std::time::Instant::now() + Duration::from_secs(5));
+    assert_eq!(
+        machine.stop_verdict(),
+        Stopped::Undrained { pending: 2 },
+        "two events wait for the broker"
+    );
+    let tags: Vec<DeliveryTag> = producer
+        .queues
+        .values_mut()
+        .flat_map(|q| q.drain(..))
+        .map(|(_, tag)| tag)
+        .collect();
+    for tag in tags {
+        let report = DeliveryReport {
+            tag,
+            result: Ok(()),
+        };
+        machine.on_report(report, &mut producer).unwrap();
+    }
+    assert_eq!(
+        machine.stop_verdict(),
+        Stopped::Undrained { pending: 0 },
+        "acknowledged, but the transaction's Commit has not arrived"
+    );
+    machine.on_wal(commit, &mut producer).unwrap();
+    assert_eq!(machine.stop_verdict(), Stopped::Drained);
 }
 
 /// Exactly-once takes one message and one report per wake-up, so a

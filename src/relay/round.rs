@@ -10,6 +10,7 @@
 //! a session found it. [`RelaySettings`] is only read.
 
 use super::lock::{self, HeldLock};
+use super::machine::{Carry, Said, merge_checkpoint, partial_at};
 use super::position::{self, Position};
 use super::progress::Progress;
 use super::supervisor::Outcome;
@@ -41,6 +42,8 @@ pub(super) struct Sessions<'a> {
     /// The outbox table's OID, once a session found it: preferred over the
     /// name, so that a table renamed while the relay runs is still found.
     outbox_oid: Option<u32>,
+    /// What exactly-once's start said already, not said again.
+    said: Said,
 }
 
 impl<'a> Sessions<'a> {
@@ -62,6 +65,7 @@ impl<'a> Sessions<'a> {
             candidate: lock::Candidate::default(),
             standing_by: false,
             outbox_oid: settings.replication.outbox_oid,
+            said: Said::default(),
         }
     }
 
@@ -140,6 +144,7 @@ impl<'a> Sessions<'a> {
                 &replication.slot,
                 &server,
                 stream.server_wal_position(),
+                &mut self.said,
             )
             .await
             {
@@ -148,21 +153,24 @@ impl<'a> Sessions<'a> {
                     carried: from_checkpoint,
                     partial: from_partial,
                 }) => {
-                    partial = from_partial
-                        .zip(from_checkpoint.as_ref())
-                        .map(|(partial, position)| (partial, position.confirmed));
-                    match from_checkpoint {
-                        Some(position) => self.carried = Some(position),
-                        None if self.carried.is_none() => tracing::info!(
+                    // How the checkpoint merges with the carried position
+                    // is the machine's policy (`machine/carry.rs`).
+                    let Carry {
+                        carried,
+                        partial: merged,
+                        none_found,
+                    } = merge_checkpoint(self.carried.take(), from_checkpoint, from_partial);
+                    self.carried = carried;
+                    partial = merged;
+                    if none_found {
+                        tracing::info!(
                             topic = %eos.transactions.checkpoint_topic,
                             key = %eos.transactions.transactional_id,
                             "no checkpoint of this relay found: starting from the slot's position. \
                              Expected on the first start on a checkpoint topic; otherwise (the \
                              relay's checkpoints deleted from the topic) transactions already \
                              committed to Kafka above the slot's position are written again, once"
-                        ),
-                        // Keep what this process committed.
-                        None => {}
+                        );
                     }
                     prepared = Some(sink);
                 }
@@ -177,9 +185,7 @@ impl<'a> Sessions<'a> {
         );
         // The part of a transaction in Kafka counts only from the checkpoint
         // it was written with.
-        let partial = partial
-            .filter(|(_, at)| *at == start)
-            .map(|(partial, _)| partial);
+        let partial = partial_at(partial, start);
         position::report_resume(&resumed, &server, &stream, &replication.slot);
         let confirmed = start;
         stream.confirm(confirmed);

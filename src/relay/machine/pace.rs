@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::SessionMachine;
+use crate::relay::Stopped;
 
 /// At most this many messages already read off the socket, or delivery
 /// reports already queued, are handled per wake-up in at-least-once mode;
@@ -160,6 +161,21 @@ impl SessionMachine<'_> {
     /// even mid-transaction (its events are sent again at the next start).
     pub fn stop_deadline(&self) -> Option<Instant> {
         self.pace.stop
+    }
+
+    /// A graceful stop's verdict, once its drain ended (nothing left to
+    /// wait for, or the deadline passed): undrained while events still wait
+    /// for the broker or a transaction is half received, whose events are
+    /// then sent again at the next start. Asked before exactly-once aborts
+    /// what it holds of an open transaction: that is not drained either.
+    pub fn stop_verdict(&self) -> Stopped {
+        if self.awaiting_broker() || self.delivering() {
+            Stopped::Undrained {
+                pending: self.pending_events(),
+            }
+        } else {
+            Stopped::Drained
+        }
     }
 
     /// How many messages already read off the socket one wake-up takes

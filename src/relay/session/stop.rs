@@ -76,13 +76,7 @@ impl Session<'_> {
         }
         // Decided before exactly-once aborts what it holds of an open
         // transaction: that is not drained either.
-        let stopped = if self.machine.awaiting_broker() || self.machine.delivering() {
-            Stopped::Undrained {
-                pending: self.machine.pending_events(),
-            }
-        } else {
-            Stopped::Drained
-        };
+        let stopped = self.machine.stop_verdict();
         if let Some(eos) = &mut self.eos {
             // What was handed over whole goes out with its checkpoint.
             if let Err(e) = eos.commit_if_due(&mut self.machine, &self.sink, true).await {
