@@ -13,7 +13,9 @@
 //! messages into events. The machine does no I/O, logging included: a line
 //! the operator must read goes back to the shell as a [`Notice`]
 //! (`machine/notice.rs`), which the shell logs; the machine decides that it
-//! is due, and that a once-per-session one was not said yet.
+//! is due, and that a once-per-session one was not said yet. Nor does it
+//! read a clock (the shell tells it the time, [`Now`]) or bump a metric (it
+//! tallies [`Counts`], which the shell takes and adds to the metrics).
 //!
 //! States, named:
 //! * the transaction arriving: [`TxnState`] (`Idle`, `Delivering` one the
