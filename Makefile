@@ -32,12 +32,15 @@ services-up:
 services-down:
 	@$(SERVICES) down
 
-## make lint: formatting, clippy, and the structure guard (tests/layers.rs: every import runs
-## down the layer order docs/design.md draws, no import circle).
+## make lint: formatting, clippy, the structure guard (tests/layers.rs: every import runs
+## down the layer order docs/design.md draws, no import circle), and cargo-deny (scripts/deny:
+## licences, duplicate versions and sources by deny.toml; advisories where the RustSec database
+## can be fetched; installs cargo-deny on first use, about five minutes).
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
 	$(CARGO) test --test layers
+	scripts/deny
 
 fmt:
 	$(CARGO) fmt --all

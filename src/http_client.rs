@@ -3,7 +3,8 @@
 //! for schemas. hyper-util's pooled client over
 //! hyper-openssl's connector: TLS through the system OpenSSL, the
 //! certificate and host name verified against the system trust store plus
-//! an optional `ca_file`, as for PostgreSQL.
+//! an optional `ca_file`, as for PostgreSQL. [`url`] reads the endpoints'
+//! URLs (webhook sinks, the OTLP collector) with hyper's own `Uri`.
 //!
 //! Invariants:
 //! * One request is bounded by the client's timeout from connect to the
@@ -245,6 +246,8 @@ fn describe(error: &hyper_util::client::legacy::Error, target: &str) -> Transpor
         format!("cannot connect to {target}: {detail}")
     })
 }
+
+pub mod url;
 
 #[cfg(test)]
 pub mod test_server;

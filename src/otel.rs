@@ -42,6 +42,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::envelope::{KafkaRecord, TraceContext};
+use crate::http_client::url::{HttpUrl, UrlError};
 use crate::http_client::{HttpClient, HttpClientSettings, TransportError};
 use crate::metrics as m;
 
@@ -84,45 +85,37 @@ impl Endpoint {
     /// # Errors
     /// Why the URL is refused (for the config error).
     pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let Some(rest) = url.strip_prefix("http://") else {
-            return Err(if url.starts_with("https://") {
-                "https is not supported: export to a collector beside the relay over plain \
-                 http (http://127.0.0.1:4318), and let it forward over TLS"
-                    .to_owned()
-            } else {
-                "must be an http:// URL of an OTLP/HTTP receiver, e.g. http://127.0.0.1:4318"
-                    .to_owned()
-            });
-        };
-        let (authority, path) = match rest.find('/') {
-            Some(i) => (&rest[..i], &rest[i..]),
-            None => (rest, ""),
-        };
-        if authority.is_empty() || authority.contains('@') {
-            return Err("must name a host (and no credentials): http://host:port".to_owned());
-        }
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((host, port)) if !host.ends_with(']') || authority.starts_with('[') => {
-                let port =
-                    port.parse::<u16>().ok().filter(|p| *p > 0).ok_or_else(|| {
-                        format!("the port {port:?} is not a number from 1 to 65535")
-                    })?;
-                (host, port)
+        const FORM: &str = "must be an http:// URL of an OTLP/HTTP receiver, e.g. \
+                            http://127.0.0.1:4318";
+        let url = HttpUrl::parse(url).map_err(|e| match e {
+            UrlError::Scheme => FORM.to_owned(),
+            UrlError::Credentials | UrlError::NoHost => {
+                "must name a host (and no credentials): http://host:port".to_owned()
             }
-            _ => (authority, 80),
-        };
-        let host = host.trim_start_matches('[').trim_end_matches(']');
-        if host.is_empty() || path.contains(char::is_whitespace) {
-            return Err("must be http://host[:port][/path]".to_owned());
+            UrlError::Port(port) => format!("the port {port:?} is not a number from 1 to 65535"),
+            UrlError::Whitespace | UrlError::Fragment => {
+                "must be http://host[:port][/path]".to_owned()
+            }
+            UrlError::Invalid(why) => format!(
+                "is not a valid URI ({why}); write it as http://host[:port][/path], with other \
+                 characters of the path percent-encoded"
+            ),
+        })?;
+        if url.tls {
+            return Err(
+                "https is not supported: export to a collector beside the relay over \
+                        plain http (http://127.0.0.1:4318), and let it forward over TLS"
+                    .to_owned(),
+            );
         }
-        let path = if path.is_empty() || path == "/" {
+        let path = if url.path_and_query == "/" {
             "/v1/traces".to_owned()
         } else {
-            path.to_owned()
+            url.path_and_query
         };
         let endpoint = Endpoint {
-            host: host.to_owned(),
-            port,
+            host: url.host,
+            port: url.port.unwrap_or(80),
             path,
         };
         endpoint.uri()?;

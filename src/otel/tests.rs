@@ -26,6 +26,12 @@ fn endpoints_get_the_traces_path_unless_they_name_one() {
         (e.host.as_str(), e.port, e.path.as_str()),
         ("::1", 4318, "/custom/traces")
     );
+    // An IPv6 address without a port takes http's port.
+    let e = Endpoint::parse("http://[::1]").unwrap();
+    assert_eq!(
+        (e.host.as_str(), e.port, e.path.as_str()),
+        ("::1", 80, "/v1/traces")
+    );
     for bad in [
         "https://c:4318",
         "c:4318",
@@ -36,6 +42,10 @@ fn endpoints_get_the_traces_path_unless_they_name_one() {
         "http://u:p@c:4318",
         "http://c:4318/a b",
         "http://c:4318/a<b",
+        // A fragment is never sent: the spans would go to another path
+        // than the one written.
+        "http://c:4318/v1/traces#x",
+        "http://c:99999",
     ] {
         assert!(Endpoint::parse(bad).is_err(), "{bad}");
     }

@@ -48,6 +48,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::envelope::{CloudEvent, EnvelopeError};
+use crate::http_client::url::{HttpUrl, UrlError};
 use crate::outbox::OutboxRow;
 use crate::routes::AfterDeadLetter;
 use schedule::Schedule;
@@ -69,56 +70,26 @@ impl Endpoint {
     /// # Errors
     /// A sentence saying what is wrong and how to write it.
     pub fn parse(url: &str) -> Result<Endpoint, String> {
-        let (tls, rest) = if let Some(rest) = url.strip_prefix("https://") {
-            (true, rest)
-        } else if let Some(rest) = url.strip_prefix("http://") {
-            (false, rest)
-        } else {
-            return Err("must start with https:// or http://".to_owned());
-        };
-        let (authority, path) = match rest.find(['/', '?']) {
-            Some(i) if rest[i..].starts_with('/') => (&rest[..i], rest[i..].to_owned()),
-            Some(i) => (&rest[..i], format!("/{}", &rest[i..])),
-            None => (rest, "/".to_owned()),
-        };
-        if authority.contains('@') {
-            return Err(
-                "must not carry credentials (user:password@); use bearer_token or the signing \
-                 secret instead"
-                    .to_owned(),
-            );
-        }
-        if path.contains('#') || path.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err("the path must not hold spaces, control characters or a #fragment".into());
-        }
-        let (host, port) = if let Some(bracketed) = authority.strip_prefix('[') {
-            let (host, after) = bracketed
-                .split_once(']')
-                .ok_or("an IPv6 address needs its closing ]")?;
-            (host, after.strip_prefix(':'))
-        } else {
-            match authority.rsplit_once(':') {
-                Some((host, port)) => (host, Some(port)),
-                None => (authority, None),
+        let url = HttpUrl::parse(url).map_err(|e| match e {
+            UrlError::Scheme => "must start with https:// or http://".to_owned(),
+            UrlError::Credentials => "must not carry credentials (user:password@); use \
+                                      bearer_token or the signing secret instead"
+                .to_owned(),
+            UrlError::NoHost => "has no host".to_owned(),
+            UrlError::Port(_) => "the port must be a number from 1 to 65535".to_owned(),
+            UrlError::Whitespace | UrlError::Fragment => {
+                "the path must not hold spaces, control characters or a #fragment".to_owned()
             }
-        };
-        if host.is_empty() {
-            return Err("has no host".to_owned());
-        }
-        let port = match port {
-            Some(p) => p
-                .parse::<u16>()
-                .ok()
-                .filter(|&p| p > 0)
-                .ok_or("the port must be a number from 1 to 65535")?,
-            None if tls => 443,
-            None => 80,
-        };
+            UrlError::Invalid(why) => format!(
+                "is not a valid URI ({why}); write it as https://host[:port][/path][?query], \
+                 with other characters of the path percent-encoded"
+            ),
+        })?;
         let endpoint = Endpoint {
-            tls,
-            host: host.to_owned(),
-            port,
-            path,
+            tls: url.tls,
+            host: url.host,
+            port: url.port.unwrap_or(if url.tls { 443 } else { 80 }),
+            path: url.path_and_query,
         };
         endpoint.uri()?;
         Ok(endpoint)
@@ -318,6 +289,9 @@ mod tests {
             "http://host:99999/",
             "http://host/a b",
             "http://host/a<b",
+            // What follows an IPv6 address's bracket is a port or nothing.
+            "http://[::1]x/",
+            "http://[::1]:9x/",
         ] {
             assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
