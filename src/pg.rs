@@ -29,6 +29,8 @@
 //! * `auth`: conninfo, error, protocol, socket;
 //! * `sql`: pg, auth, conninfo, error, protocol, socket (simple queries,
 //!   [`SqlConnection`]);
+//! * `client`: pg, auth (the startup's error classification), conninfo,
+//!   error, socket ([`PgClient`]: tokio-postgres on the relay's transport);
 //! * `pg`: conninfo (the settings hold a [`Conninfo`]).
 //!
 //! `conninfo` has private submodules (`conninfo/params.rs`,
@@ -39,6 +41,7 @@
 //! frames), so those are visible to the crate, not only here.
 
 pub(crate) mod auth;
+mod client;
 pub mod conninfo;
 pub mod error;
 pub(crate) mod protocol;
@@ -49,6 +52,7 @@ mod tls;
 
 use std::time::Duration;
 
+pub use client::PgClient;
 pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, Endpoint, RootCert, SslMode};
 pub use error::{ErrorKind, PgError, ServerError};
 pub use quote::{clip, display_ident, qualified, renamed_table_sql};
