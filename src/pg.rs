@@ -31,6 +31,8 @@
 //!   [`SqlConnection`]);
 //! * `client`: pg, auth (the startup's error classification), conninfo,
 //!   error, socket ([`PgClient`]: tokio-postgres on the relay's transport);
+//! * `params`: none (values sent as text parameters, for columns of a type
+//!   the relay does not know);
 //! * `pg`: conninfo (the settings hold a [`Conninfo`]).
 //!
 //! `conninfo` has private submodules (`conninfo/params.rs`,
@@ -44,6 +46,7 @@ pub(crate) mod auth;
 mod client;
 pub mod conninfo;
 pub mod error;
+pub mod params;
 pub(crate) mod protocol;
 pub(crate) mod quote;
 pub(crate) mod socket;
@@ -55,6 +58,7 @@ use std::time::Duration;
 pub use client::PgClient;
 pub use conninfo::{ChannelBinding, Conninfo, ConninfoError, Endpoint, RootCert, SslMode};
 pub use error::{ErrorKind, PgError, ServerError};
+pub use params::{AsText, TextArray};
 pub use quote::{clip, display_ident, qualified, renamed_table_sql};
 pub use sql::SqlConnection;
 

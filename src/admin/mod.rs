@@ -36,7 +36,7 @@ pub mod status;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::pg::{ConnectSettings, Conninfo, PgError, SqlConnection};
+use crate::pg::{ConnectSettings, Conninfo, PgClient, PgError, SqlConnection};
 
 /// `application_name` of the operator commands' sessions (unless the
 /// conninfo sets one), so that they are told apart from the relay in
@@ -89,17 +89,29 @@ impl AdminTarget {
             .unwrap_or_else(|| RELAY_APPLICATION_NAME.to_owned())
     }
 
-    /// Opens an ordinary SQL session.
+    /// Opens an ordinary SQL session on the relay's own simple-query
+    /// client, for the commands not moved to [`AdminTarget::client`] yet.
     ///
     /// # Errors
     /// As [`SqlConnection::connect_normal`].
     pub async fn connect(&self) -> Result<SqlConnection, PgError> {
-        let settings = ConnectSettings {
+        SqlConnection::connect_normal(&self.settings()?).await
+    }
+
+    /// Opens an ordinary SQL session ([`PgClient`]: typed parameters).
+    ///
+    /// # Errors
+    /// As [`PgClient::connect`].
+    pub async fn client(&self) -> Result<PgClient, PgError> {
+        PgClient::connect(&self.settings()?).await
+    }
+
+    fn settings(&self) -> Result<ConnectSettings, PgError> {
+        Ok(ConnectSettings {
             conninfo: Conninfo::parse(self.session_url())?,
             connect_timeout: self.connect_timeout,
             application_name: ADMIN_APPLICATION_NAME.to_owned(),
-        };
-        SqlConnection::connect_normal(&settings).await
+        })
     }
 }
 

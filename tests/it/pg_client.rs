@@ -6,7 +6,9 @@
 //! refused logins naming the role and never the password, TLS verification,
 //! channel binding that detects a TLS man in the middle).
 
-use outbox_relay::pg::{ConnectSettings, Conninfo, ErrorKind, PgClient, PgError};
+use outbox_relay::pg::{
+    AsText, ConnectSettings, Conninfo, ErrorKind, PgClient, PgError, TextArray,
+};
 
 use crate::support::auth::{pg_url_at, pg_url_for};
 use crate::support::services;
@@ -207,4 +209,56 @@ async fn channel_binding_detects_a_tls_man_in_the_middle() {
         assert!(error.to_string().contains("terminates TLS"), "{error}");
         assert!(!error.to_string().contains(PASSWORD));
     }
+}
+
+/// Values compared with a column whose type the relay does not know go as
+/// text parameters of the type the server infers: read back exactly, and
+/// refused by the type's own input function when they are not of it.
+#[tokio::test]
+async fn text_parameters_take_the_inferred_type_and_arrive_intact() {
+    let _services = services::shared().await;
+    let client = connect(&env("PG_RELAY_URL")).await;
+    let texts = [
+        "plain",
+        "a,b",
+        "NULL",
+        "{x}",
+        "say \"hi\"",
+        "back\\slash",
+        "it's",
+        "",
+        " sp ",
+    ];
+    let row = client
+        .query_one(
+            "SELECT $1 = ARRAY['plain', 'a,b', 'NULL', '{x}', 'say \"hi\"', 'back\\slash', \
+             'it''s', '', ' sp ']::text[], cardinality($1)",
+            &[&TextArray(&texts)],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0), "text[] read back as given");
+    assert_eq!(row.get::<_, i32>(1), 9);
+    let stmt = client
+        .prepare("SELECT x::text FROM unnest($1::bigint[]) AS x")
+        .await
+        .unwrap();
+    let rows = client
+        .query(&stmt, &[&TextArray(&["1", "-2", "9223372036854775807"])])
+        .await
+        .unwrap();
+    let got: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    assert_eq!(got, ["1", "-2", "9223372036854775807"]);
+    let e = client
+        .query(&stmt, &[&TextArray(&["1", "1); DROP TABLE x; --"])])
+        .await
+        .unwrap_err();
+    let error = client.error("reading ids", e);
+    assert_eq!(error.sqlstate(), Some("22P02"), "{error}");
+    let lsn: String = client
+        .query_one("SELECT ($1::pg_lsn + 16)::text", &[&AsText("0/10")])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(lsn, "0/20");
 }
