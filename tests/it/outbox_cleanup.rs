@@ -400,3 +400,98 @@ mod alone {
         outbox.drop_all().await;
     }
 }
+
+/// How fast the deleter empties the table, by id and by `xmin`: not a check
+/// (ignored), a measurement. Inserts `OUTBOX_CLEANUP_BENCH_ROWS` rows
+/// (200,000 unless set) in transactions of 1,000, hands the deleter their
+/// ids (1,000 per hand-over, one DELETE's worth: its queue holds 256
+/// hand-overs, and more than [`outbox_relay::cleanup::MAX_HELD_IDS`] ids
+/// waiting would be dropped) and times until the table is empty; then the same rows again,
+/// handed over by their transactions' ids. Prints rows per second. Run:
+/// `cargo test --test it -- --ignored --nocapture outbox_cleanup::deleter_throughput`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement, not a check"]
+async fn deleter_throughput() {
+    let rows: usize = std::env::var("OUTBOX_CLEANUP_BENCH_ROWS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(200_000);
+    let outbox = outbox_with_cleanup().await;
+    let settings = cleanup_settings(&outbox);
+    // No slot: the bench's inserts need not be kept in WAL for anyone.
+    outbox
+        .admin
+        .execute("SELECT pg_drop_replication_slot($1)", &[&outbox.slot])
+        .await
+        .unwrap();
+    let fill = async || -> (Vec<String>, Vec<u32>) {
+        let mut ids = Vec::with_capacity(rows);
+        let mut xids = Vec::new();
+        let writer = outbox.writer().await;
+        for _ in 0..rows.div_ceil(1_000) {
+            let batch = writer
+                .query(
+                    &format!(
+                        "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload) \
+                         SELECT gen_random_uuid(), 'order', 'g' || i, 'Placed', '{{}}' \
+                         FROM generate_series(1, 1000) AS i \
+                         RETURNING id::text, xmin::text",
+                        outbox.table
+                    ),
+                    &[],
+                )
+                .await
+                .unwrap();
+            ids.extend(batch.iter().map(|r| r.get::<_, String>(0)));
+            xids.push(batch[0].get::<_, String>(1).parse().unwrap());
+        }
+        outbox
+            .admin
+            .batch_execute(&format!("VACUUM ANALYZE public.{}", outbox.table))
+            .await
+            .unwrap();
+        (ids, xids)
+    };
+    let (ids, _) = fill().await;
+    let (mut deleter, task) = spawn_deleter(DeleterSettings {
+        connection: settings.replication.connection.clone(),
+        table: settings.table.clone(),
+        id_column: settings.columns.id.clone(),
+        aggregate_id_column: settings.columns.aggregate_id.clone(),
+        shard: settings.source.shard,
+    });
+    let started = tokio::time::Instant::now();
+    for chunk in ids.chunks(1_000) {
+        deleter.hand_over(Some(Deletable {
+            ids: chunk.to_vec(),
+            ..Deletable::default()
+        }));
+        tokio::task::yield_now().await;
+    }
+    wait_for_empty_table(&outbox, "the deleter to delete by id").await;
+    let by_id = started.elapsed();
+
+    let (_, xids) = fill().await;
+    let started = tokio::time::Instant::now();
+    for xid in xids {
+        deleter.hand_over(Some(Deletable {
+            xids: vec![xid],
+            ..Deletable::default()
+        }));
+        tokio::task::yield_now().await;
+    }
+    wait_for_empty_table(&outbox, "the deleter to delete by xmin").await;
+    let by_xmin = started.elapsed();
+    drop(deleter);
+    task.await.unwrap();
+    let rate = |d: Duration| rows as f64 / d.as_secs_f64();
+    println!(
+        "deleter throughput, {rows} rows: by id {:.2} s = {:.0} rows/s; by xmin {:.2} s = \
+         {:.0} rows/s",
+        by_id.as_secs_f64(),
+        rate(by_id),
+        by_xmin.as_secs_f64(),
+        rate(by_xmin)
+    );
+    outbox.drop_all().await;
+}
