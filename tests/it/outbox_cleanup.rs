@@ -261,7 +261,7 @@ async fn rows_not_yet_visible_when_the_deleter_runs_are_deleted_once_visible() {
     // is idle: it found nothing, the rows being invisible to it.
     let last_delete = format!(
         "SELECT count(*) FROM pg_stat_activity WHERE usename = 'relay' AND state = 'idle' \
-         AND query LIKE 'WITH d AS (DELETE FROM \"public\".\"{}\" WHERE xmin IN%'",
+         AND query LIKE 'WITH d AS (DELETE FROM \"public\".\"{}\" WHERE xmin = ANY%'",
         outbox.table
     );
     wait_until("the deleter's first DELETEs to run", DEADLINE, || async {
@@ -282,6 +282,96 @@ async fn rows_not_yet_visible_when_the_deleter_runs_are_deleted_once_visible() {
     tokio::time::timeout(DEADLINE, task)
         .await
         .expect("the deleter ends once its session is gone")
+        .unwrap();
+    outbox.drop_all().await;
+}
+
+/// Ids are values of the user's id column, whatever they contain: quotes,
+/// backslashes, braces and commas, the word NULL. The deleter sends them as
+/// parameters of its prepared DELETEs, never in the statement's text (which
+/// `pg_stat_activity` shows), deletes exactly those by id, and by `xmin`
+/// spares exactly the kept ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_of_any_text_go_as_parameters_and_kept_ids_are_spared() {
+    let outbox = outbox_with_cleanup().await;
+    let table = format!("{}_text_ids", outbox.table);
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "CREATE TABLE public.{table} (id text PRIMARY KEY, aggregateid text); \
+             GRANT SELECT, DELETE ON public.{table} TO relay;"
+        ))
+        .await
+        .unwrap();
+    let by_id = ["it's", "back\\'slash", "{brace,comma}", "say \"hi\""];
+    let by_xmin = ["x'1", "NULL", "kept 'one'", "a\\b"];
+    let writer = outbox.writer().await;
+    let insert = format!("INSERT INTO public.{table} (id) SELECT unnest($1::text[])");
+    writer.execute(&insert, &[&&by_id[..]]).await.unwrap();
+    let xid: i64 = writer
+        .query(
+            &format!("{insert} RETURNING xmin::text::bigint"),
+            &[&&by_xmin[..]],
+        )
+        .await
+        .unwrap()[0]
+        .get(0);
+    let settings = cleanup_settings(&outbox);
+    let (mut deleter, task) = spawn_deleter(DeleterSettings {
+        connection: settings.replication.connection.clone(),
+        table: ("public".to_owned(), table.clone()),
+        id_column: "id".to_owned(),
+        aggregate_id_column: "aggregateid".to_owned(),
+        shard: settings.source.shard,
+    });
+    deleter.hand_over(Some(Deletable {
+        ids: by_id.iter().map(|s| (*s).to_owned()).collect(),
+        xids: vec![u32::try_from(xid).unwrap()],
+        keep: vec!["kept 'one'".to_owned(), "a\\b".to_owned()],
+    }));
+    let left = async || -> Vec<String> {
+        let rows = outbox
+            .admin
+            .query(&format!("SELECT id FROM public.{table} ORDER BY id"), &[])
+            .await
+            .unwrap();
+        rows.iter().map(|r| r.get(0)).collect()
+    };
+    wait_until(
+        "the deleter to delete all but the kept rows",
+        DEADLINE,
+        || async { left().await.len() == 2 },
+    )
+    .await;
+    assert_eq!(left().await, ["a\\b", "kept 'one'"]);
+    // The statements the relay's sessions ran name no id.
+    let texts: Vec<String> = outbox
+        .admin
+        .query(
+            "SELECT query FROM pg_stat_activity WHERE usename = 'relay' AND strpos(query, $1) > 0",
+            &[&table],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert!(
+        !texts.is_empty(),
+        "the deleter's session shows its last DELETE"
+    );
+    for text in &texts {
+        assert!(
+            !text.contains("kept") && !text.contains("brace") && text.contains("$1"),
+            "{text}"
+        );
+    }
+    drop(deleter);
+    tokio::time::timeout(DEADLINE, task).await.unwrap().unwrap();
+    outbox
+        .admin
+        .batch_execute(&format!("DROP TABLE public.{table}"))
+        .await
         .unwrap();
     outbox.drop_all().await;
 }
