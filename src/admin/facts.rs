@@ -227,9 +227,9 @@ const SETTINGS: [&str; 8] = [
 
 /// The one catalog query. Its parameters: `$1` the table's schema, `$2`
 /// its name, `$3` the role whose attributes and privileges are read, `$4`
-/// the slot, `$5` the publication, `$6` the settings read ([`SETTINGS`]),
+/// the slot, `$5` the publication, `$6` the settings read (`SETTINGS`),
 /// `$7` and `$8` the relay lock's key as `pg_locks` shows it
-/// ([`lock_parts`]).
+/// (`lock_parts`).
 pub fn facts_sql() -> String {
     let (schema, name, role, slot, publication) = ("$1", "$2", "$3", "$4", "$5");
     format!(
