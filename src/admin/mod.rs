@@ -9,11 +9,12 @@
 //! unit tests drive with made-up facts.
 //!
 //! Invariants:
-//! * The commands talk to PostgreSQL through the relay's own
-//!   [`SqlConnection`], as an ordinary session
-//!   ([`SqlConnection::connect_normal`]): the same conninfo, TLS and
-//!   authentication semantics as the stream, without needing the
-//!   REPLICATION attribute, so `check` can report on a role that lacks it.
+//! * The commands talk to PostgreSQL on ordinary sessions
+//!   ([`AdminTarget::client`], a [`PgClient`] with typed parameters; the
+//!   modules not moved to it yet on [`AdminTarget::connect`]'s simple-query
+//!   session): the same conninfo, TLS and authentication semantics as the
+//!   stream, without needing the REPLICATION attribute, so `check` can
+//!   report on a role that lacks it.
 //! * `check`, `status` and `dead list` never write: no DDL, no topic
 //!   creation (metadata is requested for all topics, which never
 //!   auto-creates one). `dead retry` and `dead discard` write only what
@@ -36,7 +37,7 @@ pub mod status;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::pg::{ConnectSettings, Conninfo, PgError, SqlConnection};
+use crate::pg::{ConnectSettings, Conninfo, PgClient, PgError, SqlConnection};
 
 /// `application_name` of the operator commands' sessions (unless the
 /// conninfo sets one), so that they are told apart from the relay in
@@ -89,17 +90,29 @@ impl AdminTarget {
             .unwrap_or_else(|| RELAY_APPLICATION_NAME.to_owned())
     }
 
-    /// Opens an ordinary SQL session.
+    /// Opens an ordinary SQL session on the relay's own simple-query
+    /// client, for the commands not moved to [`AdminTarget::client`] yet.
     ///
     /// # Errors
     /// As [`SqlConnection::connect_normal`].
     pub async fn connect(&self) -> Result<SqlConnection, PgError> {
-        let settings = ConnectSettings {
+        SqlConnection::connect_normal(&self.settings()?).await
+    }
+
+    /// Opens an ordinary SQL session ([`PgClient`]: typed parameters).
+    ///
+    /// # Errors
+    /// As [`PgClient::connect`].
+    pub async fn client(&self) -> Result<PgClient, PgError> {
+        PgClient::connect(&self.settings()?).await
+    }
+
+    fn settings(&self) -> Result<ConnectSettings, PgError> {
+        Ok(ConnectSettings {
             conninfo: Conninfo::parse(self.session_url())?,
             connect_timeout: self.connect_timeout,
             application_name: ADMIN_APPLICATION_NAME.to_owned(),
-        };
-        SqlConnection::connect_normal(&settings).await
+        })
     }
 }
 

@@ -350,7 +350,7 @@ fn unsupported(target: &str, method: &str) -> PgError {
 }
 
 /// Turns a startup ErrorResponse into the error that tells the operator what to fix.
-fn startup_error(
+pub(super) fn startup_error(
     server: ServerError,
     conninfo: &Conninfo,
     target: &str,

@@ -51,6 +51,8 @@
 //! * [`service_faults`]: Kafka or PostgreSQL stopped, a stalled route, the
 //!   slot dropped or invalidated (these hold the services alone).
 //! * [`replication`]: the replication client itself.
+//! * [`pg_client`]: the ordinary SQL session (tokio-postgres on the relay's
+//!   transport and TLS): parameters, SQLSTATEs, connect semantics.
 //! * [`registry`]: the schema registry client, Confluent's wire format and
 //!   JSON payloads as Avro against Apicurio Registry, read back by the
 //!   official Python deserializers; a registry outage.
@@ -101,6 +103,7 @@ mod outbox_cleanup;
 mod outbox_messages;
 mod parking;
 mod payloads;
+mod pg_client;
 mod quiet_run;
 mod registry;
 mod replication;
