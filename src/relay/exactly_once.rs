@@ -34,6 +34,7 @@ use super::error::SessionError;
 use super::machine::{CommitPlan, Producer, SessionMachine};
 use super::position::Position;
 use crate::envelope::KafkaRecord;
+use crate::events;
 use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
 use crate::sink::checkpoint_topic::{self, CheckpointTopicRefused, Looked, Verdict};
@@ -108,13 +109,12 @@ pub(super) async fn prepare(
         None => None,
         Some(Ok(checkpoint)) => Some(checkpoint),
         Some(Err(e)) => {
-            tracing::warn!(
-                topic = %topic,
-                key = %id,
-                error = %e,
-                "the last checkpoint record cannot be read: ignoring it and starting from the \
-                 slot's position (transactions already in Kafka above it are written again)"
-            );
+            events::CheckpointUnreadable {
+                topic,
+                key: id,
+                error: &e,
+            }
+            .emit();
             None
         }
     };
@@ -122,8 +122,11 @@ pub(super) async fn prepare(
     let carried = match usable(checkpoint.as_ref(), slot, server, server_wal) {
         Found::Use(lsn) => {
             partial = checkpoint.as_ref().and_then(|c| c.partial);
-            metrics::gauge!(m::CHECKPOINT_LSN).set(lsn.as_u64() as f64);
-            tracing::info!(checkpoint = %lsn, topic = %topic, "resuming from the last committed checkpoint");
+            events::CheckpointResumed {
+                checkpoint: lsn,
+                topic,
+            }
+            .emit();
             checkpoint.map(|c| Position {
                 server: c.server,
                 confirmed: lsn,
@@ -131,47 +134,40 @@ pub(super) async fn prepare(
         }
         Found::Nothing => None,
         Found::OtherSystem { found } => {
-            tracing::warn!(
-                topic = %topic,
-                key = %id,
-                checkpoint_server = %found,
-                %server,
-                "the checkpoint belongs to another PostgreSQL cluster (another system \
-                 identifier): ignoring it and starting from the slot's position"
-            );
+            events::CheckpointOtherCluster {
+                topic,
+                key: id,
+                checkpoint_server: &found,
+                server,
+            }
+            .emit();
             None
         }
         Found::OtherSlot { found } => {
-            tracing::warn!(
-                topic = %topic,
-                key = %id,
-                checkpoint_slot = %found,
+            events::CheckpointOtherSlot {
+                topic,
+                key: id,
+                checkpoint_slot: &found,
                 slot,
-                "the checkpoint was written for another slot with the same transactional id: \
-                 ignoring it. Give each relay its own kafka.transactional_id"
-            );
+            }
+            .emit();
             None
         }
         Found::AheadOfServer { found, server_wal } => {
             /// The last checkpoint reported: each is logged once, not at
             /// every session that reads it again before the first commit.
             static REPORTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            metrics::counter!(m::POSITIONS_AHEAD).increment(1);
+            events::CheckpointAboveServerWal::count();
             let lsn = found.as_u64();
             if REPORTED.swap(lsn, std::sync::atomic::Ordering::Relaxed) != lsn {
-                tracing::error!(
-                    topic = %topic,
-                    key = %id,
-                    checkpoint = %found,
-                    server_wal = %server_wal,
-                    %server,
-                    "the last checkpoint is above the server's WAL position: the database was \
-                     restored from a backup or snapshot (or the checkpoint topic belongs to \
-                     another database with this system identifier). Ignoring it and starting \
-                     from the slot's position. Kafka may hold events of transactions the \
-                     database no longer has, up to the checkpoint: compare the topics with the \
-                     outbox before their consumers act on them"
-                );
+                events::CheckpointAboveServerWal {
+                    topic,
+                    key: id,
+                    checkpoint: found,
+                    server_wal,
+                    server,
+                }
+                .emit();
             }
             None
         }
@@ -215,7 +211,11 @@ fn judge_checkpoint_topic(
         _ => return Ok(()),
     };
     if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-        tracing::warn!(topic = %topic, "{warning}");
+        events::CheckpointTopicWarning {
+            topic,
+            warning: &warning,
+        }
+        .emit();
     }
     Ok(())
 }
@@ -264,12 +264,11 @@ impl Eos {
             return Ok(());
         };
         if let Some(partial) = &partial {
-            tracing::info!(
-                commit_lsn = %partial.commit_lsn,
-                events = partial.events,
-                "a PostgreSQL transaction is taking longer to stream than half of the Kafka \
-                 transaction timeout: committing the part of it sent so far"
-            );
+            events::PartialTransactionCommitted {
+                commit_lsn: partial.commit_lsn,
+                events: partial.events,
+            }
+            .emit();
         }
         let id = self.id().to_owned();
         if !machine.transaction_open() {

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
+use crate::events;
 use crate::metrics as m;
 use postgres_protocol::escape::escape_literal;
 
@@ -102,7 +103,10 @@ pub async fn run(mut settings: ReplicationSettings, lag: SlotLag) {
         match sample(&settings, &mut connection, &sql).await {
             Ok(sample) => {
                 if failing {
-                    tracing::info!(slot = %settings.slot, "sampling the slot's lag works again");
+                    events::SlotLagSampled {
+                        slot: &settings.slot,
+                    }
+                    .emit();
                     failing = false;
                 }
                 if let Some(sample) = sample {
@@ -111,14 +115,13 @@ pub async fn run(mut settings: ReplicationSettings, lag: SlotLag) {
             }
             Err(e) => {
                 connection = None;
-                metrics::counter!(m::SLOT_SAMPLE_FAILURES).increment(1);
+                events::SlotLagUnsampled::count();
                 if !failing {
-                    tracing::warn!(
-                        slot = %settings.slot,
-                        error = %e,
-                        "cannot sample the slot's lag; outbox_relay_slot_lag_bytes keeps its last \
-                         value until a sample works"
-                    );
+                    events::SlotLagUnsampled {
+                        slot: &settings.slot,
+                        error: &e,
+                    }
+                    .emit();
                     failing = true;
                 }
             }
