@@ -192,6 +192,8 @@ pub const ALL: &[Info] = &[
     Info::of::<ParkedGaugesRead>(),
     Info::of::<DeliveryTableFailing>(),
     Info::of::<DeliveryTableWorks>(),
+    Info::of::<RetryWorkerTableFailing>(),
+    Info::of::<RetryWorkerTableWorks>(),
     Info::of::<DeliveryTableUnchecked>(),
     Info::of::<WebhookRefused>(),
     Info::of::<WebhookParked>(),

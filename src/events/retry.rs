@@ -54,7 +54,7 @@ event!(
     TransactionsUnprepared,
     "transactions_unprepared",
     WARN,
-    Fault
+    Notice
 );
 
 /// Holding the relay lock, the slot is still read by its previous reader
@@ -123,7 +123,7 @@ pub struct TransactionFailed {
     pub error: String,
     pub checkpoint: Lsn,
 }
-event!(TransactionFailed, "transaction_failed", WARN, Fault);
+event!(TransactionFailed, "transaction_failed", WARN, Notice);
 
 /// The replication stream broke (the walsender ended, the server
 /// restarted, the route went silent): reconnecting from `confirmed`.

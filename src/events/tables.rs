@@ -116,18 +116,9 @@ impl ParkedGaugesRead<'_> {
     }
 }
 
-/// Where a delivery-table failure happened: the dispatcher (in line with
-/// the stream) or a route's retry worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TableUser {
-    Dispatcher,
-    RetryWorker,
-}
-
-/// The webhook sinks could not use the delivery table (`what`: what they
-/// were doing).
+/// The dispatcher (in line with the stream) could not use the webhook
+/// sinks' delivery table (`what`: what it was doing).
 pub struct DeliveryTableFailing<'a> {
-    pub by: TableUser,
     pub route: &'a str,
     pub table: &'a dyn Display,
     pub what: &'a str,
@@ -138,7 +129,7 @@ event!(
     DeliveryTableFailing<'_>,
     "delivery_table_failing",
     WARN,
-    Fault
+    Notice
 );
 
 impl DeliveryTableFailing<'_> {
@@ -149,37 +140,23 @@ impl DeliveryTableFailing<'_> {
 
     pub fn emit(&self) {
         let what = self.what;
-        let every = Incident::LOG_EVERY.as_secs();
-        match self.by {
-            TableUser::Dispatcher => say!(
-                reason = m::reason::DELIVERY_TABLE,
-                route = self.route,
-                table = %self.table,
-                error = %self.error,
-                failures = self.still.failures,
-                since_last_line = self.still.since_last_line,
-                lasting_secs = self.still.lasting.as_secs(),
-                "delivery table {what} failed; trying again, backing off (logged again every \
-                 {every}s while it lasts)"
-            ),
-            TableUser::RetryWorker => say!(
-                reason = m::reason::DELIVERY_TABLE,
-                route = self.route,
-                table = %self.table,
-                error = %self.error,
-                failures = self.still.failures,
-                since_last_line = self.still.since_last_line,
-                lasting_secs = self.still.lasting.as_secs(),
-                "retry worker cannot {what}; trying again, backing off (logged again every \
-                 {every}s while it lasts)"
-            ),
-        }
+        say!(
+            reason = m::reason::DELIVERY_TABLE,
+            route = self.route,
+            table = %self.table,
+            error = %self.error,
+            failures = self.still.failures,
+            since_last_line = self.still.since_last_line,
+            lasting_secs = self.still.lasting.as_secs(),
+            "delivery table {what} failed; trying again, backing off (logged again every {}s \
+             while it lasts)",
+            Incident::LOG_EVERY.as_secs()
+        );
     }
 }
 
-/// The delivery table works again.
+/// The dispatcher uses the delivery table again.
 pub struct DeliveryTableWorks<'a> {
-    pub by: TableUser,
     pub route: &'a str,
     pub table: &'a dyn Display,
     pub end: Recovered,
@@ -193,16 +170,76 @@ event!(
 
 impl DeliveryTableWorks<'_> {
     pub fn emit(&self) {
-        let text = match self.by {
-            TableUser::Dispatcher => "the delivery table works again",
-            TableUser::RetryWorker => "retry worker uses the delivery table again",
-        };
         say!(
             route = self.route,
             table = %self.table,
             failures = self.end.failures,
             lasted_secs = self.end.lasted.as_secs(),
-            "{text}"
+            "the delivery table works again"
+        );
+    }
+}
+
+/// A route's retry worker could not use the delivery table (`what`: what
+/// it was doing); the rows wait there meanwhile.
+pub struct RetryWorkerTableFailing<'a> {
+    pub route: &'a str,
+    pub table: &'a dyn Display,
+    pub what: &'a str,
+    pub error: &'a dyn Display,
+    pub still: Still,
+}
+event!(
+    RetryWorkerTableFailing<'_>,
+    "retry_worker_table_failing",
+    WARN,
+    Fault
+);
+
+impl RetryWorkerTableFailing<'_> {
+    /// Counts one failed try.
+    pub fn count() {
+        metrics::counter!(m::RECONNECTS, "reason" => m::reason::DELIVERY_TABLE).increment(1);
+    }
+
+    pub fn emit(&self) {
+        let what = self.what;
+        say!(
+            reason = m::reason::DELIVERY_TABLE,
+            route = self.route,
+            table = %self.table,
+            error = %self.error,
+            failures = self.still.failures,
+            since_last_line = self.still.since_last_line,
+            lasting_secs = self.still.lasting.as_secs(),
+            "retry worker cannot {what}; trying again, backing off (logged again every {}s \
+             while it lasts)",
+            Incident::LOG_EVERY.as_secs()
+        );
+    }
+}
+
+/// A route's retry worker uses the delivery table again.
+pub struct RetryWorkerTableWorks<'a> {
+    pub route: &'a str,
+    pub table: &'a dyn Display,
+    pub end: Recovered,
+}
+event!(
+    RetryWorkerTableWorks<'_>,
+    "retry_worker_table_works",
+    INFO,
+    Lifecycle
+);
+
+impl RetryWorkerTableWorks<'_> {
+    pub fn emit(&self) {
+        say!(
+            route = self.route,
+            table = %self.table,
+            failures = self.end.failures,
+            lasted_secs = self.end.lasted.as_secs(),
+            "retry worker uses the delivery table again"
         );
     }
 }

@@ -19,11 +19,12 @@ fn declared_names() -> Vec<String> {
     ];
     let mut names = Vec::new();
     for source in sources {
-        for line in source.lines() {
-            let Some(rest) = line.trim().strip_prefix("event!(") else {
-                continue;
-            };
-            let name = rest.split('"').nth(1).expect("a quoted name");
+        // `event!(Type, "name", LEVEL, Kind);`, on one line or (as rustfmt
+        // leaves a long one) several.
+        for (at, _) in source.match_indices("\nevent!(") {
+            let call = &source[at..];
+            let call = &call[..call.find(");").expect("event! closes")];
+            let name = call.split('"').nth(1).expect("a quoted name");
             names.push(name.to_owned());
         }
     }

@@ -48,7 +48,7 @@ use super::status::{Outcome, classify};
 use super::store::{self, DeliveryTable, NewRow};
 use super::{HttpSinkSettings, WebhookEvent};
 use crate::backoff::{Backoff, Incident};
-use crate::events::{self, TableUser};
+use crate::events;
 use crate::metrics::{self as m, webhook_outcome};
 use crate::pg::{ConnectSettings, PgError, SqlConnection};
 use crate::sink::DeliveryReport;
@@ -456,7 +456,6 @@ impl SqlTrouble {
         let pause = self.backoff.next_delay();
         if let Some(still) = self.incident.failed(Instant::now()) {
             events::DeliveryTableFailing {
-                by: TableUser::Dispatcher,
                 route,
                 table: &table.quoted(),
                 what,
@@ -472,7 +471,6 @@ impl SqlTrouble {
         self.backoff.reset();
         if let Some(end) = self.incident.recovered(Instant::now()) {
             events::DeliveryTableWorks {
-                by: TableUser::Dispatcher,
                 route,
                 table: &table.quoted(),
                 end,

@@ -42,7 +42,7 @@ use super::schedule::Schedule;
 use super::status::{Outcome, classify};
 use super::store::{self, Finish};
 use crate::backoff::{Backoff, Incident};
-use crate::events::{self, TableUser};
+use crate::events;
 use crate::metrics::{self as m, webhook_outcome};
 use crate::pg::{PgError, SqlConnection};
 
@@ -158,12 +158,11 @@ impl Trouble {
     /// `prober`: whether this loop is the prober): counted, logged once per
     /// incident, and what the loop does next.
     fn failed(&self, sink: &SinkRuntime, prober: bool, what: &str, error: &PgError) -> Next {
-        events::DeliveryTableFailing::count();
+        events::RetryWorkerTableFailing::count();
         let mut t = self.lock();
         let next = t.after_failure(prober, *self.healed.borrow());
         if let Some(still) = t.incident.failed(Instant::now()) {
-            events::DeliveryTableFailing {
-                by: TableUser::RetryWorker,
+            events::RetryWorkerTableFailing {
                 route: &sink.settings.name,
                 table: &sink.table.quoted(),
                 what,
@@ -182,8 +181,7 @@ impl Trouble {
         t.backoff.reset();
         t.probing = false;
         if let Some(end) = t.incident.recovered(Instant::now()) {
-            events::DeliveryTableWorks {
-                by: TableUser::RetryWorker,
+            events::RetryWorkerTableWorks {
                 route: &sink.settings.name,
                 table: &sink.table.quoted(),
                 end,
