@@ -34,6 +34,7 @@ pub mod contracts;
 pub mod deadletter;
 pub mod envelope;
 pub mod error;
+pub mod events;
 pub mod http_client;
 pub mod invocation;
 pub mod metrics;

@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use figment::providers::Serialized;
 use outbox_relay::admin::{self, AdminTarget, init::InitOptions};
 use outbox_relay::config::{Config, LogFormat};
+use outbox_relay::events;
 use outbox_relay::metrics::{self, Health};
 use outbox_relay::relay::{self, RelayError, Side, Stopped};
 use tokio::sync::watch;
@@ -399,7 +400,7 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::Run(_)) {
         init_tracing(config.relay.log_format);
         for warning in outbox_relay::config::warnings(&config) {
-            tracing::warn!("{warning}");
+            events::ConfigWarning { warning: &warning }.emit();
         }
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -440,7 +441,11 @@ fn main() -> ExitCode {
                         RunError::Setup(e) => (EXIT_FATAL, e),
                     };
                     let text = error_text(&e);
-                    tracing::error!("{text}");
+                    events::FatalError {
+                        exit_code: code,
+                        error: &text,
+                    }
+                    .emit();
                     eprintln!("outbox-relay: {text}");
                     ExitCode::from(code)
                 }
@@ -662,12 +667,12 @@ async fn run(config: Config) -> Result<Stopped, RunError> {
             .with_context(|| format!("cannot listen on relay.metrics_addr {addr}"))
             .map_err(RunError::Setup)?;
         tokio::spawn(metrics::serve(listener, handle, health.clone()));
-        tracing::info!(%addr, "serving /metrics, /health and /ready");
+        events::ServingMetrics { addr }.emit();
     }
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         wait_for_signal().await;
-        tracing::info!("stop requested: draining in-flight events");
+        events::StopRequested.emit();
         let _ = stop_tx.send(true);
     });
     let settings = config
@@ -676,7 +681,10 @@ async fn run(config: Config) -> Result<Stopped, RunError> {
     // Then every key as the relay will use it (file, environment and flags
     // merged, defaults filled in), secrets as ***: the first thing to read
     // when the relay does not do what its config file seems to say.
-    tracing::info!(version = env!("CARGO_PKG_VERSION"), "outbox-relay starting");
+    events::Starting {
+        version: env!("CARGO_PKG_VERSION"),
+    }
+    .emit();
     config.log_effective();
     // A stop during start-up ends it at once, unless a webhook retry worker may hold a request.
     let early = health.stopped_before_streaming(stop_rx.clone(), Duration::from_millis(250));
@@ -684,7 +692,10 @@ async fn run(config: Config) -> Result<Stopped, RunError> {
     tokio::select! {
         biased;
         outcome = running => outcome.map_err(RunError::Relay),
-        () = early, if config.sinks.is_empty() => Ok(Stopped::Drained),
+        () = early, if config.sinks.is_empty() => {
+            events::StoppedBeforeStreaming.emit();
+            Ok(Stopped::Drained)
+        }
     }
 }
 

@@ -313,7 +313,7 @@ async fn export_loop(
                 Ok(()) => {
                     metrics::counter!(m::TRACE_SPANS_EXPORTED).increment(count);
                     if failing {
-                        tracing::info!("the OTLP collector takes spans again");
+                        crate::events::OtlpAnswers.emit();
                         failing = false;
                     }
                 }
@@ -321,11 +321,15 @@ async fn export_loop(
                     metrics::counter!(m::TRACE_SPANS_DROPPED).increment(count);
                     // Once per outage, not once per batch.
                     if !failing {
-                        tracing::warn!(
-                            endpoint = %format!("http://{}:{}{}", settings.endpoint.host, settings.endpoint.port, settings.endpoint.path),
-                            error = %e,
-                            "cannot export spans to the OTLP collector; dropping them until it answers"
+                        let endpoint = format!(
+                            "http://{}:{}{}",
+                            settings.endpoint.host, settings.endpoint.port, settings.endpoint.path
                         );
+                        crate::events::OtlpUnreachable {
+                            endpoint: &endpoint,
+                            error: &e,
+                        }
+                        .emit();
                         failing = true;
                     }
                 }

@@ -60,7 +60,7 @@ use crate::sink::{KafkaSink, SinkError, TopicCheck};
 use monitor::SlotLag;
 use progress::Progress;
 use std::sync::Arc;
-use supervisor::{Action, HealthNote, Line, Outcome, Report, Supervisor};
+use supervisor::{Action, Outcome, Supervisor};
 
 pub use error::{RelayError, SessionError, Side};
 pub use fates::Refusals;
@@ -271,7 +271,7 @@ async fn resolve_contracts(
         };
         match supervisor.decide(Outcome::Unresolved(error)) {
             Action::Retry { after, report } => {
-                tell(&report, health);
+                report.emit(health);
                 if wait_or_shutdown(after, shutdown).await {
                     return Ok(None);
                 }
@@ -316,19 +316,19 @@ pub(crate) async fn supervise(
         let outcome = rounds.round(&mut shutdown).await;
         let after = match supervisor.decide(outcome) {
             Action::Retry { after, report } => {
-                tell(&report, health);
+                report.emit(health);
                 after
             }
             Action::StandBy { after, report } => {
                 rounds.let_go_of_lock();
                 if let Some(report) = &report {
-                    tell(report, health);
+                    report.emit(health);
                 }
                 after
             }
             Action::Exit(error) => return Err(error),
-            Action::Stop { stopped, line } => {
-                log(&line);
+            Action::Stop { stopped, said } => {
+                said.emit();
                 return Ok(stopped);
             }
         };
@@ -336,42 +336,6 @@ pub(crate) async fn supervise(
             health.set_stopping();
             return Ok(Stopped::Drained);
         }
-    }
-}
-
-/// Counts, logs and tells /health what `report` says.
-fn tell(report: &Report, health: &Health) {
-    metrics::counter!(report.counter, "reason" => report.reason).increment(1);
-    log(&report.line);
-    match report.health {
-        HealthNote::Retrying => health.retrying(report.reason, &report.detail()),
-        HealthNote::ProducerRetrying => health.producer_retrying(report.reason, &report.detail()),
-        HealthNote::RetryingNoStandby => {
-            health.set_standby(false);
-            health.retrying(report.reason, &report.detail());
-        }
-    }
-}
-
-/// Logs `line` as the supervisor wrote it.
-fn log(line: &Line) {
-    use tracing::field::display;
-    let error = line.error.as_deref().map(display);
-    let confirmed = line.confirmed.map(display);
-    let checkpoint = line.checkpoint.map(display);
-    let (reason, attempt, pending, text) = (line.reason, line.attempt, line.pending, line.text);
-    if line.level == tracing::Level::DEBUG {
-        tracing::debug!(
-            reason, error, attempt, confirmed, checkpoint, pending, "{text}"
-        );
-    } else if line.level == tracing::Level::INFO {
-        tracing::info!(
-            reason, error, attempt, confirmed, checkpoint, pending, "{text}"
-        );
-    } else {
-        tracing::warn!(
-            reason, error, attempt, confirmed, checkpoint, pending, "{text}"
-        );
     }
 }
 
@@ -389,11 +353,11 @@ async fn check_dead_letter_topic(
         TopicCheck::Exists => Ok(()),
         TopicCheck::Refused(refused) => Err(refused.into()),
         TopicCheck::Unknown(why) => {
-            tracing::warn!(
-                topic = %settings.dlq_topic,
-                why = %why,
-                "could not check the dead-letter topic at start; a missing one will stop the relay at the first dead letter"
-            );
+            crate::events::DeadLetterTopicUnchecked {
+                topic: &settings.dlq_topic,
+                why: &why,
+            }
+            .emit();
             Ok(())
         }
     }

@@ -1,11 +1,12 @@
 //! The structure guard: the relay's modules import one another only down
 //! the layer order that `docs/design.md` ("Layers") draws, and no group of
 //! files imports itself round in a circle. Beside it, the session machine
-//! (`src/relay/machine.rs`, `src/relay/machine/`) does not log: it has no
-//! I/O, and returns what it has to say to the shell. Nor does it, or any
-//! other pure policy ([`PURE_POLICIES`]), read a clock, bump a metric, draw
-//! a random number, touch tokio or name an rdkafka type: the shell tells
-//! it the time, takes its counts, and carries its actions out.
+//! (`src/relay/machine.rs`, `src/relay/machine/`) does not log nor emit the
+//! relay's events (`crate::events`): it has no I/O, and returns what it has
+//! to say to the shell. Nor does it, or any other pure policy
+//! ([`PURE_POLICIES`]), read a clock, bump a metric, draw a random number,
+//! touch tokio or name an rdkafka type: the shell tells it the time, takes
+//! its counts, and carries its actions out.
 //!
 //! Run by `make lint` (and with the rest of the suite). It reads the source,
 //! not the compiled crate: every `crate::…`, `super::…` and `self::…` path in
@@ -405,11 +406,13 @@ fn is_machine_file(src: &Path, path: &Path) -> bool {
     path == src.join("relay/machine.rs") || path.starts_with(src.join("relay/machine"))
 }
 
-/// What logs: the `tracing` crate by path, or one of its (or the standard
-/// library's printing) macros by name.
+/// What logs: the `tracing` crate by path, one of its (or the standard
+/// library's printing) macros by name, or the relay's events (`emit`
+/// logs and counts), by path.
 fn logs(line: &str) -> Option<&'static str> {
-    const LOGGING: [&str; 9] = [
+    const LOGGING: [&str; 10] = [
         "tracing::",
+        "events::",
         "trace!",
         "debug!",
         "info!",
@@ -466,6 +469,11 @@ fn the_log_guard_sees_what_logs() {
     assert_eq!(logs("tracing::warn!(x = 1, \"y\");"), Some("tracing::"));
     assert_eq!(logs("    warn!(\"y\");"), Some("warn!"));
     assert_eq!(logs("use tracing::error;"), Some("tracing::"));
+    assert_eq!(
+        logs("crate::events::SlotAhead { slot }.emit();"),
+        Some("events::")
+    );
+    assert_eq!(logs("let prevents::x = 1;"), None);
     assert_eq!(logs("eprintln!(\"y\");"), Some("eprintln!"));
     assert_eq!(logs("self.notify(Notice::MessagesOff { prefix });"), None);
     assert_eq!(logs("let e = my_error!(x);"), None);

@@ -18,6 +18,7 @@ use tokio_postgres::Statement;
 use tokio_postgres::error::SqlState;
 
 use crate::backoff::{Backoff, Incident};
+use crate::events;
 use crate::metrics as m;
 use crate::outbox::shard::Shard;
 use crate::pg::{ConnectSettings, ErrorKind, PgClient, PgError, TextArray, qualified};
@@ -231,12 +232,7 @@ impl Deleting {
             || now.duration_since(since) + wait > LOOK_AGAIN_FOR
             || self.missed_count() + not_found.held_ids() + not_found.xids.len() > MAX_HELD_IDS;
         if gives_up {
-            metrics::counter!(m::CLEANUP_NOT_FOUND_ROWS).increment(count as u64);
-            tracing::info!(
-                rows = count,
-                "confirmed outbox rows not found for deletion (deleted by something else, \
-                 or by this relay before a restart replayed them); no longer looked for"
-            );
+            events::CleanupRowsNotFound { rows: count }.emit();
             return;
         }
         self.missed.push(Missed {
@@ -270,12 +266,11 @@ impl Deleting {
             let e = match run(&self.settings, &mut self.connection, batch).await {
                 Ok(result) => {
                     if let Some(end) = self.incident.recovered(Instant::now()) {
-                        tracing::info!(
-                            table = %table_name(&self.settings),
-                            failures = end.failures,
-                            lasted_secs = end.lasted.as_secs(),
-                            "deleting confirmed outbox rows works again"
-                        );
+                        events::CleanupWorks {
+                            table: &table_name(&self.settings),
+                            end,
+                        }
+                        .emit();
                     }
                     let deleted: u64 = result.iter().map(|(_, n)| n).sum();
                     metrics::counter!(m::CLEANUP_DELETED_ROWS).increment(deleted);
@@ -295,36 +290,32 @@ impl Deleting {
                 let table = table_name(&self.settings);
                 let privilege = e.sqlstate() == Some(SqlState::INSUFFICIENT_PRIVILEGE.code());
                 if privilege {
-                    tracing::warn!(
-                        table = %table,
-                        error = %e,
-                        "cannot delete confirmed outbox rows; they stay in the table. The relay's \
-                         role needs DELETE on it: GRANT DELETE ON {table} TO <relay role>"
-                    );
+                    events::CleanupRefused {
+                        table: &table,
+                        error: &e,
+                    }
+                    .emit();
                 } else if gives_up {
-                    tracing::warn!(
-                        table = %table,
-                        error = %e,
+                    events::CleanupBatchSkipped {
+                        table: &table,
+                        error: &e,
                         rows,
-                        "cannot delete confirmed outbox rows; this batch stays in the table \
-                         (outbox_relay_cleanup_skipped_rows_total counts it; rows `outbox-relay \
-                         status` shows the relay past are safe to delete by hand)"
-                    );
+                    }
+                    .emit();
                 } else {
-                    tracing::warn!(
-                        reason = m::reason::CLEANUP_DELETE,
-                        table = %table,
-                        error = %e,
-                        failures = logs.map_or(0, |l| l.failures),
-                        retry_for_secs = RETRY_FOR.as_secs(),
-                        "cannot delete confirmed outbox rows yet; trying again, backing off"
-                    );
+                    events::CleanupRetrying {
+                        table: &table,
+                        error: &e,
+                        failures: logs.map_or(0, |l| l.failures),
+                        retry_for: RETRY_FOR,
+                    }
+                    .emit();
                 }
             }
             if gives_up {
                 return None;
             }
-            metrics::counter!(m::RECONNECTS, "reason" => m::reason::CLEANUP_DELETE).increment(1);
+            events::CleanupRetrying::count();
             tokio::time::sleep(wait).await;
         }
     }

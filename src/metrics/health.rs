@@ -140,7 +140,7 @@ impl Health {
         if stop.wait_for(|stop| *stop).await.is_ok() {
             tokio::time::sleep(grace).await;
             if !self.0.streamed.load(Ordering::Relaxed) {
-                tracing::info!("stopped during start-up, before streaming: nothing to drain");
+                // The caller says so (`events::StoppedBeforeStreaming`).
                 return;
             }
         }

@@ -27,6 +27,7 @@ use tokio::time::Instant;
 
 use super::store::{self, ParkedTable, Stats};
 use crate::backoff::{Backoff, Incident, Recovered, Still};
+use crate::events;
 use crate::metrics::{self as m, Health};
 use crate::pg::{ConnectSettings, PgError, SqlConnection};
 
@@ -110,30 +111,24 @@ async fn sample(
                 publish(&stats);
                 health.set_parked(stats);
                 if let Some(end) = trouble.worked(Instant::now()) {
-                    tracing::info!(
-                        table = %quoted,
-                        failures = end.failures,
-                        lasted_secs = end.lasted.as_secs(),
-                        "the parked gauges read the parking table again"
-                    );
+                    events::ParkedGaugesRead {
+                        table: &quoted,
+                        end,
+                    }
+                    .emit();
                 }
                 SAMPLE_EVERY
             }
             Err(error) => {
                 let (pause, line) = trouble.failed(Instant::now());
                 if let Some(still) = line {
-                    tracing::warn!(
-                        table = %quoted,
-                        error = %error,
-                        failures = still.failures,
-                        since_last_line = still.since_last_line,
-                        lasting_secs = still.lasting.as_secs(),
-                        "cannot read the parking table for the parked gauges, which keep their \
-                         last values; {} (trying again, backing off; logged again every {}s \
-                         while it lasts)",
-                        fix(&error),
-                        Incident::LOG_EVERY.as_secs()
-                    );
+                    events::ParkedGaugesUnread {
+                        table: &quoted,
+                        error: &error,
+                        fix: fix(&error),
+                        still,
+                    }
+                    .emit();
                 }
                 pause
             }

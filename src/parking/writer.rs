@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::store::{self, ParkedTable};
 use super::{Report, Request};
 use crate::backoff::{Backoff, Incident};
-use crate::metrics as m;
+use crate::events;
 use crate::pg::{ConnectSettings, SqlConnection};
 
 /// Requests committed in one transaction, at most.
@@ -132,29 +132,24 @@ async fn run<T>(
                 }
                 Err(e) => e,
             };
-            metrics::counter!(m::RECONNECTS, "reason" => m::reason::PARKED_TABLE).increment(1);
+            events::ParkingTableUnwritable::count();
             if let Some(still) = incident.failed(Instant::now()) {
-                tracing::warn!(
-                    reason = m::reason::PARKED_TABLE,
-                    table = %settings.table.quoted(),
-                    error = %error,
-                    failures = still.failures,
-                    lasting_secs = still.lasting.as_secs(),
-                    "parking table write failed; trying again, backing off, nothing behind the \
-                     parked events is confirmed meanwhile (logged again every {}s while it lasts)",
-                    Incident::LOG_EVERY.as_secs()
-                );
+                events::ParkingTableUnwritable {
+                    table: &settings.table.quoted(),
+                    error: &error,
+                    still,
+                }
+                .emit();
             }
             tokio::time::sleep(backoff.next_delay()).await;
         };
         backoff.reset();
         if let Some(end) = incident.recovered(Instant::now()) {
-            tracing::info!(
-                table = %settings.table.quoted(),
-                failures = end.failures,
-                lasted_secs = end.lasted.as_secs(),
-                "the parking table works again"
-            );
+            events::ParkingTableWorks {
+                table: &settings.table.quoted(),
+                end,
+            }
+            .emit();
         }
         requests.clear();
         for (tag, outcome) in tags.drain(..).zip(outcomes) {

@@ -34,6 +34,7 @@ use super::error::SessionError;
 use super::machine::{AfterFailure, CommitPlan, Producer, Said, SessionMachine, after_failure};
 use super::position::Position;
 use crate::envelope::KafkaRecord;
+use crate::events;
 use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
 use crate::sink::checkpoint_topic::{self, CheckpointTopicRefused, Looked, Verdict};
@@ -109,13 +110,12 @@ pub(super) async fn prepare(
         None => None,
         Some(Ok(checkpoint)) => Some(checkpoint),
         Some(Err(e)) => {
-            tracing::warn!(
-                topic = %topic,
-                key = %id,
-                error = %e,
-                "the last checkpoint record cannot be read: ignoring it and starting from the \
-                 slot's position (transactions already in Kafka above it are written again)"
-            );
+            events::CheckpointUnreadable {
+                topic,
+                key: id,
+                error: &e,
+            }
+            .emit();
             None
         }
     };
@@ -123,8 +123,11 @@ pub(super) async fn prepare(
     let carried = match usable(checkpoint.as_ref(), slot, server, server_wal) {
         Found::Use(lsn) => {
             partial = checkpoint.as_ref().and_then(|c| c.partial);
-            metrics::gauge!(m::CHECKPOINT_LSN).set(lsn.as_u64() as f64);
-            tracing::info!(checkpoint = %lsn, topic = %topic, "resuming from the last committed checkpoint");
+            events::CheckpointResumed {
+                checkpoint: lsn,
+                topic,
+            }
+            .emit();
             checkpoint.map(|c| Position {
                 server: c.server,
                 confirmed: lsn,
@@ -132,43 +135,36 @@ pub(super) async fn prepare(
         }
         Found::Nothing => None,
         Found::OtherSystem { found } => {
-            tracing::warn!(
-                topic = %topic,
-                key = %id,
-                checkpoint_server = %found,
-                %server,
-                "the checkpoint belongs to another PostgreSQL cluster (another system \
-                 identifier): ignoring it and starting from the slot's position"
-            );
+            events::CheckpointOtherCluster {
+                topic,
+                key: id,
+                checkpoint_server: &found,
+                server,
+            }
+            .emit();
             None
         }
         Found::OtherSlot { found } => {
-            tracing::warn!(
-                topic = %topic,
-                key = %id,
-                checkpoint_slot = %found,
+            events::CheckpointOtherSlot {
+                topic,
+                key: id,
+                checkpoint_slot: &found,
                 slot,
-                "the checkpoint was written for another slot with the same transactional id: \
-                 ignoring it. Give each relay its own kafka.transactional_id"
-            );
+            }
+            .emit();
             None
         }
         Found::AheadOfServer { found, server_wal } => {
-            metrics::counter!(m::POSITIONS_AHEAD).increment(1);
+            events::CheckpointAboveServerWal::count();
             if said.checkpoint_ahead(found) {
-                tracing::error!(
-                    topic = %topic,
-                    key = %id,
-                    checkpoint = %found,
-                    server_wal = %server_wal,
-                    %server,
-                    "the last checkpoint is above the server's WAL position: the database was \
-                     restored from a backup or snapshot (or the checkpoint topic belongs to \
-                     another database with this system identifier). Ignoring it and starting \
-                     from the slot's position. Kafka may hold events of transactions the \
-                     database no longer has, up to the checkpoint: compare the topics with the \
-                     outbox before their consumers act on them"
-                );
+                events::CheckpointAboveServerWal {
+                    topic,
+                    key: id,
+                    checkpoint: found,
+                    server_wal,
+                    server,
+                }
+                .emit();
             }
             None
         }
@@ -212,7 +208,11 @@ fn judge_checkpoint_topic(
         _ => return Ok(()),
     };
     if said.topic_warning() {
-        tracing::warn!(topic = %topic, "{warning}");
+        events::CheckpointTopicWarning {
+            topic,
+            warning: &warning,
+        }
+        .emit();
     }
     Ok(())
 }
@@ -261,12 +261,11 @@ impl Eos {
             return Ok(());
         };
         if let Some(partial) = &partial {
-            tracing::info!(
-                commit_lsn = %partial.commit_lsn,
-                events = partial.events,
-                "a PostgreSQL transaction is taking longer to stream than half of the Kafka \
-                 transaction timeout: committing the part of it sent so far"
-            );
+            events::PartialTransactionCommitted {
+                commit_lsn: partial.commit_lsn,
+                events: partial.events,
+            }
+            .emit();
         }
         let id = self.id().to_owned();
         if !machine.transaction_open() {

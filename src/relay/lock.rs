@@ -35,6 +35,7 @@
 //! (`transactional.id` fencing) close that window on the broker's side.
 
 use super::RelaySettings;
+use crate::events;
 use crate::metrics::{self as m, Health};
 
 use std::time::Duration;
@@ -240,22 +241,18 @@ impl Candidate {
         match timeout_at(sent + settings.margin(), evicted).await {
             Ok(Ok(pid)) => {
                 if let Some(pid) = pid {
-                    tracing::warn!(
-                        slot,
-                        pid,
-                        "the slot was still read by a process without the relay lock (a relay \
-                         that lost it, or another reader): ended it"
-                    );
+                    let pid = pid.to_string();
+                    events::SlotReaderEnded { slot, pid: &pid }.emit();
                 }
             }
             // Not allowed to signal it (another role), or the query failed:
             // the stream waits for the slot as without the lock.
             Ok(Err(e)) => {
                 let e = session.error("ending the slot's previous reader", e);
-                tracing::warn!(slot, error = %e, "could not end the slot's previous reader");
+                events::SlotReaderNotEnded { slot, error: &e }.emit();
             }
             Err(_) => {
-                tracing::warn!(slot, "ending the slot's previous reader took too long");
+                events::SlotReaderEndTimedOut { slot }.emit();
                 return Err(wrap(PgError::Io {
                     target: session.target().to_owned(),
                     action: "ending the slot's previous reader",
@@ -328,16 +325,19 @@ async fn renew(
             Ok(Ok(_)) => valid_until = sent + settings.valid_for(),
             Ok(Err(e)) => {
                 let e = session.error("renewing the relay lock", e);
-                tracing::warn!(slot, error = %e, "the relay lock's session failed: the lock is lost");
+                events::RelayLockSessionFailed {
+                    slot: &slot,
+                    error: &e,
+                }
+                .emit();
                 break;
             }
             Err(_) => {
-                tracing::warn!(
-                    slot,
-                    lease_ms = settings.lease.as_millis() as u64,
-                    "the relay lock's renewal did not come back before the lease ran out: the \
-                     lock is lost"
-                );
+                events::RelayLockRenewalLate {
+                    slot: &slot,
+                    lease_ms: settings.lease.as_millis() as u64,
+                }
+                .emit();
                 break;
             }
         }
@@ -357,37 +357,30 @@ pub(super) async fn hold_lock(
 ) -> Result<bool, LockError> {
     let slot = &settings.replication.slot;
     if lock.take().is_some() {
-        tracing::warn!(
-            reason = m::reason::LOCK_LOST,
-            slot,
-            "the relay lock was lost between sessions"
-        );
-        metrics::gauge!(m::ROLE_ACTIVE).set(0.0);
+        events::RelayLockLostBetweenSessions { slot }.emit();
     }
     match candidate
         .try_acquire(&settings.replication, settings.lock)
         .await?
     {
         Some(held) => {
-            tracing::info!(
+            events::RelayLockHeld {
                 slot,
-                key = lock_key(slot),
-                "holding the relay lock: this relay is the active one"
-            );
+                key: lock_key(slot),
+            }
+            .emit();
             *lock = Some(held);
             *standing_by = false;
-            metrics::gauge!(m::ROLE_ACTIVE).set(1.0);
             health.set_standby(false);
             Ok(true)
         }
         None => {
             if !*standing_by {
-                tracing::info!(
+                events::StandingBy {
                     slot,
-                    key = lock_key(slot),
-                    "standby: another relay holds the relay lock on this slot; taking over when \
-                     it lets go"
-                );
+                    key: lock_key(slot),
+                }
+                .emit();
                 *standing_by = true;
             }
             metrics::gauge!(m::ROLE_ACTIVE).set(0.0);

@@ -19,6 +19,8 @@ use std::time::Duration;
 
 use tokio_postgres::Statement;
 
+use crate::events;
+
 use crate::metrics as m;
 
 use crate::pg::{PgClient, PgError};
@@ -90,7 +92,10 @@ pub async fn run(mut settings: ReplicationSettings, lag: SlotLag) {
         match sample(&settings, &mut connection).await {
             Ok(sample) => {
                 if failing {
-                    tracing::info!(slot = %settings.slot, "sampling the slot's lag works again");
+                    events::SlotLagSampled {
+                        slot: &settings.slot,
+                    }
+                    .emit();
                     failing = false;
                 }
                 if let Some(sample) = sample {
@@ -99,14 +104,13 @@ pub async fn run(mut settings: ReplicationSettings, lag: SlotLag) {
             }
             Err(e) => {
                 connection = None;
-                metrics::counter!(m::SLOT_SAMPLE_FAILURES).increment(1);
+                events::SlotLagUnsampled::count();
                 if !failing {
-                    tracing::warn!(
-                        slot = %settings.slot,
-                        error = %e,
-                        "cannot sample the slot's lag; outbox_relay_slot_lag_bytes keeps its last \
-                         value until a sample works"
-                    );
+                    events::SlotLagUnsampled {
+                        slot: &settings.slot,
+                        error: &e,
+                    }
+                    .emit();
                     failing = true;
                 }
             }

@@ -16,7 +16,7 @@
 //! streams from there, so what lies in between is never read. That is
 //! reported too, with the gap, never taken silently.
 
-use crate::metrics as m;
+use crate::events;
 use crate::replication::ReplicationStream;
 
 use crate::replication::ServerIdentity;
@@ -100,52 +100,39 @@ pub(super) fn report_resume(
             confirmed,
             slot: at,
         } => {
-            metrics::counter!(m::SLOT_JUMPS).increment(1);
-            tracing::warn!(
+            events::SlotAhead {
                 slot,
-                confirmed_by_relay = %confirmed,
-                slot_position = %at,
-                gap_bytes = at.as_u64().saturating_sub(confirmed.as_u64()),
-                "the slot is ahead of the position this relay confirmed: someone else advanced \
-                 or recreated it, and transactions committed in between are not read"
-            );
+                confirmed_by_relay: *confirmed,
+                slot_position: *at,
+            }
+            .emit();
         }
         Resume::AheadOfServer {
             confirmed,
             server_wal,
         } => {
-            metrics::counter!(m::POSITIONS_AHEAD).increment(1);
-            tracing::error!(
+            events::ConfirmedAboveServerWal {
                 slot,
-                confirmed_by_relay = %confirmed,
-                server_wal = %server_wal,
-                %server,
-                slot_position = %slot_position,
-                "the position this relay confirmed is above the server's WAL position: the \
-                 database was restored from a backup or snapshot. Starting from the slot's \
-                 position. Kafka may hold events of transactions the database no longer has: \
-                 compare the topics with the outbox before their consumers act on them"
-            );
+                confirmed_by_relay: *confirmed,
+                server_wal: *server_wal,
+                server,
+                slot_position,
+            }
+            .emit();
         }
         Resume::ServerChanged { previous } => {
-            metrics::counter!(m::SERVER_CHANGES).increment(1);
             let fork = stream
                 .timeline_fork_point()
                 .map_or_else(|| "unknown".to_owned(), |lsn| lsn.to_string());
-            tracing::error!(
+            events::ServerChanged {
                 slot,
-                previous_server = %previous.server,
-                previous_confirmed = %previous.confirmed,
-                %server,
-                timeline_fork = %fork,
-                slot_position = %slot_position,
-                "another PostgreSQL server answers (failover or a new cluster behind the URL): \
-                 starting from the new slot's position, not the old server's. Events committed \
-                 on the new server before the slot's position (since the timeline fork, when the \
-                 slot was created after it) were never decoded by this slot and may be missing; \
-                 events the relay confirmed on the old server above the fork may not exist on \
-                 the new one"
-            );
+                previous_server: &previous.server,
+                previous_confirmed: previous.confirmed,
+                server,
+                timeline_fork: &fork,
+                slot_position,
+            }
+            .emit();
         }
     }
 }

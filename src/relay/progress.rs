@@ -42,19 +42,22 @@ impl Summary {
         }
     }
 
-    /// Logs the line at info. Numbers are recorded as numbers (a JSON log
-    /// shows them unquoted); the lag is left out until it was sampled.
+    /// The summary as its event, the rate to a tenth.
+    pub fn event(&self) -> crate::events::Progress {
+        crate::events::Progress {
+            elapsed: self.elapsed,
+            events: self.events,
+            events_per_sec: (self.events_per_second() * 10.0).round() / 10.0,
+            dead_lettered: self.dead_letters,
+            in_flight: self.in_flight,
+            slot_lag_bytes: self.lag_bytes,
+            confirmed: self.confirmed,
+        }
+    }
+
+    /// Emits the line at info (see [`crate::events::Progress`]).
     pub fn log(&self) {
-        tracing::info!(
-            events = self.events,
-            events_per_sec = (self.events_per_second() * 10.0).round() / 10.0,
-            dead_lettered = self.dead_letters,
-            in_flight = self.in_flight,
-            slot_lag_bytes = self.lag_bytes,
-            confirmed = %self.confirmed,
-            "progress over the last {} s",
-            self.elapsed.as_secs()
-        );
+        self.event().emit();
     }
 }
 

@@ -16,6 +16,7 @@ use super::progress::Progress;
 use super::supervisor::Outcome;
 use super::{Background, DeliveryTag, Refusals, RelaySettings};
 use super::{check_dead_letter_topic, exactly_once, session};
+use crate::events;
 use crate::metrics::{self as m, Health};
 use crate::pg::PgError;
 use crate::replication::{ReplicationSettings, ReplicationStream};
@@ -163,14 +164,11 @@ impl<'a> Sessions<'a> {
                     self.carried = carried;
                     partial = merged;
                     if none_found {
-                        tracing::info!(
-                            topic = %eos.transactions.checkpoint_topic,
-                            key = %eos.transactions.transactional_id,
-                            "no checkpoint of this relay found: starting from the slot's position. \
-                             Expected on the first start on a checkpoint topic; otherwise (the \
-                             relay's checkpoints deleted from the topic) transactions already \
-                             committed to Kafka above the slot's position are written again, once"
-                        );
+                        events::NoCheckpoint {
+                            topic: &eos.transactions.checkpoint_topic,
+                            key: &eos.transactions.transactional_id,
+                        }
+                        .emit();
                     }
                     prepared = Some(sink);
                 }
@@ -203,13 +201,12 @@ impl<'a> Sessions<'a> {
         }
         if let Some(outbox) = &outbox {
             if outbox.current_name != outbox.qualified_name() {
-                tracing::warn!(
-                    configured = %outbox.qualified_name(),
-                    now = %outbox.current_name,
-                    oid = outbox.oid,
-                    "the outbox table was renamed; streaming on (same table). Set postgres.table \
-                     to the new name before the next restart"
-                );
+                events::OutboxRenamed {
+                    configured: &outbox.qualified_name(),
+                    now: &outbox.current_name,
+                    oid: outbox.oid,
+                }
+                .emit();
             }
             self.outbox_oid = Some(outbox.oid);
         }
@@ -269,14 +266,13 @@ impl<'a> Sessions<'a> {
                 }
             },
         };
-        tracing::info!(
-            slot = %replication.slot,
-            confirmed = %confirmed,
-            parked_aggregates = parked.len(),
-            "streaming from the slot's confirmed position"
-        );
+        events::Streaming {
+            slot: &replication.slot,
+            confirmed,
+            parked_aggregates: parked.len(),
+        }
+        .emit();
         self.health.set_streaming(true);
-        metrics::gauge!(m::ROLE_ACTIVE).set(1.0);
         let outcome = session::Session::new(
             settings,
             (stream, replication),

@@ -244,13 +244,11 @@ impl<'a> Session<'a> {
                     }
                     let deadline = Instant::now() + self.settings.shutdown_drain;
                     if self.machine.stop_requested(deadline.into_std()).is_none() {
-                        tracing::info!("stop requested mid-transaction: reading on to its commit");
+                        crate::events::StopMidTransaction.emit();
                     }
                 }
                 () = tokio::time::sleep_until(stop_deadline.unwrap_or(status_due)), if stop_deadline.is_some() => {
-                    tracing::warn!(
-                        "shutdown deadline passed before the open transaction's commit arrived; its events will be sent again on restart"
-                    );
+                    crate::events::StopDeadlineMidTransaction.emit();
                     return Ok(Instant::now());
                 }
                 refused = self.sink.unauthorized() => {

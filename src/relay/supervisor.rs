@@ -7,9 +7,10 @@
 //! stand by for the relay lock ([`Action::StandBy`]), end with
 //! a fatal error ([`Action::Exit`], its exit code from [`RelayError::side`])
 //! or after a graceful stop ([`Action::Stop`]). A retry carries its
-//! [`Report`]: the counter and reason label, what /health is told, and the
-//! log line's level, text and fields. The shell (`run_sessions` in
-//! `relay.rs`) carries the action out and logs what it is told.
+//! [`Report`], the event that says it (`crate::events`: its counter and
+//! reason label, what /health is told, its line); a stop carries the event
+//! that says how it ended. The shell (`run_sessions` in `relay.rs`) carries
+//! the action out and emits the events it is given.
 //!
 //! Invariants:
 //! * every retry waits a delay of the one back-off (`Backoff::reconnect`):
@@ -35,14 +36,12 @@
 
 use std::time::Duration;
 
-use tracing::Level;
-
 use super::Stopped;
 use super::error::{RelayError, SessionError};
 use super::lock::LockError;
 use crate::backoff::Backoff;
 use crate::contracts::ResolveError;
-use crate::metrics as m;
+use crate::events::{self, Retry};
 use crate::pg::{ErrorKind, PgError};
 use crate::sink::TxnFailure;
 use pgoutput::lsn::Lsn;
@@ -102,76 +101,15 @@ pub(crate) enum Action {
     },
     /// End with this error (its side gives the exit code).
     Exit(RelayError),
-    /// End after a graceful stop, logging `line`.
-    Stop { stopped: Stopped, line: Line },
+    /// End after a graceful stop, emitting `said`.
+    Stop {
+        stopped: Stopped,
+        said: events::Stopped,
+    },
 }
 
-/// What a retry counts, tells /health and logs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Report {
-    /// The counter: [`m::RECONNECTS`] or [`m::DELIVERY_FAILURES`].
-    pub counter: &'static str,
-    /// Its `reason` label, one of [`m::reason`]'s; also /health's reason.
-    pub reason: &'static str,
-    pub health: HealthNote,
-    pub line: Line,
-}
-
-impl Report {
-    /// The failure's text, as /health shows it.
-    pub fn detail(&self) -> &str {
-        self.line.error.as_deref().unwrap_or_default()
-    }
-}
-
-/// What /health is told about a retry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum HealthNote {
-    /// `Health::retrying`.
-    Retrying,
-    /// `Health::producer_retrying`: /ready stays 503 in the next session
-    /// until it confirms something.
-    ProducerRetrying,
-    /// No longer a standby (out of reach of PostgreSQL, it could not take
-    /// over), then `Health::retrying`.
-    RetryingNoStandby,
-}
-
-/// One log line: its level, text and fields (absent ones are not logged).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Line {
-    pub level: Level,
-    pub text: &'static str,
-    pub reason: Option<&'static str>,
-    pub error: Option<String>,
-    pub attempt: Option<u32>,
-    pub confirmed: Option<Lsn>,
-    pub checkpoint: Option<Lsn>,
-    pub pending: Option<u64>,
-}
-
-impl Line {
-    fn new(level: Level, text: &'static str) -> Line {
-        Line {
-            level,
-            text,
-            reason: None,
-            error: None,
-            attempt: None,
-            confirmed: None,
-            checkpoint: None,
-            pending: None,
-        }
-    }
-
-    fn warn(reason: &'static str, error: &dyn std::fmt::Display, text: &'static str) -> Line {
-        Line {
-            reason: Some(reason),
-            error: Some(error.to_string()),
-            ..Line::new(Level::WARN, text)
-        }
-    }
-}
+/// What a retry counts, tells /health and logs: the event that says it.
+pub(crate) type Report = Retry;
 
 /// The outer loop's state: the back-offs and the tries since progress.
 #[derive(Debug)]
@@ -227,12 +165,11 @@ impl Supervisor {
             },
             Outcome::LockUntried(e) if e.is_fatal() => Action::Exit(e.into()),
             Outcome::LockUntried(e) => {
-                let reason = m::reason::CONNECT_FAILED;
-                let line = Line {
-                    attempt: Some(self.attempt),
-                    ..Line::warn(reason, &e, "cannot try the relay lock; retrying")
-                };
-                self.retry(m::RECONNECTS, reason, HealthNote::RetryingNoStandby, line)
+                let said = Retry::RelayLockUntried(events::RelayLockUntried {
+                    error: e.to_string(),
+                    attempt: self.attempt,
+                });
+                self.retry(said)
             }
             Outcome::Unconnected {
                 error,
@@ -240,26 +177,19 @@ impl Supervisor {
             } => self.unconnected(error, holding_lock),
             Outcome::Unresolved(e) if !e.is_retryable() => Action::Exit(e.into()),
             Outcome::Unresolved(e) => {
-                let reason = m::reason::SCHEMA_REGISTRY;
-                let line = Line {
-                    attempt: Some(self.attempt),
-                    ..Line::warn(
-                        reason,
-                        &e,
-                        "cannot fetch the contracts' schemas from the schema registry; \
-                         nothing is sent until it answers; retrying",
-                    )
-                };
-                self.retry(m::RECONNECTS, reason, HealthNote::Retrying, line)
+                let said = Retry::SchemaRegistryUnreachable(events::SchemaRegistryUnreachable {
+                    error: e.to_string(),
+                    attempt: self.attempt,
+                });
+                self.retry(said)
             }
             Outcome::Unprepared(e) if e.is_fatal() => Action::Exit(e.into()),
             Outcome::Unprepared(e) => {
-                let reason = m::reason::PRODUCER_FATAL;
-                let line = Line {
-                    attempt: Some(self.attempt),
-                    ..Line::warn(reason, &e, "cannot start the Kafka transactions; retrying")
-                };
-                self.retry(m::DELIVERY_FAILURES, reason, HealthNote::Retrying, line)
+                let said = Retry::TransactionsUnprepared(events::TransactionsUnprepared {
+                    error: e.to_string(),
+                    attempt: self.attempt,
+                });
+                self.retry(said)
             }
             Outcome::Failed {
                 error,
@@ -269,33 +199,22 @@ impl Supervisor {
                 lease,
             } => self.failed(error, (progressed, confirmed), lock_lost, lease),
             Outcome::Stopped { stopped, confirmed } => {
-                let line = match stopped {
+                let said = match stopped {
                     Stopped::Drained => {
-                        Line::new(Level::INFO, "stopped after draining in-flight events")
+                        events::Stopped::Drained(events::StoppedDrained { confirmed })
                     }
-                    Stopped::Undrained { pending } => Line {
-                        pending: Some(pending),
-                        ..Line::new(
-                            Level::WARN,
-                            "stopped before every event was acknowledged; the slot stays at \
-                             the confirmed position and the next start sends them again",
-                        )
-                    },
+                    Stopped::Undrained { pending } => {
+                        events::Stopped::Undrained(events::StoppedUndrained { pending, confirmed })
+                    }
                 };
-                Action::Stop {
-                    stopped,
-                    line: Line {
-                        confirmed: Some(confirmed),
-                        ..line
-                    },
-                }
+                Action::Stop { stopped, said }
             }
             Outcome::Fatal(e) => Action::Exit(e),
         }
     }
 
     fn unconnected(&mut self, error: PgError, holding_lock: bool) -> Action {
-        let (reason, line) = match error.kind() {
+        let said = match error.kind() {
             ErrorKind::Fatal => return Action::Exit(error.into()),
             ErrorKind::SlotBusy if holding_lock => {
                 // The reader was told to end when the lock was taken; it is
@@ -305,57 +224,27 @@ impl Supervisor {
                 // for longer and longer, quietly after the first line.
                 self.attempt = self.attempt.saturating_add(1);
                 let after = self.slot_wait.next_delay();
-                let line = if self.waiting_for_slot {
-                    Line {
-                        error: Some(error.to_string()),
-                        attempt: Some(self.attempt),
-                        ..Line::new(
-                            Level::DEBUG,
-                            "still waiting for the slot's previous reader to exit",
-                        )
-                    }
+                let error = error.to_string();
+                let report = if self.waiting_for_slot {
+                    Retry::StillWaitingForSlotReader(events::StillWaitingForSlotReader {
+                        error,
+                        attempt: self.attempt,
+                    })
                 } else {
                     self.waiting_for_slot = true;
-                    Line {
-                        error: Some(error.to_string()),
-                        ..Line::new(
-                            Level::INFO,
-                            "holding the relay lock, waiting for the slot's previous reader to \
-                             exit (trying again, less and less often, quietly until it does)",
-                        )
-                    }
+                    Retry::WaitingForSlotReader(events::WaitingForSlotReader { error })
                 };
-                return Action::Retry {
-                    after,
-                    report: Report {
-                        counter: m::RECONNECTS,
-                        reason: m::reason::SLOT_BUSY,
-                        health: HealthNote::Retrying,
-                        line,
-                    },
-                };
+                return Action::Retry { after, report };
             }
-            ErrorKind::SlotBusy => (
-                m::reason::SLOT_BUSY,
-                Line::warn(
-                    m::reason::SLOT_BUSY,
-                    &error,
-                    "another process reads the slot; waiting for it to let go",
-                ),
-            ),
-            ErrorKind::Transient => (
-                m::reason::CONNECT_FAILED,
-                Line {
-                    attempt: Some(self.attempt),
-                    ..Line::warn(
-                        m::reason::CONNECT_FAILED,
-                        &error,
-                        "cannot stream from PostgreSQL; retrying",
-                    )
-                },
-            ),
+            ErrorKind::SlotBusy => Retry::SlotInUse(events::SlotInUse {
+                error: error.to_string(),
+            }),
+            ErrorKind::Transient => Retry::ConnectFailed(events::ConnectFailed {
+                error: error.to_string(),
+                attempt: self.attempt,
+            }),
         };
-        self.retry(m::RECONNECTS, reason, HealthNote::Retrying, line)
+        self.retry(said)
     }
 
     fn failed(
@@ -378,69 +267,34 @@ impl Supervisor {
         if error.is_fatal() {
             return Action::Exit(error.into());
         }
-        let (counter, reason, health, line) = match &error {
+        let said = match &error {
             SessionError::LockLost { .. } => {
-                let reason = m::reason::LOCK_LOST;
-                let line = Line {
-                    confirmed: Some(confirmed),
-                    ..Line::warn(
-                        reason,
-                        &error,
-                        "the relay lock was lost: stopped producing; standing by unless it can \
-                         be taken again",
-                    )
-                };
+                let report = Retry::RelayLockLost(events::RelayLockLost {
+                    error: error.to_string(),
+                    confirmed,
+                });
                 return Action::StandBy {
                     after: self.after_lease(lease),
-                    report: Some(Report {
-                        counter: m::RECONNECTS,
-                        reason,
-                        health: HealthNote::Retrying,
-                        line,
-                    }),
+                    report: Some(report),
                 };
             }
-            SessionError::Delivery { reason, error } => (
-                m::DELIVERY_FAILURES,
-                *reason,
-                HealthNote::ProducerRetrying,
-                Line {
-                    confirmed: Some(confirmed),
-                    ..Line::warn(
-                        reason,
-                        error,
-                        "delivery failed; rebuilding the producer and replaying from the \
-                         confirmed position",
-                    )
-                },
-            ),
-            SessionError::Transaction(_) | SessionError::Checkpoint(_) => (
-                m::DELIVERY_FAILURES,
-                m::reason::PRODUCER_FATAL,
-                HealthNote::ProducerRetrying,
-                Line {
-                    checkpoint: Some(confirmed),
-                    ..Line::warn(
-                        m::reason::PRODUCER_FATAL,
-                        &error,
-                        "Kafka transaction failed; rebuilding the producer and replaying from \
-                         the last committed checkpoint",
-                    )
-                },
-            ),
-            other => (
-                m::RECONNECTS,
-                m::reason::STREAM_BROKE,
-                HealthNote::Retrying,
-                Line {
-                    confirmed: Some(confirmed),
-                    ..Line::warn(
-                        m::reason::STREAM_BROKE,
-                        other,
-                        "replication stream broke; reconnecting from the confirmed position",
-                    )
-                },
-            ),
+            SessionError::Delivery { reason, error } => {
+                Retry::DeliveryFailed(events::DeliveryFailed {
+                    reason,
+                    error: error.to_string(),
+                    confirmed,
+                })
+            }
+            SessionError::Transaction(_) | SessionError::Checkpoint(_) => {
+                Retry::TransactionFailed(events::TransactionFailed {
+                    error: error.to_string(),
+                    checkpoint: confirmed,
+                })
+            }
+            other => Retry::StreamBroke(events::StreamBroke {
+                error: other.to_string(),
+                confirmed,
+            }),
         };
         // A failure right after a good run (something new confirmed)
         // starts the back-off over; see the module docs.
@@ -448,7 +302,7 @@ impl Supervisor {
             self.attempt = 0;
             self.backoff.reset();
         }
-        self.retry(counter, reason, health, line)
+        self.retry(said)
     }
 
     /// The wait after a lost lease of `lease`: none after a healthy one, or
@@ -468,23 +322,12 @@ impl Supervisor {
         }
     }
 
-    /// A retry after the back-off's next delay.
-    fn retry(
-        &mut self,
-        counter: &'static str,
-        reason: &'static str,
-        health: HealthNote,
-        line: Line,
-    ) -> Action {
+    /// A retry after the back-off's next delay, said by `report`.
+    fn retry(&mut self, report: Report) -> Action {
         self.attempt = self.attempt.saturating_add(1);
         Action::Retry {
             after: self.backoff.next_delay(),
-            report: Report {
-                counter,
-                reason,
-                health,
-                line,
-            },
+            report,
         }
     }
 }

@@ -189,7 +189,11 @@ impl ReplicationStream {
                     }
                     Some(Message::NoticeResponse(body)) => {
                         let notice = server_notice(&body);
-                        tracing::warn!(code = %notice.code, message = %notice.message, "server notice");
+                        crate::events::ServerNotice {
+                            code: &notice.code,
+                            message: &notice.message,
+                        }
+                        .emit();
                         Ok(None)
                     }
                     Some(Message::ParameterStatus(_)) => Ok(None),
@@ -313,13 +317,13 @@ impl ReplicationStream {
                 source: std::io::ErrorKind::TimedOut.into(),
             }),
         };
-        tracing::info!(
-            target_endpoint = %self.target,
-            slot = %self.slot,
-            confirmed = %self.confirmed,
-            clean = result.is_ok(),
-            "replication stream stopped"
-        );
+        crate::events::StreamStopped {
+            target: &self.target,
+            slot: &self.slot,
+            confirmed: self.confirmed,
+            clean: result.is_ok(),
+        }
+        .emit();
         result
     }
 

@@ -16,6 +16,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 use super::reach::{Change, Line, Outcome, Reachability, Trouble};
 use super::refusal::{RefusalClass, classify_error};
+use crate::events;
 
 /// Told `Some(reason)` when no broker answers, `None` when one does.
 pub type ReachObserver = Box<dyn Fn(Option<&str>) + Send + Sync>;
@@ -134,45 +135,45 @@ impl BrokerWatch {
     fn log(&self, line: Line) {
         let brokers = &self.brokers;
         match line {
-            Line::Unreachable { reason } => tracing::warn!(
-                %brokers,
-                "cannot reach any Kafka broker at {brokers} ({reason}): events wait in the relay \
-                 until one answers; check kafka.brokers and the network"
-            ),
-            Line::Degraded { reason, errors } => tracing::warn!(
-                %brokers,
+            Line::Unreachable { reason } => events::BrokersUnreachable {
+                brokers,
+                reason: &reason,
+            }
+            .emit(),
+            Line::Degraded { reason, errors } => events::KafkaClientDegraded {
+                brokers,
                 errors,
-                "Kafka client degraded, retrying: {reason}"
-            ),
+                reason: &reason,
+            }
+            .emit(),
             Line::StillUnreachable {
                 down_for,
                 errors,
                 reason,
-            } => tracing::warn!(
-                %brokers,
+            } => events::BrokersStillUnreachable {
+                brokers,
+                down_for,
                 errors,
-                "still cannot reach any Kafka broker at {brokers} after {} s ({errors} client \
-                 errors since the last line; last: {reason}); events wait",
-                down_for.as_secs()
-            ),
+                reason: &reason,
+            }
+            .emit(),
             Line::StillDegraded {
                 for_,
                 errors,
                 reason,
-            } => tracing::warn!(
-                %brokers,
+            } => events::KafkaClientStillDegraded {
+                brokers,
+                for_,
                 errors,
-                "Kafka client still degraded after {} s, retrying ({errors} client errors since \
-                 the last line; last: {reason})",
-                for_.as_secs()
-            ),
-            Line::Answered { after, errors } => tracing::info!(
-                %brokers,
+                reason: &reason,
+            }
+            .emit(),
+            Line::Answered { after, errors } => events::BrokerAnswers {
+                brokers,
+                after,
                 errors,
-                "a Kafka broker answers again after {} s unreachable ({errors} client errors \
-                 meanwhile)",
-                after.as_secs()
-            ),
+            }
+            .emit(),
         }
     }
 }

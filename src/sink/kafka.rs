@@ -277,7 +277,11 @@ impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
         // Connection trouble repeats with every attempt: the watch logs
         // it once per incident. The rest needs a person.
         if !self.brokers.client_error(&error, reason) {
-            tracing::error!("librdkafka: {error}: {reason}");
+            crate::events::KafkaClientError {
+                error: &error,
+                reason,
+            }
+            .emit();
         }
     }
 

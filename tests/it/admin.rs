@@ -1001,7 +1001,7 @@ async fn check_in_exactly_once_mode_checks_the_checkpoint_topic_and_the_transact
     // With a relay streaming, check leaves its transactional id alone.
     let mut relay = Relay::process(&config);
     relay
-        .wait_for_log("streaming from the slot", crate::support::DEADLINE)
+        .wait_for_event("streaming", crate::support::DEADLINE)
         .await;
     let (_, items, _) = check(&config).await;
     let id = item(&items, "kafka.transactional_id");

@@ -449,7 +449,7 @@ async fn canary_secrets_never_appear_in_trace_logs() {
     );
     let mut relay = Relay::process_with_log(&unreachable, "trace");
     outbox.commit_events(&mut writer, 4, 2, 2, &mut seqs).await;
-    relay.wait_for_log("delivery failed", DEADLINE).await;
+    relay.wait_for_event("delivery_failed", DEADLINE).await;
     let unreachable_log = relay.log_path().to_path_buf();
     relay.terminate().await;
     check(

@@ -41,7 +41,7 @@ async fn exactly_once_with_source_both_trace_context_and_dead_letters_survives_k
         &contract_toml(),
     );
     let mut relay = Relay::process(&config);
-    relay.wait_for_log(STREAMING, DEADLINE).await;
+    relay.wait_for_event(STREAMING, DEADLINE).await;
     let mix = Mix {
         per_txn: 3,
         aggregates: 12,
@@ -56,7 +56,7 @@ async fn exactly_once_with_source_both_trace_context_and_dead_letters_survives_k
         println!("kill -9 #{kill}");
         relay.kill9();
         relay = Relay::process(&config);
-        relay.wait_for_log(STREAMING, DEADLINE).await;
+        relay.wait_for_event(STREAMING, DEADLINE).await;
     }
     writer.wait_for_more(40).await;
     let written = writer.finish().await;
@@ -96,9 +96,9 @@ async fn cleanup_webhook_route_standby_and_dead_letters_survive_kill9_of_the_act
         &(webhook_route_toml("hook*", &receiver.url(), &secrets(), "") + &contract_toml()),
     );
     let active = Relay::process(&config);
-    active.wait_for_log(STREAMING, DEADLINE).await;
+    active.wait_for_event(STREAMING, DEADLINE).await;
     let mut standby = Relay::process(&config);
-    standby.wait_for_log(STANDING_BY, DEADLINE).await;
+    standby.wait_for_event(STANDING_BY, DEADLINE).await;
     let mix = Mix {
         per_txn: 3,
         aggregates: 10,
@@ -110,7 +110,7 @@ async fn cleanup_webhook_route_standby_and_dead_letters_survive_kill9_of_the_act
     let writer = MixWriter::start(outbox.clone(), mix, PAUSE);
     writer.wait_for_more(60).await;
     active.kill9();
-    standby.wait_for_log(STREAMING, DEADLINE).await;
+    standby.wait_for_event(STREAMING, DEADLINE).await;
     let at_restart = ids_in_table(&outbox).await;
     writer.wait_for_more(60).await;
     let written = writer.finish().await;
@@ -164,11 +164,11 @@ async fn two_shards_exactly_once_with_a_standby_trace_context_and_dead_letters_s
         })
         .collect();
     let active0 = Relay::process(&configs[0]);
-    active0.wait_for_log(STREAMING, DEADLINE).await;
+    active0.wait_for_event(STREAMING, DEADLINE).await;
     let mut standby0 = Relay::process(&configs[0]);
-    standby0.wait_for_log(STANDING_BY, DEADLINE).await;
+    standby0.wait_for_event(STANDING_BY, DEADLINE).await;
     let mut relay1 = Relay::process(&configs[1]);
-    relay1.wait_for_log(STREAMING, DEADLINE).await;
+    relay1.wait_for_event(STREAMING, DEADLINE).await;
     let mix = Mix {
         per_txn: 3,
         aggregates: 16,
@@ -180,11 +180,11 @@ async fn two_shards_exactly_once_with_a_standby_trace_context_and_dead_letters_s
     let writer = MixWriter::start(base.clone(), mix, PAUSE);
     writer.wait_for_more(50).await;
     active0.kill9();
-    standby0.wait_for_log(STREAMING, DEADLINE).await;
+    standby0.wait_for_event(STREAMING, DEADLINE).await;
     writer.wait_for_more(50).await;
     relay1.kill9();
     relay1 = Relay::process(&configs[1]);
-    relay1.wait_for_log(STREAMING, DEADLINE).await;
+    relay1.wait_for_event(STREAMING, DEADLINE).await;
     writer.wait_for_more(50).await;
     let written = writer.finish().await;
 
@@ -241,8 +241,8 @@ async fn two_shards_with_cleanup_a_webhook_route_and_dead_letters_survive_kill9(
         .collect();
     let mut relay0 = Relay::process(&configs[0]);
     let mut relay1 = Relay::process(&configs[1]);
-    relay0.wait_for_log(STREAMING, DEADLINE).await;
-    relay1.wait_for_log(STREAMING, DEADLINE).await;
+    relay0.wait_for_event(STREAMING, DEADLINE).await;
+    relay1.wait_for_event(STREAMING, DEADLINE).await;
     let mix = Mix {
         per_txn: 3,
         aggregates: 16,
@@ -255,7 +255,7 @@ async fn two_shards_with_cleanup_a_webhook_route_and_dead_letters_survive_kill9(
     writer.wait_for_more(60).await;
     relay0.kill9();
     relay0 = Relay::process(&configs[0]);
-    relay0.wait_for_log(STREAMING, DEADLINE).await;
+    relay0.wait_for_event(STREAMING, DEADLINE).await;
     let at_restart = ids_in_table(&base).await;
     writer.wait_for_more(60).await;
     let written = writer.finish().await;

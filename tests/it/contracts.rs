@@ -637,10 +637,7 @@ enum Status { STATUS_UNKNOWN = 0; PAID = 1; }
             let down = services::ServiceDown::stop(&["stop-registry"], "start-registry").await;
             let mut relay = Relay::process(&config);
             relay
-                .wait_for_log(
-                    "cannot fetch the contracts' schemas from the schema registry",
-                    DEADLINE,
-                )
+                .wait_for_event("schema_registry_unreachable", DEADLINE)
                 .await;
             wait_until(
                 "/ready to answer 503 naming the registry",

@@ -85,9 +85,7 @@ async fn cleanup_keeps_the_row_of_a_dead_letter_that_lost_its_payload() {
         .await;
     let config = config_with(&outbox, "cleanup = \"delete-after-ack\"\n", "");
     let relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     let before = outbox.commit_events(&mut writer, 3, 2, 4, &mut seqs).await;
@@ -118,9 +116,7 @@ async fn cleanup_keeps_the_row_of_a_dead_letter_that_lost_its_payload() {
     // It stays once the slot is past it, after a restart too.
     relay.kill9();
     let relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let more = outbox.commit_events(&mut writer, 2, 2, 4, &mut seqs).await;
     consume_all_ids(&topic, &more, DEADLINE).await;
     wait_until("the new rows to be deleted", DEADLINE, || async {
@@ -155,9 +151,7 @@ async fn cleanup_by_xmin_keeps_the_row_of_a_dead_letter_that_lost_its_payload() 
     outbox.create_topic(&outbox.topic("bulk"), 3).await;
     let config = config_with(&outbox, "cleanup = \"delete-after-ack\"\n", "");
     let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let big = uuid::Uuid::new_v4().to_string();
     let payload = format!(r#"{{"seq":1,"blob":"{}"}}"#, "x".repeat(5 * 1024));
     let mut writer = outbox.writer().await;
@@ -301,9 +295,7 @@ async fn exactly_once_cleanup_waits_for_the_kafka_commit() {
         ),
     );
     let relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     let committed = outbox.commit_events(&mut writer, 5, 1, 5, &mut seqs).await;
@@ -406,9 +398,7 @@ async fn exactly_once_streams_a_transaction_longer_than_the_kafka_timeout_throug
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, format!("{text}\n[relay]\nlock_lease_ms = 30000\n")).unwrap();
     let relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     outbox.commit_events(&mut writer, 5, 2, 5, &mut seqs).await;
@@ -486,10 +476,9 @@ async fn a_frozen_exactly_once_relay_that_was_taken_over_stands_by() {
         ),
     );
     let mut a = Relay::process(&config);
-    a.wait_for_log("streaming from the slot", DEADLINE).await;
+    a.wait_for_event("streaming", DEADLINE).await;
     let b = Relay::process(&config);
-    b.wait_for_log("another relay holds the relay lock", DEADLINE)
-        .await;
+    b.wait_for_event("standing_by", DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     let mut committed = outbox.commit_events(&mut writer, 10, 1, 5, &mut seqs).await;
@@ -550,10 +539,9 @@ async fn a_relay_taking_over_again_after_standing_by_reports_no_gap() {
     outbox.create_topic(&topic, 3).await;
     let config = outbox.write_config("");
     let a = Relay::process(&config);
-    a.wait_for_log("streaming from the slot", DEADLINE).await;
+    a.wait_for_event("streaming", DEADLINE).await;
     let b = Relay::process(&config);
-    b.wait_for_log("another relay holds the relay lock", DEADLINE)
-        .await;
+    b.wait_for_event("standing_by", DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     let mut committed = outbox.commit_events(&mut writer, 10, 1, 5, &mut seqs).await;

@@ -3,10 +3,15 @@
 //! must show up there too. docs/design.md ("Where features meet") decides
 //! every pair of features: works, naming a test that kills a relay with -9
 //! and runs the checker, or refused, quoting the validation message.
-//! docs/operations.md ("What each fault logs") quotes the line each fault
-//! logs: the code must say it and the named test must check it.
+//! docs/operations.md ("What each fault logs") names the event each fault
+//! emits (`outbox_relay::events`) and quotes its line: the event type must
+//! exist at the level the table says, every fault event type must have its
+//! row, the code must say the line, and the named test must check the line
+//! or the event.
 
 use std::path::Path;
+
+use outbox_relay::events::{self, Info, Kind};
 
 /// Every `.rs` file under `dir`, concatenated.
 fn sources(dir: &Path) -> String {
@@ -376,9 +381,19 @@ fn function_body(sources: &str, name: &str) -> Option<String> {
     Some(body[..end].to_owned())
 }
 
-/// The rows of the table under "### What each fault logs" in `doc`:
-/// (fault, the quoted line, the test names).
-fn fault_line_rows(doc: &str) -> Vec<(String, String, Vec<String>)> {
+/// One row of the table under "### What each fault logs".
+struct FaultRow {
+    fault: String,
+    /// The event type's name (`outbox_relay::events`).
+    event: String,
+    level: String,
+    /// The quoted line.
+    line: String,
+    tests: Vec<String>,
+}
+
+/// The rows of the table under "### What each fault logs" in `doc`.
+fn fault_line_rows(doc: &str) -> Vec<FaultRow> {
     let Some(at) = doc.find("### What each fault logs") else {
         return Vec::new();
     };
@@ -388,47 +403,77 @@ fn fault_line_rows(doc: &str) -> Vec<(String, String, Vec<String>)> {
             break;
         }
         let cells: Vec<&str> = line.trim().trim_matches('|').split('|').collect();
-        if !line.starts_with('|') || cells.len() != 4 || cells[0].trim() == "fault" {
+        if !line.starts_with('|') || cells.len() != 5 || cells[0].trim() == "fault" {
             continue;
         }
         if cells[0].trim().starts_with("---") {
             continue;
         }
-        let quoted = cells[2].split('`').nth(1).unwrap_or("").to_owned();
-        let tests = cells[3]
+        let quoted = |cell: &str| cell.split('`').nth(1).unwrap_or("").to_owned();
+        let tests = cells[4]
             .split('`')
             .skip(1)
             .step_by(2)
             .map(str::to_owned)
             .collect();
-        rows.push((cells[0].trim().to_owned(), quoted, tests));
+        rows.push(FaultRow {
+            fault: cells[0].trim().to_owned(),
+            event: quoted(cells[1]),
+            level: cells[2].trim().to_owned(),
+            line: quoted(cells[3]),
+            tests,
+        });
     }
     rows
 }
 
-/// Everything wrong with the fault-line table: a line the code never says,
-/// a test that does not exist, or one whose body (or a helper of its file
-/// that it calls) never checks the line.
-fn fault_line_problems(doc: &str, code: &str, tests: &str) -> Vec<String> {
+/// Everything wrong with the fault-line table against `catalogue` (the
+/// event types): an event that is not a type, or logs at another level
+/// than the row says; a fault event type without a row; a line the code
+/// never says; a test that does not exist, or one whose body (or a helper
+/// of its file that it calls) checks neither the line nor the event.
+fn fault_line_problems(doc: &str, code: &str, tests: &str, catalogue: &[Info]) -> Vec<String> {
     let code = literal_text(code);
     let mut problems = Vec::new();
     let rows = fault_line_rows(doc);
     if rows.len() < 10 {
         problems.push(format!("only {} rows found", rows.len()));
     }
-    for (fault, line, names) in rows {
+    for info in catalogue.iter().filter(|info| info.kind == Kind::Fault) {
+        if !rows.iter().any(|row| row.event == info.name) {
+            problems.push(format!("the fault event {} has no row", info.name));
+        }
+    }
+    for FaultRow {
+        fault,
+        event,
+        level,
+        line,
+        tests: names,
+    } in rows
+    {
+        match catalogue.iter().find(|info| info.name == event) {
+            None => problems.push(format!("{fault}: no event type is named {event:?}")),
+            Some(info) if !level.starts_with(info.level.as_str()) => problems.push(format!(
+                "{fault}: the row says {level:?}, {event} logs at {}",
+                info.level
+            )),
+            Some(_) => {}
+        }
         if line.is_empty() || !code.contains(&line) {
             problems.push(format!("{fault}: the relay's code never says {line:?}"));
         }
         if names.is_empty() {
             problems.push(format!("{fault}: no test named"));
         }
+        let event_quoted = format!("\"{event}\"");
         for name in names {
             let Some(body) = function_body(tests, &name) else {
                 problems.push(format!("{fault}: no test {name} in tests/it"));
                 continue;
             };
-            // The line, or a helper the test calls that checks it.
+            // The line or the event, or a helper the test calls that
+            // checks either.
             let helpers = body
                 .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
                 .filter(|word| word.contains('_') && *word != name)
@@ -437,11 +482,13 @@ fn fault_line_problems(doc: &str, code: &str, tests: &str) -> Vec<String> {
             let in_code = |text: &str| {
                 text.lines()
                     .filter(|l| !l.trim_start().starts_with("//"))
-                    .any(|l| l.contains(&line))
+                    .any(|l| l.contains(&line) || l.contains(&event_quoted))
             };
             let checked = in_code(&body) || helpers.into_iter().any(|h| in_code(&h));
             if !checked {
-                problems.push(format!("{fault}: {name} never checks {line:?}"));
+                problems.push(format!(
+                    "{fault}: {name} checks neither {line:?} nor {event}"
+                ));
             }
         }
     }
@@ -456,6 +503,7 @@ fn every_fault_line_is_in_the_code_and_its_test() {
         &doc,
         &sources(&root.join("src")),
         &sources(&root.join("tests/it")),
+        events::ALL,
     );
     assert!(
         problems.is_empty(),
@@ -464,43 +512,80 @@ fn every_fault_line_is_in_the_code_and_its_test() {
     );
 }
 
-/// The check fails on a line the code does not say, a missing test and a
-/// test that does not check the line.
+/// The check fails on a line the code does not say, a missing test, a
+/// test that checks neither the line nor the event, an event that is no
+/// type or logs at another level, and a fault type without a row.
 #[test]
 fn the_fault_line_check_fails_on_a_bad_table() {
-    let row =
-        |fault: &str, line: &str, test: &str| format!("| {fault} | WARN | `{line}` | `{test}` |\n");
+    let row = |fault: &str, event: &str, line: &str, test: &str| {
+        format!("| {fault} | `{event}` | WARN, retries | `{line}` | `{test}` |\n")
+    };
     let mut doc = String::from(
-        "### What each fault logs\n\n| fault | level | the line says | test |\n|---|---|---|---|\n",
+        "### What each fault logs\n\n| fault | event | level | the line says | test |\n\
+         |---|---|---|---|---|\n",
     );
-    for i in 0..9 {
-        doc.push_str(&row(&format!("fine {i}"), "broker gone", "checks_it"));
+    for i in 0..8 {
+        doc.push_str(&row(
+            &format!("fine {i}"),
+            "broker_gone",
+            "broker gone",
+            "checks_it",
+        ));
     }
-    doc.push_str(&row("unsaid", "never said", "checks_it"));
-    doc.push_str(&row("untested", "broker gone", "no_such_test"));
-    doc.push_str(&row("unchecked", "broker gone", "ignores_it"));
-    doc.push_str(&row("commented", "broker gone", "only_says_it"));
+    doc.push_str(&row(
+        "by name",
+        "broker_gone",
+        "broker gone",
+        "waits_for_it",
+    ));
+    doc.push_str(&row("unsaid", "broker_gone", "never said", "waits_for_it"));
+    doc.push_str(&row(
+        "untested",
+        "broker_gone",
+        "broker gone",
+        "no_such_test",
+    ));
+    doc.push_str(&row(
+        "unchecked",
+        "broker_gone",
+        "broker gone",
+        "ignores_it",
+    ));
+    doc.push_str(&row(
+        "commented",
+        "broker_gone",
+        "broker gone",
+        "only_says_it",
+    ));
+    doc.push_str(&row("no type", "broker_went", "broker gone", "checks_it"));
+    doc.push_str(&row("too loud", "loud", "broker gone", "checks_it"));
+    let info = |name, level, kind| Info { name, level, kind };
+    let catalogue = [
+        info("broker_gone", tracing::Level::WARN, Kind::Fault),
+        info("loud", tracing::Level::ERROR, Kind::Notice),
+        info("rowless", tracing::Level::WARN, Kind::Fault),
+        info("quiet", tracing::Level::INFO, Kind::Lifecycle),
+    ];
     let code = "warn!(\"the broker \\\n    gone\");\nwarn!(\"broker gone\")";
     let tests = "async fn checks_it() {\n    assert!(log.contains(\"broker gone\"));\n}\n\
+                 async fn waits_for_it() {\n    relay.wait_for_event(\"broker_gone\", D).await;\n}\n\
                  fn ignores_it() {\n    assert!(true);\n}\n\
                  fn only_says_it() {\n    // the log says \"broker gone\"\n    assert!(true);\n}\n";
-    let problems = fault_line_problems(&doc, code, tests);
-    assert_eq!(problems.len(), 5, "{problems:#?}");
-    assert!(
-        problems[4].contains("only_says_it never checks"),
-        "{problems:?}"
-    );
-    assert!(
-        problems[0].contains("never says \"never said\""),
-        "{problems:?}"
-    );
-    assert!(
-        problems[1].contains("checks_it never checks \"never said\""),
-        "{problems:?}"
-    );
-    assert!(problems[2].contains("no test no_such_test"), "{problems:?}");
-    assert!(
-        problems[3].contains("ignores_it never checks"),
-        "{problems:?}"
-    );
+    let problems = fault_line_problems(&doc, code, tests, &catalogue);
+    let expect = [
+        "the fault event rowless has no row",
+        "unsaid: the relay's code never says \"never said\"",
+        "untested: no test no_such_test",
+        "unchecked: ignores_it checks neither",
+        "commented: only_says_it checks neither",
+        "no type: no event type is named \"broker_went\"",
+        "too loud: the row says \"WARN, retries\", loud logs at ERROR",
+    ];
+    for e in expect {
+        assert!(
+            problems.iter().any(|p| p.starts_with(e)),
+            "expected a problem {e:?} in {problems:#?}"
+        );
+    }
+    assert_eq!(problems.len(), expect.len(), "{problems:#?}");
 }

@@ -93,9 +93,7 @@ async fn exactly_once_delivers_each_event_once_across_graceful_restarts() {
     let mut committed = Vec::new();
     for round in 0..3 {
         let mut relay = Relay::process(&config);
-        relay
-            .wait_for_log("streaming from the slot", DEADLINE)
-            .await;
+        relay.wait_for_event("streaming", DEADLINE).await;
         committed.extend(
             outbox
                 .commit_events(&mut writer, 100, 3, 20, &mut seqs)
@@ -142,17 +140,13 @@ async fn exactly_once_survives_kill9_and_a_walsender_kill() {
     let mut moments = Moments::new();
     for kill in 0..20 {
         let relay = Relay::process(&config);
-        relay
-            .wait_for_log("streaming from the slot", DEADLINE)
-            .await;
+        relay.wait_for_event("streaming", DEADLINE).await;
         tokio::time::sleep(moments.delay(Duration::from_millis(2000))).await;
         println!("kill -9 #{kill}");
         relay.kill9();
     }
     let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     wait_confirmed_above(&outbox, outbox.confirmed_flush_lsn().await).await;
     let walsender = outbox.terminate_walsender(None, DEADLINE).await;
     wait_until("a new walsender", DEADLINE, || async {
@@ -208,13 +202,12 @@ async fn two_relays_on_one_slot_the_second_takes_over_without_duplicates() {
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let a = Relay::process(&config);
-    a.wait_for_log("streaming from the slot", DEADLINE).await;
+    a.wait_for_event("streaming", DEADLINE).await;
     let mut committed = outbox
         .commit_events(&mut writer, 100, 2, 20, &mut seqs)
         .await;
     let mut b = Relay::process(&config);
-    b.wait_for_log("standby: another relay holds the relay lock", DEADLINE)
-        .await;
+    b.wait_for_event("standing_by", DEADLINE).await;
     consume_all_ids(&topic, &committed, DEADLINE).await;
     // A dies mid-stream: transactions open or committed but not confirmed.
     committed.extend(
@@ -223,7 +216,7 @@ async fn two_relays_on_one_slot_the_second_takes_over_without_duplicates() {
             .await,
     );
     a.kill9();
-    b.wait_for_log("streaming from the slot", DEADLINE).await;
+    b.wait_for_event("streaming", DEADLINE).await;
     committed.extend(
         outbox
             .commit_events(&mut writer, 100, 2, 20, &mut seqs)
@@ -248,14 +241,14 @@ async fn a_relay_fenced_by_another_with_its_transactional_id_exits_4() {
     second.create_topic(&second.topic("order"), 3).await;
     let id = format!("transactional_id = \"{}\"", random_name("shared-id"));
     let mut a = Relay::process(&eos_config(&first, &checkpoints, &id));
-    a.wait_for_log("streaming from the slot", DEADLINE).await;
+    a.wait_for_event("streaming", DEADLINE).await;
     let mut writer = first.writer().await;
     let mut seqs = HashMap::new();
     let committed = first.commit_events(&mut writer, 20, 2, 5, &mut seqs).await;
     consume_all_ids(&first_topic, &committed, DEADLINE).await;
 
     let mut b = Relay::process(&eos_config(&second, &checkpoints, &id));
-    b.wait_for_log("streaming from the slot", DEADLINE).await;
+    b.wait_for_event("streaming", DEADLINE).await;
     // A finds out at its next transaction.
     first.commit_events(&mut writer, 20, 2, 5, &mut seqs).await;
     let status = a.wait(DEADLINE).await;
@@ -293,9 +286,7 @@ async fn dead_letters_are_written_once_inside_the_transactions() {
     let mut bad = std::collections::HashSet::new();
     let mut relay = Relay::process(&config);
     for round in 0..4 {
-        relay
-            .wait_for_log("streaming from the slot", DEADLINE)
-            .await;
+        relay.wait_for_event("streaming", DEADLINE).await;
         for n in 0..25 {
             let (bad_id, good_id) = (uuid::Uuid::new_v4(), uuid::Uuid::new_v4());
             let seq = (round * 25 + n) as i64;
@@ -365,9 +356,7 @@ async fn a_deleted_checkpoint_topic_is_refused_at_start_until_init_creates_it() 
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let mut committed = outbox
         .commit_events(&mut writer, 50, 2, 10, &mut seqs)
         .await;
@@ -402,9 +391,7 @@ async fn a_deleted_checkpoint_topic_is_refused_at_start_until_init_creates_it() 
         Some((1, "compact".to_owned()))
     );
     let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let log = relay.log_text();
     assert!(
         log.contains("no checkpoint of this relay found")
@@ -426,9 +413,7 @@ async fn a_deleted_checkpoint_topic_is_refused_at_start_until_init_creates_it() 
         &received,
     );
     let relay = Relay::process(&config);
-    relay
-        .wait_for_log("resuming from the last committed checkpoint", DEADLINE)
-        .await;
+    relay.wait_for_event("checkpoint_resumed", DEADLINE).await;
     relay.kill9();
     outbox.drop_all().await;
 }
@@ -459,9 +444,7 @@ async fn exactly_once_metrics_count_transactions_and_show_the_checkpoint() {
     )
     .unwrap();
     let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let before = current_wal_lsn(&writer).await;
@@ -591,9 +574,7 @@ mod alone {
         let mut loadgen = eos_load(&outbox);
         let mut moments = Moments::new();
         let mut relay = Relay::process(&config);
-        relay
-            .wait_for_log("streaming from the slot", DEADLINE)
-            .await;
+        relay.wait_for_event("streaming", DEADLINE).await;
         wait_confirmed_above(&outbox, outbox.confirmed_flush_lsn().await).await;
         let kafka = ServiceDown::stop(&["stop-kafka"], "start-kafka").await;
         // The fault: the broker is gone for a few seconds under load.

@@ -35,7 +35,7 @@ async fn cleanup_with_exactly_once_deletes_no_row_before_its_kafka_transaction_c
         "",
     );
     let mut relay = Relay::process(&config);
-    relay.wait_for_log(STREAMING, DEADLINE).await;
+    relay.wait_for_event(STREAMING, DEADLINE).await;
     let mix = Mix {
         per_txn: 3,
         aggregates: 10,
@@ -86,7 +86,7 @@ async fn cleanup_with_exactly_once_deletes_no_row_before_its_kafka_transaction_c
     }
     relay.kill9();
     relay = Relay::process(&config);
-    relay.wait_for_log(STREAMING, DEADLINE).await;
+    relay.wait_for_event(STREAMING, DEADLINE).await;
     let at_restart = ids_in_table(&outbox).await;
     for _ in 0..10 {
         outbox
@@ -133,8 +133,8 @@ async fn shards_with_outbox_messages_publish_each_message_once() {
         .collect();
     let mut relay0 = Relay::process(&configs[0]);
     let mut relay1 = Relay::process(&configs[1]);
-    relay0.wait_for_log(STREAMING, DEADLINE).await;
-    relay1.wait_for_log(STREAMING, DEADLINE).await;
+    relay0.wait_for_event(STREAMING, DEADLINE).await;
+    relay1.wait_for_event(STREAMING, DEADLINE).await;
     let mix = Mix {
         per_txn: 3,
         aggregates: 16,
@@ -147,7 +147,7 @@ async fn shards_with_outbox_messages_publish_each_message_once() {
     writer.wait_for_more(40).await;
     relay0.kill9();
     relay0 = Relay::process(&configs[0]);
-    relay0.wait_for_log(STREAMING, DEADLINE).await;
+    relay0.wait_for_event(STREAMING, DEADLINE).await;
     writer.wait_for_more(40).await;
     let written = writer.finish().await;
     assert!(written.messages > 0);
@@ -187,7 +187,7 @@ async fn cleanup_with_a_dead_letter_that_lost_its_payload_keeps_the_row() {
         .await;
     let config = outbox.write_config_with(CLEANUP, "", "");
     let mut relay = Relay::process(&config);
-    relay.wait_for_log(STREAMING, DEADLINE).await;
+    relay.wait_for_event(STREAMING, DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let mut committed = outbox.commit_events(&mut writer, 30, 2, 5, &mut seqs).await;
@@ -208,7 +208,7 @@ async fn cleanup_with_a_dead_letter_that_lost_its_payload_keeps_the_row() {
     committed.extend(outbox.commit_events(&mut writer, 30, 2, 5, &mut seqs).await);
     relay.kill9();
     relay = Relay::process(&config);
-    relay.wait_for_log(STREAMING, DEADLINE).await;
+    relay.wait_for_event(STREAMING, DEADLINE).await;
     let at_restart = ids_in_table(&outbox).await;
     committed.extend(outbox.commit_events(&mut writer, 30, 2, 5, &mut seqs).await);
     let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| !r.is_empty()).await;
@@ -280,8 +280,8 @@ async fn shards_sharing_one_checkpoint_topic_take_over_under_load() {
         .collect();
     let mut relay0 = Relay::process(&configs[0]);
     let mut relay1 = Relay::process(&configs[1]);
-    relay0.wait_for_log(STREAMING, DEADLINE).await;
-    relay1.wait_for_log(STREAMING, DEADLINE).await;
+    relay0.wait_for_event(STREAMING, DEADLINE).await;
+    relay1.wait_for_event(STREAMING, DEADLINE).await;
     let mix = Mix {
         per_txn: 3,
         aggregates: 16,
@@ -294,7 +294,7 @@ async fn shards_sharing_one_checkpoint_topic_take_over_under_load() {
     writer.wait_for_more(40).await;
     relay0.kill9();
     relay0 = Relay::process(&configs[0]);
-    relay0.wait_for_log(STREAMING, DEADLINE).await;
+    relay0.wait_for_event(STREAMING, DEADLINE).await;
     writer.wait_for_more(40).await;
     let written = writer.finish().await;
     consume_all_ids(&topic, &written.kafka, DEADLINE).await;

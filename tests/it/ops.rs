@@ -309,7 +309,7 @@ async fn parked_aggregates_show_on_metrics_health_and_status() {
     let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
     let mut relay = Relay::process(&config);
     relay
-        .wait_for_log("cannot read the parking table", FAST_EXIT)
+        .wait_for_event("parked_gauges_unread", FAST_EXIT)
         .await;
     let scrape = || async { http_get(port, "/metrics").await.map(|(_, b)| b) };
     let metrics = scrape().await.expect("/metrics");
@@ -456,9 +456,7 @@ async fn start_up_line_redacts_secrets_progress_line_appears_and_confwarn_is_qui
     let mut writer = outbox.writer().await;
     let mut seqs = std::collections::HashMap::new();
     outbox.commit_events(&mut writer, 20, 5, 4, &mut seqs).await;
-    relay
-        .wait_for_log("progress over the last", FAST_EXIT)
-        .await;
+    relay.wait_for_event("progress", FAST_EXIT).await;
     let log_path = relay.log_path().to_path_buf();
     let status = relay.terminate().await;
     assert_eq!(status.code(), Some(EXIT_CLEAN), "{status:?}");

@@ -125,7 +125,7 @@ async fn write_with_kills(
             println!("kill -9 after transaction {}", txn + 1);
             relay.kill9();
             relay = Relay::process(config);
-            relay.wait_for_log(STREAMING, DEADLINE).await;
+            relay.wait_for_event(STREAMING, DEADLINE).await;
         }
     }
     (written, relay)
@@ -198,7 +198,7 @@ async fn kafka_sink_case(
     };
     let config = outbox.write_config_with("", &kafka, &contract);
     let relay = Relay::process(&config);
-    relay.wait_for_log(STREAMING, DEADLINE).await;
+    relay.wait_for_event(STREAMING, DEADLINE).await;
     let (written, mut relay) =
         write_with_kills(&outbox, "order", r#"{"seq": 1}"#, (&config, kills), relay).await;
     let writing = started.elapsed();
@@ -295,7 +295,7 @@ async fn webhook_dead_event_holds_its_aggregate_through_kill9_and_dead_retry_rel
         ),
     );
     let relay = Relay::process(&config);
-    relay.wait_for_log(STREAMING, DEADLINE).await;
+    relay.wait_for_event(STREAMING, DEADLINE).await;
     let (written, mut relay) = write_with_kills(
         &outbox,
         "hook",
@@ -405,7 +405,7 @@ async fn a_hundred_thousand_events_behind_one_head_keep_memory_bounded() {
     let outbox = TestOutbox::create("jsonb").await;
     let config = outbox.write_config("");
     let mut relay = Relay::process(&config);
-    relay.wait_for_log(STREAMING, DEADLINE).await;
+    relay.wait_for_event(STREAMING, DEADLINE).await;
     let t = &outbox.table;
     // The head: an event without a type, which cannot become one.
     outbox

@@ -53,9 +53,7 @@ enum Sink<'a> {
 /// checking it exited 0.
 async fn healthy_run(outbox: &TestOutbox, config: &Path, sink: Sink<'_>) -> String {
     let mut relay = quiet_relay(config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let committed = outbox
@@ -144,9 +142,7 @@ async fn a_kafka_dead_letter_logs_one_warn_without_its_payload() {
     let outbox = TestOutbox::create("text").await;
     let config = outbox.write_config("");
     let mut relay = quiet_relay(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let id = uuid::Uuid::new_v4().to_string();
     let marker = random_name("payload_secret");
     outbox
@@ -168,9 +164,7 @@ async fn a_kafka_dead_letter_logs_one_warn_without_its_payload() {
         String::from_utf8_lossy(dead[0].value.as_deref().unwrap_or_default()).contains(&marker),
         "the dead letter keeps the payload"
     );
-    relay
-        .wait_for_log("went to the dead-letter topic", DEADLINE)
-        .await;
+    relay.wait_for_event("dead_lettered", DEADLINE).await;
     let status = relay.terminate().await;
     let log = relay.log_text();
     assert_eq!(status.code(), Some(EXIT_CLEAN), "{log}");
@@ -244,16 +238,14 @@ async fn a_json_log_writes_numbers_as_numbers() {
     let outbox = TestOutbox::create("jsonb").await;
     let config = outbox.write_config("[relay]\nlog_format = \"json\"\nprogress_interval_secs = 1");
     let mut relay = quiet_relay(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let committed = outbox
         .commit_events(&mut writer, 50, 4, 10, &mut seqs)
         .await;
     consume_all_ids(&outbox.topic("order"), &committed, DEADLINE).await;
-    relay.wait_for_log("progress over the last", DEADLINE).await;
+    relay.wait_for_event("progress", DEADLINE).await;
     let status = relay.terminate().await;
     let log = relay.log_text();
     assert_eq!(status.code(), Some(EXIT_CLEAN), "{log}");

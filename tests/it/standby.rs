@@ -450,8 +450,8 @@ async fn a_slot_the_holder_cannot_free_is_waited_for_quietly_and_less_and_less_o
     let port = free_port();
     let config = outbox.write_config(&format!("[relay]\nmetrics_addr = \"127.0.0.1:{port}\""));
     let relay = Relay::process(&config);
-    let said = "waiting for the slot's previous reader to exit";
-    relay.wait_for_log(said, DEADLINE).await;
+    let said = "waiting_for_slot_reader";
+    relay.wait_for_event(said, DEADLINE).await;
     // A window of the wait itself, measured: how often the relay tried.
     tokio::time::sleep(Duration::from_secs(20)).await;
     let (_, metrics) = http::http_get(port, "/metrics").await.expect("/metrics");
@@ -461,7 +461,7 @@ async fn a_slot_the_holder_cannot_free_is_waited_for_quietly_and_less_and_less_o
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("no slot_busy reconnects in {metrics}"));
     let log = relay.log_text();
-    let lines = log.lines().filter(|l| l.contains(said)).count();
+    let lines = relay.event_lines(said).len();
     println!("a slot held for 20 s: {tries} tries, {lines} log line(s)");
     assert!(
         (2.0..=15.0).contains(&tries),
@@ -469,9 +469,7 @@ async fn a_slot_the_holder_cannot_free_is_waited_for_quietly_and_less_and_less_o
     );
     assert_eq!(lines, 1, "said once, then quiet:\n{log}");
     reader.end();
-    relay
-        .wait_for_log("streaming from the slot's confirmed position", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     drop(relay);
     outbox.drop_all().await;
 }

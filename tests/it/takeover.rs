@@ -34,7 +34,7 @@ async fn second_relay_on_the_slot_waits_then_takes_over_exactly_once() {
     consume_all_ids(&topic, &committed, DEADLINE).await;
 
     let mut b = Relay::process(&config);
-    b.wait_for_log("in use by another process", DEADLINE).await;
+    b.wait_for_event("slot_in_use", DEADLINE).await;
     committed.extend(
         outbox
             .commit_events(&mut writer, 100, 2, 20, &mut seqs)
@@ -46,12 +46,12 @@ async fn second_relay_on_the_slot_waits_then_takes_over_exactly_once() {
     wait_until(
         "relay B to retry and be refused again",
         DEADLINE,
-        || async { b.log_text().matches("in use by another process").count() >= 2 },
+        || async { b.event_lines("slot_in_use").len() >= 2 },
     )
     .await;
     assert_eq!(outbox.walsender_pid().await, a_walsender);
     assert!(
-        !b.log_text().contains("streaming from the slot"),
+        b.event_lines("streaming").is_empty(),
         "relay B streamed while A held the slot:\n{}",
         b.log_text()
     );
@@ -62,7 +62,7 @@ async fn second_relay_on_the_slot_waits_then_takes_over_exactly_once() {
 
     let status = a.terminate().await;
     assert!(status.success(), "relay A stops gracefully: {status:?}");
-    b.wait_for_log("streaming from the slot", DEADLINE).await;
+    b.wait_for_event("streaming", DEADLINE).await;
     committed.extend(
         outbox
             .commit_events(&mut writer, 100, 2, 20, &mut seqs)

@@ -114,9 +114,7 @@ pub(super) fn spawn_heartbeat(settings: ReplicationSettings) -> JoinHandle<()> {
     tokio::spawn(async move {
         match emit_heartbeat(&settings).await {
             Ok(()) => metrics::counter!(m::HEARTBEATS).increment(1),
-            Err(e) => {
-                tracing::warn!(error = %e, "heartbeat failed; trying again at the next interval")
-            }
+            Err(e) => crate::events::HeartbeatFailed { error: &e }.emit(),
         }
     })
 }

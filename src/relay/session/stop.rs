@@ -55,15 +55,12 @@ impl Session<'_> {
                 }
                 () = tokio::time::sleep_until(self.stream.status_due_at()) => {
                     if let Err(e) = self.stream.send_due_status().await {
-                        tracing::warn!(error = %e, "status update while draining failed");
+                        crate::events::DrainStatusUpdateFailed { error: &e }.emit();
                     }
                     continue;
                 }
                 () = tokio::time::sleep_until(deadline) => {
-                    tracing::warn!(
-                        pending = self.machine.pending_events(),
-                        "shutdown deadline passed with events unacknowledged; they will be sent again on restart"
-                    );
+                    crate::events::DrainDeadlinePassed { pending: self.machine.pending_events() }.emit();
                     break;
                 }
             };
@@ -87,7 +84,7 @@ impl Session<'_> {
             self.confirm();
         }
         if let Err(e) = self.stream.shutdown().await {
-            tracing::warn!(error = %e, "final status update failed; the slot keeps its last confirmed position");
+            crate::events::FinalStatusUpdateFailed { error: &e }.emit();
         }
         drop_sink(self.sink).await;
         Ok((self.confirmed, stopped))

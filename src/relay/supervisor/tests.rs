@@ -8,9 +8,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::*;
-use crate::metrics::Health;
+use crate::events::{Event, HealthNote};
+use crate::metrics::{self as m, Health};
 use crate::relay::{Rounds, Side, supervise};
 use crate::sink::DeliveryError;
+use tracing::Level;
 
 const SLOT: &str = "outbox_slot";
 
@@ -119,7 +121,7 @@ fn retry_delays_grow_and_start_over_after_progress() {
     for _ in 0..3 {
         let (after, report) = retry(s.decide(unconnected()));
         delays.push(after);
-        attempts.push(report.line.attempt);
+        attempts.push(report.attempt());
     }
     // A session that confirmed nothing new backs off further.
     delays.push(retry(s.decide(stream_broke(false))).0);
@@ -129,7 +131,7 @@ fn retry_delays_grow_and_start_over_after_progress() {
     assert_eq!(retry(s.decide(stream_broke(true))).0, ms(100));
     let (after, report) = retry(s.decide(unconnected()));
     assert!(after > ms(100), "a step of the back-off: {after:?}");
-    assert_eq!(report.line.attempt, Some(1));
+    assert_eq!(report.attempt(), Some(1));
 }
 
 #[test]
@@ -163,10 +165,10 @@ fn a_lost_lock_stands_by_without_backoff() {
     assert_eq!(after, Duration::ZERO);
     let report = report.expect("a lost lock is reported");
     assert_eq!(
-        (report.counter, report.reason, report.health),
+        (report.counter(), report.reason(), report.health()),
         (m::RECONNECTS, m::reason::LOCK_LOST, HealthNote::Retrying)
     );
-    assert_eq!(report.line.level, Level::WARN);
+    assert_eq!(report.level(), Level::WARN);
     // Fenced by the relay that took the lock over: the same.
     let fenced_without_lock = Outcome::Failed {
         error: fenced(),
@@ -179,7 +181,7 @@ fn a_lost_lock_stands_by_without_backoff() {
         panic!("fenced after the lock was lost stands by");
     };
     assert_eq!(after, Duration::ZERO);
-    assert_eq!(report.unwrap().reason, m::reason::LOCK_LOST);
+    assert_eq!(report.unwrap().reason(), m::reason::LOCK_LOST);
     // Another relay holds the lock: look again at the lock's pace, quietly.
     let Action::StandBy { after, report } = s.decide(Outcome::StandingBy { poll: ms(300) }) else {
         panic!("standing by");
@@ -227,25 +229,25 @@ fn each_failure_is_counted_logged_and_told_as_its_kind() {
     };
     let (_, r) = retry(s.decide(failed(delivery, false)));
     assert_eq!(
-        (r.counter, r.reason, r.health),
+        (r.counter(), r.reason(), r.health()),
         (
             m::DELIVERY_FAILURES,
             m::reason::MESSAGE_TIMEOUT,
             HealthNote::ProducerRetrying
         )
     );
-    assert_eq!(r.line.confirmed, Some(Lsn::from(0x100)));
-    assert_eq!(r.detail(), "the producer hit a fatal error: gone");
+    assert_eq!(r.confirmed(), Some(Lsn::from(0x100)));
+    assert_eq!(r.error(), "the producer hit a fatal error: gone");
     let aborted = SessionError::Transaction(TxnFailure::Abortable("timed out".to_owned()));
     let (_, r) = retry(s.decide(failed(aborted, false)));
-    assert_eq!(r.reason, m::reason::PRODUCER_FATAL);
+    assert_eq!(r.reason(), m::reason::PRODUCER_FATAL);
     assert_eq!(
-        (r.line.checkpoint, r.line.confirmed),
+        (r.checkpoint(), r.confirmed()),
         (Some(Lsn::from(0x100)), None)
     );
     let (_, r) = retry(s.decide(stream_broke(false)));
     assert_eq!(
-        (r.counter, r.reason, r.health),
+        (r.counter(), r.reason(), r.health()),
         (m::RECONNECTS, m::reason::STREAM_BROKE, HealthNote::Retrying)
     );
     let untried = Outcome::LockUntried(LockError::Connection {
@@ -254,7 +256,7 @@ fn each_failure_is_counted_logged_and_told_as_its_kind() {
     });
     let (_, r) = retry(s.decide(untried));
     assert_eq!(
-        (r.reason, r.health, r.line.level),
+        (r.reason(), r.health(), r.level()),
         (
             m::reason::CONNECT_FAILED,
             HealthNote::RetryingNoStandby,
@@ -265,15 +267,15 @@ fn each_failure_is_counted_logged_and_told_as_its_kind() {
     // end, so the new holder waits the shortest delay, and says so at info.
     let (after, r) = retry(s.decide(slot_busy(true)));
     assert_eq!(
-        (after, r.reason, r.line.level),
+        (after, r.reason(), r.level()),
         (ms(100), m::reason::SLOT_BUSY, Level::INFO)
     );
-    assert_eq!(r.line.reason, None);
+    assert_eq!(r.name(), events::WaitingForSlotReader::NAME);
     let (after, r) = retry(s.decide(slot_busy(false)));
     assert!(after > ms(100), "a step of the back-off: {after:?}");
     assert_eq!(
-        (r.line.level, r.line.reason),
-        (Level::WARN, Some(m::reason::SLOT_BUSY))
+        (r.level(), r.name()),
+        (Level::WARN, events::SlotInUse::NAME)
     );
 }
 
@@ -288,8 +290,8 @@ fn waiting_for_the_previous_reader_backs_off_quietly() {
     let waits: Vec<(Duration, Level)> = (0..9)
         .map(|_| {
             let (after, report) = retry(s.decide(slot_busy(true)));
-            assert_eq!(report.reason, m::reason::SLOT_BUSY);
-            (after, report.line.level)
+            assert_eq!(report.reason(), m::reason::SLOT_BUSY);
+            (after, report.level())
         })
         .collect();
     let delays: Vec<Duration> = waits.iter().map(|(d, _)| *d).collect();
@@ -308,7 +310,7 @@ fn waiting_for_the_previous_reader_backs_off_quietly() {
     assert_eq!(retry(s.decide(stream_broke(false))).0, ms(100));
     // A later busy slot is a new wait: short, and said again.
     let (after, report) = retry(s.decide(slot_busy(true)));
-    assert_eq!((after, report.line.level), (ms(100), Level::INFO));
+    assert_eq!((after, report.level()), (ms(100), Level::INFO));
 }
 
 /// A relay lock lost again and again (a flapping connection to the lock's
@@ -344,16 +346,23 @@ fn a_graceful_stop_ends_and_says_whether_it_drained() {
         stopped,
         confirmed: Lsn::from(0x200),
     };
-    let Action::Stop { stopped, line } = s.decide(stop(Stopped::Drained)) else {
+    let Action::Stop { stopped, said } = s.decide(stop(Stopped::Drained)) else {
         panic!("a graceful stop stops");
     };
-    assert_eq!((stopped, line.level), (Stopped::Drained, Level::INFO));
+    assert_eq!((stopped, said.level()), (Stopped::Drained, Level::INFO));
     let undrained = Stopped::Undrained { pending: 7 };
-    let Action::Stop { stopped, line } = s.decide(stop(undrained)) else {
+    let Action::Stop { stopped, said } = s.decide(stop(undrained)) else {
         panic!("a graceful stop stops");
     };
     assert_eq!(stopped, undrained);
-    assert_eq!((line.level, line.pending), (Level::WARN, Some(7)));
+    assert_eq!(
+        said,
+        events::Stopped::Undrained(events::StoppedUndrained {
+            pending: 7,
+            confirmed: Lsn::from(0x200),
+        })
+    );
+    assert_eq!(said.level(), Level::WARN);
 }
 
 /// Rounds that end as scripted, recording when each started; a stop when
@@ -494,14 +503,14 @@ fn a_registry_that_does_not_answer_is_waited_for_and_a_missing_subject_exits() {
     };
     let (first, r) = retry(s.decide(away()));
     assert_eq!(
-        (r.counter, r.reason, r.health),
+        (r.counter(), r.reason(), r.health()),
         (
             m::RECONNECTS,
             m::reason::SCHEMA_REGISTRY,
             HealthNote::Retrying
         )
     );
-    assert!(r.line.text.contains("nothing is sent"), "{}", r.line.text);
+    assert_eq!(r.name(), events::SchemaRegistryUnreachable::NAME);
     let (second, _) = retry(s.decide(away()));
     assert!(second > first, "backs off: {first:?} then {second:?}");
     let missing = Outcome::Unresolved(ResolveError::Registry(RegistryError::SubjectNotFound {

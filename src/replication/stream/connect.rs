@@ -63,7 +63,7 @@ impl ReplicationStream {
                     timeout: connect_timeout,
                 },
             };
-            tracing::warn!(%error, "replication endpoint failed");
+            crate::events::EndpointFailed { error: &error }.emit();
             last_error = Some(error);
         }
         Err(last_error.unwrap_or_else(|| PgError::Conninfo {
@@ -111,21 +111,21 @@ impl ReplicationStream {
             reported_at: Instant::now(),
         };
         stream.start().await?;
-        tracing::info!(
-            target_endpoint = %stream.target,
-            conninfo = %conninfo,
-            slot = %stream.slot,
-            publication = %stream.publication,
-            slot_confirmed_flush = %stream.slot_confirmed_flush,
-            server = %stream.identity,
-            start_confirmed = %start_confirmed,
-            tls = stream.is_tls(),
-            channel_binding = session.channel_bound,
-            backend_pid = stream.backend_pid,
-            server_version = session.server_version.as_deref().unwrap_or("?"),
-            status_interval_ms = stream.status_interval.as_millis() as u64,
-            "replication stream started"
-        );
+        crate::events::StreamStarted {
+            target: &stream.target,
+            conninfo,
+            slot: &stream.slot,
+            publication: &stream.publication,
+            slot_confirmed_flush: stream.slot_confirmed_flush,
+            server: &stream.identity,
+            start_confirmed,
+            tls: stream.is_tls(),
+            channel_binding: session.channel_bound,
+            backend_pid: stream.backend_pid,
+            server_version: session.server_version.as_deref().unwrap_or("?"),
+            status_interval_ms: stream.status_interval.as_millis() as u64,
+        }
+        .emit();
         Ok(stream)
     }
 

@@ -48,6 +48,7 @@ use super::retry::{Answer, InlineTries, LastTry, Next};
 use super::store::{self, DeliveryTable, NewRow};
 use super::{HttpSinkSettings, WebhookEvent};
 use crate::backoff::{Backoff, Incident};
+use crate::events;
 use crate::metrics::{self as m, webhook_outcome};
 use crate::pg::{ConnectSettings, PgError, SqlConnection};
 use crate::sink::DeliveryReport;
@@ -294,25 +295,13 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
             }
             Next::Dead { attempts, status } => {
                 count(name, webhook_outcome::DEAD);
-                if store::holds(store::DEAD, event.after_dead_letter) {
-                    tracing::warn!(
-                        route = name,
-                        event_id = %event.id,
-                        status,
-                        "webhook refused the event for good; it is DEAD in the delivery \
-                         table (outbox-relay dead list), and its aggregate's later events \
-                         wait behind it (after_dead_letter = \"park\") until `outbox-relay \
-                         dead retry` or `dead discard` of it"
-                    );
-                } else {
-                    tracing::warn!(
-                        route = name,
-                        event_id = %event.id,
-                        status,
-                        "webhook refused the event for good; it is DEAD in the delivery \
-                         table (outbox-relay dead list)"
-                    );
+                events::WebhookRefused {
+                    route: name,
+                    event_id: &event.id,
+                    status,
+                    parks: store::holds(store::DEAD, event.after_dead_letter),
                 }
+                .emit();
                 park(
                     sink,
                     event,
@@ -349,13 +338,13 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
     let delay = schedule
         .next_delay(tried, max, rand::random::<f64>(), retry_after)
         .unwrap_or_default();
-    tracing::info!(
-        route = name,
-        event_id = %event.id,
-        error = %error,
-        retry_in_ms = delay.as_millis() as u64,
-        "webhook did not take the event; moved to the delivery table for retries"
-    );
+    events::WebhookParked {
+        route: name,
+        event_id: &event.id,
+        error: &error,
+        retry_in: delay,
+    }
+    .emit();
     count(name, webhook_outcome::PARKED);
     park(
         sink,
@@ -454,22 +443,17 @@ impl SqlTrouble {
         what: &str,
         error: &PgError,
     ) -> Duration {
-        let reason = m::reason::DELIVERY_TABLE;
-        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+        events::DeliveryTableFailing::count();
         let pause = self.backoff.next_delay();
         if let Some(still) = self.incident.failed(Instant::now()) {
-            tracing::warn!(
-                reason,
+            events::DeliveryTableFailing {
                 route,
-                table = %table.quoted(),
-                error = %error,
-                failures = still.failures,
-                since_last_line = still.since_last_line,
-                lasting_secs = still.lasting.as_secs(),
-                "delivery table {what} failed; trying again, backing off (logged again every \
-                 {}s while it lasts)",
-                Incident::LOG_EVERY.as_secs()
-            );
+                table: &table.quoted(),
+                what,
+                error,
+                still,
+            }
+            .emit();
         }
         pause
     }
@@ -477,13 +461,12 @@ impl SqlTrouble {
     fn worked(&mut self, route: &str, table: &DeliveryTable) {
         self.backoff.reset();
         if let Some(end) = self.incident.recovered(Instant::now()) {
-            tracing::info!(
+            events::DeliveryTableWorks {
                 route,
-                table = %table.quoted(),
-                failures = end.failures,
-                lasted_secs = end.lasted.as_secs(),
-                "the delivery table works again"
-            );
+                table: &table.quoted(),
+                end,
+            }
+            .emit();
         }
     }
 }

@@ -185,12 +185,11 @@ pub async fn check_at_start(sinks: &[Arc<SinkRuntime>]) -> Result<(), DeliveryTa
     match asked {
         Ok(verdict) => verdict,
         Err(e) => {
-            tracing::warn!(
-                table = %sink.table.quoted(),
-                error = %e,
-                "could not check the delivery table at start; going on (the webhook retry worker \
-                 backs off until it can use it)"
-            );
+            crate::events::DeliveryTableUnchecked {
+                table: &sink.table.quoted(),
+                error: &e,
+            }
+            .emit();
             Ok(())
         }
     }

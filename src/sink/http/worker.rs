@@ -42,6 +42,7 @@ use super::schedule::Schedule;
 use super::status::{Outcome, classify};
 use super::store::{self, Finish};
 use crate::backoff::{Backoff, Incident};
+use crate::events;
 use crate::metrics::{self as m, webhook_outcome};
 use crate::pg::{PgError, SqlConnection};
 
@@ -157,23 +158,18 @@ impl Trouble {
     /// `prober`: whether this loop is the prober): counted, logged once per
     /// incident, and what the loop does next.
     fn failed(&self, sink: &SinkRuntime, prober: bool, what: &str, error: &PgError) -> Next {
-        let reason = m::reason::DELIVERY_TABLE;
-        metrics::counter!(m::RECONNECTS, "reason" => reason).increment(1);
+        events::RetryWorkerTableFailing::count();
         let mut t = self.lock();
         let next = t.after_failure(prober, *self.healed.borrow());
         if let Some(still) = t.incident.failed(Instant::now()) {
-            tracing::warn!(
-                reason,
-                route = %sink.settings.name,
-                table = %sink.table.quoted(),
-                error = %error,
-                failures = still.failures,
-                since_last_line = still.since_last_line,
-                lasting_secs = still.lasting.as_secs(),
-                "retry worker cannot {what}; trying again, backing off (logged again every {}s \
-                 while it lasts)",
-                Incident::LOG_EVERY.as_secs()
-            );
+            events::RetryWorkerTableFailing {
+                route: &sink.settings.name,
+                table: &sink.table.quoted(),
+                what,
+                error,
+                still,
+            }
+            .emit();
         }
         next
     }
@@ -185,13 +181,12 @@ impl Trouble {
         t.backoff.reset();
         t.probing = false;
         if let Some(end) = t.incident.recovered(Instant::now()) {
-            tracing::info!(
-                route = %sink.settings.name,
-                table = %sink.table.quoted(),
-                failures = end.failures,
-                lasted_secs = end.lasted.as_secs(),
-                "retry worker uses the delivery table again"
-            );
+            events::RetryWorkerTableWorks {
+                route: &sink.settings.name,
+                table: &sink.table.quoted(),
+                end,
+            }
+            .emit();
             self.healed.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
@@ -289,11 +284,13 @@ async fn retry_loop(
         metrics::counter!(m::WEBHOOK_DELIVERIES, "route" => name.clone(), "outcome" => outcome)
             .increment(1);
         if let Finish::Dead { error, .. } = &how {
-            if store::holds(store::DEAD, row.event.after_dead_letter) {
-                tracing::warn!(route = %name, event_id = %row.event.id, error = %error, "webhook event is DEAD (outbox-relay dead list); its aggregate's later events wait behind it (after_dead_letter = \"park\") until `outbox-relay dead retry` or `dead discard` of it");
-            } else {
-                tracing::warn!(route = %name, event_id = %row.event.id, error = %error, "webhook event is DEAD (outbox-relay dead list)");
+            events::WebhookDead {
+                route: &name,
+                event_id: &row.event.id,
+                error,
+                parks: store::holds(store::DEAD, row.event.after_dead_letter),
             }
+            .emit();
         }
         if let Err(e) = store::finish(c, &sink.table, row.id, &how).await {
             // The try is not recorded: the row is tried again later.

@@ -62,9 +62,7 @@ async fn an_event_bound_for_the_checkpoint_topic_is_dead_lettered_and_the_slot_m
         .await;
     let config = eos_config(&outbox, &checkpoints, "");
     let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let mut committed = outbox.commit_events(&mut writer, 10, 2, 5, &mut seqs).await;
@@ -125,9 +123,7 @@ async fn a_checkpoint_above_the_servers_wal_is_ignored_and_nothing_is_skipped() 
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let first = outbox.commit_events(&mut writer, 5, 2, 5, &mut seqs).await;
     assert_all_arrive(&topic, &first, || relay.log_text()).await;
     let status = relay.terminate().await;
@@ -145,9 +141,7 @@ async fn a_checkpoint_above_the_servers_wal_is_ignored_and_nothing_is_skipped() 
     tokio::task::block_in_place(|| produce(&checkpoints, &key, &value));
 
     let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let second = outbox.commit_events(&mut writer, 5, 2, 5, &mut seqs).await;
     assert_all_arrive(&topic, &second, || relay.log_text()).await;
     let log = relay.log_text();

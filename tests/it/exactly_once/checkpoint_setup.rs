@@ -223,9 +223,7 @@ async fn a_checkpoint_topic_deleted_while_running_stops_the_relay_and_is_not_re_
     let mut writer = outbox.writer().await;
     let mut seqs = HashMap::new();
     let mut relay = Relay::process(&config);
-    relay
-        .wait_for_log("streaming from the slot", DEADLINE)
-        .await;
+    relay.wait_for_event("streaming", DEADLINE).await;
     let mut committed = outbox
         .commit_events(&mut writer, 20, 2, 10, &mut seqs)
         .await;

@@ -35,10 +35,9 @@ const CATCH_UP: Duration = Duration::from_secs(300);
 const SHORT_TIMEOUT: &str = "message_timeout_ms = 10000\n";
 
 /// Whether a relay process's log says it streams now: its last
-/// "streaming" line comes after its last "standing by" line.
+/// "streaming" event comes after its last "standing by" one.
 fn streams(relay: &Relay) -> bool {
-    let log = relay.log_text();
-    log.rfind(STREAMING) > log.rfind(STANDING_BY)
+    relay.last_event(&[STREAMING, STANDING_BY]) == Some(STREAMING)
 }
 
 /// Relays that exited by themselves: printed with their log tail, counted.
@@ -104,7 +103,7 @@ mod alone {
             .collect();
         let mut relays: Vec<Relay> = configs.iter().map(|c| Relay::process(c)).collect();
         for relay in &relays {
-            relay.wait_for_log(STREAMING, DEADLINE).await;
+            relay.wait_for_event(STREAMING, DEADLINE).await;
         }
         let mix = Mix {
             per_txn: 3,
@@ -215,9 +214,9 @@ mod alone {
             &webhook_route_toml("hook*", &receiver.url(), &[SECRET.to_owned()], ""),
         );
         let first = Relay::process(&config);
-        first.wait_for_log(STREAMING, DEADLINE).await;
+        first.wait_for_event(STREAMING, DEADLINE).await;
         let second = Relay::process(&config);
-        second.wait_for_log(STANDING_BY, DEADLINE).await;
+        second.wait_for_event(STANDING_BY, DEADLINE).await;
         let mut relays = vec![first, second];
         let mix = Mix {
             per_txn: 3,
@@ -253,8 +252,7 @@ mod alone {
                     soak.pause(2000).await;
                     let restarted = Relay::process(&config);
                     wait_until("the restarted relay to stand by", DEADLINE, || async {
-                        let log = restarted.log_text();
-                        log.contains(STANDING_BY) || log.contains(STREAMING)
+                        restarted.last_event(&[STANDING_BY, STREAMING]).is_some()
                     })
                     .await;
                     relays.push(restarted);

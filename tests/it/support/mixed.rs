@@ -385,8 +385,9 @@ pub fn check_webhook_dataschemas(case: &str, receiver: &Receiver) -> usize {
     accepted.len()
 }
 
-pub const STREAMING: &str = "streaming from the slot";
-pub const STANDING_BY: &str = "standby: another relay holds the relay lock";
+/// The events a relay process is waited on for: it streams, or it stands by.
+pub const STREAMING: &str = "streaming";
+pub const STANDING_BY: &str = "standing_by";
 pub const CLEANUP: &str = "cleanup = \"delete-after-ack\"\n";
 /// The writer's pause between transactions: about 50 transactions a
 /// second on this machine, load the relays must keep up with.

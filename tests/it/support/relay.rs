@@ -197,13 +197,31 @@ impl Relay {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
-    /// Waits until the relay process's log contains `needle`.
-    pub async fn wait_for_log(&self, needle: &str, within: Duration) {
+    /// The relay process's log lines of the event named `name` (its
+    /// `event` field: `outbox_relay::events`), oldest first.
+    pub fn event_lines(&self, name: &str) -> Vec<String> {
+        event_lines(&self.log_text(), name)
+    }
+
+    /// Which of the events `names` the relay process logged last, if any.
+    pub fn last_event<'a>(&self, names: &[&'a str]) -> Option<&'a str> {
+        let text = self.log_text();
+        text.lines()
+            .rev()
+            .find_map(|line| names.iter().find(|name| is_event_line(line, name)))
+            .copied()
+    }
+
+    /// Waits until the relay process logged the event named `name`, one
+    /// of `outbox_relay::events::ALL`: matched by its `event` field, not
+    /// by the line's wording.
+    pub async fn wait_for_event(&self, name: &str, within: Duration) {
+        known_event(name);
         let deadline = tokio::time::Instant::now() + within;
-        while !self.log_text().contains(needle) {
+        while self.event_lines(name).is_empty() {
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "relay log did not say {needle:?} within {within:?}; log:\n{}",
+                "relay log has no event {name:?} within {within:?}; log:\n{}",
                 self.log_text()
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -226,6 +244,37 @@ impl Drop for Relay {
             let _ = child.wait();
         }
     }
+}
+
+/// Panics unless `name` is the name of one of the relay's event types: a
+/// wait for a misspelt name would only time out.
+fn known_event(name: &str) {
+    assert!(
+        outbox_relay::events::named(name).is_some(),
+        "{name:?} is not the name of an event type in outbox_relay::events::ALL"
+    );
+}
+
+/// Whether `line`, of a text or a JSON log, is a line of the event named
+/// `name`: `event=NAME` as a field of its own, or `"event":"NAME"`.
+pub fn is_event_line(line: &str, name: &str) -> bool {
+    let text = format!(" event={name}");
+    line.contains(&format!("\"event\":\"{name}\""))
+        || line.match_indices(&text).any(|(at, found)| {
+            line[at + found.len()..]
+                .chars()
+                .next()
+                .is_none_or(char::is_whitespace)
+        })
+}
+
+/// The lines of `log` that are lines of the event named `name`.
+pub fn event_lines(log: &str, name: &str) -> Vec<String> {
+    known_event(name);
+    log.lines()
+        .filter(|line| is_event_line(line, name))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The log lines emitted on the current thread while the guard lives. With
@@ -252,6 +301,11 @@ impl LogCapture {
         String::from_utf8_lossy(&self.0.lock().expect("log buffer")).into_owned()
     }
 
+    /// The captured lines of the event named `name`.
+    pub fn event_lines(&self, name: &str) -> Vec<String> {
+        event_lines(&self.text(), name)
+    }
+
     /// The captured lines that contain `needle`.
     pub fn lines_with(&self, needle: &str) -> Vec<String> {
         self.text()
@@ -270,5 +324,42 @@ impl Write for LogCapture {
 
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line of the event is matched by its field, in a text and a JSON
+    /// log, never by its wording nor by a longer name that starts alike.
+    #[test]
+    fn an_event_line_is_matched_by_its_field() {
+        let text = "2026-12-06T11:00:00Z  WARN outbox_relay::events::retry: delivery failed; \
+                    rebuilding the producer event=delivery_failed reason=\"message_timeout\"";
+        assert!(is_event_line(text, "delivery_failed"));
+        assert!(!is_event_line(text, "stream_broke"));
+        let at_the_end =
+            "INFO outbox_relay::events::stream: streaming from the slot event=streaming";
+        assert!(is_event_line(at_the_end, "streaming"));
+        let json = r#"{"level":"INFO","fields":{"message":"m","event":"streaming"}}"#;
+        assert!(is_event_line(json, "streaming"));
+        // The wording alone is no event line, and no name is a prefix of another's.
+        assert!(!is_event_line(
+            "streaming from the slot's confirmed position",
+            "streaming"
+        ));
+        assert!(!is_event_line(
+            "x event=slot_in_use_or_not y",
+            "slot_in_use"
+        ));
+        let log = format!("{text}\n{at_the_end}\n{json}\n");
+        assert_eq!(event_lines(&log, "streaming").len(), 2);
+    }
+
+    #[test]
+    #[should_panic(expected = "is not the name of an event type")]
+    fn a_misspelt_event_name_is_refused() {
+        event_lines("", "streamin");
     }
 }

@@ -85,15 +85,15 @@ async fn a_delivery_table_dropped_while_running_is_retried_with_backoff() {
         .batch_execute(&format!("DROP TABLE public.{table}"))
         .await
         .unwrap();
-    let warned = "retry worker cannot";
-    relay.wait_for_log(warned, DEADLINE).await;
+    let warned = "retry_worker_table_failing";
+    relay.wait_for_event(warned, DEADLINE).await;
     // A window of 10 s of the failure: the retries a back-off allows, not
     // the ~300 of a loop retrying every poll (4 loops, 30 a second before).
     let before = table_retries(metrics_port).await;
-    let lines_before = relay.log_text().matches(warned).count();
+    let lines_before = relay.event_lines(warned).len();
     tokio::time::sleep(Duration::from_secs(10)).await;
     let retries = table_retries(metrics_port).await - before;
-    let lines = relay.log_text().matches(warned).count() - lines_before;
+    let lines = relay.event_lines(warned).len() - lines_before;
     eprintln!("summary: retries_in_10s={retries} warn_lines_in_10s={lines}");
     assert!(
         (1.0..=12.0).contains(&retries),
