@@ -304,8 +304,11 @@ pub async fn run(
         Err(e) => Err(e),
     };
     let replay_table = super::dead::table::replay_table(&schema);
+    // The tables of the dead commands and of parking are looked up with
+    // typed parameters, on a session of tokio-postgres.
+    let client = target.client().await.map_err(InitError::Connect)?;
     let replay_facts = match facts {
-        Ok(_) => super::dead::table::replay_facts(&mut connection, &replay_table, &role)
+        Ok(_) => super::dead::table::replay_facts(&client, &replay_table, &role)
             .await
             .map_err(InitError::Query),
         Err(_) => Ok(Default::default()),
@@ -318,14 +321,13 @@ pub async fn run(
                 name: parked_table.name.clone(),
             };
             let facts = super::dead::table::table_facts(
-                &mut connection,
+                &client,
                 &name,
                 &role,
                 &super::dead::parked::PRIVILEGES,
             )
             .await;
-            let usage =
-                super::dead::table::schema_usage(&mut connection, &name.schema, &role).await;
+            let usage = super::dead::table::schema_usage(&client, &name.schema, &role).await;
             facts
                 .and_then(|f| Ok((f, usage?)))
                 .map_err(InitError::Query)
