@@ -1,21 +1,31 @@
-//! The PostgreSQL client: conninfo, TLS, authentication, the wire protocol,
-//! simple-query SQL, and its error type, [`PgError`]. The one place that
-//! opens a connection to PostgreSQL (one module owns the I/O of each
-//! external system): the replication stream ([`crate::replication`]) and
-//! every plain SQL session (the relay lock, the slot's lag, the heartbeat,
-//! the cleanup, webhook deliveries, the operator's commands) run on it.
+//! PostgreSQL: conninfo, TLS, the replication connection's own wire
+//! protocol, ordinary SQL sessions on tokio-postgres, and the one error
+//! type, [`PgError`]. The one place that opens a connection to PostgreSQL
+//! (one module owns the I/O of each external system).
 //!
-//! Role: parse a conninfo once ([`Conninfo`]), open a socket to one of its
-//! endpoints (TLS per `sslmode`), authenticate (trust / password / md5 /
-//! SCRAM-SHA-256, bound to TLS per `channel_binding`), and run simple
-//! queries on it ([`SqlConnection`], [`sql::simple_query`]). What a
-//! connection is *for* (a slot, a publication, START_REPLICATION, the
-//! outbox table) is not known here: that is `replication`'s.
+//! Where the line runs: every connection's transport is the relay's own
+//! (parse a conninfo once, [`Conninfo`]; try its endpoints in order; TLS per
+//! `sslmode`, `tls.rs`). On it, either
+//! * the replication connection (a walsender: [`crate::replication`]) runs
+//!   the relay's own startup, authentication (trust / password / md5 /
+//!   SCRAM-SHA-256, bound to TLS per `channel_binding`) and simple queries
+//!   ([`sql::simple_query`]): a walsender speaks the simple query protocol
+//!   only, so the names its checks compare are quoted literals there; or
+//! * an ordinary session ([`PgClient`]) runs tokio-postgres's startup,
+//!   authentication and extended protocol: every ordinary statement of the
+//!   relay (the relay lock, the slot's lag, the heartbeat, catalog look-ups,
+//!   the cleanup, the operator's commands) with its values as typed
+//!   parameters, never spliced into SQL text.
+//!
+//! [`SqlConnection`] (simple queries on an ordinary or walsender session)
+//! remains for the modules not moved to [`PgClient`] yet. What a connection
+//! is *for* (a slot, a publication, START_REPLICATION, the outbox table) is
+//! not known here: that is `replication`'s.
 //!
 //! Invariants:
 //! * no password in any log line or error (see `conninfo.rs`);
 //! * every error is classified once, by SQLSTATE where the server sent one
-//!   ([`PgError::kind`]);
+//!   ([`PgError::kind`]), the same for both clients ([`PgError::client`]);
 //! * every connect is bounded by [`ConnectSettings::connect_timeout`].
 //!
 //! Modules, and which others each uses (no cycles; `pg` is this file, for

@@ -34,7 +34,7 @@ use postgres_protocol::escape::escape_identifier;
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::pg::SqlConnection;
+use crate::pg::{PgClient, PgError};
 use crate::replication::resolve_on;
 
 use super::AdminTarget;
@@ -168,7 +168,7 @@ impl Report {
 /// The distinct `(aggregate type, event type)` pairs of the table (event
 /// type empty when the template does not use it).
 async fn aggregate_pairs(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     config: &Config,
 ) -> Result<Vec<(String, String)>, String> {
     let pg = &config.postgres;
@@ -179,24 +179,46 @@ async fn aggregate_pairs(
         "''".to_owned()
     };
     let sql = format!(
-        "SELECT DISTINCT {}::text, {event_type} FROM {}.{} LIMIT {MAX_AGGREGATE_ROWS}",
+        "SELECT DISTINCT {}::text, {event_type} FROM {} LIMIT $1",
         escape_identifier(&pg.columns.aggregate_type),
-        escape_identifier(&schema),
-        escape_identifier(&name),
+        crate::pg::qualified(&schema, &name),
     );
-    let rows = connection
-        .query(&sql, "reading the aggregate types in the outbox")
-        .await
-        .map_err(|e| format!("the rows could not be read: {e}"))?;
+    let limit = i64::try_from(MAX_AGGREGATE_ROWS).unwrap_or(i64::MAX);
+    let read = async {
+        let rows = client.query(&sql, &[&limit]).await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get::<_, Option<String>>(0)?,
+                    row.try_get::<_, Option<String>>(1)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, tokio_postgres::Error>>()
+    };
+    let rows = read.await.map_err(|e| {
+        let e = client.error("reading the aggregate types in the outbox", e);
+        format!("the rows could not be read: {e}")
+    })?;
     Ok(rows
         .into_iter()
-        .filter_map(|row| {
-            let mut values = row.into_iter();
-            let aggregate_type = values.next().flatten()?;
-            let event_type = values.next().flatten().unwrap_or_default();
-            Some((aggregate_type, event_type))
+        .filter_map(|(aggregate_type, event_type)| {
+            Some((aggregate_type?, event_type.unwrap_or_default()))
         })
         .collect())
+}
+
+/// The catalog session of `check`: an ordinary session whose statements
+/// are bounded by [`STATEMENT_TIMEOUT`] (a limit that cannot be set leaves
+/// the server's).
+async fn catalog_session(target: &AdminTarget) -> Result<PgClient, PgError> {
+    let client = target.client().await?;
+    let _ = client
+        .execute(
+            "SELECT set_config('statement_timeout', $1, false)",
+            &[&STATEMENT_TIMEOUT],
+        )
+        .await;
+    Ok(client)
 }
 
 /// Runs every check.
@@ -229,27 +251,26 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
                 )
                 .await;
             let (schema, name) = pg.table_parts();
-            match facts::gather(
-                &mut connection,
-                (&schema, &name),
-                &pg.publication,
-                &pg.slot,
-                role,
-            )
-            .await
-            {
+            let facts = match catalog_session(target).await {
+                Ok(client) => {
+                    facts::gather(&client, (&schema, &name), &pg.publication, &pg.slot, role)
+                        .await
+                        .map(|facts| (client, facts))
+                }
+                Err(e) => Err(e),
+            };
+            match facts {
                 Err(e) => {
                     items.push(Item::fail("postgres.catalog", e.to_string()));
                 }
-                Ok(facts) => {
+                Ok((client, facts)) => {
                     slot_held = Some(facts.slot_holder.is_some());
-                    let outbox =
-                        resolve_on(&mut connection, (&schema, &name), &pg.publication).await;
+                    let outbox = resolve_on(&client, (&schema, &name), &pg.publication).await;
                     let template = &config.kafka.topic;
                     let per_row =
                         template.contains("{aggregatetype}") || template.contains("{type}");
                     topics = if per_row && facts.table.is_some() {
-                        topics_for(template, aggregate_pairs(&mut connection, config).await)
+                        topics_for(template, aggregate_pairs(&client, config).await)
                     } else {
                         topics_for(template, Err("the outbox table does not exist".into()))
                     };

@@ -6,7 +6,8 @@
 //! the relay lock), which deserializes
 //! into [`PgFacts`]; the decisions are made on that value by pure code.
 //!
-//! Invariants: every name reaches the SQL as a quoted literal, never raw;
+//! Invariants: every name reaches the server as a statement parameter,
+//! never in the SQL text;
 //! the query only reads (it runs in `check`, which must not change
 //! anything); a missing object is `None`, never an error, so that one query
 //! answers on a database where nothing is set up yet.
@@ -15,10 +16,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::pg::{PgError, SqlConnection};
+use crate::pg::{PgClient, PgError};
 
 use crate::replication::publication_relids;
-use postgres_protocol::escape::escape_literal;
 
 /// The server and the relay's objects, as the catalog describes them.
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
@@ -225,11 +225,13 @@ const SETTINGS: [&str; 8] = [
     "wal_sender_timeout",
 ];
 
-/// The one catalog query. `role` is the role whose attributes and
-/// privileges are read.
-pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str) -> String {
-    let (schema, name) = table;
-    let settings: Vec<String> = SETTINGS.iter().map(|s| format!("'{s}'")).collect();
+/// The one catalog query. Its parameters: `$1` the table's schema, `$2`
+/// its name, `$3` the role whose attributes and privileges are read, `$4`
+/// the slot, `$5` the publication, `$6` the settings read (`SETTINGS`),
+/// `$7` and `$8` the relay lock's key as `pg_locks` shows it
+/// (`lock_parts`).
+pub fn facts_sql() -> String {
+    let (schema, name, role, slot, publication) = ("$1", "$2", "$3", "$4", "$5");
     format!(
         "WITH t AS (SELECT c.oid, c.relkind, c.relowner, c.relnamespace \
            FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
@@ -247,7 +249,7 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
            'session_can_replicate', (SELECT rolreplication OR rolsuper FROM pg_catalog.pg_roles \
               WHERE rolname = current_user), \
            'settings', (SELECT json_object_agg(name, setting) FROM pg_catalog.pg_settings \
-              WHERE name IN ({settings})), \
+              WHERE name = ANY($6::text[])), \
            'slots_used', (SELECT count(*) FROM pg_catalog.pg_replication_slots), \
            'walsenders_used', (SELECT count(*) FROM pg_catalog.pg_stat_activity \
               WHERE backend_type = 'walsender'), \
@@ -289,28 +291,20 @@ pub fn facts_sql(table: (&str, &str), publication: &str, slot: &str, role: &str)
               WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
                 AND l.database = (SELECT oid FROM pg_catalog.pg_database \
                    WHERE datname = current_database()) \
-                AND l.classid = {lock_high}::oid AND l.objid = {lock_low}::oid LIMIT 1), \
+                AND l.classid = $7::oid AND l.objid = $8::oid LIMIT 1), \
            'wal_insert_lsn', CASE WHEN pg_catalog.pg_is_in_recovery() THEN NULL \
               ELSE pg_catalog.pg_current_wal_insert_lsn()::text END \
          )::text",
-        schema = escape_literal(schema),
-        name = escape_literal(name),
-        role = escape_literal(role),
-        slot = escape_literal(slot),
-        publication = escape_literal(publication),
-        settings = settings.join(", "),
         published = publication_relids(publication),
-        lock_high = lock_parts(slot).0,
-        lock_low = lock_parts(slot).1,
     )
 }
 
 /// The relay lock's key of `slot` as `pg_locks` shows a bigint advisory
 /// lock: its high 32 bits in `classid`, its low 32 bits in `objid`.
-fn lock_parts(slot: &str) -> (u64, u64) {
+fn lock_parts(slot: &str) -> (u32, u32) {
     // Bit for bit: the key's two halves as unsigned numbers.
     let key = crate::relay::lock_key(slot) as u64;
-    (key >> 32, key & 0xffff_ffff)
+    ((key >> 32) as u32, key as u32)
 }
 
 /// Reads the facts on `connection`.
@@ -319,27 +313,33 @@ fn lock_parts(slot: &str) -> (u64, u64) {
 /// The server refused the query (or the connection failed); a result that
 /// is not the expected JSON is a `Protocol` error.
 pub async fn gather(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     table: (&str, &str),
     publication: &str,
     slot: &str,
     role: &str,
 ) -> Result<PgFacts, PgError> {
     let action = "reading the relay's setup from the catalog";
-    let rows = connection
-        .query(&facts_sql(table, publication, slot, role), action)
-        .await?;
-    let json = rows
-        .first()
-        .and_then(|row| row.first())
-        .and_then(|value| value.as_deref())
-        .ok_or_else(|| PgError::Protocol {
-            target: connection.target().to_owned(),
-            action,
-            reason: "no result".into(),
-        })?;
-    serde_json::from_str(json).map_err(|e| PgError::Protocol {
-        target: connection.target().to_owned(),
+    let (lock_high, lock_low) = lock_parts(slot);
+    let json: String = client
+        .query_one(
+            &facts_sql(),
+            &[
+                &table.0,
+                &table.1,
+                &role,
+                &slot,
+                &publication,
+                &&SETTINGS[..],
+                &lock_high,
+                &lock_low,
+            ],
+        )
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(|e| client.error(action, e))?;
+    serde_json::from_str(&json).map_err(|e| PgError::Protocol {
+        target: client.target().to_owned(),
         action,
         reason: format!("unexpected catalog document: {e}"),
     })
@@ -350,12 +350,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn names_reach_the_sql_only_as_literals() {
-        let sql = facts_sql(("app's", "out\"box"), "pub'x", "slot_1", "re'lay");
-        for quoted in ["'app''s'", "'out\"box'", "'pub''x'", "'re''lay'"] {
-            assert!(sql.contains(quoted), "{quoted} in {sql}");
+    fn names_reach_the_server_only_as_parameters() {
+        let sql = facts_sql();
+        for placeholder in ["$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8"] {
+            assert!(sql.contains(placeholder), "{placeholder} in {sql}");
         }
-        assert!(!sql.contains("'app's'"), "{sql}");
+        assert!(!sql.contains("$9"), "{sql}");
+    }
+
+    #[test]
+    fn the_lock_key_splits_as_pg_locks_shows_it() {
+        let key = crate::relay::lock_key("outbox_relay") as u64;
+        let (high, low) = lock_parts("outbox_relay");
+        assert_eq!((u64::from(high) << 32) | u64::from(low), key);
     }
 
     #[test]

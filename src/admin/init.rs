@@ -249,7 +249,7 @@ fn render_manual(plan: &Plan, out: &mut String) {
 /// where init would set the publication up for it (the count goes into the
 /// refusal); `None` when not counted or not countable.
 async fn rows_after_slot(
-    connection: &mut crate::pg::SqlConnection,
+    client: &crate::pg::PgClient,
     table: (&str, &str),
     facts: &facts::PgFacts,
 ) -> Option<i64> {
@@ -261,12 +261,10 @@ async fn rows_after_slot(
         return None;
     }
     let catalog_xmin = facts.slot_text("catalog_xmin")?;
-    let sql = super::status::pending_sql(table, catalog_xmin, None);
-    let rows = connection
-        .query(&sql, "counting outbox rows after the slot's position")
+    super::status::count_pending(client, table, catalog_xmin, None)
         .await
-        .ok()?;
-    rows.first()?.first()?.as_deref()?.parse().ok()
+        .ok()?
+        .0
 }
 
 /// Connects, plans, and prints (`dry_run`) or runs the plan, reporting
@@ -286,19 +284,16 @@ pub async fn run(
         Some(role) => role.clone(),
         None => target.relay_role().map_err(InitError::Connect)?,
     };
+    // The catalog, the plan's steps: an ordinary session of tokio-postgres.
+    let session = target.client().await.map_err(InitError::Connect)?;
+    // The replay and parking tables' facts: the simple-query session their
+    // module's statements still run on.
     let mut connection = target.connect().await.map_err(InitError::Connect)?;
     let (schema, name) = pg.table_parts();
-    let facts = facts::gather(
-        &mut connection,
-        (&schema, &name),
-        &pg.publication,
-        &pg.slot,
-        &role,
-    )
-    .await;
+    let facts = facts::gather(&session, (&schema, &name), &pg.publication, &pg.slot, &role).await;
     let facts = match facts {
         Ok(mut f) => {
-            f.rows_after_slot = rows_after_slot(&mut connection, (&schema, &name), &f).await;
+            f.rows_after_slot = rows_after_slot(&session, (&schema, &name), &f).await;
             Ok(f)
         }
         Err(e) => Err(e),
@@ -401,7 +396,10 @@ pub async fn run(
             );
         }
         let _ = out.flush();
-        if let Err(source) = connection.query(&step.sql, "running init").await {
+        // A step is DDL, or a call whose arguments init shows as written
+        // (`--dry-run` prints these same statements): run as shown.
+        if let Err(e) = session.batch_execute(&step.sql).await {
+            let source = session.error("running init", e);
             connection.close().await;
             return Err(InitError::Step {
                 publication_created: done.iter().any(|d| d.starts_with("create publication")),

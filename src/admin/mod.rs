@@ -9,11 +9,12 @@
 //! unit tests drive with made-up facts.
 //!
 //! Invariants:
-//! * The commands talk to PostgreSQL through the relay's own
-//!   [`SqlConnection`], as an ordinary session
-//!   ([`SqlConnection::connect_normal`]): the same conninfo, TLS and
-//!   authentication semantics as the stream, without needing the
-//!   REPLICATION attribute, so `check` can report on a role that lacks it.
+//! * The commands talk to PostgreSQL on ordinary sessions
+//!   ([`AdminTarget::client`], a [`PgClient`] with typed parameters; the
+//!   modules not moved to it yet on [`AdminTarget::connect`]'s simple-query
+//!   session): the same conninfo, TLS and authentication semantics as the
+//!   stream, without needing the REPLICATION attribute, so `check` can
+//!   report on a role that lacks it.
 //! * `check`, `status` and `dead list` never write: no DDL, no topic
 //!   creation (metadata is requested for all topics, which never
 //!   auto-creates one). `dead retry` and `dead discard` write only what

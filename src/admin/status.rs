@@ -53,9 +53,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::parking::store::{self as parking_store, ParkedTable, Stats as ParkedStats};
-use crate::pg::{ErrorKind, PgError, SqlConnection};
+use crate::pg::{AsText, ErrorKind, PgClient, PgError, SqlConnection, qualified};
 use crate::replication::evaluate_slot_json;
-use postgres_protocol::escape::{escape_identifier, escape_literal};
+use postgres_protocol::escape::escape_identifier;
 
 use super::facts::{HOLDER_COLUMNS, HolderFacts};
 use super::{AdminTarget, human_bytes, human_duration};
@@ -182,7 +182,11 @@ struct SlotFields {
     synced: Option<bool>,
 }
 
-fn slot_sql(slot: &str, table: (&str, &str), timestamp_column: Option<&str>) -> String {
+/// The slot's document. Parameters: `$1` the slot, `$2` and `$3` the
+/// outbox table's schema and name, `$4` its timestamp column (NULL when
+/// none is configured).
+fn slot_sql() -> String {
+    let (slot, schema, name, column) = ("$1", "$2", "$3", "$4");
     format!(
         "WITH s AS (SELECT * FROM pg_catalog.pg_replication_slots WHERE slot_name = {slot}), \
          w AS (SELECT CASE WHEN pg_catalog.pg_is_in_recovery() \
@@ -213,27 +217,47 @@ fn slot_sql(slot: &str, table: (&str, &str), timestamp_column: Option<&str>) -> 
               WHERE n.nspname = {schema} AND c.relname = {name} AND a.attname = {column} \
               AND a.attnum > 0 AND NOT a.attisdropped), \
            'row', (SELECT to_jsonb(s) FROM s) \
-         )::text",
-        slot = escape_literal(slot),
-        schema = escape_literal(table.0),
-        name = escape_literal(table.1),
-        column = timestamp_column.map_or_else(|| "NULL".to_owned(), escape_literal),
+         )::text"
     )
 }
 
 /// The scan for possibly pending rows: their count and the oldest one's age
-/// in seconds, given the slot's `catalog_xmin` and the commit-time
-/// expression.
-pub fn pending_sql(table: (&str, &str), catalog_xmin: &str, time: Option<&str>) -> String {
+/// in seconds (as text: `extract` is `double precision` before PostgreSQL
+/// 14 and `numeric` since), given the commit-time expression; the slot's
+/// `catalog_xmin` is parameter `$1` ([`AsText`]: an `xid`).
+pub fn pending_sql(table: (&str, &str), time: Option<&str>) -> String {
     let time = time.unwrap_or("NULL::timestamptz");
     format!(
         "SELECT count(*)::text, extract(epoch FROM now() - min(ts))::text FROM \
-         (SELECT {time} AS ts FROM {}.{} t \
-          WHERE pg_catalog.age(t.xmin) <= pg_catalog.age({}::xid)) pending",
-        escape_identifier(table.0),
-        escape_identifier(table.1),
-        escape_literal(catalog_xmin),
+         (SELECT {time} AS ts FROM {} t \
+          WHERE pg_catalog.age(t.xmin) <= pg_catalog.age($1::xid)) pending",
+        qualified(table.0, table.1),
     )
+}
+
+/// Runs [`pending_sql`]: the count and the oldest one's age.
+///
+/// # Errors
+/// The server's.
+pub async fn count_pending(
+    client: &PgClient,
+    table: (&str, &str),
+    catalog_xmin: &str,
+    time: Option<&str>,
+) -> Result<(Option<i64>, Option<f64>), PgError> {
+    let action = "counting pending outbox rows";
+    let row = client
+        .query_one(&pending_sql(table, time), &[&AsText(catalog_xmin)])
+        .await
+        .map_err(|e| client.error(action, e))?;
+    let value = |i: usize| {
+        row.try_get::<_, Option<String>>(i)
+            .map_err(|e| client.error(action, e))
+    };
+    Ok((
+        value(0)?.and_then(|v| v.parse().ok()),
+        value(1)?.and_then(|v| v.parse().ok()),
+    ))
 }
 
 /// The SQL expression for a row's commit time, and how it was chosen.
@@ -267,30 +291,30 @@ pub fn caught_up(confirmed: Option<&str>, insert: Option<&str>) -> bool {
     matches!((parse(confirmed), parse(insert)), (Some(c), Some(i)) if c >= i)
 }
 
-/// Reads the status once.
+/// Reads the status once: the slot and the outbox on `client`; the
+/// delivery and parking tables on `connection`, the simple-query session
+/// their modules' statements still run on.
 ///
 /// # Errors
 /// The server refused a query or the connection failed.
 pub async fn gather(
+    client: &PgClient,
     connection: &mut SqlConnection,
     config: &Config,
 ) -> Result<StatusReport, PgError> {
     let pg = &config.postgres;
     let (schema, name) = pg.table_parts();
     let action = "reading the slot's status";
-    let rows = connection
-        .query(
-            &slot_sql(&pg.slot, (&schema, &name), pg.columns.timestamp_column()),
-            action,
+    let json: String = client
+        .query_one(
+            &slot_sql(),
+            &[&pg.slot, &schema, &name, &pg.columns.timestamp_column()],
         )
-        .await?;
-    let json = rows
-        .first()
-        .and_then(|r| r.first())
-        .and_then(|v| v.as_deref())
-        .unwrap_or("null");
-    let document: SlotDocument = serde_json::from_str(json).map_err(|e| PgError::Protocol {
-        target: connection.target().to_owned(),
+        .await
+        .and_then(|row| row.try_get(0))
+        .map_err(|e| client.error(action, e))?;
+    let document: SlotDocument = serde_json::from_str(&json).map_err(|e| PgError::Protocol {
+        target: client.target().to_owned(),
         action,
         reason: format!("unexpected status document: {e}"),
     })?;
@@ -314,25 +338,18 @@ pub async fn gather(
     if !document.table_exists {
         pending.note = Some(format!("the outbox table {schema}.{name} does not exist"));
     } else if let Some(slot) = slot {
-        let table_sql = format!(
-            "{}.{}",
-            escape_identifier(&schema),
-            escape_identifier(&name)
+        let any_row = format!(
+            "SELECT EXISTS (SELECT 1 FROM {})",
+            qualified(&schema, &name)
         );
-        match connection
-            .query(
-                &format!("SELECT EXISTS (SELECT 1 FROM {table_sql})::text"),
-                "looking for outbox rows",
-            )
+        match client
+            .query_one(&any_row, &[])
             .await
+            .and_then(|row| row.try_get::<_, bool>(0))
+            .map_err(|e| client.error("looking for outbox rows", e))
         {
             Err(e) => pending.note = Some(format!("the outbox table cannot be read: {e}")),
-            Ok(rows) => {
-                let keeps = rows
-                    .first()
-                    .and_then(|r| r.first())
-                    .and_then(|v| v.as_deref())
-                    == Some("true");
+            Ok(keeps) => {
                 pending.keeps_rows = Some(keeps);
                 if !keeps {
                     pending.note = Some(
@@ -346,19 +363,9 @@ pub async fn gather(
                 ) {
                     pending.rows = Some(0);
                 } else if let Some(catalog_xmin) = &slot.catalog_xmin {
-                    let rows = connection
-                        .query(
-                            &pending_sql((&schema, &name), catalog_xmin, time.as_deref()),
-                            "counting pending outbox rows",
-                        )
-                        .await?;
-                    let value = |i: usize| {
-                        rows.first()
-                            .and_then(|r| r.get(i))
-                            .and_then(|v| v.as_deref())
-                    };
-                    pending.rows = value(0).and_then(|v| v.parse().ok());
-                    pending.oldest_age_seconds = value(1).and_then(|v| v.parse().ok());
+                    (pending.rows, pending.oldest_age_seconds) =
+                        count_pending(client, (&schema, &name), catalog_xmin, time.as_deref())
+                            .await?;
                 } else {
                     pending.note = Some("the slot has no catalog_xmin".into());
                 }
@@ -648,25 +655,26 @@ pub async fn run(
     out: &mut dyn std::io::Write,
 ) -> Result<Verdict, PgError> {
     let Some(interval) = watch else {
+        let client = target.client().await?;
         let mut connection = target.connect().await?;
-        let report = gather(&mut connection, config).await;
+        let report = gather(&client, &mut connection, config).await;
         connection.close().await;
         let report = report?;
         let _ = write_report(out, &report, json);
         return Ok(report.verdict);
     };
     tokio::pin!(stop);
-    let mut connection: Option<SqlConnection> = None;
+    let mut connection: Option<(PgClient, SqlConnection)> = None;
     let mut verdict;
     loop {
         let reading = async {
-            let mut live = match connection.take() {
+            let (client, mut live) = match connection.take() {
                 Some(live) => live,
-                None => target.connect().await?,
+                None => (target.client().await?, target.connect().await?),
             };
-            let report = gather(&mut live, config).await;
+            let report = gather(&client, &mut live, config).await;
             if report.is_ok() {
-                connection = Some(live);
+                connection = Some((client, live));
             }
             report
         }
@@ -699,7 +707,7 @@ pub async fn run(
             () = tokio::time::sleep(interval) => {}
         }
     }
-    if let Some(live) = connection {
+    if let Some((_, live)) = connection {
         live.close().await;
     }
     Ok(verdict)

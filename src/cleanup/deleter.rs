@@ -1,23 +1,26 @@
 //! The deleter: a background task that deletes released rows in batches
 //! on an ordinary SQL connection, looking again for rows not visible yet
 //! and retrying through failures that pass.
+//!
+//! Its two DELETEs are prepared once per session and run with the ids and
+//! xids as array parameters: the ids in text format, typed by the server as
+//! the id column's array type (the column is the user's: `uuid`, `bigint`,
+//! `text`...), so `id = ANY($1)` still goes through the column's index.
 
 use std::collections::HashSet;
-use std::fmt::Write as _;
 use std::time::Duration;
 
-use postgres_protocol::escape::{
-    escape_identifier as quote_ident, escape_literal as quote_literal,
-};
+use postgres_protocol::escape::escape_identifier;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_postgres::Statement;
 use tokio_postgres::error::SqlState;
 
 use crate::backoff::{Backoff, Incident};
 use crate::metrics as m;
 use crate::outbox::shard::Shard;
-use crate::pg::{ConnectSettings, ErrorKind, SqlConnection};
+use crate::pg::{ConnectSettings, ErrorKind, PgClient, PgError, TextArray, qualified};
 
 use super::collector::{Deletable, MAX_HELD_IDS};
 
@@ -44,7 +47,7 @@ const LOOK_AGAIN_FIRST_WAIT: Duration = Duration::from_millis(50);
 /// How long rows not found are looked for (the waits grow up to
 /// [`RETRY_MAX_WAIT`]) before they are taken as deleted by something else.
 const LOOK_AGAIN_FOR: Duration = Duration::from_secs(30);
-/// Longest a DELETE may run.
+/// Longest a DELETE may run (a `statement_timeout` value).
 const STATEMENT_TIMEOUT: &str = "30s";
 
 /// Where the deleter deletes.
@@ -141,7 +144,7 @@ struct Missed {
 /// The deleter's state across batches.
 struct Deleting {
     settings: DeleterSettings,
-    connection: Option<SqlConnection>,
+    connection: Option<Session>,
     /// The failing DELETEs since the last success, for the log.
     incident: Incident,
     missed: Vec<Missed>,
@@ -189,9 +192,8 @@ async fn delete_loop(settings: DeleterSettings, mut rx: mpsc::Receiver<Deletable
         }
         d.delete(fresh, None, !open).await;
     }
-    if let Some(connection) = d.connection {
-        connection.close().await;
-    }
+    // Dropping the session ends it (tokio-postgres says goodbye).
+    drop(d.connection);
 }
 
 impl Deleting {
@@ -202,13 +204,15 @@ impl Deleting {
     async fn delete(&mut self, rows: Deletable, before: Option<(Instant, Backoff)>, last: bool) {
         let mut not_found = Deletable::default();
         for batch in rows.ids.chunks(BATCH_IDS) {
-            let sql = delete_ids_sql(&self.settings, batch);
-            let found = self.run_batch(&sql, batch.len()).await;
+            let found = self.run_batch(Batch::Ids(batch)).await;
             not_found.ids.extend(not_deleted(batch, found));
         }
         if !rows.xids.is_empty() {
-            let sql = delete_xids_sql(&self.settings, &rows.xids, &rows.keep);
-            let found = self.run_batch(&sql, rows.xids.len()).await;
+            let batch = Batch::Xids {
+                xids: &rows.xids,
+                keep: &rows.keep,
+            };
+            let found = self.run_batch(batch).await;
             not_found.xids.extend(not_deleted(&rows.xids, found));
             if !not_found.xids.is_empty() {
                 // Looked for again, sparing the same rows.
@@ -254,15 +258,16 @@ impl Deleting {
     /// Runs one batch's DELETE, trying again through failures that pass for
     /// up to [`RETRY_FOR`], backing off; the keys it deleted (ids, or xids
     /// with a row deleted), or `None` when the batch's rows are left in the
-    /// table (`rows` of them, for the log). Each retry is counted
+    /// table (the batch's keys, counted for the log). Each retry is counted
     /// (`outbox_relay_reconnects_total{reason="cleanup_delete"}`); a run of
     /// failures is logged when it starts, every [`Incident::LOG_EVERY`]
     /// while it lasts, when a batch is given up, and at info when it ends.
-    async fn run_batch(&mut self, sql: &str, rows: usize) -> Option<Vec<String>> {
+    async fn run_batch(&mut self, batch: Batch<'_>) -> Option<Vec<String>> {
+        let rows = batch.len();
         let started = Instant::now();
         let mut backoff = Backoff::new(RETRY_FIRST_WAIT, RETRY_MAX_WAIT, 3);
         loop {
-            let e = match run(&self.settings, &mut self.connection, sql).await {
+            let e = match run(&self.settings, &mut self.connection, batch).await {
                 Ok(result) => {
                     if let Some(end) = self.incident.recovered(Instant::now()) {
                         tracing::info!(
@@ -344,99 +349,131 @@ where
         .collect()
 }
 
+/// One DELETE's rows: ids of the id column, or the transactions whose rows
+/// go by `xmin`, sparing the ids in `keep`.
+#[derive(Debug, Clone, Copy)]
+enum Batch<'a> {
+    Ids(&'a [String]),
+    Xids { xids: &'a [u32], keep: &'a [String] },
+}
+
+impl Batch<'_> {
+    /// Its keys (ids or xids), for the log.
+    fn len(self) -> usize {
+        match self {
+            Batch::Ids(ids) => ids.len(),
+            Batch::Xids { xids, .. } => xids.len(),
+        }
+    }
+}
+
+/// The deleter's session: its DELETEs prepared once.
+struct Session {
+    client: PgClient,
+    by_ids: Statement,
+    by_xids: Statement,
+}
+
+impl Session {
+    async fn open(settings: &DeleterSettings) -> Result<Session, PgError> {
+        let client = PgClient::connect(&settings.connection).await?;
+        client
+            .execute(
+                "SELECT set_config('statement_timeout', $1, false)",
+                &[&STATEMENT_TIMEOUT],
+            )
+            .await
+            .map_err(|e| client.error("limiting the cleanup's statement time", e))?;
+        let prepare = async |sql: String| {
+            client
+                .prepare(&sql)
+                .await
+                .map_err(|e| client.error("preparing the cleanup's DELETE", e))
+        };
+        let by_ids = prepare(delete_ids_sql(settings)).await?;
+        let by_xids = prepare(delete_xids_sql(settings)).await?;
+        Ok(Session {
+            client,
+            by_ids,
+            by_xids,
+        })
+    }
+}
+
 /// Runs one DELETE; returns each key it reports with the rows deleted for it.
 async fn run(
     settings: &DeleterSettings,
-    connection: &mut Option<SqlConnection>,
-    sql: &str,
-) -> Result<Vec<(String, u64)>, crate::pg::PgError> {
-    let conn = match connection {
-        Some(conn) => conn,
-        None => {
-            let mut conn = SqlConnection::connect_normal(&settings.connection).await?;
-            conn.query(
-                &format!("SET statement_timeout = '{STATEMENT_TIMEOUT}'"),
-                "limiting the cleanup's statement time",
-            )
-            .await?;
-            connection.insert(conn)
-        }
+    connection: &mut Option<Session>,
+    batch: Batch<'_>,
+) -> Result<Vec<(String, u64)>, PgError> {
+    let session = match connection {
+        Some(session) => session,
+        None => connection.insert(Session::open(settings).await?),
     };
-    let rows = conn.query(sql, "deleting confirmed outbox rows").await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|row| {
-            let mut row = row.into_iter();
-            let key = row.next()??;
-            let n = row
-                .next()
-                .flatten()
-                .and_then(|n| n.parse().ok())
-                .unwrap_or(1);
-            Some((key, n))
-        })
-        .collect())
+    let action = "deleting confirmed outbox rows";
+    let client = &session.client;
+    match batch {
+        Batch::Ids(ids) => {
+            let rows = client
+                .query(&session.by_ids, &[&TextArray(ids)])
+                .await
+                .map_err(|e| client.error(action, e))?;
+            rows.iter()
+                .map(|row| Ok((row.try_get::<_, String>(0)?, 1)))
+                .collect::<Result<_, tokio_postgres::Error>>()
+                .map_err(|e| client.error(action, e))
+        }
+        Batch::Xids { xids, keep } => {
+            let xids: Vec<String> = xids.iter().map(u32::to_string).collect();
+            let rows = client
+                .query(&session.by_xids, &[&TextArray(&xids), &TextArray(keep)])
+                .await
+                .map_err(|e| client.error(action, e))?;
+            rows.iter()
+                .map(|row| {
+                    let count: i64 = row.try_get(1)?;
+                    Ok((row.try_get::<_, String>(0)?, count.unsigned_abs()))
+                })
+                .collect::<Result<_, tokio_postgres::Error>>()
+                .map_err(|e| client.error(action, e))
+        }
+    }
 }
 
 fn table_name(settings: &DeleterSettings) -> String {
+    qualified(&settings.table.0, &settings.table.1)
+}
+
+/// The statement that deletes the ids in `$1` (an array of the id column's
+/// type) by the id column (through its index), returning the ids it deleted
+/// as text (the form pgoutput sends them in).
+pub fn delete_ids_sql(settings: &DeleterSettings) -> String {
+    let id = escape_identifier(&settings.id_column);
     format!(
-        "{}.{}",
-        quote_ident(&settings.table.0),
-        quote_ident(&settings.table.1)
+        "DELETE FROM {} WHERE {id} = ANY($1) RETURNING {id}::text",
+        table_name(settings)
     )
 }
 
-/// The statement that deletes `ids` by the id column (through its index),
-/// returning the ids it deleted as text (the form pgoutput sends them in).
-pub fn delete_ids_sql(settings: &DeleterSettings, ids: &[String]) -> String {
-    let id = quote_ident(&settings.id_column);
-    format!(
-        "DELETE FROM {} WHERE {id} IN ({}) RETURNING {id}::text",
-        table_name(settings),
-        literals(ids)
-    )
-}
-
-/// The statement that deletes the rows inserted by `xids` (by `xmin`)
-/// except those whose id is in `keep` (rows left in the table on purpose),
-/// of this shard only when the outbox is sharded (by the publication's own
-/// row filter), returning each xid it deleted rows of with their count.
-pub fn delete_xids_sql(settings: &DeleterSettings, xids: &[u32], keep: &[String]) -> String {
-    let list: Vec<String> = xids.iter().map(|x| format!("'{x}'::xid")).collect();
+/// The statement that deletes the rows inserted by the transactions in `$1`
+/// (`xid[]`, by `xmin`) except those whose id is in `$2` (rows left in the
+/// table on purpose; an empty array spares none), of this shard only when
+/// the outbox is sharded (by the publication's own row filter, written as
+/// in the publication: its shard numbers are the config's, not values the
+/// statement is run with), returning each xid it deleted rows of with
+/// their count.
+pub fn delete_xids_sql(settings: &DeleterSettings) -> String {
     let shard = settings
         .shard
         .filter_sql(&settings.aggregate_id_column)
         .map(|filter| format!(" AND ({filter})"))
         .unwrap_or_default();
-    // A row whose id is null is spared too while any is kept (NOT IN is
+    // A row whose id is null is spared too while any is kept (`<> ALL` is
     // not true for it): it stays, which errs on the safe side.
-    let spared = if keep.is_empty() {
-        String::new()
-    } else {
-        format!(
-            " AND {} NOT IN ({})",
-            quote_ident(&settings.id_column),
-            literals(keep)
-        )
-    };
     format!(
-        "WITH d AS (DELETE FROM {} WHERE xmin IN ({}){spared}{shard} \
+        "WITH d AS (DELETE FROM {} WHERE xmin = ANY($1::xid[]) AND {} <> ALL($2){shard} \
          RETURNING xmin::text AS x) SELECT x, count(*) FROM d GROUP BY x",
         table_name(settings),
-        list.join(", ")
+        escape_identifier(&settings.id_column),
     )
-}
-
-/// `values` as a comma-separated list of SQL literals.
-fn literals(values: &[String]) -> String {
-    let mut list = String::new();
-    for (i, value) in values.iter().enumerate() {
-        let _ = write!(
-            list,
-            "{}{}",
-            if i == 0 { "" } else { ", " },
-            quote_literal(value)
-        );
-    }
-    list
 }

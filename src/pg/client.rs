@@ -20,7 +20,10 @@
 //!    ([`Established`]) that hands the established session through
 //!    unchanged, whose `channel_binding()` is the `tls-server-end-point` hash
 //!    of the server's certificate, so SCRAM-SHA-256-PLUS binds as on the
-//!    replication connection;
+//!    replication connection. Until authentication is over, the transport
+//!    notes how far it got (`client/transport.rs`), so that a refused
+//!    bound exchange is told apart from a refused login by the protocol
+//!    state, as on the replication connection;
 //! 3. the connection future runs on its own task until the client is
 //!    dropped or the server goes away; requests made after that fail with a
 //!    closed-connection error, which is transient.
@@ -49,6 +52,10 @@ use super::auth::{SessionKind, startup_error};
 use super::conninfo::{ChannelBinding, Conninfo, Endpoint};
 use super::error::{PgError, ServerError};
 use super::socket::{self, Socket};
+
+mod transport;
+
+use transport::{SASL_ASKED, SASL_FINAL, Seen, Transport};
 
 /// An authenticated ordinary session (no walsender): tokio-postgres's
 /// [`Client`] (through `Deref`), the endpoint it reached, and the task that
@@ -140,7 +147,7 @@ async fn connect_to(
     endpoint: &Endpoint,
     settings: &ConnectSettings,
     target: &str,
-) -> Result<(Client, Connection<Socket, Bound>), PgError> {
+) -> Result<(Client, Connection<Transport, Bound>), PgError> {
     let conninfo = &settings.conninfo;
     let socket = socket::open(endpoint, &conninfo.tls, target).await?;
     let end_point = match &socket {
@@ -176,10 +183,18 @@ async fn connect_to(
     };
     let can_bind = binding.is_some();
     let config = session_config(conninfo, &settings.application_name, binding.is_some());
+    let (transport, seen) = Transport::new(socket);
     config
-        .connect_raw(socket, Established { binding })
+        .connect_raw(transport, Established { binding })
         .await
-        .map_err(|e| connect_error(e, conninfo, target, can_bind))
+        .map_err(|e| connect_error(e, conninfo, target, can_bind && refused_in_sasl(&seen)))
+}
+
+/// Whether the server refused after asking for SASL and before its SCRAM
+/// proof: where it checks the channel binding data.
+fn refused_in_sasl(seen: &Seen) -> bool {
+    let seen = seen.load(std::sync::atomic::Ordering::Relaxed);
+    seen & SASL_ASKED != 0 && seen & SASL_FINAL == 0
 }
 
 /// tokio-postgres's settings for the startup: who, where, which name, and
@@ -245,12 +260,12 @@ struct Established {
     binding: Option<Vec<u8>>,
 }
 
-impl TlsConnect<Socket> for Established {
+impl TlsConnect<Transport> for Established {
     type Stream = Bound;
     type Error = io::Error;
     type Future = std::future::Ready<Result<Bound, io::Error>>;
 
-    fn connect(self, socket: Socket) -> Self::Future {
+    fn connect(self, socket: Transport) -> Self::Future {
         std::future::ready(Ok(Bound {
             socket,
             binding: self.binding,
@@ -261,7 +276,7 @@ impl TlsConnect<Socket> for Established {
 /// An established TLS transport and its `tls-server-end-point` data (none
 /// with `channel_binding=disable`).
 struct Bound {
-    socket: Socket,
+    socket: Transport,
     binding: Option<Vec<u8>>,
 }
 
@@ -306,7 +321,7 @@ impl tokio::io::AsyncWrite for Bound {
 /// ordinary statements (`IF NOT EXISTS` skipped, ...): debug, as the simple
 /// query path ignored them. The end of the connection shows to the client as
 /// a closed-connection error on its next request.
-async fn drive(mut connection: Connection<Socket, Bound>, target: String) {
+async fn drive(mut connection: Connection<Transport, Bound>, target: String) {
     let ended = std::future::poll_fn(|cx| {
         loop {
             match connection.poll_message(cx) {
@@ -325,10 +340,11 @@ async fn drive(mut connection: Connection<Socket, Bound>, target: String) {
     }
 }
 
-/// A failed connect: the server's refusal classified as the replication
-/// connection's startup classifies it (a wrong password names the role, a
-/// missing database the dbname), tokio-postgres's own refusals as the
-/// relay's errors for the same situation.
+/// A failed connect (`bound`: see [`refused_in_sasl`]): the server's
+/// refusal classified as the replication connection's startup classifies
+/// it (a wrong password names the role, a missing database the dbname),
+/// tokio-postgres's own refusals as the relay's errors for the same
+/// situation.
 fn connect_error(
     e: tokio_postgres::Error,
     conninfo: &Conninfo,
@@ -337,13 +353,16 @@ fn connect_error(
 ) -> PgError {
     if let Some(db) = e.as_db_error() {
         let server = server_error(db);
-        // A bound exchange refused: PostgreSQL's "SCRAM channel binding
-        // check failed" (28000) or a malformed binding (08P01). 28000 is
-        // also "no pg_hba.conf entry", told apart by the message.
+        // `bound`: the exchange could bind and the server refused it
+        // before its proof. PostgreSQL's "SCRAM channel binding check
+        // failed" (28000), or, after `y,,`, "channel binding negotiation
+        // error" (the server does offer PLUS: someone took it off the
+        // list); 08P01 for a malformed binding. A wrong password is 28P01.
         if bound
-            && (server.sqlstate() == SqlState::PROTOCOL_VIOLATION
-                || (server.sqlstate() == SqlState::INVALID_AUTHORIZATION_SPECIFICATION
-                    && server.message.contains("channel binding")))
+            && matches!(
+                server.sqlstate(),
+                SqlState::INVALID_AUTHORIZATION_SPECIFICATION | SqlState::PROTOCOL_VIOLATION
+            )
         {
             return PgError::ChannelBinding {
                 target: target.to_owned(),

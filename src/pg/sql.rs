@@ -116,12 +116,6 @@ impl SqlConnection {
         simple_query(&mut self.socket, sql, &self.target, action).await
     }
 
-    /// The socket, for the catalog checks that run on either kind of
-    /// connection.
-    pub(crate) fn socket_mut(&mut self) -> &mut FramedSocket {
-        &mut self.socket
-    }
-
     /// The endpoint connected to, for errors (no credentials in it).
     pub fn target(&self) -> &str {
         &self.target

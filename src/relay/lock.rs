@@ -43,7 +43,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, timeout_at};
 
-use crate::pg::{Endpoint, ErrorKind, PgError, SqlConnection};
+use crate::pg::{Endpoint, ErrorKind, PgClient, PgError};
 
 use crate::replication::ReplicationSettings;
 
@@ -152,8 +152,9 @@ pub struct HeldLock {
 
 impl Drop for HeldLock {
     fn drop(&mut self) {
-        // The task owns the session: aborting it closes the socket, and
-        // the server releases the lock.
+        // The task owns the session: aborting it drops the client, whose
+        // connection then says goodbye and closes, and the server releases
+        // the lock.
         self.renewer.abort();
     }
 }
@@ -189,7 +190,7 @@ impl HeldLock {
 /// so that a standby's try is one query, not a new connection each time.
 #[derive(Default)]
 pub struct Candidate {
-    session: Option<SqlConnection>,
+    session: Option<PgClient>,
 }
 
 impl Candidate {
@@ -211,19 +212,17 @@ impl Candidate {
             slot: slot.clone(),
             source,
         };
-        let mut session = match self.session.take() {
+        let session = match self.session.take() {
             Some(session) => session,
             None => open(replication, settings).await?,
         };
         let sent = Instant::now();
-        let rows = session
-            .query(
-                &format!("SELECT pg_try_advisory_lock({})", lock_key(slot)),
-                "trying the relay lock",
-            )
+        let granted: bool = session
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&lock_key(slot)])
             .await
-            .map_err(wrap)?;
-        if !is_true(&rows) {
+            .and_then(|row| row.try_get(0))
+            .map_err(|e| wrap(session.error("trying the relay lock", e)))?;
+        if !granted {
             self.session = Some(session);
             return Ok(None);
         }
@@ -231,20 +230,16 @@ impl Candidate {
         // at most a quarter lease so the first renewal stays in time. One
         // that takes longer to exit is found busy by the stream, which
         // retries.
-        let evict = format!(
-            "SELECT active_pid, pg_terminate_backend(active_pid, {}) FROM pg_replication_slots \
-             WHERE slot_name = {} AND active_pid IS NOT NULL",
-            settings.margin().as_millis(),
-            postgres_protocol::escape::escape_literal(slot)
-        );
-        match timeout_at(
-            sent + settings.margin(),
-            session.query(&evict, "ending the slot's previous reader"),
-        )
-        .await
-        {
-            Ok(Ok(rows)) => {
-                if let Some(pid) = rows.first().and_then(|row| row.first().cloned().flatten()) {
+        let evict = "SELECT active_pid, pg_terminate_backend(active_pid, $1) \
+                     FROM pg_replication_slots WHERE slot_name = $2 AND active_pid IS NOT NULL";
+        let wait_ms = i64::try_from(settings.margin().as_millis()).unwrap_or(i64::MAX);
+        let evicted = async {
+            let rows = session.query(evict, &[&wait_ms, slot]).await?;
+            rows.first().map(|row| row.try_get::<_, i32>(0)).transpose()
+        };
+        match timeout_at(sent + settings.margin(), evicted).await {
+            Ok(Ok(pid)) => {
+                if let Some(pid) = pid {
                     tracing::warn!(
                         slot,
                         pid,
@@ -256,6 +251,7 @@ impl Candidate {
             // Not allowed to signal it (another role), or the query failed:
             // the stream waits for the slot as without the lock.
             Ok(Err(e)) => {
+                let e = session.error("ending the slot's previous reader", e);
                 tracing::warn!(slot, error = %e, "could not end the slot's previous reader");
             }
             Err(_) => {
@@ -283,21 +279,22 @@ impl Candidate {
 async fn open(
     replication: &ReplicationSettings,
     settings: LockSettings,
-) -> Result<SqlConnection, LockError> {
+) -> Result<PgClient, LockError> {
     let slot = &replication.slot;
-    let mut session = SqlConnection::connect_normal(&replication.connection)
+    let session = PgClient::connect(&replication.connection)
         .await
         .map_err(|source| LockError::Connection {
             slot: slot.clone(),
             source,
         })?;
-    let lease_ms = settings.lease.as_millis();
+    let lease_ms = settings.lease.as_millis().to_string();
     match session
-        .query(
-            &format!("SET idle_session_timeout = {lease_ms}"),
-            "setting the relay lock's lease",
+        .execute(
+            "SELECT set_config('idle_session_timeout', $1, false)",
+            &[&lease_ms],
         )
         .await
+        .map_err(|e| session.error("setting the relay lock's lease", e))
     {
         Ok(_) => Ok(session),
         // 42704: unrecognized configuration parameter (before 14).
@@ -314,14 +311,10 @@ async fn open(
     }
 }
 
-fn is_true(rows: &[Vec<Option<String>>]) -> bool {
-    matches!(rows, [row] if row.first().is_some_and(|v| v.as_deref() == Some("t")))
-}
-
 /// Renews the lease until a renewal fails or does not come back in time;
 /// then says the lock is lost and ends (closing the session).
 async fn renew(
-    mut session: SqlConnection,
+    session: PgClient,
     settings: LockSettings,
     mut sent: Instant,
     lost: watch::Sender<bool>,
@@ -331,14 +324,10 @@ async fn renew(
     loop {
         tokio::time::sleep_until((sent + settings.renew_every()).min(valid_until)).await;
         sent = Instant::now();
-        match timeout_at(
-            valid_until,
-            session.query("SELECT 1", "renewing the relay lock"),
-        )
-        .await
-        {
+        match timeout_at(valid_until, session.simple_query("SELECT 1")).await {
             Ok(Ok(_)) => valid_until = sent + settings.valid_for(),
             Ok(Err(e)) => {
+                let e = session.error("renewing the relay lock", e);
                 tracing::warn!(slot, error = %e, "the relay lock's session failed: the lock is lost");
                 break;
             }

@@ -44,7 +44,7 @@ use crate::cleanup::Deleter;
 use crate::metrics::Health;
 use crate::parking::Head;
 use crate::parking::writer::{Writer, WriterSettings};
-use crate::pg::SqlConnection;
+use crate::pg::PgClient;
 use crate::replication::{OutboxTable, ReplicationSettings, ReplicationStream};
 use crate::sink::http::dispatch::Dispatch;
 use crate::sink::{DeliveryReport, KafkaSink};
@@ -89,7 +89,7 @@ pub(super) struct Session<'a> {
     /// The position last handed to the stream.
     confirmed: Lsn,
     /// For catalog look-ups of relations not known at connect.
-    catalog: Option<SqlConnection>,
+    catalog: Option<PgClient>,
     /// Counts acknowledgements for the progress line; outlives the session.
     progress: &'a mut Progress,
     /// The metrics updated for every message, held rather than looked up

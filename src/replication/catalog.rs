@@ -3,6 +3,15 @@
 //! accepts simple queries since PostgreSQL 10), and the START_REPLICATION
 //! command.
 //!
+//! Why here and not on an ordinary session with parameters: the checks
+//! read the slot the stream is about to take (active or not, its
+//! `confirmed_flush_lsn`) on the very connection and server that takes it,
+//! right before START_REPLICATION, with no second connection per connect
+//! (another login, another place to fail or to land on another host). A
+//! walsender speaks the simple query protocol only, so the names these
+//! checks compare are quoted literals: the one place the relay still writes
+//! values into SQL text.
+//!
 //! Role: turn "the stream would fail later, or worse, silently read
 //! nothing" into a fatal error up front that names the object and the fix:
 //! a missing slot is never created here, a slot whose WAL is lost is never

@@ -8,9 +8,10 @@
 //! payload upward as a [`StreamItem`], raw: transaction framing belongs to the
 //! pgoutput decoder and the assembler, not to the connection. Status updates
 //! flow back from here, carrying only what the caller [`confirmed`]. Beside
-//! the stream, on `pg`'s plain SQL sessions: which relations are the outbox
-//! (`outbox_table`), and the idle heartbeat that lets the slot advance
-//! (`heartbeat`). What stays here is what is about replication (a slot, a
+//! the stream, on `pg`'s ordinary sessions ([`crate::pg::PgClient`], on the
+//! server the stream reads): which relations are the outbox
+//! (`outbox_table`'s look-ups), and the idle heartbeat that lets the slot
+//! advance (`heartbeat`). What stays here is what is about replication (a slot, a
 //! publication, the WAL, the outbox table the stream reads); what any SQL
 //! session needs is `pg`'s.
 //!
@@ -30,10 +31,10 @@
 //!
 //! Modules, and which others each uses (no cycles; `mod` is this file,
 //! for [`ReplicationSettings`]; tests aside; `pg::…` is the client):
-//! * `outbox_table`: pg::error, pg::socket, pg::sql;
+//! * `outbox_table`: pg (its `PgClient`), pg::error, pg::socket, pg::sql;
 //! * `catalog`: mod, outbox_table, pg::error, pg::quote, pg::socket,
 //!   pg::sql (the slot and publication checks, `START_REPLICATION`);
-//! * `heartbeat`: mod, pg::error, pg::sql;
+//! * `heartbeat`: mod, pg (its `PgClient`), pg::error;
 //! * `stream`: mod, catalog, outbox_table, pg::auth, pg::conninfo,
 //!   pg::error, pg::protocol, pg::socket;
 //! * `mod`: pg (the settings hold a [`ConnectSettings`]).

@@ -23,9 +23,10 @@ use std::collections::HashSet;
 
 use postgres_protocol::escape::escape_literal;
 
+use crate::pg::PgClient;
 use crate::pg::error::PgError;
 use crate::pg::socket::FramedSocket;
-use crate::pg::sql::{SqlConnection, simple_query, unexpected_shape};
+use crate::pg::sql::{simple_query, unexpected_shape};
 
 /// The outbox table as the catalog knew it at connect.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +116,10 @@ pub fn sends_no_rows(error: &PgError, optional: bool) -> bool {
 }
 
 /// The publication's tables as OIDs (`pg_publication_tables` lists leaf
-/// partitions, or the root with `publish_via_partition_root`).
+/// partitions, or the root with `publish_via_partition_root`), the
+/// publication's name given by `publication`: a statement parameter (`$3`)
+/// on an ordinary session, a quoted literal on the replication connection,
+/// which has no parameters (it speaks the simple query protocol only).
 ///
 /// Names are joined to the catalog rather than cast to `regclass`: a cast
 /// needs USAGE on the table's schema, and a publication may hold tables of
@@ -125,8 +129,48 @@ pub fn publication_relids(publication: &str) -> String {
         "SELECT c.oid AS relid FROM pg_catalog.pg_publication_tables pt \
          JOIN pg_catalog.pg_namespace n ON n.nspname = pt.schemaname \
          JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = pt.tablename \
-         WHERE pt.pubname = {}",
-        escape_literal(publication)
+         WHERE pt.pubname = {publication}"
+    )
+}
+
+/// The values of [`resolve_sql`], as SQL expressions: quoted literals on
+/// the replication connection, parameters on an ordinary session.
+struct ResolveValues<'a> {
+    /// `false` when no OID is known, else a condition on `c.oid`.
+    by_oid: &'a str,
+    schema: &'a str,
+    name: &'a str,
+    publication: &'a str,
+}
+
+/// The statement that resolves the outbox table and checks the
+/// publication: one row of seven text columns (see [`read_resolved`]).
+fn resolve_sql(values: &ResolveValues<'_>) -> String {
+    let ResolveValues {
+        by_oid,
+        schema,
+        name,
+        publication,
+    } = values;
+    format!(
+        "WITH found AS (SELECT 0 AS preference, c.oid, n.nspname, c.relname \
+           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+           WHERE {by_oid} \
+           UNION ALL SELECT 1, c.oid, n.nspname, c.relname \
+           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+           WHERE n.nspname = {schema} AND c.relname = {name}), \
+         t AS (SELECT oid, nspname, relname FROM found ORDER BY preference LIMIT 1), \
+         tree AS (SELECT oid AS relid FROM t \
+           UNION SELECT p.relid::oid FROM t, pg_catalog.pg_partition_tree(t.oid) p), \
+         pub AS (SELECT pubinsert FROM pg_catalog.pg_publication WHERE pubname = {publication}), \
+         rels AS ({relids}) \
+         SELECT current_database()::text, (SELECT oid::text FROM t), \
+           (SELECT string_agg(relid::oid::text, ',') FROM tree), \
+           (SELECT pubinsert::text FROM pub), \
+           EXISTS (SELECT 1 FROM rels WHERE relid IN (SELECT relid FROM tree))::text, \
+           EXISTS (SELECT 1 FROM rels WHERE relid NOT IN (SELECT relid FROM tree))::text, \
+           (SELECT nspname::text || '.' || relname::text FROM t)",
+        relids = publication_relids(publication),
     )
 }
 
@@ -146,34 +190,32 @@ pub async fn resolve(
     publication: &str,
     target: &str,
 ) -> Result<OutboxTable, PgError> {
-    let (schema, name) = table;
+    // The replication connection has no statement parameters: the names
+    // go as quoted literals (an OID is a number).
     let by_oid = known_oid.map_or_else(|| "false".to_owned(), |oid| format!("c.oid = {oid}::oid"));
-    let sql = format!(
-        "WITH found AS (SELECT 0 AS preference, c.oid, n.nspname, c.relname \
-           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-           WHERE {by_oid} \
-           UNION ALL SELECT 1, c.oid, n.nspname, c.relname \
-           FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-           WHERE n.nspname = {schema_lit} AND c.relname = {name_lit}), \
-         t AS (SELECT oid, nspname, relname FROM found ORDER BY preference LIMIT 1), \
-         tree AS (SELECT oid AS relid FROM t \
-           UNION SELECT p.relid::oid FROM t, pg_catalog.pg_partition_tree(t.oid) p), \
-         pub AS (SELECT pubinsert FROM pg_catalog.pg_publication WHERE pubname = {pub_lit}), \
-         rels AS ({relids}) \
-         SELECT current_database(), (SELECT oid::text FROM t), \
-           (SELECT string_agg(relid::oid::text, ',') FROM tree), \
-           (SELECT pubinsert::text FROM pub), \
-           EXISTS (SELECT 1 FROM rels WHERE relid IN (SELECT relid FROM tree))::text, \
-           EXISTS (SELECT 1 FROM rels WHERE relid NOT IN (SELECT relid FROM tree))::text, \
-           (SELECT nspname || '.' || relname FROM t)",
-        schema_lit = escape_literal(schema),
-        name_lit = escape_literal(name),
-        pub_lit = escape_literal(publication),
-        relids = publication_relids(publication),
-    );
-    let action = "resolving the outbox table";
-    let rows = simple_query(socket, &sql, target, action).await?;
-    let row = match rows.as_slice() {
+    let sql = resolve_sql(&ResolveValues {
+        by_oid: &by_oid,
+        schema: &escape_literal(table.0),
+        name: &escape_literal(table.1),
+        publication: &escape_literal(publication),
+    });
+    let rows = simple_query(socket, &sql, target, RESOLVING).await?;
+    read_resolved(&rows, table, publication, target)
+}
+
+const RESOLVING: &str = "resolving the outbox table";
+
+/// The outbox table and the publication's verdict from [`resolve_sql`]'s
+/// row, whichever connection ran it.
+fn read_resolved(
+    rows: &[Vec<Option<String>>],
+    table: (&str, &str),
+    publication: &str,
+    target: &str,
+) -> Result<OutboxTable, PgError> {
+    let (schema, name) = table;
+    let action = RESOLVING;
+    let row = match rows {
         [row] if row.len() == 7 => row,
         _ => return Err(unexpected_shape(target, action)),
     };
@@ -223,53 +265,69 @@ pub async fn resolve(
     })
 }
 
-/// [`resolve`] on an SQL connection (either kind): the same checks and
-/// errors as at the stream's connect, for the operator commands.
+/// [`resolve`] on an ordinary session, the names as parameters: the same
+/// checks and errors as at the stream's connect, for the operator commands.
 ///
 /// # Errors
 /// As [`resolve`].
 pub async fn resolve_on(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     table: (&str, &str),
     publication: &str,
 ) -> Result<OutboxTable, PgError> {
-    let target = connection.target().to_owned();
-    resolve(connection.socket_mut(), table, None, publication, &target).await
+    let sql = resolve_sql(&ResolveValues {
+        by_oid: "false",
+        schema: "$1",
+        name: "$2",
+        publication: "$3",
+    });
+    let rows: Vec<Vec<Option<String>>> = client
+        .query(&sql, &[&table.0, &table.1, &publication])
+        .await
+        .and_then(|rows| rows.iter().map(text_columns).collect())
+        .map_err(|e| client.error(RESOLVING, e))?;
+    read_resolved(&rows, table, publication, client.target())
 }
 
-/// Asks the catalog about relation `oid` (one query on `connection`).
+/// A row whose columns are all text, as the simple query protocol gives it.
+fn text_columns(row: &tokio_postgres::Row) -> Result<Vec<Option<String>>, tokio_postgres::Error> {
+    (0..row.len()).map(|i| row.try_get(i)).collect()
+}
+
+/// Asks the catalog about relation `oid` (one query on `client`, on the
+/// server the stream reads).
 ///
 /// # Errors
 /// Transient I/O errors; a server error.
 pub async fn look_up(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     outbox: &OutboxTable,
     publication: &str,
     oid: u32,
 ) -> Result<RelationLookup, PgError> {
     let sql = format!(
-        "WITH tree AS (SELECT {root}::oid AS relid \
-           UNION SELECT p.relid::oid FROM pg_catalog.pg_partition_tree({root}::oid::regclass) p), \
+        "WITH tree AS (SELECT $1::oid AS relid \
+           UNION SELECT p.relid::oid FROM pg_catalog.pg_partition_tree($1::oid::regclass) p), \
          rels AS ({relids}) \
-         SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = {oid}::oid)::text, \
-           ({oid}::oid IN (SELECT relid FROM tree))::text, \
-           EXISTS (SELECT 1 FROM rels WHERE relid NOT IN (SELECT relid FROM tree))::text",
-        root = outbox.oid,
-        relids = publication_relids(publication),
+         SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_class WHERE oid = $2::oid), \
+           ($2::oid IN (SELECT relid FROM tree)), \
+           EXISTS (SELECT 1 FROM rels WHERE relid NOT IN (SELECT relid FROM tree))",
+        relids = publication_relids("$3"),
     );
     let action = "looking up a relation in the catalog";
-    let rows = connection.query(&sql, action).await?;
-    match rows.as_slice() {
-        [row] if row.len() == 3 => {
-            let flag = |i: usize| row[i].as_deref() == Some("true");
-            Ok(RelationLookup {
-                exists: flag(0),
-                in_outbox_tree: flag(1),
-                publication_has_other_tables: flag(2),
-            })
-        }
-        _ => Err(unexpected_shape(connection.target(), action)),
-    }
+    let row = client
+        .query_one(&sql, &[&outbox.oid, &oid, &publication])
+        .await
+        .map_err(|e| client.error(action, e))?;
+    let flag = |i: usize| row.try_get::<_, bool>(i);
+    (|| {
+        Ok(RelationLookup {
+            exists: flag(0)?,
+            in_outbox_tree: flag(1)?,
+            publication_has_other_tables: flag(2)?,
+        })
+    })()
+    .map_err(|e| client.error(action, e))
 }
 
 fn parse_oid(text: &str, target: &str, action: &'static str) -> Result<u32, PgError> {

@@ -13,7 +13,7 @@ use outbox_relay::pg::{
 use crate::support::auth::{pg_url_at, pg_url_for};
 use crate::support::services;
 use crate::support::tls::{ThrowawayCa, tls_man_in_the_middle};
-use crate::support::{env, random_name};
+use crate::support::{DEADLINE, Relay, TestOutbox, env, random_name, wait_until};
 
 fn settings(conninfo: &str) -> ConnectSettings {
     ConnectSettings::new(Conninfo::parse(conninfo).expect("conninfo"))
@@ -261,4 +261,38 @@ async fn text_parameters_take_the_inferred_type_and_arrive_intact() {
         .unwrap()
         .get(0);
     assert_eq!(lsn, "0/20");
+}
+
+/// The relay's own ordinary sessions (the relay lock, the slot-lag monitor)
+/// send the slot's name as a parameter: no statement text they ran, as
+/// `pg_stat_activity` shows it, names the slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_relays_sessions_send_the_slot_as_a_parameter() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let relay = Relay::in_process(outbox.settings());
+    let statements = async || -> Vec<(String, String)> {
+        outbox
+            .admin
+            .query(
+                "SELECT application_name, query FROM pg_stat_activity \
+                 WHERE usename = 'relay' AND backend_type = 'client backend'",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect()
+    };
+    wait_until("the monitor's first sample", DEADLINE, || async {
+        statements().await.iter().any(|(app, query)| {
+            app == "outbox-relay-monitor" && query.contains("pg_replication_slots")
+        })
+    })
+    .await;
+    for (app, query) in statements().await {
+        assert!(!query.contains(&outbox.slot), "{app}: {query}");
+    }
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
 }

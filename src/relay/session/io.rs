@@ -6,12 +6,13 @@ use tokio::task::JoinHandle;
 
 use super::{Session, SessionResult};
 use crate::metrics as m;
-use crate::pg::SqlConnection;
+use crate::pg::PgClient;
 use crate::replication::{ReplicationSettings, emit_heartbeat, look_up};
 
 impl Session<'_> {
-    /// One catalog look-up on the session's SQL connection (opened on
-    /// first use, kept for the session); `None` without an outbox table.
+    /// One catalog look-up on the session's ordinary SQL session (opened
+    /// on first use, on the server the stream reads, kept for the session);
+    /// `None` without an outbox table.
     pub(super) async fn look_up(
         &mut self,
         oid: u32,
@@ -23,7 +24,7 @@ impl Session<'_> {
             Some(connection) => connection,
             None => self
                 .catalog
-                .insert(SqlConnection::connect(&self.replication.connection).await?),
+                .insert(PgClient::connect(&self.replication.connection).await?),
         };
         let result = look_up(connection, &outbox, &self.replication.publication, oid).await;
         if result.is_err() {
