@@ -32,7 +32,7 @@ use pgoutput::lsn::Lsn;
 
 pub use store::ParkedTable;
 
-use crate::pg::{ConnectSettings, PgError, SqlConnection};
+use crate::pg::{ConnectSettings, PgClient, PgError};
 
 /// Why the parked aggregates could not be read at a session's start.
 #[derive(Debug, thiserror::Error)]
@@ -87,12 +87,8 @@ pub async fn load(
             }
         }
     };
-    let mut conn = SqlConnection::connect_normal(connection)
-        .await
-        .map_err(unavailable)?;
-    let heads = store::heads(&mut conn, table).await.map_err(unavailable)?;
-    conn.close().await;
-    Ok(heads)
+    let client = PgClient::connect(connection).await.map_err(unavailable)?;
+    store::heads(&client, table).await.map_err(unavailable)
 }
 
 /// An aggregate: events with the same `(aggregatetype, aggregateid)` keep

@@ -70,7 +70,7 @@ use serde::Serialize;
 
 use crate::config::Config;
 use crate::deadletter::{REASON_CODE_HEADER, REASON_HEADER, SOURCE_TABLE_HEADER};
-use crate::pg::SqlConnection;
+use crate::pg::PgClient;
 
 use self::kafka::DlqRecord;
 use self::table::TableName;
@@ -445,7 +445,7 @@ pub async fn gather(
     target: &AdminTarget,
     config: &Config,
     options: &DeadOptions,
-) -> (Inventory, Option<SqlConnection>) {
+) -> (Inventory, Option<PgClient>) {
     let mut inventory = Inventory {
         unattributed: options.unattributed,
         ..Inventory::default()
@@ -454,7 +454,7 @@ pub async fn gather(
     let delivery = table::delivery_table(&schema, options.delivery_table.as_deref());
     inventory.delivery_name = Some(delivery.clone());
     let mut replays: HashMap<(i32, i64), (String, String)> = HashMap::new();
-    let mut connection = match target.connect().await {
+    let connection = match target.client().await {
         Ok(c) => Some(c),
         Err(e) => {
             inventory.problems.push(format!(
@@ -465,7 +465,7 @@ pub async fn gather(
             None
         }
     };
-    if let Some(conn) = connection.as_mut() {
+    if let Some(conn) = connection.as_ref() {
         let rows = read_replay_record(conn, config, &delivery, &mut inventory).await;
         // The records of delivery-table rows, by row id.
         let mut row_records = HashMap::new();
@@ -575,7 +575,7 @@ fn scoped(records: Vec<DlqRecord>, config: &Config, inventory: &mut Inventory) -
 /// (`inventory.replay`, else why not in `inventory.replay_unusable`). A
 /// missing record is a note (init was not run): there is nothing in it.
 async fn read_replay_record(
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     config: &Config,
     delivery: &TableName,
     inventory: &mut Inventory,
@@ -682,7 +682,7 @@ pub async fn run_with(
     err: &mut dyn std::io::Write,
 ) -> bool {
     let name = request.name();
-    let (inventory, mut connection) = gather(target, config, options).await;
+    let (inventory, connection) = gather(target, config, options).await;
     for problem in &inventory.problems {
         let _ = writeln!(err, "outbox-relay dead {name}: {problem}");
     }
@@ -706,7 +706,7 @@ pub async fn run_with(
             parked::act(
                 config,
                 &inventory,
-                connection.as_mut(),
+                connection.as_ref(),
                 &ids,
                 route.as_deref(),
                 act::Action::Retry,
@@ -718,7 +718,7 @@ pub async fn run_with(
             parked::act(
                 config,
                 &inventory,
-                connection.as_mut(),
+                connection.as_ref(),
                 &ids,
                 None,
                 act::Action::Discard,
@@ -742,9 +742,8 @@ pub async fn run_with(
         );
         passed &= outcome.problems.is_empty();
     }
-    if let Some(connection) = connection {
-        connection.close().await;
-    }
+    // The session ends as the client is dropped.
+    drop(connection);
     passed
 }
 

@@ -284,11 +284,9 @@ pub async fn run(
         Some(role) => role.clone(),
         None => target.relay_role().map_err(InitError::Connect)?,
     };
-    // The catalog, the plan's steps: an ordinary session of tokio-postgres.
+    // The catalog, the replay and parking tables' facts and the plan's steps:
+    // one ordinary session of tokio-postgres, typed parameters throughout.
     let session = target.client().await.map_err(InitError::Connect)?;
-    // The replay and parking tables' facts: the simple-query session their
-    // module's statements still run on.
-    let mut connection = target.connect().await.map_err(InitError::Connect)?;
     let (schema, name) = pg.table_parts();
     let facts = facts::gather(&session, (&schema, &name), &pg.publication, &pg.slot, &role).await;
     let facts = match facts {
@@ -300,7 +298,7 @@ pub async fn run(
     };
     let replay_table = super::dead::table::replay_table(&schema);
     let replay_facts = match facts {
-        Ok(_) => super::dead::table::replay_facts(&mut connection, &replay_table, &role)
+        Ok(_) => super::dead::table::replay_facts(&session, &replay_table, &role)
             .await
             .map_err(InitError::Query),
         Err(_) => Ok(Default::default()),
@@ -313,21 +311,20 @@ pub async fn run(
                 name: parked_table.name.clone(),
             };
             let facts = super::dead::table::table_facts(
-                &mut connection,
+                &session,
                 &name,
                 &role,
                 &super::dead::parked::PRIVILEGES,
             )
             .await;
-            let usage =
-                super::dead::table::schema_usage(&mut connection, &name.schema, &role).await;
+            let usage = super::dead::table::schema_usage(&session, &name.schema, &role).await;
             facts
                 .and_then(|f| Ok((f, usage?)))
                 .map_err(InitError::Query)
         }
         Err(_) => Ok(Default::default()),
     };
-    let plan = match facts
+    let plan = facts
         .map_err(InitError::Query)
         .and_then(|f| plan(config, &f, options))
         .and_then(|mut plan| {
@@ -341,26 +338,12 @@ pub async fn run(
                 &mut plan,
             );
             Ok(plan)
-        }) {
-        Ok(plan) => plan,
-        Err(e) => {
-            connection.close().await;
-            return Err(e);
-        }
-    };
+        })?;
     // Every refusal, the checkpoint topic's too, before anything runs.
-    let topic_plan = match checkpoint::look(config)
+    let topic_plan = checkpoint::look(config)
         .await
-        .and_then(|looked| checkpoint::plan(config, looked.as_ref()))
-    {
-        Ok(topic_plan) => topic_plan,
-        Err(e) => {
-            connection.close().await;
-            return Err(e);
-        }
-    };
+        .and_then(|looked| checkpoint::plan(config, looked.as_ref()))?;
     if dry_run {
-        connection.close().await;
         let _ = write!(out, "{}", render_dry_run(&plan));
         let _ = write!(out, "{}", topic_plan.render_dry_run(config));
         let _ = write!(out, "{}", checkpoint::acl_note(config));
@@ -378,10 +361,7 @@ pub async fn run(
             Ok(done) => {
                 let _ = writeln!(out, "done: {done}");
             }
-            Err(e) => {
-                connection.close().await;
-                return Err(e);
-            }
+            Err(e) => return Err(e),
         },
     }
     let mut done: Vec<String> = Vec::new();
@@ -398,7 +378,6 @@ pub async fn run(
         // (`--dry-run` prints these same statements): run as shown.
         if let Err(e) = session.batch_execute(&step.sql).await {
             let source = session.error("running init", e);
-            connection.close().await;
             return Err(InitError::Step {
                 publication_created: done.iter().any(|d| d.starts_with("create publication")),
                 done,
@@ -409,7 +388,6 @@ pub async fn run(
         let _ = writeln!(out, "done: {}", step.summary);
         done.push(step.summary.clone());
     }
-    connection.close().await;
     if plan.steps.is_empty() {
         let _ = writeln!(out, "nothing to do: the database is set up for the relay");
     }

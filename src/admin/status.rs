@@ -479,7 +479,7 @@ async fn parked_stats(
 ) -> (Option<ParkedStats>, Option<String>) {
     let (schema, name) = config.postgres.parked_table_parts();
     let table = ParkedTable { schema, name };
-    match parking_store::stats(connection, &table).await {
+    match parking_store::stats_text(connection, &table).await {
         Ok(stats) => (Some(stats), None),
         Err(e) if e.sqlstate() == Some("42P01") => (
             None,

@@ -29,7 +29,7 @@ use super::store::{self, ParkedTable, Stats};
 use crate::backoff::{Backoff, Incident, Recovered, Still};
 use crate::events;
 use crate::metrics::{self as m, Health};
-use crate::pg::{ConnectSettings, PgError, SqlConnection};
+use crate::pg::{ConnectSettings, PgClient, PgError};
 
 /// How often the figures are read while the table can be read.
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(5);
@@ -57,9 +57,6 @@ pub fn spawn(
             conn: None,
         };
         sample(&mut source, &quoted, &health, shutdown).await;
-        if let Some(live) = source.conn.take() {
-            live.close().await;
-        }
     })
 }
 
@@ -72,16 +69,14 @@ trait Source {
 struct Table {
     connection: ConnectSettings,
     table: ParkedTable,
-    conn: Option<SqlConnection>,
+    conn: Option<PgClient>,
 }
 
 impl Source for Table {
     async fn read(&mut self) -> Result<Stats, PgError> {
         let live = match &mut self.conn {
             Some(live) => live,
-            None => self
-                .conn
-                .insert(SqlConnection::connect_normal(&self.connection).await?),
+            None => self.conn.insert(PgClient::connect(&self.connection).await?),
         };
         let stats = store::stats(live, &self.table).await;
         if stats.is_err() {

@@ -29,13 +29,14 @@
 //!   and send its event ahead of the new head.
 //! * A queue is the aggregate's EVENT and DEAD rows, in commit order; all
 //!   come after the head (the earliest dead letter heads the aggregate).
-//! * Values are quoted literals; bytes travel as hex, arrays as JSON.
+//! * Values are typed parameters (LSNs as `pg_lsn`, bytes as `bytea`, ids
+//!   as `bigint`); only the table's quoted name is in the SQL text.
 
-use postgres_protocol::escape::escape_literal;
+use tokio_postgres::types::PgLsn;
 
-use super::store::{DEAD, EVENT, ParkedTable};
+use super::store::{DEAD, EVENT, HEAD, ParkedTable, shard};
 use super::{Aggregate, Place};
-use crate::pg::{PgError, SqlConnection};
+use crate::pg::{PgClient, PgError};
 use pgoutput::lsn::Lsn;
 
 /// A live head, as `dead list` shows it.
@@ -61,56 +62,41 @@ impl LiveHead {
     }
 }
 
-fn shape(conn: &SqlConnection, action: &'static str) -> PgError {
-    PgError::Protocol {
-        target: conn.target().to_owned(),
-        action,
-        reason: "unexpected result shape".into(),
-    }
+/// The error of a statement's `action`.
+fn error(client: &PgClient, action: &'static str) -> impl Fn(tokio_postgres::Error) -> PgError {
+    move |e| PgError::client(client.target(), action, e)
 }
 
 /// Every live head, oldest first, with how many rows wait behind it.
 ///
 /// # Errors
 /// The connection's.
-pub async fn live_heads(
-    conn: &mut SqlConnection,
-    table: &ParkedTable,
-) -> Result<Vec<LiveHead>, PgError> {
-    const ACTION: &str = "reading the parked aggregates";
+pub async fn live_heads(client: &PgClient, table: &ParkedTable) -> Result<Vec<LiveHead>, PgError> {
+    let error = error(client, "reading the parked aggregates");
     let t = table.quoted();
     let sql = format!(
         "SELECT h.id, h.aggregatetype, h.aggregateid, h.event_id, coalesce(h.reason, ''), \
                 (SELECT count(*) FROM {t} q WHERE q.aggregatetype = h.aggregatetype \
                    AND q.aggregateid = h.aggregateid AND q.kind IN ('{EVENT}', '{DEAD}')), \
-                extract(epoch FROM now() - h.parked_at)::float8 \
-         FROM {t} h WHERE h.kind = 'HEAD' AND h.released_at IS NULL \
+                coalesce(extract(epoch FROM now() - h.parked_at)::float8, 0) \
+         FROM {t} h WHERE h.kind = '{HEAD}' AND h.released_at IS NULL \
          ORDER BY h.parked_at, h.id"
     );
-    let rows = conn.query(&sql, ACTION).await?;
-    let mut heads = Vec::with_capacity(rows.len());
-    for row in rows {
-        let text = |i: usize| row.get(i).cloned().flatten();
-        let (Some(id), Some(aggregatetype), Some(aggregateid), Some(event_id), Some(waiting)) = (
-            text(0).and_then(|v| v.parse().ok()),
-            text(1),
-            text(2),
-            text(3),
-            text(5).and_then(|v| v.parse().ok()),
-        ) else {
-            return Err(shape(conn, ACTION));
-        };
-        heads.push(LiveHead {
-            row: id,
-            aggregatetype,
-            aggregateid,
-            event_id,
-            reason: text(4).unwrap_or_default(),
-            waiting,
-            age_seconds: text(6).and_then(|v| v.parse().ok()).unwrap_or(0.0),
-        });
-    }
-    Ok(heads)
+    let rows = client.query(&sql, &[]).await.map_err(&error)?;
+    rows.iter()
+        .map(|row| {
+            Ok(LiveHead {
+                row: row.try_get(0)?,
+                aggregatetype: row.try_get(1)?,
+                aggregateid: row.try_get(2)?,
+                event_id: row.try_get(3)?,
+                reason: row.try_get(4)?,
+                waiting: row.try_get(5)?,
+                age_seconds: row.try_get(6)?,
+            })
+        })
+        .collect::<Result<_, tokio_postgres::Error>>()
+        .map_err(error)
 }
 
 /// The locked head: where its dead letter stands, and whose shard it is.
@@ -128,23 +114,29 @@ pub struct Locked {
 /// # Errors
 /// The connection's.
 pub async fn lock_head(
-    conn: &mut SqlConnection,
+    client: &PgClient,
     table: &ParkedTable,
     row: i64,
     event_id: &str,
 ) -> Result<Option<Locked>, PgError> {
+    let error = error(client, "locking a parked head");
     let sql = format!(
-        "SELECT commit_lsn::text, shard FROM {t} WHERE id = {row} AND kind = 'HEAD' \
-         AND released_at IS NULL AND event_id = {id} FOR UPDATE",
+        "SELECT commit_lsn, shard FROM {t} WHERE id = $1 AND kind = '{HEAD}' \
+         AND released_at IS NULL AND event_id = $2 FOR UPDATE",
         t = table.quoted(),
-        id = escape_literal(event_id)
     );
-    let rows = conn.query(&sql, "locking a parked head").await?;
-    Ok(rows.first().and_then(|r| {
-        Some(Locked {
-            commit_lsn: r.first()?.as_deref()?.parse().ok()?,
-            shard: r.get(1)?.as_deref()?.parse().ok()?,
-        })
+    let Some(locked) = client
+        .query_opt(&sql, &[&row, &event_id])
+        .await
+        .map_err(&error)?
+    else {
+        return Ok(None);
+    };
+    let commit_lsn: PgLsn = locked.try_get(0).map_err(&error)?;
+    let shard: i32 = locked.try_get(1).map_err(&error)?;
+    Ok(u32::try_from(shard).ok().map(|shard| Locked {
+        commit_lsn: Lsn(u64::from(commit_lsn)),
+        shard,
     }))
 }
 
@@ -153,19 +145,21 @@ pub async fn lock_head(
 ///
 /// # Errors
 /// The connection's.
-pub async fn slot_confirmed(conn: &mut SqlConnection, slot: &str) -> Result<Option<Lsn>, PgError> {
-    let sql = format!(
-        "SELECT confirmed_flush_lsn::text FROM pg_catalog.pg_replication_slots \
-         WHERE slot_name = {}",
-        escape_literal(slot)
-    );
-    let rows = conn
-        .query(&sql, "reading the slot's confirmed position")
-        .await?;
-    Ok(rows
-        .first()
-        .and_then(|r| r.first().cloned().flatten())
-        .and_then(|v| v.parse().ok()))
+pub async fn slot_confirmed(client: &PgClient, slot: &str) -> Result<Option<Lsn>, PgError> {
+    let error = error(client, "reading the slot's confirmed position");
+    let row = client
+        .query_opt(
+            "SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots \
+             WHERE slot_name = $1::text",
+            &[&slot],
+        )
+        .await
+        .map_err(&error)?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let confirmed: Option<PgLsn> = row.try_get(0).map_err(error)?;
+    Ok(confirmed.map(|lsn| Lsn(u64::from(lsn))))
 }
 
 /// What a queued row is.
@@ -199,7 +193,7 @@ pub struct Queued {
 /// # Errors
 /// The connection's; a row that does not read back.
 pub async fn next_batch(
-    conn: &mut SqlConnection,
+    client: &PgClient,
     table: &ParkedTable,
     aggregate: &Aggregate,
     limit: usize,
@@ -207,57 +201,51 @@ pub async fn next_batch(
     const ACTION: &str = "reading a parked queue";
     let sql = format!(
         "SELECT id, kind, event_id, coalesce(reason, ''), coalesce(sink, ''), topic, \
-                encode(record_key, 'hex'), array_to_json(coalesce(header_names, '{{}}'))::text, \
-                (SELECT coalesce(json_agg(encode(v, 'hex') ORDER BY o), '[]')::text \
-                   FROM unnest(header_values) WITH ORDINALITY u(v, o)), \
-                encode(coalesce(body, ''::bytea), 'hex'), commit_lsn::text AS lsn_text, position \
-         FROM {t} q WHERE aggregatetype = {at} AND aggregateid = {ai} \
-           AND kind IN ('{EVENT}', '{DEAD}') ORDER BY q.commit_lsn, q.position LIMIT {limit}",
+                record_key, coalesce(header_names, '{{}}'), coalesce(header_values, '{{}}'), \
+                coalesce(body, ''::bytea), commit_lsn, position \
+         FROM {t} q WHERE aggregatetype = $1 AND aggregateid = $2 \
+           AND kind IN ('{EVENT}', '{DEAD}') ORDER BY q.commit_lsn, q.position LIMIT $3",
         t = table.quoted(),
-        at = escape_literal(&aggregate.aggregate_type),
-        ai = escape_literal(&aggregate.aggregate_id),
     );
-    let rows = conn.query(&sql, ACTION).await?;
+    let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+    let rows = client
+        .query(
+            &sql,
+            &[&aggregate.aggregate_type, &aggregate.aggregate_id, &limit],
+        )
+        .await
+        .map_err(error(client, ACTION))?;
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let text = |i: usize| row.get(i).cloned().flatten();
         let parsed = (|| {
-            let id: i64 = text(0)?.parse().ok()?;
-            let kind = match text(1)?.as_str() {
+            let kind = match row.try_get::<_, &str>(1).ok()? {
                 EVENT => Kind::Event,
                 DEAD => Kind::Dead,
                 _ => return None,
             };
-            let names: Vec<String> = serde_json::from_str(&text(7)?).ok()?;
-            let values: Vec<String> = serde_json::from_str(&text(8)?).ok()?;
+            let names: Vec<String> = row.try_get(7).ok()?;
+            let values: Vec<Vec<u8>> = row.try_get(8).ok()?;
             if names.len() != values.len() {
                 return None;
             }
-            let headers = names
-                .into_iter()
-                .zip(values)
-                .map(|(n, v)| Some((n, hex::decode(v).ok()?)))
-                .collect::<Option<Vec<_>>>()?;
+            let commit_lsn: PgLsn = row.try_get(10).ok()?;
             Some(Queued {
-                id,
+                id: row.try_get(0).ok()?,
                 place: Place {
-                    commit_lsn: text(10)?.parse().ok()?,
-                    position: text(11)?.parse().ok()?,
+                    commit_lsn: Lsn(u64::from(commit_lsn)),
+                    position: u64::try_from(row.try_get::<_, i64>(11).ok()?).ok()?,
                 },
                 kind,
-                event_id: text(2)?,
-                reason: text(3).unwrap_or_default(),
-                sink: text(4).unwrap_or_default(),
-                topic: text(5),
-                key: match text(6) {
-                    Some(k) => Some(hex::decode(k).ok()?),
-                    None => None,
-                },
-                headers,
-                body: hex::decode(text(9)?).ok()?,
+                event_id: row.try_get(2).ok()?,
+                reason: row.try_get(3).ok()?,
+                sink: row.try_get(4).ok()?,
+                topic: row.try_get(5).ok()?,
+                key: row.try_get(6).ok()?,
+                headers: names.into_iter().zip(values).collect(),
+                body: row.try_get(9).ok()?,
             })
         })();
-        out.push(parsed.ok_or_else(|| shape(conn, ACTION))?);
+        out.push(parsed.ok_or_else(|| crate::pg::sql::unexpected_shape(client.target(), ACTION))?);
     }
     Ok(out)
 }
@@ -266,89 +254,83 @@ pub async fn next_batch(
 ///
 /// # Errors
 /// The connection's.
-pub async fn delete(
-    conn: &mut SqlConnection,
-    table: &ParkedTable,
-    ids: &[i64],
-) -> Result<(), PgError> {
+pub async fn delete(client: &PgClient, table: &ParkedTable, ids: &[i64]) -> Result<(), PgError> {
     if ids.is_empty() {
         return Ok(());
     }
-    let ids: Vec<String> = ids.iter().map(i64::to_string).collect();
     let sql = format!(
-        "DELETE FROM {t} WHERE id = ANY(ARRAY[{}]::bigint[])",
-        ids.join(", "),
+        "DELETE FROM {t} WHERE id = ANY($1::int8[])",
         t = table.quoted()
     );
-    conn.query(&sql, "deleting released rows").await.map(|_| ())
+    client
+        .execute(&sql, &[&ids])
+        .await
+        .map_err(error(client, "deleting released rows"))?;
+    Ok(())
 }
 
 /// Marks the head row `row` released: its aggregate is live again.
 ///
 /// # Errors
 /// The connection's.
-pub async fn release(
-    conn: &mut SqlConnection,
-    table: &ParkedTable,
-    row: i64,
-) -> Result<(), PgError> {
+pub async fn release(client: &PgClient, table: &ParkedTable, row: i64) -> Result<(), PgError> {
     let sql = format!(
-        "UPDATE {t} SET released_at = now() WHERE id = {row}",
+        "UPDATE {t} SET released_at = now() WHERE id = $1",
         t = table.quoted()
     );
-    conn.query(&sql, "releasing a parked head")
+    client
+        .execute(&sql, &[&row])
         .await
-        .map(|_| ())
+        .map_err(error(client, "releasing a parked head"))?;
+    Ok(())
 }
 
 /// Makes the DEAD row `dead` the head of its aggregate, in place of the
 /// locked head row `head` (see the module header): the head row takes the
 /// DEAD row's dead letter, the DEAD row becomes the released tombstone of
-/// the head's. The head's place goes through a negative position first: a
-/// place is unique, checked row by row.
+/// the head's. The two rows swap their dead letters (event id, reason,
+/// shard, place, parked_at) in one statement, each reading the other's as
+/// it was before it, with the places negated: a place is unique, checked
+/// row by row, so they pass through positions no event has, and the next
+/// statement turns them back.
 ///
 /// # Errors
 /// The connection's; either row missing.
 pub async fn promote(
-    conn: &mut SqlConnection,
+    client: &PgClient,
     table: &ParkedTable,
     head: i64,
     dead: i64,
 ) -> Result<(), PgError> {
     const ACTION: &str = "making a DEAD row the head";
     let t = table.quoted();
-    let read = format!(
-        "SELECT id, event_id, coalesce(reason, ''), shard, commit_lsn::text, position, \
-                parked_at::text FROM {t} WHERE id IN ({head}, {dead})"
+    let error = error(client, ACTION);
+    let swap = format!(
+        "UPDATE {t} AS x SET event_id = o.event_id, reason = o.reason, shard = o.shard, \
+                commit_lsn = o.commit_lsn, position = -1 - o.position, parked_at = o.parked_at \
+         FROM {t} AS o \
+         WHERE x.id IN ($1, $2) AND o.id IN ($1, $2) AND o.id <> x.id"
     );
-    let rows = conn.query(&read, ACTION).await?;
-    let values = |id: i64| -> Option<String> {
-        let row = rows
-            .iter()
-            .find(|r| r.first().cloned().flatten() == Some(id.to_string()))?;
-        let text = |i: usize| row.get(i).cloned().flatten();
-        Some(format!(
-            "event_id = {}, reason = {}, shard = {}, commit_lsn = {}::pg_lsn, position = {}, \
-             parked_at = {}::timestamptz",
-            escape_literal(&text(1)?),
-            escape_literal(&text(2)?),
-            text(3)?.parse::<i64>().ok()?,
-            escape_literal(&text(4)?),
-            text(5)?.parse::<i64>().ok()?,
-            escape_literal(&text(6)?),
-        ))
-    };
-    let (Some(of_head), Some(of_dead)) = (values(head), values(dead)) else {
-        return Err(shape(conn, ACTION));
-    };
-    let steps = format!(
-        "UPDATE {t} SET position = -1 - position WHERE id = {head}; \
-         UPDATE {t} SET kind = 'HEAD', released_at = now(), {of_head}, sink = NULL, \
-                topic = NULL, record_key = NULL, header_names = NULL, header_values = NULL, \
-                body = NULL WHERE id = {dead}; \
-         UPDATE {t} SET {of_dead} WHERE id = {head}"
+    if client
+        .execute(&swap, &[&head, &dead])
+        .await
+        .map_err(&error)?
+        != 2
+    {
+        return Err(crate::pg::sql::unexpected_shape(client.target(), ACTION));
+    }
+    let restore = format!("UPDATE {t} SET position = -1 - position WHERE id IN ($1, $2)");
+    client
+        .execute(&restore, &[&head, &dead])
+        .await
+        .map_err(&error)?;
+    let tombstone = format!(
+        "UPDATE {t} SET kind = '{HEAD}', released_at = now(), sink = NULL, topic = NULL, \
+                record_key = NULL, header_names = NULL, header_values = NULL, body = NULL \
+         WHERE id = $1"
     );
-    conn.query(&steps, ACTION).await.map(|_| ())
+    client.execute(&tombstone, &[&dead]).await.map_err(error)?;
+    Ok(())
 }
 
 /// Deletes the released heads of shard `shard`, read through `slot`, that
@@ -359,23 +341,19 @@ pub async fn promote(
 /// # Errors
 /// The connection's.
 pub async fn forget_tombstones(
-    conn: &mut SqlConnection,
+    client: &PgClient,
     table: &ParkedTable,
     (shard, slot): (u32, &str),
 ) -> Result<u64, PgError> {
     let sql = format!(
-        "WITH gone AS (DELETE FROM {t} WHERE kind = 'HEAD' AND released_at IS NOT NULL \
-           AND shard = {shard} \
+        "DELETE FROM {t} WHERE kind = '{HEAD}' AND released_at IS NOT NULL \
+           AND shard = $1 \
            AND commit_lsn < (SELECT confirmed_flush_lsn FROM pg_catalog.pg_replication_slots \
-                             WHERE slot_name = {slot}) RETURNING 1) \
-         SELECT count(*) FROM gone",
+                             WHERE slot_name = $2::text)",
         t = table.quoted(),
-        slot = escape_literal(slot)
     );
-    let rows = conn.query(&sql, "forgetting released heads").await?;
-    Ok(rows
-        .first()
-        .and_then(|r| r.first().cloned().flatten())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0))
+    client
+        .execute(&sql, &[&self::shard(shard), &slot])
+        .await
+        .map_err(error(client, "forgetting released heads"))
 }

@@ -22,7 +22,7 @@ use super::store::{self, ParkedTable};
 use super::{Report, Request};
 use crate::backoff::{Backoff, Incident};
 use crate::events;
-use crate::pg::{ConnectSettings, SqlConnection};
+use crate::pg::{ConnectSettings, PgClient};
 
 /// Requests committed in one transaction, at most.
 const BATCH: usize = 512;
@@ -84,7 +84,7 @@ async fn run<T>(
     mut inbox: mpsc::UnboundedReceiver<(Request, T)>,
     outbox: mpsc::UnboundedSender<Report<T>>,
 ) {
-    let mut conn: Option<SqlConnection> = None;
+    let mut conn: Option<PgClient> = None;
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 3);
     let mut incident = Incident::default();
     // A batch's requests and tags apart: the requests go to every try of
@@ -109,12 +109,12 @@ async fn run<T>(
         let outcomes = loop {
             let result = match conn.take() {
                 Some(c) => Ok(c),
-                None => SqlConnection::connect_normal(&settings.connection).await,
+                None => PgClient::connect(&settings.connection).await,
             };
             let error = match result {
-                Ok(mut c) => {
+                Ok(c) => {
                     match store::write(
-                        &mut c,
+                        &c,
                         &settings.table,
                         settings.shard,
                         &settings.sinks,

@@ -1072,16 +1072,27 @@ async fn a_retry_killed_while_the_broker_has_not_taken_the_events_loses_none() {
         .spawn()
         .expect("start dead retry");
     // Its claim: a session in a transaction, holding the dead letters'
-    // locks, whose last statement read their records.
+    // advisory locks (the five letters are offsets 0 to 4 of partition 0;
+    // their topic is named only in the statements' parameters).
     let claiming = || {
+        use outbox_relay::admin::dead::table::{LOCK_CLASS, lock_keys};
         let admin = &outbox.admin;
-        let like = format!("%{}%", outbox.dlq_topic);
+        let places: Vec<_> = (0..5).map(|o| (outbox.dlq_topic.clone(), 0, o)).collect();
+        // pg_locks shows a key as the oid of its 32 bits.
+        let keys: Vec<i64> = lock_keys(&places)
+            .into_iter()
+            .map(|k| i64::from(k as u32))
+            .collect();
+        let class = i64::from(LOCK_CLASS as u32);
         async move {
             admin
                 .query_one(
-                    "SELECT count(*) FROM pg_stat_activity \
-                     WHERE state = 'idle in transaction' AND query LIKE $1",
-                    &[&like],
+                    "SELECT count(DISTINCT a.pid) FROM pg_stat_activity a \
+                     JOIN pg_locks l ON l.pid = a.pid \
+                     WHERE a.state = 'idle in transaction' AND l.locktype = 'advisory' \
+                       AND l.granted AND l.objsubid = 2 AND l.classid::int8 = $1 \
+                       AND l.objid::int8 = ANY($2::int8[])",
+                    &[&class, &keys],
                 )
                 .await
                 .unwrap()

@@ -478,3 +478,110 @@ async fn a_hundred_thousand_events_behind_one_head_keep_memory_bounded() {
     );
     outbox.drop_all().await;
 }
+
+/// Requests per writer batch in [`writer_batch_throughput`]: the writer's
+/// largest.
+const BENCH_BATCH: usize = 512;
+
+/// A measurement, not a check: how many rows a second the parking writer's
+/// `store::write` commits in full batches of Kafka events (five headers, a
+/// 300-byte value) behind live heads, on its own connection as the relay's
+/// role. Prints the figure; fails only if a batch fails.
+#[tokio::test]
+#[ignore = "a measurement: cargo test --release --test it -- --ignored --nocapture parking::writer_batch_throughput"]
+async fn writer_batch_throughput() {
+    use outbox_relay::envelope::KafkaRecord;
+    use outbox_relay::parking::{Aggregate, Outcome, Parcel, ParkedTable, Place, Request, store};
+    use outbox_relay::pg::{ConnectSettings, Conninfo};
+
+    const BATCHES: usize = 40;
+    const AGGREGATES: usize = 8;
+    let admin = pg_admin().await;
+    let table = ParkedTable {
+        schema: "public".to_owned(),
+        name: random_name("bench_parked"),
+    };
+    admin
+        .batch_execute(&format!(
+            "{}; GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO relay",
+            table.create_sql(),
+            table.quoted()
+        ))
+        .await
+        .expect("create the parking table");
+    let settings = ConnectSettings::new(Conninfo::parse(&env("PG_RELAY_URL")).expect("conninfo"));
+    let client = outbox_relay::pg::PgClient::connect(&settings)
+        .await
+        .expect("the writer's connection");
+    let aggregate = |i: usize| Aggregate::new("order", format!("bench-{}", i % AGGREGATES));
+    let lsn = |i: usize| pgoutput::lsn::Lsn(0x1000 + i as u64);
+    let heads: Vec<Request> = (0..AGGREGATES)
+        .map(|i| Request::Head {
+            aggregate: aggregate(i),
+            event_id: format!("head-{i}"),
+            reason: "bench".to_owned(),
+            place: Place {
+                commit_lsn: lsn(0),
+                position: i as u64,
+            },
+        })
+        .collect();
+    let outcomes = store::write(&client, &table, 0, &[], &heads)
+        .await
+        .expect("park the heads");
+    assert!(outcomes.iter().all(|o| *o == Outcome::Head), "{outcomes:?}");
+    let value = vec![b'x'; 300];
+    let mut elapsed = std::time::Duration::ZERO;
+    for batch in 0..BATCHES {
+        let requests: Vec<Request> = (0..BENCH_BATCH)
+            .map(|i| {
+                let n = batch * BENCH_BATCH + i;
+                Request::Event {
+                    aggregate: aggregate(n),
+                    event_id: format!("event-{n}"),
+                    place: Place {
+                        commit_lsn: lsn(1 + batch),
+                        position: i as u64,
+                    },
+                    parcel: Parcel::Kafka(KafkaRecord {
+                        topic: "bench.order".to_owned(),
+                        key: format!("bench-{}", n % AGGREGATES).into_bytes().into(),
+                        value: value.clone().into(),
+                        headers: ["id", "source", "type", "specversion", "time"]
+                            .iter()
+                            .map(|h| ((*h).into(), format!("{h}-{n}").into_bytes().into()))
+                            .collect(),
+                    }),
+                }
+            })
+            .collect();
+        let started = Instant::now();
+        let outcomes = store::write(&client, &table, 0, &[], &requests)
+            .await
+            .expect("park a batch");
+        elapsed += started.elapsed();
+        assert!(outcomes.iter().all(|o| *o == Outcome::Parked));
+    }
+    let rows = BATCHES * BENCH_BATCH;
+    let parked: i64 = admin
+        .query_one(
+            &format!(
+                "SELECT count(*) FROM {} WHERE kind = 'EVENT'",
+                table.quoted()
+            ),
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(parked, rows as i64);
+    println!(
+        "parking-writer: {rows} rows in batches of {BENCH_BATCH}: {:.0} rows/s ({:.1} ms a batch)",
+        rows as f64 / elapsed.as_secs_f64(),
+        elapsed.as_secs_f64() * 1000.0 / BATCHES as f64
+    );
+    admin
+        .batch_execute(&format!("DROP TABLE {}", table.quoted()))
+        .await
+        .unwrap();
+}

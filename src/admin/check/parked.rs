@@ -6,14 +6,16 @@
 //! skipped under `kafka.after_dead_letter = "skip"`, which never parks.
 
 use super::Item;
+use crate::admin::AdminTarget;
 use crate::admin::dead::parked::{PRIVILEGES, parked_table};
 use crate::admin::dead::table::{self, TableName};
 use crate::config::Config;
-use crate::pg::SqlConnection;
 use crate::routes::AfterDeadLetter;
 
 /// The item; `role` is the relay's role.
-pub(super) async fn item(connection: &mut SqlConnection, config: &Config, role: &str) -> Item {
+///
+/// The catalog is asked on a session of its own ([`super::replay::session`]).
+pub(super) async fn item(target: &AdminTarget, config: &Config, role: &str) -> Item {
     const NAME: &str = "postgres.parked_table";
     let parked = parked_table(config);
     let name = TableName {
@@ -28,7 +30,11 @@ pub(super) async fn item(connection: &mut SqlConnection, config: &Config, role: 
             format!("not used: kafka.after_dead_letter = \"skip\" never parks ({shown})"),
         );
     }
-    match table::table_facts(connection, &name, role, &PRIVILEGES).await {
+    let facts = match super::replay::session(target).await {
+        Ok(client) => table::table_facts(&client, &name, role, &PRIVILEGES).await,
+        Err(e) => Err(e),
+    };
+    match facts {
         Err(e) => Item::fail(NAME, format!("could not be checked: {e}")),
         Ok(facts) if !facts.exists => Item::fail(
             NAME,

@@ -5,18 +5,25 @@
 //! the `dead` commands do, and they change nothing without it.
 
 use super::Item;
+use crate::admin::AdminTarget;
 use crate::admin::dead::table::{self, REPLAY_PRIVILEGES};
 use crate::config::Config;
-use crate::pg::SqlConnection;
+use crate::pg::{PgClient, PgError};
 
 /// The item; `role` is the relay's role.
-pub(super) async fn item(connection: &mut SqlConnection, config: &Config, role: &str) -> Item {
+///
+/// The catalog is asked on a session of its own ([`session`]).
+pub(super) async fn item(target: &AdminTarget, config: &Config, role: &str) -> Item {
     const NAME: &str = "postgres.replay_table";
     let (schema, _) = config.postgres.table_parts();
     let replay = table::replay_table(&schema);
     let shown = replay.shown();
     let wanted = REPLAY_PRIVILEGES.join(", ");
-    match table::replay_facts(connection, &replay, role).await {
+    let facts = match session(target).await {
+        Ok(client) => table::replay_facts(&client, &replay, role).await,
+        Err(e) => Err(e),
+    };
+    match facts {
         Err(e) => Item::warn(NAME, format!("could not be checked: {e}")),
         Ok(facts) if !facts.exists => Item::warn(
             NAME,
@@ -47,4 +54,22 @@ pub(super) async fn item(connection: &mut SqlConnection, config: &Config, role: 
             format!("{shown} exists; the relay role has {wanted} on it"),
         ),
     }
+}
+
+/// An ordinary session for a catalog item, its statements bounded as
+/// check's others are.
+///
+/// # Errors
+/// The connect's.
+pub(super) async fn session(target: &AdminTarget) -> Result<PgClient, PgError> {
+    let client = target.client().await?;
+    // As on check's own session: a limit that cannot be set leaves the
+    // server's.
+    let _ = client
+        .batch_execute(&format!(
+            "SET statement_timeout = '{}'",
+            super::STATEMENT_TIMEOUT
+        ))
+        .await;
+    Ok(client)
 }

@@ -34,7 +34,7 @@ use std::collections::HashMap;
 use super::table::{self, Place, TableName};
 use super::{Entry, Inventory, Sink, State, kafka, shown_id};
 use crate::config::Config;
-use crate::pg::{PgError, SqlConnection};
+use crate::pg::{PgClient, PgError};
 
 /// What `retry` or `discard` did.
 #[derive(Debug, Default)]
@@ -49,7 +49,7 @@ pub struct Outcome {
 pub async fn retry(
     config: &Config,
     inventory: &Inventory,
-    connection: Option<&mut SqlConnection>,
+    connection: Option<&PgClient>,
     ids: &[String],
     route: Option<&str>,
 ) -> Outcome {
@@ -60,7 +60,7 @@ pub async fn retry(
 pub async fn discard(
     config: &Config,
     inventory: &Inventory,
-    connection: Option<&mut SqlConnection>,
+    connection: Option<&PgClient>,
     ids: &[String],
 ) -> Outcome {
     act(config, inventory, connection, ids, None, Action::Discard).await
@@ -75,7 +75,7 @@ pub(super) enum Action {
 pub(super) async fn act(
     config: &Config,
     inventory: &Inventory,
-    connection: Option<&mut SqlConnection>,
+    connection: Option<&PgClient>,
     ids: &[String],
     route: Option<&str>,
     action: Action,
@@ -158,7 +158,7 @@ fn action_past(action: Action) -> &'static str {
 
 async fn act_on_rows(
     inventory: &Inventory,
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     replay: &TableName,
     rows: &[&Entry],
     action: Action,
@@ -176,17 +176,16 @@ async fn act_on_rows(
     let ids: Vec<String> = rows.iter().map(|r| r.id.clone()).collect();
     let (sql, what) = match action {
         Action::Retry => (
-            table::retry_sql(delivery, &ids),
+            table::retry_sql(delivery),
             "PENDING again, due now, attempts 0",
         ),
-        Action::Discard => (table::discard_sql(delivery, &ids), "deleted"),
+        Action::Discard => (table::discard_sql(delivery), "deleted"),
     };
     // The change and its record in one transaction: a row changed is a
     // row recorded, and a second command changing the same row waits for
     // this one's end on the row's lock, then finds it no longer DEAD.
-    let changed = match in_transaction(conn, async |conn: &mut SqlConnection| {
-        let changed =
-            table::returning(conn, &sql, "changing DEAD rows of the delivery table").await?;
+    let changed = match in_transaction(conn, async |conn: &PgClient| {
+        let changed = table::change_dead_rows(conn, &sql, &ids).await?;
         let done: Vec<&Entry> = rows
             .iter()
             .copied()
@@ -258,13 +257,13 @@ async fn act_on_rows(
 /// Runs `body` in a transaction: committed when it succeeds, rolled back
 /// when it fails (its error returned).
 async fn in_transaction<T>(
-    conn: &mut SqlConnection,
-    body: impl AsyncFnOnce(&mut SqlConnection) -> Result<T, PgError>,
+    conn: &PgClient,
+    body: impl AsyncFnOnce(&PgClient) -> Result<T, PgError>,
 ) -> Result<T, PgError> {
-    conn.query("BEGIN", "starting a transaction").await?;
+    begin(conn).await?;
     match body(conn).await {
         Ok(value) => {
-            conn.query("COMMIT", "committing").await?;
+            commit(conn).await?;
             Ok(value)
         }
         Err(e) => {
@@ -276,14 +275,28 @@ async fn in_transaction<T>(
 
 /// Ends the transaction, undoing it. A failure here is the connection's
 /// end, which undoes it too.
-async fn rollback(conn: &mut SqlConnection) {
-    let _ = conn.query("ROLLBACK", "rolling back").await;
+async fn rollback(conn: &PgClient) {
+    let _ = conn.batch_execute("ROLLBACK").await;
+}
+
+/// Starts a transaction.
+async fn begin(conn: &PgClient) -> Result<(), PgError> {
+    conn.batch_execute("BEGIN")
+        .await
+        .map_err(|e| PgError::client(conn.target(), "starting a transaction", e))
+}
+
+/// Commits the transaction.
+async fn commit(conn: &PgClient) -> Result<(), PgError> {
+    conn.batch_execute("COMMIT")
+        .await
+        .map_err(|e| PgError::client(conn.target(), "committing", e))
 }
 
 /// Records `entries` in the replay record: their open copies (a Kafka
 /// dead letter keeps its first record), or their row (its latest action).
 async fn record(
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     replay: &TableName,
     entries: &[&Entry],
     action: Action,
@@ -292,12 +305,7 @@ async fn record(
     if rows.is_empty() {
         return Ok(());
     }
-    conn.query(
-        &table::record_sql(replay, record_action(action), &rows),
-        "recording dead letters",
-    )
-    .await
-    .map(|_| ())
+    table::record(conn, replay, record_action(action), &rows).await
 }
 
 /// The replay record's name of `action`.
@@ -329,13 +337,13 @@ struct Claim<'e> {
 }
 
 /// Claims `entries` inside the caller's transaction: takes their copies'
-/// locks ([`table::lock_sql`]; waiting while another command holds one),
+/// locks ([`table::lock`]; waiting while another command holds one),
 /// then reads their records as they stand now. An entry none of whose
 /// open copies was recorded meanwhile is this command's until the
 /// transaction ends; one that was (by a command that held the locks
 /// before) is skipped, saying so.
 async fn claim<'e>(
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     replay: &TableName,
     entries: &[&'e Entry],
 ) -> Result<Claim<'e>, PgError> {
@@ -367,7 +375,7 @@ async fn claim<'e>(
 async fn act_on_letters(
     config: &Config,
     inventory: &Inventory,
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     replay: &TableName,
     letters: &[&Entry],
     action: Action,
@@ -381,12 +389,12 @@ async fn act_on_letters(
 
 /// Records the letters as discarded, those claimed (see [`claim`]).
 async fn discard_letters(
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     replay: &TableName,
     letters: &[&Entry],
     outcome: &mut Outcome,
 ) {
-    let claimed = in_transaction(conn, async |conn: &mut SqlConnection| {
+    let claimed = in_transaction(conn, async |conn: &PgClient| {
         let claim = claim(conn, replay, letters).await?;
         record(conn, replay, &claim.mine, Action::Discard).await?;
         Ok(claim)
@@ -424,7 +432,7 @@ async fn discard_letters(
 async fn retry_letters(
     config: &Config,
     inventory: &Inventory,
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     replay: &TableName,
     letters: &[&Entry],
     outcome: &mut Outcome,
@@ -456,7 +464,7 @@ async fn retry_letters(
                 .push(format!("{}: not republished: {why}", shown_id(&entry.id)));
         }
     };
-    if let Err(e) = conn.query("BEGIN", "starting a transaction").await {
+    if let Err(e) = begin(conn).await {
         not_sent(outcome, &ready, &e.to_string());
         return;
     }
@@ -499,7 +507,7 @@ async fn retry_letters(
     let entries: Vec<&Entry> = sent.iter().map(|(e, _)| *e).collect();
     let ended = async {
         record(conn, replay, &entries, Action::Retry).await?;
-        conn.query("COMMIT", "committing").await.map(|_| ())
+        commit(conn).await
     }
     .await;
     if let Err(e) = ended {

@@ -64,7 +64,7 @@ use crate::config::{Config, Delivery};
 use crate::parking::release::{self, Kind, LiveHead, Queued};
 use crate::parking::store::KAFKA_SINK;
 use crate::parking::{ParkedTable, Place};
-use crate::pg::SqlConnection;
+use crate::pg::PgClient;
 use crate::sink::http::WebhookEvent;
 use crate::sink::http::store::{self as delivery, DeliveryTable, NewRow};
 
@@ -139,7 +139,7 @@ fn shown(table: &ParkedTable) -> String {
 
 /// Reads the live heads into `inventory` (a missing table is a note: no
 /// aggregate can be parked without it).
-pub(super) async fn read(conn: &mut SqlConnection, config: &Config, inventory: &mut Inventory) {
+pub(super) async fn read(conn: &PgClient, config: &Config, inventory: &mut Inventory) {
     let parked = parked_table(config);
     let name = TableName {
         schema: parked.schema.clone(),
@@ -216,7 +216,7 @@ pub(super) fn listed<'a>(inventory: &'a Inventory, route: Option<&str>) -> Vec<&
 pub(super) async fn act(
     config: &Config,
     inventory: &Inventory,
-    mut connection: Option<&mut SqlConnection>,
+    connection: Option<&PgClient>,
     ids: &[String],
     route: Option<&str>,
     action: Action,
@@ -248,28 +248,12 @@ pub(super) async fn act(
                     deduped.push(id);
                 }
             }
-            outcome = act::act(
-                config,
-                inventory,
-                connection.as_deref_mut(),
-                &deduped,
-                None,
-                action,
-            )
-            .await;
+            outcome = act::act(config, inventory, connection, &deduped, None, action).await;
         }
     } else {
         let others: Vec<String> = ids.iter().filter(|id| !is_head(id)).cloned().collect();
         if !others.is_empty() {
-            outcome = act::act(
-                config,
-                inventory,
-                connection.as_deref_mut(),
-                &others,
-                route,
-                action,
-            )
-            .await;
+            outcome = act::act(config, inventory, connection, &others, route, action).await;
         }
     }
     for parked in heads {
@@ -282,7 +266,7 @@ pub(super) async fn act(
             let letter = act::act(
                 config,
                 inventory,
-                connection.as_deref_mut(),
+                connection,
                 std::slice::from_ref(&head.event_id),
                 None,
                 action,
@@ -316,9 +300,7 @@ pub(super) async fn act(
             ));
             continue;
         }
-        let (Some(conn), Some(table)) =
-            (connection.as_deref_mut(), inventory.parked_table.as_ref())
-        else {
+        let (Some(conn), Some(table)) = (connection, inventory.parked_table.as_ref()) else {
             outcome.problems.push(format!(
                 "{}: its parked queue cannot be released: PostgreSQL cannot be reached",
                 shown_id(&head.event_id)
@@ -352,7 +334,7 @@ fn past(action: Action) -> &'static str {
 /// (the new head). What happened goes to `outcome`.
 pub async fn release_queue(
     config: &Config,
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     table: &ParkedTable,
     head: &LiveHead,
     hooks: &Hooks,
@@ -387,7 +369,7 @@ pub async fn release_queue(
         let at = (batches, exactly_once.as_mut());
         match batch(config, conn, table, head, &aggregate, hooks, at).await {
             Err(why) => {
-                let _ = conn.query("ROLLBACK", "rolling back").await;
+                let _ = conn.batch_execute("ROLLBACK").await;
                 outcome.problems.push(format!(
                     "{id}: release stopped after {sent} event(s) sent: {why}; the rest stays \
                      parked in order: run the command again to go on"
@@ -473,7 +455,7 @@ enum Step {
 /// One batch in one transaction; on an error the caller rolls back.
 async fn batch(
     config: &Config,
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     table: &ParkedTable,
     head: &LiveHead,
     aggregate: &crate::parking::Aggregate,
@@ -481,18 +463,19 @@ async fn batch(
     (index, exactly_once): (usize, Option<&mut (exactly_once::Sender, Option<Place>)>),
 ) -> Result<Step, String> {
     let pg = |e: crate::pg::PgError| e.to_string();
-    conn.query("BEGIN", "starting a transaction")
+    let statement = |action| move |e| pg(crate::pg::PgError::client(conn.target(), action, e));
+    conn.batch_execute("BEGIN")
         .await
-        .map_err(pg)?;
+        .map_err(statement("starting a transaction"))?;
     let Some(locked) = release::lock_head(conn, table, head.row, &head.event_id)
         .await
         .map_err(pg)?
     else {
-        let _ = conn.query("ROLLBACK", "rolling back").await;
+        let _ = conn.batch_execute("ROLLBACK").await;
         return Ok(Step::Gone);
     };
     if locked.shard != config.postgres.shard {
-        let _ = conn.query("ROLLBACK", "rolling back").await;
+        let _ = conn.batch_execute("ROLLBACK").await;
         return Err(format!(
             "it is parked by shard {}'s relay: run the command with that shard's config (its \
              slot says what that relay confirmed)",
@@ -507,7 +490,7 @@ async fn batch(
         .map_err(pg)?
         .unwrap_or_default();
     if locked.commit_lsn >= confirmed {
-        let _ = conn.query("ROLLBACK", "rolling back").await;
+        let _ = conn.batch_execute("ROLLBACK").await;
         return Ok(Step::Unconfirmed(0));
     }
     if let Some(pause) = &hooks.pause {
@@ -548,7 +531,8 @@ async fn batch(
     if hooks.lose_commit_of == Some(index) {
         return Err("the batch's commit was lost (as if the command died before it)".into());
     }
-    conn.query("COMMIT", "committing").await.map_err(|e| {
+    conn.batch_execute("COMMIT").await.map_err(|e| {
+        let e = crate::pg::PgError::client(conn.target(), "committing", e);
         format!(
             "the last batch was sent but its rows could not be deleted ({e}): a new run \
              sends them again"
@@ -564,7 +548,7 @@ async fn batch(
 /// progress says are committed already are not sent again.
 async fn send(
     config: &Config,
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     events: &[Queued],
     exactly_once: Option<&mut (exactly_once::Sender, Option<Place>)>,
 ) -> Result<(), String> {
@@ -623,11 +607,7 @@ async fn send(
 }
 
 /// A parked webhook event as a PENDING row of the delivery table, due now.
-async fn to_delivery_table(
-    config: &Config,
-    conn: &mut SqlConnection,
-    event: &Queued,
-) -> Result<(), String> {
+async fn to_delivery_table(config: &Config, conn: &PgClient, event: &Queued) -> Result<(), String> {
     let sinks = config.http_sinks().map_err(|e| e.to_string())?;
     let Some(sink) = sinks.iter().find(|s| s.name == event.sink) else {
         return Err(format!(
@@ -665,7 +645,57 @@ async fn to_delivery_table(
         last_status: None,
         last_error: None,
     };
-    delivery::insert(conn, &DeliveryTable { schema, name }, &row)
+    insert_in(conn, &DeliveryTable { schema, name }, &row)
         .await
         .map_err(|e| format!("event {}: {e}", shown_id(&event.event_id)))
+}
+
+/// The delivery table's insert of `row`, inside the caller's transaction.
+// TODO(merge): the delivery table's own typed insert on a transaction
+// replaces this copy of its statement.
+async fn insert_in(
+    client: &PgClient,
+    table: &DeliveryTable,
+    row: &NewRow<'_>,
+) -> Result<(), crate::pg::PgError> {
+    let headers: serde_json::Map<String, serde_json::Value> = row
+        .event
+        .headers
+        .iter()
+        .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    let headers = serde_json::Value::Object(headers).to_string();
+    let sql = format!(
+        "INSERT INTO {t} (event_id, route, aggregate_key, status, attempts, max_attempts, \
+         next_attempt_at, last_error, last_status, headers, body, {hold}) \
+         VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp() + $7::bigint * interval '1 millisecond', \
+         $8, $9, $10::text::jsonb, $11, $12) \
+         ON CONFLICT (event_id) DO NOTHING",
+        t = table.quoted(),
+        hold = delivery::HOLD_COLUMN
+    );
+    let int4 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    let delay = i64::try_from(row.delay.as_millis()).unwrap_or(i64::MAX);
+    let body: &[u8] = row.event.body.as_ref();
+    client
+        .execute(
+            &sql,
+            &[
+                &row.event.id,
+                &row.route,
+                &row.event.key,
+                &row.status,
+                &int4(row.attempts),
+                &int4(row.max_attempts),
+                &delay,
+                &row.last_error,
+                &row.last_status.map(i32::from),
+                &headers,
+                &body,
+                &row.event.after_dead_letter.as_str(),
+            ],
+        )
+        .await
+        .map_err(|e| crate::pg::PgError::client(client.target(), "insert a webhook delivery", e))?;
+    Ok(())
 }

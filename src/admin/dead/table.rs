@@ -3,7 +3,8 @@
 //! letters.
 //!
 //! Role: the SQL text (pure, so unit tests read it) and the few statements
-//! that run it. The delivery table is the contract of `sql/outbox_delivery.sql`:
+//! that run it on a [`PgClient`]. The delivery table is the contract of
+//! `sql/outbox_delivery.sql`:
 //! `dead retry` turns a DEAD row into PENDING with no attempts and due now
 //! (the relay's retry worker picks it up), `dead discard` deletes it. A DEAD
 //! row whose `after_dead_letter` is `park` holds its aggregate's later rows:
@@ -23,8 +24,9 @@
 //! own.
 //!
 //! Invariants:
-//! * Every name and value in the SQL text is quoted (`escape_identifier`,
-//!   `escape_literal`): ids and routes come from people and from rows.
+//! * Values (ids and routes come from people and from rows) are typed
+//!   parameters, never in the SQL text; only table names are, quoted once
+//!   ([`TableName::sql`]).
 //! * A statement only touches rows whose status is DEAD, so a row the
 //!   relay is working on (PENDING, SENT) is never changed.
 //! * The commands never create the replay table (a role that may create
@@ -33,9 +35,9 @@
 //!   record is its latest action (a retried row may go DEAD again, be
 //!   retried or discarded again).
 
-use postgres_protocol::escape::escape_literal;
+use tokio_postgres::types::ToSql;
 
-use crate::pg::{PgError, SqlConnection};
+use crate::pg::{PgClient, PgError};
 
 /// The delivery table's name when the config names none.
 pub const DEFAULT_DELIVERY_TABLE: &str = "outbox_delivery";
@@ -99,16 +101,11 @@ pub fn replay_table(outbox_schema: &str) -> TableName {
     }
 }
 
-/// Whether `table` exists (as a table, view or partitioned table).
-pub fn exists_sql(table: &TableName) -> String {
-    format!(
-        "SELECT count(*) FROM pg_catalog.pg_class c \
-         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = {} AND c.relname = {} AND c.relkind IN ('r', 'p', 'v')",
-        escape_literal(&table.schema),
-        escape_literal(&table.name)
-    )
-}
+/// Whether a table exists (as a table, view or partitioned table): `$1`
+/// its schema, `$2` its name.
+pub const EXISTS_SQL: &str = "SELECT count(*) FROM pg_catalog.pg_class c \
+     JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+     WHERE n.nspname = $1::text AND c.relname = $2::text AND c.relkind IN ('r', 'p', 'v')";
 
 /// Creates the replay record if it is missing.
 pub fn create_replay_sql(table: &TableName) -> String {
@@ -125,49 +122,38 @@ pub fn create_replay_sql(table: &TableName) -> String {
     )
 }
 
-/// The replay record's rows of `dlq_topic` and of the delivery table
-/// (`delivery`, its `schema.name`): dlq_topic, partition, offset, event_id,
-/// action, at.
-pub fn replays_sql(table: &TableName, dlq_topic: &str, delivery: &str) -> String {
+/// The columns a statement on the replay record returns.
+const REPLAY_COLUMNS: &str = "dlq_topic, \"partition\", \"offset\", event_id, action, at::text";
+
+/// The replay record's rows of the dead-letter topic `$1` and of the
+/// delivery table `$2` (its `schema.name`): dlq_topic, partition, offset,
+/// event_id, action, at.
+pub fn replays_sql(table: &TableName) -> String {
     format!(
-        "SELECT dlq_topic, \"partition\", \"offset\", event_id, action, at FROM {} \
-         WHERE dlq_topic = {} OR (dlq_topic = {} AND \"partition\" = {ROW_PARTITION})",
+        "SELECT {REPLAY_COLUMNS} FROM {} \
+         WHERE dlq_topic = $1 OR (dlq_topic = $2 AND \"partition\" = {ROW_PARTITION})",
         table.sql(),
-        escape_literal(dlq_topic),
-        escape_literal(delivery)
     )
 }
 
-/// Records dead letters as `action` (`replayed` or `discarded`): a Kafka
-/// dead letter already recorded keeps its first record, a delivery-table
-/// row ([`ROW_PARTITION`]) gets this one.
-pub fn record_sql(
-    table: &TableName,
-    action: &str,
-    letters: &[(String, i32, i64, String)],
-) -> String {
-    let conflict = if letters.iter().all(|(_, p, _, _)| *p == ROW_PARTITION) {
+/// Records dead letters as `$5` (`replayed` or `discarded`), one per
+/// element of `$1` (dlq_topic), `$2` (partition), `$3` (offset), `$4`
+/// (event id): a Kafka dead letter already recorded keeps its first
+/// record, a delivery-table row ([`ROW_PARTITION`]) gets this one
+/// (`rows_only`: every letter is one).
+pub fn record_sql(table: &TableName, rows_only: bool) -> String {
+    let conflict = if rows_only {
         "ON CONFLICT (dlq_topic, \"partition\", \"offset\") DO UPDATE SET \
          event_id = excluded.event_id, action = excluded.action, at = excluded.at"
     } else {
         "ON CONFLICT DO NOTHING"
     };
-    let rows: Vec<String> = letters
-        .iter()
-        .map(|(topic, partition, offset, id)| {
-            format!(
-                "({}, {partition}, {offset}, {}, {})",
-                escape_literal(topic),
-                escape_literal(id),
-                escape_literal(action)
-            )
-        })
-        .collect();
     format!(
-        "INSERT INTO {} (dlq_topic, \"partition\", \"offset\", event_id, action) VALUES {} \
+        "INSERT INTO {} (dlq_topic, \"partition\", \"offset\", event_id, action) \
+         SELECT u.dlq_topic, u.p, u.o, u.event_id, $5 \
+         FROM unnest($1::text[], $2::int4[], $3::int8[], $4::text[]) AS u(dlq_topic, p, o, event_id) \
          {conflict}",
         table.sql(),
-        rows.join(", ")
     )
 }
 
@@ -189,99 +175,74 @@ pub fn lock_key(place: &Place) -> i32 {
     i32::from_ne_bytes(hash.to_ne_bytes())
 }
 
-/// Takes the transaction-scoped advisory locks of `places`, in one order
-/// (by key) whatever order they were given in, so two commands locking
-/// overlapping sets wait for each other instead of deadlocking. Target
-/// entries are evaluated left to right.
+/// The second keys of the advisory locks of `places`, in the one order
+/// they are taken in (ascending), each once, whatever order the places
+/// were given in: two commands locking overlapping sets then wait for each
+/// other instead of deadlocking.
+pub fn lock_keys(places: &[Place]) -> Vec<i32> {
+    let mut keys: Vec<i32> = places.iter().map(lock_key).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
+}
+
+/// Takes the transaction-scoped advisory locks `($1, key)` ([`LOCK_CLASS`])
+/// of the keys `$2`, in the array's order ([`lock_keys`]): `unnest` yields the
+/// elements in order, and the function scan calls the lock per row as it
+/// yields it.
 ///
 /// Held until the transaction ends (commit, rollback, or the session's
 /// end), they are `dead`'s claim: a second command locking a place waits,
 /// then reads the record the first one committed, or none.
-pub fn lock_sql(places: &[Place]) -> String {
-    let mut keys: Vec<i32> = places.iter().map(lock_key).collect();
-    keys.sort_unstable();
-    keys.dedup();
-    let calls: Vec<String> = keys
-        .iter()
-        .map(|key| format!("pg_catalog.pg_advisory_xact_lock({LOCK_CLASS}, {key})"))
-        .collect();
-    format!("SELECT {}", calls.join(", "))
-}
+pub const LOCK_SQL: &str = "SELECT pg_catalog.pg_advisory_xact_lock($1::int4, u.key) \
+     FROM unnest($2::int4[]) AS u(key)";
 
-/// `(dlq_topic, "partition", "offset") IN (...)` of `places`.
-fn places_in(places: &[Place]) -> String {
-    let items: Vec<String> = places
-        .iter()
-        .map(|(topic, partition, offset)| {
-            format!("({}, {partition}, {offset})", escape_literal(topic))
-        })
-        .collect();
+/// The records of the places of `$1` (dlq_topic), `$2` (partition), `$3`
+/// (offset): dlq_topic, partition, offset, event_id, action, at.
+pub fn recorded_sql(table: &TableName) -> String {
     format!(
-        "(dlq_topic, \"partition\", \"offset\") IN ({})",
-        items.join(", ")
-    )
-}
-
-/// The records of `places`: dlq_topic, partition, offset, event_id,
-/// action, at.
-pub fn recorded_sql(table: &TableName, places: &[Place]) -> String {
-    format!(
-        "SELECT dlq_topic, \"partition\", \"offset\", event_id, action, at FROM {} WHERE {}",
+        "SELECT {REPLAY_COLUMNS} FROM {} \
+         WHERE (dlq_topic, \"partition\", \"offset\") IN \
+               (SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[]))",
         table.sql(),
-        places_in(places)
     )
 }
 
-/// A literal `ARRAY[...]::text[]` of `values`.
-fn text_array(values: &[String]) -> String {
-    let items: Vec<String> = values.iter().map(|v| escape_literal(v)).collect();
-    format!("ARRAY[{}]::text[]", items.join(", "))
-}
-
-/// The DEAD rows, and the rows of ids `also` whatever their status (rows
+/// The DEAD rows, and the rows of the ids `$1` whatever their status (rows
 /// the replay record says were retried), oldest first: event_id, route,
 /// last_error, attempts, max_attempts, last_status, age in seconds, id,
 /// status.
-pub fn list_sql(table: &TableName, also: &[i64]) -> String {
-    let also: Vec<String> = also.iter().map(i64::to_string).collect();
+pub fn list_sql(table: &TableName) -> String {
     format!(
-        "SELECT event_id, route, coalesce(last_error, ''), attempts, max_attempts, \
-         last_status, extract(epoch FROM now() - created_at)::float8, id, status \
-         FROM {} WHERE status = 'DEAD' OR id = ANY(ARRAY[{}]::bigint[]) ORDER BY created_at, id",
+        "SELECT event_id, route, coalesce(last_error, ''), attempts::int8, max_attempts::int8, \
+         last_status::int8, coalesce(extract(epoch FROM now() - created_at)::float8, 0), id, \
+         status \
+         FROM {} WHERE status = 'DEAD' OR id = ANY($1::int8[]) ORDER BY created_at, id",
         table.sql(),
-        also.join(", ")
     )
 }
 
-/// Whether the replay record exists, and the privileges `role` has on it
-/// (`None` each when the table or the role does not exist), in the order
-/// of [`REPLAY_PRIVILEGES`].
-pub fn replay_facts_sql(table: &TableName, role: &str) -> String {
-    facts_sql(table, role, &REPLAY_PRIVILEGES)
-}
-
-/// Whether `table` exists, and which of `privileges` `role` has on it, in
-/// their order.
-pub fn facts_sql(table: &TableName, role: &str, privileges: &[&str]) -> String {
+/// Whether the table `$1`.`$2` exists, and whether the role `$3` has each
+/// of `privileges` on it (NULL when the table or the role does not
+/// exist), one column each, in their order: `$4`, `$5`...
+pub fn facts_sql(privileges: usize) -> String {
     // By name in the catalog, not `to_regclass`, which needs USAGE on the
     // schema: check asks as the relay role.
-    let privileges: Vec<String> = privileges
-        .iter()
-        .map(|p| {
+    let privileges: Vec<String> = (0..privileges)
+        .map(|i| {
             format!(
-                "(SELECT pg_catalog.has_table_privilege(r.oid, t.oid, '{p}') \
-                 FROM pg_catalog.pg_roles r, t WHERE r.rolname = {})",
-                escape_literal(role)
+                "(SELECT pg_catalog.has_table_privilege(r.oid, t.oid, ${}::text) \
+                 FROM pg_catalog.pg_roles r, t WHERE r.rolname = $3::text)",
+                i + 4
             )
         })
         .collect();
     format!(
         "WITH t AS (SELECT c.oid FROM pg_catalog.pg_class c \
            JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
-           WHERE n.nspname = {} AND c.relname = {} AND c.relkind IN ('r', 'p')) \
-         SELECT EXISTS (SELECT 1 FROM t), {}",
-        escape_literal(&table.schema),
-        escape_literal(&table.name),
+           WHERE n.nspname = $1::text AND c.relname = $2::text AND c.relkind IN ('r', 'p')) \
+         SELECT EXISTS (SELECT 1 FROM t){}{}",
+        if privileges.is_empty() { "" } else { ", " },
         privileges.join(", ")
     )
 }
@@ -301,11 +262,11 @@ pub struct ReplayFacts {
 /// # Errors
 /// The query fails.
 pub async fn replay_facts(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     table: &TableName,
     role: &str,
 ) -> Result<ReplayFacts, PgError> {
-    table_facts(connection, table, role, &REPLAY_PRIVILEGES).await
+    table_facts(client, table, role, &REPLAY_PRIVILEGES).await
 }
 
 /// Whether `table` exists, and which of `privileges` `role` lacks on it
@@ -314,74 +275,66 @@ pub async fn replay_facts(
 /// # Errors
 /// The query fails.
 pub async fn table_facts(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     table: &TableName,
     role: &str,
     privileges: &[&'static str],
 ) -> Result<ReplayFacts, PgError> {
-    const ACTION: &str = "looking a table up";
-    let rows = connection
-        .query(&facts_sql(table, role, privileges), ACTION)
-        .await?;
-    let Some(row) = rows.first() else {
-        return Err(shape(connection, ACTION));
-    };
-    let yes = |i: usize| row.get(i).cloned().flatten().as_deref() == Some("t");
-    Ok(ReplayFacts {
-        exists: yes(0),
-        missing: privileges
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !yes(i + 1))
-            .map(|(_, p)| *p)
-            .collect(),
-    })
+    let error = error(client, "looking a table up");
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&table.schema, &table.name, &role];
+    params.extend(privileges.iter().map(|p| p as &(dyn ToSql + Sync)));
+    let row = client
+        .query_one(&facts_sql(privileges.len()), &params)
+        .await
+        .map_err(&error)?;
+    let yes = |i: usize| row.try_get::<_, Option<bool>>(i).map(|v| v == Some(true));
+    let exists = yes(0).map_err(&error)?;
+    let mut missing = Vec::new();
+    for (i, privilege) in privileges.iter().enumerate() {
+        if !yes(i + 1).map_err(&error)? {
+            missing.push(*privilege);
+        }
+    }
+    Ok(ReplayFacts { exists, missing })
 }
 
 /// Whether `role` has USAGE on `schema` (false when either is missing).
 ///
 /// # Errors
 /// The query fails.
-pub async fn schema_usage(
-    connection: &mut SqlConnection,
-    schema: &str,
-    role: &str,
-) -> Result<bool, PgError> {
-    let sql = format!(
-        "SELECT pg_catalog.has_schema_privilege(r.oid, n.oid, 'USAGE') \
-         FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n \
-         WHERE r.rolname = {} AND n.nspname = {}",
-        escape_literal(role),
-        escape_literal(schema)
-    );
-    let rows = connection
-        .query(&sql, "looking a schema's privileges up")
-        .await?;
-    Ok(rows
-        .first()
-        .and_then(|r| r.first().cloned().flatten())
-        .as_deref()
-        == Some("t"))
+pub async fn schema_usage(client: &PgClient, schema: &str, role: &str) -> Result<bool, PgError> {
+    let error = error(client, "looking a schema's privileges up");
+    let row = client
+        .query_opt(
+            "SELECT pg_catalog.has_schema_privilege(r.oid, n.oid, 'USAGE') \
+             FROM pg_catalog.pg_roles r, pg_catalog.pg_namespace n \
+             WHERE r.rolname = $1::text AND n.nspname = $2::text",
+            &[&role, &schema],
+        )
+        .await
+        .map_err(&error)?;
+    match row {
+        None => Ok(false),
+        Some(row) => Ok(row.try_get::<_, Option<bool>>(0).map_err(error)? == Some(true)),
+    }
 }
 
-/// Turns the DEAD rows with these event ids back into due PENDING rows
+/// Turns the DEAD rows with the event ids `$1` back into due PENDING rows
 /// with no attempts; returns the event ids changed.
-pub fn retry_sql(table: &TableName, event_ids: &[String]) -> String {
+pub fn retry_sql(table: &TableName) -> String {
     format!(
         "UPDATE {} SET status = 'PENDING', attempts = 0, next_attempt_at = now() \
-         WHERE status = 'DEAD' AND event_id = ANY({}) RETURNING event_id",
+         WHERE status = 'DEAD' AND event_id = ANY($1::text[]) RETURNING event_id",
         table.sql(),
-        text_array(event_ids)
     )
 }
 
-/// Deletes the DEAD rows with these event ids; returns the event ids
+/// Deletes the DEAD rows with the event ids `$1`; returns the event ids
 /// deleted.
-pub fn discard_sql(table: &TableName, event_ids: &[String]) -> String {
+pub fn discard_sql(table: &TableName) -> String {
     format!(
-        "DELETE FROM {} WHERE status = 'DEAD' AND event_id = ANY({}) RETURNING event_id",
+        "DELETE FROM {} WHERE status = 'DEAD' AND event_id = ANY($1::text[]) RETURNING event_id",
         table.sql(),
-        text_array(event_ids)
     )
 }
 
@@ -411,25 +364,22 @@ pub struct Replay {
     pub at: String,
 }
 
-fn shape(connection: &SqlConnection, action: &'static str) -> PgError {
-    PgError::Protocol {
-        target: connection.target().to_owned(),
-        action,
-        reason: "unexpected result shape".into(),
-    }
+/// The error of a statement's `action` on `client`.
+fn error(client: &PgClient, action: &'static str) -> impl Fn(tokio_postgres::Error) -> PgError {
+    move |e| PgError::client(client.target(), action, e)
 }
 
 /// Whether `table` exists.
 ///
 /// # Errors
 /// The query fails.
-pub async fn exists(connection: &mut SqlConnection, table: &TableName) -> Result<bool, PgError> {
-    const ACTION: &str = "looking a table up";
-    let rows = connection.query(&exists_sql(table), ACTION).await?;
-    match rows.first().and_then(|r| r.first()).cloned().flatten() {
-        Some(count) => Ok(count != "0"),
-        None => Err(shape(connection, ACTION)),
-    }
+pub async fn exists(client: &PgClient, table: &TableName) -> Result<bool, PgError> {
+    let error = error(client, "looking a table up");
+    let row = client
+        .query_one(EXISTS_SQL, &[&table.schema, &table.name])
+        .await
+        .map_err(&error)?;
+    Ok(row.try_get::<_, i64>(0).map_err(error)? != 0)
 }
 
 /// The DEAD rows of the delivery table.
@@ -437,40 +387,31 @@ pub async fn exists(connection: &mut SqlConnection, table: &TableName) -> Result
 /// # Errors
 /// The query fails.
 pub async fn dead_rows(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     table: &TableName,
     also: &[i64],
 ) -> Result<Vec<DeadRow>, PgError> {
-    const ACTION: &str = "reading the DEAD rows of the delivery table";
-    let rows = connection.query(&list_sql(table, also), ACTION).await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let text = |i: usize| row.get(i).cloned().flatten();
-        let number = |i: usize| text(i).and_then(|v| v.parse::<i64>().ok());
-        let (
-            Some(event_id),
-            Some(route),
-            Some(attempts),
-            Some(max_attempts),
-            Some(id),
-            Some(status),
-        ) = (text(0), text(1), number(3), number(4), number(7), text(8))
-        else {
-            return Err(shape(connection, ACTION));
-        };
-        out.push(DeadRow {
-            event_id,
-            route,
-            last_error: text(2).unwrap_or_default(),
-            attempts,
-            max_attempts,
-            last_status: number(5),
-            age_seconds: text(6).and_then(|v| v.parse().ok()).unwrap_or(0.0),
-            id,
-            status,
-        });
-    }
-    Ok(out)
+    let error = error(client, "reading the DEAD rows of the delivery table");
+    let rows = client
+        .query(&list_sql(table), &[&also])
+        .await
+        .map_err(&error)?;
+    rows.iter()
+        .map(|row| {
+            Ok(DeadRow {
+                event_id: row.try_get(0)?,
+                route: row.try_get(1)?,
+                last_error: row.try_get(2)?,
+                attempts: row.try_get(3)?,
+                max_attempts: row.try_get(4)?,
+                last_status: row.try_get(5)?,
+                age_seconds: row.try_get(6)?,
+                id: row.try_get(7)?,
+                status: row.try_get(8)?,
+            })
+        })
+        .collect::<Result<_, tokio_postgres::Error>>()
+        .map_err(error)
 }
 
 /// The replay record of `dlq_topic` and of the delivery table `delivery`.
@@ -478,15 +419,17 @@ pub async fn dead_rows(
 /// # Errors
 /// The query fails.
 pub async fn replays(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     table: &TableName,
     dlq_topic: &str,
     delivery: &TableName,
 ) -> Result<Vec<Replay>, PgError> {
-    const ACTION: &str = "reading the replay record";
-    let sql = replays_sql(table, dlq_topic, &delivery.shown());
-    let rows = connection.query(&sql, ACTION).await?;
-    replay_rows(connection, rows, ACTION)
+    let error = error(client, "reading the replay record");
+    let rows = client
+        .query(&replays_sql(table), &[&dlq_topic, &delivery.shown()])
+        .await
+        .map_err(&error)?;
+    replay_rows(&rows).map_err(error)
 }
 
 /// The records of `places`, as they stand now.
@@ -494,88 +437,101 @@ pub async fn replays(
 /// # Errors
 /// The query fails.
 pub async fn recorded(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     table: &TableName,
     places: &[Place],
 ) -> Result<Vec<Replay>, PgError> {
-    const ACTION: &str = "reading what another command recorded";
     if places.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = connection
-        .query(&recorded_sql(table, places), ACTION)
-        .await?;
-    replay_rows(connection, rows, ACTION)
+    let error = error(client, "reading what another command recorded");
+    let topics: Vec<&str> = places.iter().map(|(t, _, _)| t.as_str()).collect();
+    let partitions: Vec<i32> = places.iter().map(|(_, p, _)| *p).collect();
+    let offsets: Vec<i64> = places.iter().map(|(_, _, o)| *o).collect();
+    let rows = client
+        .query(&recorded_sql(table), &[&topics, &partitions, &offsets])
+        .await
+        .map_err(&error)?;
+    replay_rows(&rows).map_err(error)
 }
 
-/// Takes the advisory locks of `places` ([`lock_sql`]), waiting for
-/// another command that holds one.
+/// Records `letters` (place and event id) as `action` (`replayed` or
+/// `discarded`), as [`record_sql`] says.
 ///
 /// # Errors
 /// The statement fails.
-pub async fn lock(connection: &mut SqlConnection, places: &[Place]) -> Result<(), PgError> {
+pub async fn record(
+    client: &PgClient,
+    table: &TableName,
+    action: &str,
+    letters: &[(String, i32, i64, String)],
+) -> Result<(), PgError> {
+    if letters.is_empty() {
+        return Ok(());
+    }
+    let rows_only = letters.iter().all(|(_, p, _, _)| *p == ROW_PARTITION);
+    let topics: Vec<&str> = letters.iter().map(|(t, _, _, _)| t.as_str()).collect();
+    let partitions: Vec<i32> = letters.iter().map(|(_, p, _, _)| *p).collect();
+    let offsets: Vec<i64> = letters.iter().map(|(_, _, o, _)| *o).collect();
+    let ids: Vec<&str> = letters.iter().map(|(_, _, _, id)| id.as_str()).collect();
+    client
+        .execute(
+            &record_sql(table, rows_only),
+            &[&topics, &partitions, &offsets, &ids, &action],
+        )
+        .await
+        .map_err(error(client, "recording dead letters"))?;
+    Ok(())
+}
+
+/// Takes the advisory locks of `places` ([`LOCK_SQL`], [`lock_keys`]),
+/// waiting for another command that holds one.
+///
+/// # Errors
+/// The statement fails.
+pub async fn lock(client: &PgClient, places: &[Place]) -> Result<(), PgError> {
     if places.is_empty() {
         return Ok(());
     }
-    connection
-        .query(&lock_sql(places), "locking dead letters")
+    client
+        .execute(LOCK_SQL, &[&LOCK_CLASS, &lock_keys(places)])
         .await
-        .map(|_| ())
+        .map_err(error(client, "locking dead letters"))?;
+    Ok(())
 }
 
 /// Rows of `SELECT dlq_topic, partition, offset, event_id, action, at`.
-fn replay_rows(
-    connection: &SqlConnection,
-    rows: Vec<Vec<Option<String>>>,
-    what: &'static str,
-) -> Result<Vec<Replay>, PgError> {
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let text = |i: usize| row.get(i).cloned().flatten();
-        let (
-            Some(dlq_topic),
-            Some(partition),
-            Some(offset),
-            Some(event_id),
-            Some(action),
-            Some(at),
-        ) = (
-            text(0),
-            text(1).and_then(|v| v.parse().ok()),
-            text(2).and_then(|v| v.parse().ok()),
-            text(3),
-            text(4),
-            text(5),
-        )
-        else {
-            return Err(shape(connection, what));
-        };
-        out.push(Replay {
-            dlq_topic,
-            event_id,
-            partition,
-            offset,
-            action,
-            at,
-        });
-    }
-    Ok(out)
+fn replay_rows(rows: &[tokio_postgres::Row]) -> Result<Vec<Replay>, tokio_postgres::Error> {
+    rows.iter()
+        .map(|row| {
+            Ok(Replay {
+                dlq_topic: row.try_get(0)?,
+                partition: row.try_get(1)?,
+                offset: row.try_get(2)?,
+                event_id: row.try_get(3)?,
+                action: row.try_get(4)?,
+                at: row.try_get(5)?,
+            })
+        })
+        .collect()
 }
 
-/// Runs a statement that returns one text column; its values.
+/// Changes the delivery table's DEAD rows with `event_ids` by `sql`
+/// ([`retry_sql`] or [`discard_sql`]); the event ids changed.
 ///
 /// # Errors
 /// The statement fails.
-pub async fn returning(
-    connection: &mut SqlConnection,
+pub async fn change_dead_rows(
+    client: &PgClient,
     sql: &str,
-    action: &'static str,
+    event_ids: &[String],
 ) -> Result<Vec<String>, PgError> {
-    let rows = connection.query(sql, action).await?;
-    Ok(rows
-        .into_iter()
-        .filter_map(|row| row.into_iter().next().flatten())
-        .collect())
+    let error = error(client, "changing DEAD rows of the delivery table");
+    let rows = client.query(sql, &[&event_ids]).await.map_err(&error)?;
+    rows.iter()
+        .map(|row| row.try_get(0))
+        .collect::<Result<_, tokio_postgres::Error>>()
+        .map_err(error)
 }
 
 #[cfg(test)]
@@ -601,30 +557,43 @@ mod tests {
         assert_eq!(shown(replay_table("app")), "app.outbox_dead_replay");
     }
 
+    /// Names are quoted once into the text; every value is a parameter.
     #[test]
-    fn names_and_values_are_quoted_whatever_they_hold() {
+    fn names_are_quoted_and_values_are_parameters() {
         let table = TableName {
             schema: "we\"ird".into(),
             name: "t'%".into(),
         };
         assert_eq!(table.sql(), "\"we\"\"ird\".\"t'%\"");
-        let ids = vec!["a'b".to_owned(), "c\\d".to_owned(), "é%_".to_owned()];
-        let sql = retry_sql(&table, &ids);
+        let sql = retry_sql(&table);
         assert!(
-            sql.contains("ARRAY['a''b',  E'c\\\\d', 'é%_']::text[]"),
+            sql.starts_with("UPDATE \"we\"\"ird\".\"t'%\" SET status = 'PENDING'"),
             "{sql}"
         );
-        assert!(sql.contains("WHERE status = 'DEAD'"), "{sql}");
-        let sql = discard_sql(&table, &ids);
+        assert!(
+            sql.contains("WHERE status = 'DEAD' AND event_id = ANY($1::text[])"),
+            "{sql}"
+        );
+        let sql = discard_sql(&table);
         assert!(
             sql.starts_with("DELETE FROM \"we\"\"ird\".\"t'%\" WHERE status = 'DEAD'"),
             "{sql}"
         );
-        let sql = record_sql(&table, "replayed", &[("dlq".into(), 0, 7, "x'y".into())]);
-        assert!(sql.contains("('dlq', 0, 7, 'x''y', 'replayed')"), "{sql}");
-        assert!(exists_sql(&table).contains("n.nspname = 'we\"ird' AND c.relname = 't''%'"));
-        let sql = recorded_sql(&table, &[("d'q".into(), 0, 7)]);
-        assert!(sql.ends_with("IN (('d''q', 0, 7))"), "{sql}");
+        for sql in [
+            record_sql(&table, true),
+            record_sql(&table, false),
+            recorded_sql(&table),
+            replays_sql(&table),
+            list_sql(&table),
+        ] {
+            assert!(sql.contains("\"we\"\"ird\".\"t'%\""), "{sql}");
+            assert!(sql.contains("$1"), "{sql}");
+        }
+        assert!(record_sql(&table, false).ends_with("ON CONFLICT DO NOTHING"));
+        assert!(record_sql(&table, true).contains("DO UPDATE SET"));
+        let facts = facts_sql(3);
+        assert!(facts.contains("$6::text"), "{facts}");
+        assert!(!facts.contains("$7"), "{facts}");
     }
 
     #[test]
@@ -635,18 +604,9 @@ mod tests {
         let mut reversed = places.clone();
         reversed.reverse();
         reversed.extend(places.iter().take(5).cloned());
-        let sql = lock_sql(&places);
-        assert_eq!(sql, lock_sql(&reversed), "same locks, same order");
-        let keys: Vec<i32> = sql
-            .split("pg_catalog.pg_advisory_xact_lock(")
-            .skip(1)
-            .map(|call| {
-                let (class, rest) = call.split_once(", ").unwrap();
-                assert_eq!(class, LOCK_CLASS.to_string());
-                rest.split(')').next().unwrap().parse().unwrap()
-            })
-            .collect();
-        assert_eq!(keys.len(), 50, "{sql}");
+        let keys = lock_keys(&places);
+        assert_eq!(keys, lock_keys(&reversed), "same locks, same order");
+        assert_eq!(keys.len(), 50, "{keys:?}");
         assert!(keys.windows(2).all(|w| w[0] < w[1]), "{keys:?}");
         assert_eq!(
             lock_key(&("dlq".into(), 0, 1)),

@@ -456,12 +456,10 @@ fn spawn_writer(
         name: table.to_owned(),
     };
     tokio::spawn(async move {
-        let mut conn = target.connect().await.expect("the writer's connection");
-        let outcomes = store::write(&mut conn, &table, 0, &[], &[request])
+        let client = target.client().await.expect("the writer's connection");
+        store::write(&client, &table, 0, &[], &[request])
             .await
-            .expect("the writer commits");
-        conn.close().await;
-        outcomes
+            .expect("the writer commits")
     })
 }
 
