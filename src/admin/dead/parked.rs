@@ -665,7 +665,7 @@ async fn to_delivery_table(
         last_status: None,
         last_error: None,
     };
-    delivery::insert(conn, &DeliveryTable { schema, name }, &row)
+    delivery::spliced::insert(conn, &DeliveryTable { schema, name }, &row)
         .await
         .map_err(|e| format!("event {}: {e}", shown_id(&event.event_id)))
 }
