@@ -262,7 +262,7 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
                     ));
                 }
             }
-            items.extend(delivery::items(&mut connection, config, role).await);
+            items.extend(delivery::items(target, config, role).await);
             items.push(replay::item(&mut connection, config, role).await);
             items.push(parked::item(&mut connection, config, role).await);
             connection.close().await;
