@@ -283,7 +283,7 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
                     ));
                 }
             }
-            items.extend(delivery::items(&mut connection, config, role).await);
+            items.extend(delivery::items(target, config, role).await);
             items.push(replay::item(target, config, role).await);
             items.push(parked::item(target, config, role).await);
             connection.close().await;

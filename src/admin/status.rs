@@ -453,7 +453,7 @@ async fn webhook_stats(
     }
     let (schema, name) = config.postgres.delivery_table_parts();
     let table = store::DeliveryTable { schema, name };
-    let Ok(stats) = store::stats(connection, &table).await else {
+    let Ok(stats) = store::spliced::stats(connection, &table).await else {
         return Vec::new();
     };
     config

@@ -8,10 +8,12 @@
 //! kill -9 during retries, and two relays sharing one delivery table; and
 //! ([`delivery_table`]) the table missing at start or dropped while running;
 //! ([`parked`]) a DEAD event holding its aggregate under
-//! `after_dead_letter = "park"` until `dead retry` or `dead discard`.
+//! `after_dead_letter = "park"` until `dead retry` or `dead discard`;
+//! ([`typed_sql`]) no value spliced into the relay's statements on it.
 
 mod delivery_table;
 mod parked;
+mod typed_sql;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

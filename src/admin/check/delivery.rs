@@ -6,19 +6,32 @@
 //! warnings (a secret sent over plain http to another host). Nothing
 //! without a sink.
 
-use postgres_protocol::escape::escape_literal;
-
-use super::Item;
+use super::{Item, STATEMENT_TIMEOUT};
+use crate::admin::{ADMIN_APPLICATION_NAME, AdminTarget};
 use crate::config::Config;
-use crate::pg::SqlConnection;
+use crate::pg::{ConnectSettings, Conninfo, PgClient, PgError};
 use crate::sink::http::store::HOLD_COLUMN;
 
-/// The items; `role` is the relay's role.
-pub(super) async fn items(
-    connection: &mut SqlConnection,
-    config: &Config,
-    role: &str,
-) -> Vec<Item> {
+/// The catalog query: `$1` the table's schema, `$2` its name, `$3` the
+/// relay's role, `$4` the [`HOLD_COLUMN`]. The table is looked up as
+/// `to_regclass` finds its quoted name (quoted by the server), as the relay
+/// names it; one row: whether it exists, whether the role holds every
+/// privilege (NULL without the table), whether it has the column.
+const ACCESS_SQL: &str = "\
+    WITH t AS (SELECT to_regclass(format('%I.%I', $1::text, $2::text)) AS oid) \
+    SELECT t.oid IS NOT NULL, \
+           CASE WHEN t.oid IS NULL THEN NULL \
+                ELSE has_table_privilege($3::name, t.oid, 'SELECT') \
+                     AND has_table_privilege($3::name, t.oid, 'INSERT') \
+                     AND has_table_privilege($3::name, t.oid, 'UPDATE') \
+                     AND has_table_privilege($3::name, t.oid, 'DELETE') END, \
+           EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a \
+                   WHERE a.attrelid = t.oid AND a.attname = $4::name AND NOT a.attisdropped) \
+    FROM t";
+
+/// The items; `role` is the relay's role. The catalog is asked on a
+/// session of its own, opened as `target` says.
+pub(super) async fn items(target: &AdminTarget, config: &Config, role: &str) -> Vec<Item> {
     if config.sinks.is_empty() {
         return Vec::new();
     }
@@ -31,32 +44,11 @@ pub(super) async fn items(
         .collect();
     let (schema, name) = config.postgres.delivery_table_parts();
     let shown = format!("{schema}.{name}");
-    let table = escape_literal(&format!(
-        "{}.{}",
-        postgres_protocol::escape::escape_identifier(&schema),
-        postgres_protocol::escape::escape_identifier(&name)
-    ));
-    let role = escape_literal(role);
-    let privilege = |p: &str| format!("has_table_privilege({role}, {table}, '{p}')");
-    let sql = format!(
-        "SELECT to_regclass({table}) IS NOT NULL, \
-                CASE WHEN to_regclass({table}) IS NULL THEN NULL \
-                     ELSE {} AND {} AND {} AND {} END, \
-                EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a \
-                        WHERE a.attrelid = to_regclass({table}) AND a.attname = {column} \
-                        AND NOT a.attisdropped)",
-        privilege("SELECT"),
-        privilege("INSERT"),
-        privilege("UPDATE"),
-        privilege("DELETE"),
-        column = escape_literal(HOLD_COLUMN),
-    );
     let item = "postgres.delivery_table";
-    match connection.query(&sql, "checking the delivery table").await {
+    match access(target, (&schema, &name), role).await {
         Err(e) => items.push(Item::fail(item, format!("could not be checked: {e}"))),
-        Ok(rows) => {
-            let value = |i: usize| rows.first().and_then(|r| r.get(i)).cloned().flatten();
-            if value(0).as_deref() != Some("t") {
+        Ok(value) => {
+            if value[0] != Some(true) {
                 items.push(
                     Item::fail(
                         item,
@@ -64,7 +56,7 @@ pub(super) async fn items(
                     )
                     .fix("run `outbox-relay init` (it creates the table from sql/outbox_delivery.sql)"),
                 );
-            } else if value(2).as_deref() != Some("t") {
+            } else if value[2] != Some(true) {
                 items.push(
                     Item::fail(
                         item,
@@ -78,7 +70,7 @@ pub(super) async fn items(
                          and keeps every row)",
                     ),
                 );
-            } else if value(1).as_deref() != Some("t") {
+            } else if value[1] != Some(true) {
                 items.push(
                     Item::fail(
                         item,
@@ -95,4 +87,33 @@ pub(super) async fn items(
         }
     }
     items
+}
+
+/// [`ACCESS_SQL`]'s answer, on a session opened for it.
+async fn access(
+    target: &AdminTarget,
+    (schema, name): (&str, &str),
+    role: &str,
+) -> Result<[Option<bool>; 3], PgError> {
+    let action = "checking the delivery table";
+    let settings = ConnectSettings {
+        conninfo: Conninfo::parse(target.session_url())?,
+        connect_timeout: target.connect_timeout,
+        application_name: ADMIN_APPLICATION_NAME.to_owned(),
+    };
+    let client = PgClient::connect(&settings).await?;
+    let error = |e| PgError::client(client.target(), action, e);
+    client
+        .batch_execute(&format!("SET statement_timeout = '{STATEMENT_TIMEOUT}'"))
+        .await
+        .map_err(error)?;
+    let row = client
+        .query_one(ACCESS_SQL, &[&schema, &name, &role, &HOLD_COLUMN])
+        .await
+        .map_err(error)?;
+    let mut value = [None; 3];
+    for (i, v) in value.iter_mut().enumerate() {
+        *v = row.try_get(i).map_err(error)?;
+    }
+    Ok(value)
 }

@@ -645,57 +645,12 @@ async fn to_delivery_table(config: &Config, conn: &PgClient, event: &Queued) -> 
         last_status: None,
         last_error: None,
     };
-    insert_in(conn, &DeliveryTable { schema, name }, &row)
-        .await
-        .map_err(|e| format!("event {}: {e}", shown_id(&event.event_id)))
-}
-
-/// The delivery table's insert of `row`, inside the caller's transaction.
-// TODO(merge): the delivery table's own typed insert on a transaction
-// replaces this copy of its statement.
-async fn insert_in(
-    client: &PgClient,
-    table: &DeliveryTable,
-    row: &NewRow<'_>,
-) -> Result<(), crate::pg::PgError> {
-    let headers: serde_json::Map<String, serde_json::Value> = row
-        .event
-        .headers
-        .iter()
-        .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))
-        .collect();
-    let headers = serde_json::Value::Object(headers).to_string();
-    let sql = format!(
-        "INSERT INTO {t} (event_id, route, aggregate_key, status, attempts, max_attempts, \
-         next_attempt_at, last_error, last_status, headers, body, {hold}) \
-         VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp() + $7::bigint * interval '1 millisecond', \
-         $8, $9, $10::text::jsonb, $11, $12) \
-         ON CONFLICT (event_id) DO NOTHING",
-        t = table.quoted(),
-        hold = delivery::HOLD_COLUMN
-    );
-    let int4 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
-    let delay = i64::try_from(row.delay.as_millis()).unwrap_or(i64::MAX);
-    let body: &[u8] = row.event.body.as_ref();
-    client
-        .execute(
-            &sql,
-            &[
-                &row.event.id,
-                &row.route,
-                &row.event.key,
-                &row.status,
-                &int4(row.attempts),
-                &int4(row.max_attempts),
-                &delay,
-                &row.last_error,
-                &row.last_status.map(i32::from),
-                &headers,
-                &body,
-                &row.event.after_dead_letter.as_str(),
-            ],
-        )
-        .await
-        .map_err(|e| crate::pg::PgError::client(client.target(), "insert a webhook delivery", e))?;
-    Ok(())
+    delivery::insert_in(
+        &**conn,
+        conn.target(),
+        &DeliveryTable { schema, name },
+        &row,
+    )
+    .await
+    .map_err(|e| format!("event {}: {e}", shown_id(&event.event_id)))
 }

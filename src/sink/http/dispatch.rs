@@ -45,12 +45,12 @@ use tokio::time::Instant;
 
 use super::client::Client;
 use super::retry::{Answer, InlineTries, LastTry, Next};
-use super::store::{self, DeliveryTable, NewRow};
+use super::store::{self, DeliveryTable, NewRow, Session};
 use super::{HttpSinkSettings, WebhookEvent};
 use crate::backoff::{Backoff, Incident};
 use crate::events;
 use crate::metrics::{self as m, webhook_outcome};
-use crate::pg::{ConnectSettings, PgError, SqlConnection};
+use crate::pg::{ConnectSettings, PgError};
 use crate::sink::DeliveryReport;
 
 /// A sink's shared parts: settings, client, request limit, SQL connections.
@@ -91,11 +91,11 @@ impl SinkRuntime {
             client: Client::new(&settings)?,
             limit: Semaphore::new(settings.max_concurrency),
             settings,
-            table,
+            table: table.clone(),
             // Every event in flight holds one while it looks itself up,
             // plus the retry worker's few: fewer kept idle would make the
             // events beyond them open (and authenticate) a connection each.
-            pool: Pool::new(connection, settings_concurrency + WORKER_CONNECTIONS),
+            pool: Pool::new(connection, table, settings_concurrency + WORKER_CONNECTIONS),
             sql_trouble: Mutex::new(SqlTrouble::new()),
         }))
     }
@@ -105,18 +105,21 @@ impl SinkRuntime {
 /// flight.
 const WORKER_CONNECTIONS: usize = 4;
 
-/// Plain SQL connections, opened on demand, kept for the next statement
-/// (up to `keep`), dropped after an error.
+/// SQL sessions on the delivery table, opened on demand, kept for the next
+/// statement (up to `keep`, each with the statements it prepared), dropped
+/// after an error.
 pub struct Pool {
     settings: ConnectSettings,
+    table: DeliveryTable,
     keep: usize,
-    idle: Mutex<Vec<SqlConnection>>,
+    idle: Mutex<Vec<Session>>,
 }
 
 impl Pool {
-    pub fn new(settings: ConnectSettings, keep: usize) -> Pool {
+    pub fn new(settings: ConnectSettings, table: DeliveryTable, keep: usize) -> Pool {
         Pool {
             settings,
+            table,
             keep,
             idle: Mutex::new(Vec::new()),
         }
@@ -126,16 +129,16 @@ impl Pool {
     ///
     /// # Errors
     /// The connection's.
-    pub async fn get(&self) -> Result<SqlConnection, PgError> {
+    pub async fn get(&self) -> Result<Session, PgError> {
         let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         match idle {
             Some(conn) => Ok(conn),
-            None => SqlConnection::connect_normal(&self.settings).await,
+            None => Session::connect(&self.settings, &self.table).await,
         }
     }
 
     /// Back to the pool after a statement that worked.
-    pub fn put(&self, conn: SqlConnection) {
+    pub fn put(&self, conn: Session) {
         let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
         if idle.len() < self.keep {
             idle.push(conn);
@@ -253,11 +256,10 @@ async fn handle(sink: &SinkRuntime, event: &WebhookEvent) {
     let _permit = sink.limit.acquire().await;
     let name = sink.settings.name.as_str();
     let known = with_sql(sink, "look up", |mut conn| {
-        let table = sink.table.clone();
         let event = event.clone();
         let route = name.to_owned();
         async move {
-            let known = store::look_up(&mut conn, &table, &route, &event).await;
+            let known = store::look_up(&mut conn, &route, &event).await;
             (conn, known)
         }
     })
@@ -369,7 +371,6 @@ async fn park(
     last_error: Option<String>,
 ) {
     with_sql(sink, "insert", |mut conn| {
-        let table = sink.table.clone();
         let route = sink.settings.name.clone();
         let event = event.clone();
         let last_error = last_error.clone();
@@ -384,7 +385,7 @@ async fn park(
                 last_status,
                 last_error,
             };
-            let inserted = store::insert(&mut conn, &table, &row).await;
+            let inserted = store::insert(&mut conn, &row).await;
             (conn, inserted)
         }
     })
@@ -397,8 +398,8 @@ async fn park(
 /// be used fails them all, and is logged once.
 async fn with_sql<T, F, Fut>(sink: &SinkRuntime, what: &'static str, mut op: F) -> T
 where
-    F: FnMut(SqlConnection) -> Fut,
-    Fut: std::future::Future<Output = (SqlConnection, Result<T, PgError>)>,
+    F: FnMut(Session) -> Fut,
+    Fut: std::future::Future<Output = (Session, Result<T, PgError>)>,
 {
     loop {
         let error = match sink.pool.get().await {

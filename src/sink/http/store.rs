@@ -1,7 +1,22 @@
-//! The SQL of the delivery table (`sql/outbox_delivery.sql`), on the
-//! relay's plain SQL connection (simple queries, values as quoted
-//! literals: `escape_literal` is right whatever the session's
-//! `standard_conforming_strings`).
+//! The SQL of the delivery table (`sql/outbox_delivery.sql`), on a sink's
+//! tokio-postgres sessions ([`Session`]).
+//!
+//! Every value is a typed parameter, never text spliced into a statement:
+//! ids, routes and keys as text, the body as bytea (its exact bytes), the
+//! headers as a JSON object's text that the server casts to jsonb, counts
+//! and HTTP statuses as integers. The statements' text holds only the
+//! table's name, quoted once ([`DeliveryTable::quoted`]), and the status
+//! constants. Due times are the server's clock: a delay travels as
+//! milliseconds and `next_attempt_at` is `clock_timestamp()` plus it, so
+//! relays on hosts whose clocks disagree share one table.
+//!
+//! The statements a sink runs per event and per try are prepared once per
+//! connection, on first use, and kept with it ([`Session`]): a look-up, an
+//! insert and a try's record are one round trip each, the record's `COMMIT`
+//! pipelined with it. The claim is planned for each run (its generic plan is
+//! slow: see [`claim`]), its `BEGIN` pipelined with it. A
+//! session whose statement failed is dropped by its user, never reused: its
+//! transaction's state is unknown.
 //!
 //! The statements:
 //! * [`look_up`]: whether an event is known already (a replay after a crash
@@ -21,13 +36,19 @@
 //! head that is never due, so nothing behind it is sent until `dead retry`
 //! makes it PENDING (it is then the due head, sent first) or `dead discard`
 //! deletes it (the next row becomes the head).
+//!
+//! [`spliced`] keeps two of these statements for the callers that still
+//! run them on a simple-query [`crate::pg::SqlConnection`].
+
+pub mod spliced;
 
 use std::time::Duration;
 
-use postgres_protocol::escape::escape_literal;
+use tokio_postgres::types::{FromSql, ToSql};
+use tokio_postgres::{GenericClient, Row, Statement};
 
 use super::WebhookEvent;
-use crate::pg::{PgError, SqlConnection};
+use crate::pg::{ConnectSettings, PgClient, PgError};
 use crate::routes::AfterDeadLetter;
 
 /// The delivery table, `(schema, name)`.
@@ -116,6 +137,128 @@ pub fn after_dead_letter_of(text: &str) -> AfterDeadLetter {
 /// Longest `last_error` kept.
 const MAX_ERROR_LEN: usize = 500;
 
+/// The statements a session prepares, once each, on first use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prepared {
+    LookUp,
+    Insert,
+    Claim,
+    Sent,
+    Dead,
+    Again,
+}
+
+impl Prepared {
+    const COUNT: usize = 6;
+
+    /// The statement's text for the table `t` (quoted).
+    fn sql(self, t: &str) -> String {
+        match self {
+            Prepared::LookUp => look_up_sql(t),
+            Prepared::Insert => insert_sql(t),
+            Prepared::Claim => claim_sql(t),
+            Prepared::Sent | Prepared::Dead | Prepared::Again => finish_sql(t, self),
+        }
+    }
+
+    fn action(self) -> &'static str {
+        match self {
+            Prepared::LookUp => "look up a webhook event",
+            Prepared::Insert => "insert a webhook delivery",
+            Prepared::Claim => "claim a webhook retry",
+            Prepared::Sent | Prepared::Dead | Prepared::Again => "record a webhook retry",
+        }
+    }
+}
+
+/// One SQL connection of a sink, on its delivery table, with the
+/// statements prepared on it so far.
+pub struct Session {
+    client: PgClient,
+    table: DeliveryTable,
+    prepared: [Option<Statement>; Prepared::COUNT],
+}
+
+impl Session {
+    /// Opens an ordinary session (see [`PgClient::connect`]) for `table`.
+    ///
+    /// # Errors
+    /// The connect's.
+    pub async fn connect(
+        settings: &ConnectSettings,
+        table: &DeliveryTable,
+    ) -> Result<Session, PgError> {
+        Ok(Session::new(
+            PgClient::connect(settings).await?,
+            table.clone(),
+        ))
+    }
+
+    /// A session on a connection already open; nothing is prepared yet.
+    pub fn new(client: PgClient, table: DeliveryTable) -> Session {
+        Session {
+            client,
+            table,
+            prepared: Default::default(),
+        }
+    }
+
+    /// The connection, for a statement of its own.
+    pub fn client(&self) -> &PgClient {
+        &self.client
+    }
+
+    /// The table this session's statements are about.
+    pub fn table(&self) -> &DeliveryTable {
+        &self.table
+    }
+
+    /// `which`, prepared on this connection the first time it is asked for.
+    async fn statement(&mut self, which: Prepared) -> Result<Statement, PgError> {
+        if let Some(statement) = &self.prepared[which as usize] {
+            return Ok(statement.clone());
+        }
+        let statement = self
+            .client
+            .prepare(&which.sql(&self.table.quoted()))
+            .await
+            .map_err(|e| PgError::client(self.client.target(), which.action(), e))?;
+        self.prepared[which as usize] = Some(statement.clone());
+        Ok(statement)
+    }
+
+    fn error(&self, action: &'static str) -> impl Fn(tokio_postgres::Error) -> PgError + '_ {
+        move |e| PgError::client(self.client.target(), action, e)
+    }
+}
+
+/// Column `i` of `row` as `T`; a type that does not match is the
+/// statement's error, not a panic.
+fn column<'a, T: FromSql<'a>>(
+    row: &'a Row,
+    i: usize,
+    target: &str,
+    action: &'static str,
+) -> Result<T, PgError> {
+    row.try_get(i)
+        .map_err(|e| PgError::client(target, action, e))
+}
+
+/// A count or an attempt number as the table's `integer`.
+fn int4(n: u32) -> i32 {
+    i32::try_from(n).unwrap_or(i32::MAX)
+}
+
+/// The table's `integer` back as a count (a negative one is 0).
+fn uint(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+/// A delay as the milliseconds the statements add to `clock_timestamp()`.
+fn millis(delay: Duration) -> i64 {
+    i64::try_from(delay.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// What the table says about an event about to be sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Known {
@@ -125,37 +268,33 @@ pub struct Known {
     pub held: bool,
 }
 
+/// [`look_up`]'s statement: `$1` the event id, `$2` the route, `$3` the
+/// aggregate key.
+fn look_up_sql(t: &str) -> String {
+    let [pending, parked] = holders_sql(t, "$2", "$3", None);
+    format!("SELECT EXISTS (SELECT 1 FROM {t} WHERE event_id = $1), ({pending} OR {parked})")
+}
+
 /// See the module docs.
 ///
 /// # Errors
 /// The connection's.
 pub async fn look_up(
-    conn: &mut SqlConnection,
-    table: &DeliveryTable,
+    session: &mut Session,
     route: &str,
     event: &WebhookEvent,
 ) -> Result<Known, PgError> {
-    let t = table.quoted();
-    let [pending, parked] = holders_sql(
-        &t,
-        &escape_literal(route),
-        &escape_literal(&event.key),
-        None,
-    );
-    let sql = format!(
-        "SELECT EXISTS (SELECT 1 FROM {t} WHERE event_id = {id}), ({pending} OR {parked})",
-        id = escape_literal(&event.id),
-    );
-    let rows = conn.query(&sql, "look up a webhook event").await?;
-    let flag = |i: usize| {
-        rows.first()
-            .and_then(|r| r.get(i))
-            .and_then(|v| v.as_deref())
-            == Some("t")
-    };
+    let which = Prepared::LookUp;
+    let statement = session.statement(which).await?;
+    let row = session
+        .client
+        .query_one(&statement, &[&event.id, &route, &event.key])
+        .await
+        .map_err(session.error(which.action()))?;
+    let target = session.client.target();
     Ok(Known {
-        event: flag(0),
-        held: flag(1),
+        event: column(&row, 0, target, which.action())?,
+        held: column::<Option<bool>>(&row, 1, target, which.action())?.unwrap_or(false),
     })
 }
 
@@ -173,49 +312,111 @@ pub struct NewRow<'a> {
     pub last_error: Option<String>,
 }
 
+impl NewRow<'_> {
+    /// The event's headers as the JSON object the `headers` column holds.
+    pub fn headers_json(&self) -> String {
+        let headers: serde_json::Map<String, serde_json::Value> = self
+            .event
+            .headers
+            .iter()
+            .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        serde_json::Value::Object(headers).to_string()
+    }
+}
+
+/// [`insert`]'s statement, its parameters in [`insert`]'s order.
+fn insert_sql(t: &str) -> String {
+    format!(
+        "INSERT INTO {t} (event_id, route, aggregate_key, status, attempts, max_attempts, \
+         next_attempt_at, last_error, last_status, headers, body, {HOLD_COLUMN}) \
+         VALUES ($1, $2, $3, $4, $5, $6, clock_timestamp() + $7::bigint * interval '1 millisecond', \
+         $8, $9, $10::text::jsonb, $11, $12) \
+         ON CONFLICT (event_id) DO NOTHING"
+    )
+}
+
+/// A row's values as [`insert_sql`]'s parameters need them.
+struct InsertValues {
+    headers: String,
+    last_error: Option<String>,
+    last_status: Option<i32>,
+    attempts: i32,
+    max_attempts: i32,
+    delay: i64,
+    after_dead_letter: &'static str,
+}
+
+impl InsertValues {
+    fn of(row: &NewRow<'_>) -> InsertValues {
+        InsertValues {
+            headers: row.headers_json(),
+            last_error: row.last_error.as_deref().map(clip),
+            last_status: row.last_status.map(i32::from),
+            attempts: int4(row.attempts),
+            max_attempts: int4(row.max_attempts),
+            delay: millis(row.delay),
+            after_dead_letter: row.event.after_dead_letter.as_str(),
+        }
+    }
+
+    fn params<'a>(
+        &'a self,
+        row: &'a NewRow<'_>,
+        body: &'a &'a [u8],
+    ) -> [&'a (dyn ToSql + Sync); 12] {
+        [
+            &row.event.id,
+            &row.route,
+            &row.event.key,
+            &row.status,
+            &self.attempts,
+            &self.max_attempts,
+            &self.delay,
+            &self.last_error,
+            &self.last_status,
+            &self.headers,
+            body,
+            &self.after_dead_letter,
+        ]
+    }
+}
+
 /// Inserts one row; a row for the same event already there wins (a replay).
 ///
 /// # Errors
 /// The connection's.
-pub async fn insert(
-    conn: &mut SqlConnection,
+pub async fn insert(session: &mut Session, row: &NewRow<'_>) -> Result<(), PgError> {
+    let which = Prepared::Insert;
+    let statement = session.statement(which).await?;
+    let values = InsertValues::of(row);
+    let body = row.event.body.as_ref();
+    session
+        .client
+        .execute(&statement, &values.params(row, &body))
+        .await
+        .map_err(session.error(which.action()))?;
+    Ok(())
+}
+
+/// [`insert`] on any connection or open transaction (`target` names its
+/// server in errors), for a caller whose own transaction must hold the
+/// insert; prepared for this one statement.
+///
+/// # Errors
+/// The connection's.
+pub async fn insert_in(
+    client: &impl GenericClient,
+    target: &str,
     table: &DeliveryTable,
     row: &NewRow<'_>,
 ) -> Result<(), PgError> {
-    let headers: serde_json::Map<String, serde_json::Value> = row
-        .event
-        .headers
-        .iter()
-        .map(|(n, v)| (n.clone(), serde_json::Value::String(v.clone())))
-        .collect();
-    let headers = serde_json::Value::Object(headers).to_string();
-    let sql = format!(
-        "INSERT INTO {t} (event_id, route, aggregate_key, status, attempts, max_attempts, \
-         next_attempt_at, last_error, last_status, headers, body, {HOLD_COLUMN}) VALUES ({id}, \
-         {route}, {key}, {status}, {attempts}, {max}, \
-         clock_timestamp() + {delay} * interval '1 millisecond', {error}, \
-         {last_status}, {headers}::jsonb, decode({body}, 'hex'), {after}) \
-         ON CONFLICT (event_id) DO NOTHING",
-        after = escape_literal(row.event.after_dead_letter.as_str()),
-        t = table.quoted(),
-        id = escape_literal(&row.event.id),
-        route = escape_literal(row.route),
-        key = escape_literal(&row.event.key),
-        status = escape_literal(row.status),
-        attempts = row.attempts,
-        max = row.max_attempts,
-        delay = row.delay.as_millis(),
-        error = row
-            .last_error
-            .as_deref()
-            .map_or_else(|| "NULL".to_owned(), |e| escape_literal(&clip(e))),
-        last_status = row
-            .last_status
-            .map_or_else(|| "NULL".to_owned(), |s| s.to_string()),
-        headers = escape_literal(&headers),
-        body = escape_literal(&hex::encode(&row.event.body)),
-    );
-    conn.query(&sql, "insert a webhook delivery").await?;
+    let values = InsertValues::of(row);
+    let body = row.event.body.as_ref();
+    client
+        .execute(&insert_sql(&table.quoted()), &values.params(row, &body))
+        .await
+        .map_err(|e| PgError::client(target, Prepared::Insert.action(), e))?;
     Ok(())
 }
 
@@ -229,6 +430,25 @@ pub struct Claimed {
     pub event: WebhookEvent,
 }
 
+/// [`claim`]'s statement: `$1` the route.
+fn claim_sql(t: &str) -> String {
+    // Only the head of each aggregate's queue: no older row of the same key
+    // that holds it (PENDING, or DEAD under `park`). A head another relay
+    // has locked is skipped (SKIP LOCKED), and the rows behind it are not
+    // heads, so nothing of that key is claimed meanwhile; nor while the
+    // head is DEAD and parks its aggregate.
+    let [pending, parked] = holders_sql(t, "d.route", "d.aggregate_key", Some("d.id"));
+    format!(
+        "SELECT d.id, d.attempts, d.max_attempts, d.event_id, d.aggregate_key, d.headers::text, \
+                d.body, d.{HOLD_COLUMN} \
+         FROM {t} d \
+         WHERE d.status = '{PENDING}' AND d.route = $1 AND d.next_attempt_at <= now() \
+           AND NOT {pending} AND NOT {parked} \
+         ORDER BY d.next_attempt_at \
+         LIMIT 1 FOR UPDATE OF d SKIP LOCKED"
+    )
+}
+
 /// Opens a transaction and locks the due head of one aggregate's queue of
 /// `route`, skipping rows another relay holds; `None` (transaction rolled
 /// back) when nothing is due. On `Some`, the transaction stays open until
@@ -236,54 +456,61 @@ pub struct Claimed {
 ///
 /// # Errors
 /// The connection's (the transaction is then abandoned with it).
-pub async fn claim(
-    conn: &mut SqlConnection,
-    table: &DeliveryTable,
-    route: &str,
-) -> Result<Option<Claimed>, PgError> {
-    let t = table.quoted();
-    conn.query("BEGIN", "begin a webhook retry").await?;
-    // Only the head of each aggregate's queue: no older row of the same key
-    // that holds it (PENDING, or DEAD under `park`). A head another relay
-    // has locked is skipped (SKIP LOCKED), and the rows behind it are not
-    // heads, so nothing of that key is claimed meanwhile; nor while the
-    // head is DEAD and parks its aggregate.
-    let [pending, parked] = holders_sql(&t, "d.route", "d.aggregate_key", Some("d.id"));
-    let sql = format!(
-        "SELECT d.id, d.attempts, d.max_attempts, d.event_id, d.aggregate_key, d.headers::text, \
-                encode(d.body, 'hex'), d.{HOLD_COLUMN} \
-         FROM {t} d \
-         WHERE d.status = 'PENDING' AND d.route = {route} AND d.next_attempt_at <= now() \
-           AND NOT {pending} AND NOT {parked} \
-         ORDER BY d.next_attempt_at \
-         LIMIT 1 FOR UPDATE OF d SKIP LOCKED",
-        route = escape_literal(route),
-    );
-    let rows = conn.query(&sql, "claim a webhook retry").await?;
-    let Some(row) = rows.into_iter().next() else {
-        conn.query("ROLLBACK", "end a webhook retry").await?;
+pub async fn claim(session: &mut Session, route: &str) -> Result<Option<Claimed>, PgError> {
+    let which = Prepared::Claim;
+    // Planned for each run, never prepared once: a generic plan of this
+    // statement (route unknown) scans the due rows with the anti-joins as
+    // nested loops, minutes per claim on a table of 50,000 PENDING rows,
+    // where the plan for the route at hand takes milliseconds.
+    let statement = claim_sql(&session.table.quoted());
+    let client = &session.client;
+    // BEGIN and the claim in one round trip: both are sent before either
+    // answer is read, in this order (tokio-postgres pipelines requests
+    // polled together).
+    let (_, row) = tokio::try_join!(
+        async {
+            client
+                .batch_execute("BEGIN")
+                .await
+                .map_err(session.error("begin a webhook retry"))
+        },
+        async {
+            client
+                .query_opt(&statement, &[&route])
+                .await
+                .map_err(session.error(which.action()))
+        },
+    )?;
+    let Some(row) = row else {
+        client
+            .batch_execute("ROLLBACK")
+            .await
+            .map_err(session.error("end a webhook retry"))?;
         return Ok(None);
     };
-    let text = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
+    let (target, action) = (client.target(), which.action());
+    let headers: String = column(&row, 5, target, action)?;
     let headers: Vec<(String, String)> =
-        match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&text(5)) {
+        match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&headers) {
             Ok(map) => map
                 .into_iter()
                 .filter_map(|(k, v)| v.as_str().map(|v| (k, v.to_owned())))
                 .collect(),
             Err(_) => Vec::new(),
         };
+    let body: Vec<u8> = column(&row, 6, target, action)?;
+    let after: String = column(&row, 7, target, action)?;
     Ok(Some(Claimed {
-        id: text(0).parse().unwrap_or_default(),
+        id: column(&row, 0, target, action)?,
         route: route.to_owned(),
-        attempts: text(1).parse().unwrap_or_default(),
-        max_attempts: text(2).parse().unwrap_or_default(),
+        attempts: uint(column(&row, 1, target, action)?),
+        max_attempts: uint(column(&row, 2, target, action)?),
         event: WebhookEvent {
-            id: text(3),
-            key: text(4),
+            id: column(&row, 3, target, action)?,
+            key: column(&row, 4, target, action)?,
             headers,
-            body: hex::decode(text(6)).unwrap_or_default().into(),
-            after_dead_letter: after_dead_letter_of(&text(7)),
+            body: body.into(),
+            after_dead_letter: after_dead_letter_of(&after),
         },
     }))
 }
@@ -305,46 +532,67 @@ pub enum Finish {
     },
 }
 
+/// [`finish`]'s statement of one outcome: `$1` the row id, `$2` the HTTP
+/// status; `$3` the error (DEAD, again); `$4` the delay in milliseconds
+/// (again).
+fn finish_sql(t: &str, how: Prepared) -> String {
+    let set = match how {
+        Prepared::Dead => format!("status = '{DEAD}', last_status = $2, last_error = $3"),
+        Prepared::Again => "next_attempt_at = clock_timestamp() + $4::bigint * interval \
+                            '1 millisecond', last_status = $2, last_error = $3"
+            .to_owned(),
+        _ => format!(
+            "status = '{SENT}', sent_at = clock_timestamp(), last_status = $2, last_error = NULL"
+        ),
+    };
+    format!("UPDATE {t} SET attempts = attempts + 1, {set} WHERE id = $1")
+}
+
 /// Records the try of a claimed row and commits, releasing its lock.
 ///
 /// # Errors
 /// The connection's (the transaction, and the try's record, are lost with
 /// it; the row stays as it was, to be tried again).
-pub async fn finish(
-    conn: &mut SqlConnection,
-    table: &DeliveryTable,
-    id: i64,
-    how: &Finish,
-) -> Result<(), PgError> {
-    let status = |s: Option<u16>| s.map_or_else(|| "NULL".to_owned(), |s| s.to_string());
-    let set = match how {
-        Finish::Sent { status: s } => format!(
-            "status = 'SENT', sent_at = clock_timestamp(), last_status = {}, last_error = NULL",
-            s
-        ),
-        Finish::Dead { status: s, error } => format!(
-            "status = 'DEAD', last_status = {}, last_error = {}",
-            status(*s),
-            escape_literal(&clip(error))
-        ),
+pub async fn finish(session: &mut Session, id: i64, how: &Finish) -> Result<(), PgError> {
+    let (which, status, error, delay) = match how {
+        Finish::Sent { status } => (Prepared::Sent, Some(*status), None, None),
+        Finish::Dead { status, error } => (Prepared::Dead, *status, Some(clip(error)), None),
         Finish::Again {
             delay,
-            status: s,
+            status,
             error,
-        } => format!(
-            "next_attempt_at = clock_timestamp() + {} * interval '1 millisecond', \
-             last_status = {}, \
-             last_error = {}",
-            delay.as_millis(),
-            status(*s),
-            escape_literal(&clip(error))
+        } => (
+            Prepared::Again,
+            *status,
+            Some(clip(error)),
+            Some(millis(*delay)),
         ),
     };
-    let sql = format!(
-        "UPDATE {t} SET attempts = attempts + 1, {set} WHERE id = {id}; COMMIT",
-        t = table.quoted()
-    );
-    conn.query(&sql, "record a webhook retry").await?;
+    let statement = session.statement(which).await?;
+    let status = status.map(i32::from);
+    let mut params: Vec<&(dyn ToSql + Sync)> = vec![&id, &status];
+    if let Some(error) = &error {
+        params.push(error);
+    }
+    if let Some(delay) = &delay {
+        params.push(delay);
+    }
+    let client = &session.client;
+    // The record and COMMIT in one round trip, as for the claim.
+    tokio::try_join!(
+        async {
+            client
+                .execute(&statement, &params)
+                .await
+                .map_err(session.error(which.action()))
+        },
+        async {
+            client
+                .batch_execute("COMMIT")
+                .await
+                .map_err(session.error(which.action()))
+        },
+    )?;
     Ok(())
 }
 
@@ -359,36 +607,46 @@ pub struct RouteStats {
     pub oldest_pending_secs: f64,
 }
 
-/// Per route with any PENDING or DEAD row.
+/// [`stats`]'s statement: no parameter.
+pub fn stats_sql(t: &str) -> String {
+    format!(
+        "SELECT route, count(*) FILTER (WHERE status = '{PENDING}'), \
+                count(*) FILTER (WHERE status = '{PENDING}' \
+                                 AND created_at < now() - interval '10 minutes'), \
+                count(*) FILTER (WHERE status = '{DEAD}'), \
+                coalesce(extract(epoch FROM now() - min(created_at) \
+                                 FILTER (WHERE status = '{PENDING}')), 0)::float8 \
+         FROM {t} WHERE status <> '{SENT}' GROUP BY route ORDER BY route"
+    )
+}
+
+/// Per route with any PENDING or DEAD row. Sampled every few seconds, on
+/// a connection of its own: not prepared ahead.
 ///
 /// # Errors
 /// The connection's.
-pub async fn stats(
-    conn: &mut SqlConnection,
-    table: &DeliveryTable,
-) -> Result<Vec<RouteStats>, PgError> {
-    let sql = format!(
-        "SELECT route, count(*) FILTER (WHERE status = 'PENDING'), \
-                count(*) FILTER (WHERE status = 'PENDING' AND created_at < now() - interval '10 minutes'), \
-                count(*) FILTER (WHERE status = 'DEAD'), \
-                coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE status = 'PENDING')), 0) \
-         FROM {t} WHERE status <> 'SENT' GROUP BY route ORDER BY route",
-        t = table.quoted()
-    );
-    let rows = conn.query(&sql, "count webhook deliveries").await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            let text = |i: usize| r.get(i).cloned().flatten().unwrap_or_default();
-            RouteStats {
-                route: text(0),
-                pending: text(1).parse().unwrap_or_default(),
-                pending_over_10m: text(2).parse().unwrap_or_default(),
-                dead: text(3).parse().unwrap_or_default(),
-                oldest_pending_secs: text(4).parse().unwrap_or_default(),
-            }
+pub async fn stats(session: &mut Session) -> Result<Vec<RouteStats>, PgError> {
+    let action = "count webhook deliveries";
+    let rows = session
+        .client
+        .query(&stats_sql(&session.table.quoted()), &[])
+        .await
+        .map_err(session.error(action))?;
+    let target = session.client.target();
+    let count = |row: &Row, i: usize| -> Result<u64, PgError> {
+        Ok(u64::try_from(column::<i64>(row, i, target, action)?).unwrap_or(0))
+    };
+    rows.iter()
+        .map(|row| {
+            Ok(RouteStats {
+                route: column(row, 0, target, action)?,
+                pending: count(row, 1)?,
+                pending_over_10m: count(row, 2)?,
+                dead: count(row, 3)?,
+                oldest_pending_secs: column(row, 4, target, action)?,
+            })
         })
-        .collect())
+        .collect()
 }
 
 fn clip(text: &str) -> String {
@@ -438,6 +696,47 @@ mod tests {
             .filter(|l| !l.trim_start().starts_with("--"))
             .collect();
         assert!(!statements.contains("outbox_delivery"), "{statements}");
+    }
+
+    #[test]
+    fn every_value_is_a_parameter() {
+        let t = DeliveryTable::default().quoted();
+        let look_up = look_up_sql(&t);
+        assert!(
+            look_up.contains("event_id = $1")
+                && look_up.contains("h.route = $2")
+                && look_up.contains("h.aggregate_key = $3"),
+            "{look_up}"
+        );
+        // Twelve columns, twelve parameters; the body as bytea, not text.
+        let insert = insert_sql(&t);
+        assert!(
+            (1..=12).all(|i| insert.contains(&format!("${i}"))) && !insert.contains("$13"),
+            "{insert}"
+        );
+        assert!(!insert.contains("decode("), "{insert}");
+        let claim = claim_sql(&t);
+        assert!(
+            claim.contains("d.route = $1") && !claim.contains("encode("),
+            "{claim}"
+        );
+        let [sent, dead, again] =
+            [Prepared::Sent, Prepared::Dead, Prepared::Again].map(|how| finish_sql(&t, how));
+        assert!(sent.contains("'SENT'") && !sent.contains("$3"), "{sent}");
+        assert!(
+            dead.contains("'DEAD'") && dead.contains("last_error = $3"),
+            "{dead}"
+        );
+        assert!(
+            again.contains("$4::bigint") && !again.contains("status = '"),
+            "{again}"
+        );
+        for sql in [&look_up, &insert, &claim, &sent, &dead, &again] {
+            assert!(
+                sql.contains("WHERE id = $1") || !sql.starts_with("UPDATE"),
+                "{sql}"
+            );
+        }
     }
 
     #[test]

@@ -9,17 +9,16 @@
 //! instead of a relay that runs, reports ready, and retries forever; the
 //! slot keeps every event meanwhile.
 //!
-//! The catalog is read by name, so the check needs no privilege itself
-//! and changes nothing. The verdict ([`verdict`]) is pure; [`check`] runs
-//! the query.
+//! The catalog is read by name (the table's schema and name, and the
+//! column's, as parameters), so the check needs no privilege itself and
+//! changes nothing. The verdict ([`verdict`]) is pure; [`check`] runs the
+//! query.
 
 use std::sync::Arc;
 
-use postgres_protocol::escape::escape_literal;
-
 use super::dispatch::SinkRuntime;
 use super::store::{DeliveryTable, HOLD_COLUMN};
-use crate::pg::{PgError, SqlConnection};
+use crate::pg::{PgClient, PgError};
 
 /// What the catalog says about the delivery table, for the current role.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -70,35 +69,29 @@ pub enum DeliveryTableRefused {
     },
 }
 
-/// The catalog query for `table`: one row of six booleans, by name.
-pub fn access_sql(table: &DeliveryTable) -> String {
+/// The catalog query: one row of six booleans, by name; `$1` the table's
+/// schema, `$2` its name, `$3` the [`HOLD_COLUMN`].
+pub fn access_sql() -> String {
     let privilege = |p: &str| format!("coalesce(has_table_privilege(c.oid, '{p}'), false)");
     format!(
         "SELECT c.oid IS NOT NULL, coalesce(has_schema_privilege(n.oid, 'USAGE'), false), {}, \
                 {}, {}, \
                 EXISTS (SELECT 1 FROM pg_catalog.pg_attribute a WHERE a.attrelid = c.oid \
-                        AND a.attname = {column} AND NOT a.attisdropped) \
+                        AND a.attname = $3 AND NOT a.attisdropped) \
          FROM (SELECT 1) one \
-         LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = {schema} \
-         LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = {name} \
+         LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = $1 \
+         LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = $2 \
               AND c.relkind IN ('r', 'p')",
         privilege("SELECT"),
         privilege("INSERT"),
         privilege("UPDATE"),
-        schema = escape_literal(&table.schema),
-        name = escape_literal(&table.name),
-        column = escape_literal(HOLD_COLUMN),
     )
 }
 
-/// The answer of [`access_sql`].
-pub fn parse(rows: &[Vec<Option<String>>]) -> TableAccess {
-    let flag = |i: usize| {
-        rows.first()
-            .and_then(|r| r.get(i))
-            .and_then(|v| v.as_deref())
-            == Some("t")
-    };
+/// The answer of [`access_sql`], its columns in order (no row, or NULL:
+/// no).
+pub fn parse(row: Option<[Option<bool>; 6]>) -> TableAccess {
+    let flag = |i: usize| row.is_some_and(|r| r[i] == Some(true));
     TableAccess {
         exists: flag(0),
         schema_usage: flag(1),
@@ -173,8 +166,8 @@ pub async fn check_at_start(sinks: &[Arc<SinkRuntime>]) -> Result<(), DeliveryTa
         return Ok(());
     };
     let asked = match sink.pool.get().await {
-        Ok(mut conn) => {
-            let asked = check(&mut conn, &sink.table).await;
+        Ok(conn) => {
+            let asked = check(conn.client(), &sink.table).await;
             if asked.is_ok() {
                 sink.pool.put(conn);
             }
@@ -201,13 +194,26 @@ pub async fn check_at_start(sinks: &[Arc<SinkRuntime>]) -> Result<(), DeliveryTa
 /// `Ok(Err(_))`: the relay must not start; `Err(_)`: the question could not
 /// be asked (the connection's error).
 pub async fn check(
-    conn: &mut SqlConnection,
+    conn: &PgClient,
     table: &DeliveryTable,
 ) -> Result<Result<(), DeliveryTableRefused>, PgError> {
-    let rows = conn
-        .query(&access_sql(table), "checking the delivery table")
-        .await?;
-    Ok(verdict(table, parse(&rows)))
+    let action = "checking the delivery table";
+    let error = |e| PgError::client(conn.target(), action, e);
+    let row = conn
+        .query_opt(&access_sql(), &[&table.schema, &table.name, &HOLD_COLUMN])
+        .await
+        .map_err(error)?;
+    let flags = match &row {
+        Some(row) => {
+            let mut flags = [None; 6];
+            for (i, flag) in flags.iter_mut().enumerate() {
+                *flag = row.try_get(i).map_err(error)?;
+            }
+            Some(flags)
+        }
+        None => None,
+    };
+    Ok(verdict(table, parse(flags)))
 }
 
 #[cfg(test)]
@@ -306,16 +312,15 @@ mod tests {
 
     #[test]
     fn the_answer_is_read_by_position_and_null_is_no() {
-        let row = |v: [Option<&str>; 6]| vec![v.iter().map(|x| x.map(str::to_owned)).collect()];
-        assert_eq!(parse(&row([Some("t"); 6])), all());
+        assert_eq!(parse(Some([Some(true); 6])), all());
         assert_eq!(
-            parse(&row([
-                Some("t"),
-                Some("t"),
-                Some("t"),
+            parse(Some([
+                Some(true),
+                Some(true),
+                Some(true),
                 None,
-                Some("f"),
-                Some("t")
+                Some(false),
+                Some(true)
             ])),
             TableAccess {
                 insert: false,
@@ -323,11 +328,15 @@ mod tests {
                 ..all()
             }
         );
-        assert_eq!(parse(&[]), TableAccess::default());
-        let sql = access_sql(&DeliveryTable {
-            schema: "a'b".into(),
-            name: "t".into(),
-        });
-        assert!(sql.contains("n.nspname = 'a''b'"), "{sql}");
+        assert_eq!(parse(None), TableAccess::default());
+        // The names are parameters: nothing of them is in the text.
+        let sql = access_sql();
+        assert!(
+            sql.contains("n.nspname = $1")
+                && sql.contains("c.relname = $2")
+                && sql.contains("a.attname = $3"),
+            "{sql}"
+        );
+        assert!(!sql.contains(HOLD_COLUMN), "{sql}");
     }
 }

@@ -40,11 +40,11 @@ use super::client::{Answer, TransportError};
 use super::dispatch::SinkRuntime;
 use super::schedule::Schedule;
 use super::status::{Outcome, classify};
-use super::store::{self, Finish};
+use super::store::{self, Finish, Session};
 use crate::backoff::{Backoff, Incident};
 use crate::events;
 use crate::metrics::{self as m, webhook_outcome};
-use crate::pg::{PgError, SqlConnection};
+use crate::pg::PgError;
 
 /// Loops per sink, at most (and at most its `max_concurrency`).
 const LOOPS_PER_SINK: usize = 4;
@@ -224,12 +224,12 @@ async fn retry_loop(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let name = sink.settings.name.clone();
-    let mut conn: Option<SqlConnection> = None;
+    let mut conn: Option<Session> = None;
     let mut prober = false;
     while !*shutdown.borrow() {
         let c = match &mut conn {
             Some(c) => c,
-            None => match SqlConnection::connect_normal(sink.pool_settings()).await {
+            None => match Session::connect(sink.pool_settings(), &sink.table).await {
                 Ok(c) => conn.insert(c),
                 Err(e) => {
                     let next = trouble.failed(&sink, prober, "connect", &e);
@@ -242,7 +242,7 @@ async fn retry_loop(
         };
         // Connecting is not enough to end an incident: the table may be
         // what is missing. A claim that works is.
-        let claimed = match store::claim(c, &sink.table, &name).await {
+        let claimed = match store::claim(c, &name).await {
             Ok(claimed) => {
                 if prober || trouble.lock().incident.is_open() {
                     trouble.worked(&sink);
@@ -292,7 +292,7 @@ async fn retry_loop(
             }
             .emit();
         }
-        if let Err(e) = store::finish(c, &sink.table, row.id, &how).await {
+        if let Err(e) = store::finish(c, row.id, &how).await {
             // The try is not recorded: the row is tried again later.
             conn = None;
             let next = trouble.failed(&sink, prober, "record a try", &e);
@@ -342,15 +342,15 @@ async fn sample_loop(
     routes: Vec<String>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut conn: Option<SqlConnection> = None;
+    let mut conn: Option<Session> = None;
     loop {
         if conn.is_none() {
-            conn = SqlConnection::connect_normal(sink.pool_settings())
+            conn = Session::connect(sink.pool_settings(), &sink.table)
                 .await
                 .ok();
         }
         if let Some(c) = &mut conn {
-            match store::stats(c, &sink.table).await {
+            match store::stats(c).await {
                 Ok(stats) => {
                     for route in &routes {
                         let s = stats
