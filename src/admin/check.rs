@@ -231,7 +231,7 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
     // transactional id would fence it.
     let mut slot_held = None;
     let connection = match &relay_role {
-        Ok(_) => target.connect().await.map_err(|e| e.to_string()),
+        Ok(_) => catalog_session(target).await.map_err(|e| e.to_string()),
         Err(e) => Err(e.to_string()),
     };
     match connection {
@@ -242,28 +242,14 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
             );
             items.push(Item::skip("postgres", "no connection"));
         }
-        Ok(mut connection) => {
+        Ok(client) => {
             let role = relay_role.as_deref().unwrap_or_default();
-            let _ = connection
-                .query(
-                    &format!("SET statement_timeout = '{STATEMENT_TIMEOUT}'"),
-                    "limiting statement time",
-                )
-                .await;
             let (schema, name) = pg.table_parts();
-            let facts = match catalog_session(target).await {
-                Ok(client) => {
-                    facts::gather(&client, (&schema, &name), &pg.publication, &pg.slot, role)
-                        .await
-                        .map(|facts| (client, facts))
-                }
-                Err(e) => Err(e),
-            };
-            match facts {
+            match facts::gather(&client, (&schema, &name), &pg.publication, &pg.slot, role).await {
                 Err(e) => {
                     items.push(Item::fail("postgres.catalog", e.to_string()));
                 }
-                Ok((client, facts)) => {
+                Ok(facts) => {
                     slot_held = Some(facts.slot_holder.is_some());
                     let outbox = resolve_on(&client, (&schema, &name), &pg.publication).await;
                     let template = &config.kafka.topic;
@@ -286,7 +272,6 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
             items.extend(delivery::items(target, config, role).await);
             items.push(replay::item(target, config, role).await);
             items.push(parked::item(target, config, role).await);
-            connection.close().await;
         }
     }
     let mut wanted: Vec<String> = match &topics {

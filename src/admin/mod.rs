@@ -37,7 +37,7 @@ pub mod status;
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::pg::{ConnectSettings, Conninfo, PgClient, PgError, SqlConnection};
+use crate::pg::{ConnectSettings, Conninfo, PgClient, PgError};
 
 /// `application_name` of the operator commands' sessions (unless the
 /// conninfo sets one), so that they are told apart from the relay in
@@ -88,15 +88,6 @@ impl AdminTarget {
             .ok()
             .and_then(|c| c.application_name)
             .unwrap_or_else(|| RELAY_APPLICATION_NAME.to_owned())
-    }
-
-    /// Opens an ordinary SQL session on the relay's own simple-query
-    /// client, for the commands not moved to [`AdminTarget::client`] yet.
-    ///
-    /// # Errors
-    /// As [`SqlConnection::connect_normal`].
-    pub async fn connect(&self) -> Result<SqlConnection, PgError> {
-        SqlConnection::connect_normal(&self.settings()?).await
     }
 
     /// Opens an ordinary SQL session ([`PgClient`]: typed parameters).

@@ -53,7 +53,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::parking::store::{self as parking_store, ParkedTable, Stats as ParkedStats};
-use crate::pg::{AsText, ErrorKind, PgClient, PgError, SqlConnection, qualified};
+use crate::pg::{AsText, ErrorKind, PgClient, PgError, qualified};
 use crate::replication::evaluate_slot_json;
 use postgres_protocol::escape::escape_identifier;
 
@@ -291,17 +291,12 @@ pub fn caught_up(confirmed: Option<&str>, insert: Option<&str>) -> bool {
     matches!((parse(confirmed), parse(insert)), (Some(c), Some(i)) if c >= i)
 }
 
-/// Reads the status once: the slot and the outbox on `client`; the
-/// delivery and parking tables on `connection`, the simple-query session
-/// their modules' statements still run on.
+/// Reads the status once on `client`: the slot, the outbox, the delivery
+/// and parking tables.
 ///
 /// # Errors
 /// The server refused a query or the connection failed.
-pub async fn gather(
-    client: &PgClient,
-    connection: &mut SqlConnection,
-    config: &Config,
-) -> Result<StatusReport, PgError> {
+pub async fn gather(client: &PgClient, config: &Config) -> Result<StatusReport, PgError> {
     let pg = &config.postgres;
     let (schema, name) = pg.table_parts();
     let action = "reading the slot's status";
@@ -378,8 +373,8 @@ pub async fn gather(
             _ => None,
         }
     });
-    let webhooks = webhook_stats(connection, config).await;
-    let (parked, parked_note) = parked_stats(connection, config).await;
+    let webhooks = webhook_stats(client, config).await;
+    let (parked, parked_note) = parked_stats(client, config).await;
     let mut report = StatusReport {
         slot: pg.slot.clone(),
         database: document.database,
@@ -444,7 +439,7 @@ pub fn judge(report: &StatusReport) -> (Verdict, Option<String>) {
 
 /// The stuck-delivery figures of every configured sink, zeros included.
 async fn webhook_stats(
-    connection: &mut SqlConnection,
+    client: &PgClient,
     config: &Config,
 ) -> Vec<crate::sink::http::store::RouteStats> {
     use crate::sink::http::store;
@@ -453,7 +448,7 @@ async fn webhook_stats(
     }
     let (schema, name) = config.postgres.delivery_table_parts();
     let table = store::DeliveryTable { schema, name };
-    let Ok(stats) = store::spliced::stats(connection, &table).await else {
+    let Ok(stats) = store::stats_on(client, &table).await else {
         return Vec::new();
     };
     config
@@ -473,13 +468,10 @@ async fn webhook_stats(
 }
 
 /// The parking table's figures, or why they could not be read.
-async fn parked_stats(
-    connection: &mut SqlConnection,
-    config: &Config,
-) -> (Option<ParkedStats>, Option<String>) {
+async fn parked_stats(client: &PgClient, config: &Config) -> (Option<ParkedStats>, Option<String>) {
     let (schema, name) = config.postgres.parked_table_parts();
     let table = ParkedTable { schema, name };
-    match parking_store::stats_text(connection, &table).await {
+    match parking_store::stats(client, &table).await {
         Ok(stats) => (Some(stats), None),
         Err(e) if e.sqlstate() == Some("42P01") => (
             None,
@@ -656,25 +648,22 @@ pub async fn run(
 ) -> Result<Verdict, PgError> {
     let Some(interval) = watch else {
         let client = target.client().await?;
-        let mut connection = target.connect().await?;
-        let report = gather(&client, &mut connection, config).await;
-        connection.close().await;
-        let report = report?;
+        let report = gather(&client, config).await?;
         let _ = write_report(out, &report, json);
         return Ok(report.verdict);
     };
     tokio::pin!(stop);
-    let mut connection: Option<(PgClient, SqlConnection)> = None;
+    let mut connection: Option<PgClient> = None;
     let mut verdict;
     loop {
         let reading = async {
-            let (client, mut live) = match connection.take() {
-                Some(live) => live,
-                None => (target.client().await?, target.connect().await?),
+            let client = match connection.take() {
+                Some(client) => client,
+                None => target.client().await?,
             };
-            let report = gather(&client, &mut live, config).await;
+            let report = gather(&client, config).await;
             if report.is_ok() {
-                connection = Some((client, live));
+                connection = Some(client);
             }
             report
         }
@@ -706,9 +695,6 @@ pub async fn run(
             () = &mut stop => break,
             () = tokio::time::sleep(interval) => {}
         }
-    }
-    if let Some((_, live)) = connection {
-        live.close().await;
     }
     Ok(verdict)
 }

@@ -19,7 +19,7 @@ use std::collections::{HashMap, HashSet};
 use tokio_postgres::types::{PgLsn, ToSql};
 
 use super::{Aggregate, Head, Outcome, Parcel, Place, Request};
-use crate::pg::{PgClient, PgError, SqlConnection};
+use crate::pg::{PgClient, PgError};
 use pgoutput::lsn::Lsn;
 
 /// Row kinds of the table.
@@ -476,7 +476,7 @@ pub use crate::metrics::ParkedStats as Stats;
 pub async fn stats(client: &PgClient, table: &ParkedTable) -> Result<Stats, PgError> {
     let error = |e| PgError::client(client.target(), STATS_ACTION, e);
     let row = client
-        .query_one(&stats_sql(table), &[])
+        .query_one(&stats_sql(table), &[&HEAD])
         .await
         .map_err(error)?;
     let count = |i: usize| {
@@ -490,31 +490,15 @@ pub async fn stats(client: &PgClient, table: &ParkedTable) -> Result<Stats, PgEr
     })
 }
 
-/// [`stats`] on a text session (`outbox-relay status` reads its figures on
-/// one): the same statement, which holds no value.
-///
-/// # Errors
-/// The connection's.
-pub async fn stats_text(conn: &mut SqlConnection, table: &ParkedTable) -> Result<Stats, PgError> {
-    let rows = conn.query(&stats_sql(table), STATS_ACTION).await?;
-    let row = rows.into_iter().next().unwrap_or_default();
-    let text = |i: usize| row.get(i).cloned().flatten().unwrap_or_default();
-    Ok(Stats {
-        aggregates: text(0).parse().unwrap_or_default(),
-        events: text(1).parse().unwrap_or_default(),
-        oldest_head_secs: text(2).parse().unwrap_or_default(),
-    })
-}
-
 const STATS_ACTION: &str = "count parked events";
 
 /// [`Stats`]' statement.
 fn stats_sql(table: &ParkedTable) -> String {
     format!(
-        "SELECT count(*) FILTER (WHERE kind = '{HEAD}' AND released_at IS NULL), \
-                count(*) FILTER (WHERE kind <> '{HEAD}'), \
+        "SELECT count(*) FILTER (WHERE kind = $1 AND released_at IS NULL), \
+                count(*) FILTER (WHERE kind <> $1), \
                 coalesce(extract(epoch FROM now() - min(parked_at) \
-                         FILTER (WHERE kind = '{HEAD}' AND released_at IS NULL)), 0)::float8 \
+                         FILTER (WHERE kind = $1 AND released_at IS NULL)), 0)::float8 \
          FROM {t}",
         t = table.quoted()
     )

@@ -6,18 +6,11 @@
 //! queries since PostgreSQL 10, and replication commands such as
 //! IDENTIFY_SYSTEM the same way), or a [`SqlConnection`].
 //!
-//! [`SqlConnection`]: the same conninfo, TLS and authentication as the
-//! replication connection, for the few statements the relay runs while it
-//! streams: the idle heartbeat and the catalog look-up of a relation the
-//! stream names but the relay has not classified yet. It connects (trying the
-//! conninfo's endpoints in order, bounded by the connect timeout), runs
-//! simple queries, says goodbye. One connection serves many queries; the
-//! caller keeps it for the life of a session.
-//!
-//! [`SqlConnection::connect_normal`] opens an ordinary session instead (no
-//! `replication` startup parameter, so no REPLICATION attribute needed),
-//! with the same conninfo, TLS and authentication semantics: the operator
-//! commands (`init`, `check`, `status`) use it.
+//! [`SqlConnection`]: a walsender session (`replication=database`) with
+//! the same conninfo, TLS and authentication as the stream, for what must
+//! run on a replication connection (the catalog checks before
+//! START_REPLICATION, replication commands). Every ordinary statement runs
+//! on tokio-postgres instead ([`super::PgClient`]), with typed parameters.
 //!
 //! Invariant: a statement's rows are returned only when the server ended it
 //! without an ErrorResponse, and its ErrorResponse only after ReadyForQuery,
@@ -51,16 +44,6 @@ impl SqlConnection {
     /// for a refused login.
     pub async fn connect(settings: &ConnectSettings) -> Result<Self, PgError> {
         Self::connect_as(settings, SessionKind::Replication).await
-    }
-
-    /// Connects as an ordinary session: same conninfo, TLS and
-    /// authentication, but no walsender, so the role needs no REPLICATION
-    /// attribute and every SQL statement is available.
-    ///
-    /// # Errors
-    /// As [`SqlConnection::connect`].
-    pub async fn connect_normal(settings: &ConnectSettings) -> Result<Self, PgError> {
-        Self::connect_as(settings, SessionKind::Normal).await
     }
 
     async fn connect_as(settings: &ConnectSettings, kind: SessionKind) -> Result<Self, PgError> {

@@ -629,12 +629,7 @@ async fn check_and_init_on_a_server_with_wal_level_replica() {
 async fn read_status(config: &Config) -> StatusReport {
     let target = AdminTarget::from_config(config, None);
     let client = target.client().await.expect("connect for status");
-    let mut connection = target.connect().await.expect("connect for status");
-    let report = status::gather(&client, &mut connection, config)
-        .await
-        .expect("status");
-    connection.close().await;
-    report
+    status::gather(&client, config).await.expect("status")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -745,11 +740,7 @@ async fn status_shows_the_lag_falling_while_a_backlog_drains() {
     // A superuser sees the state, and gets no hint.
     let target = AdminTarget::from_config(&config, Some(env("PG_URL")));
     let client = target.client().await.expect("connect as superuser");
-    let mut connection = target.connect().await.expect("connect as superuser");
-    let as_superuser = status::gather(&client, &mut connection, &config)
-        .await
-        .unwrap();
-    connection.close().await;
+    let as_superuser = status::gather(&client, &config).await.unwrap();
     let holder = as_superuser.holder.expect("held");
     assert!(
         holder.state.is_some() && holder.hint.is_none(),

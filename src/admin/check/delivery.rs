@@ -104,7 +104,10 @@ async fn access(
     let client = PgClient::connect(&settings).await?;
     let error = |e| PgError::client(client.target(), action, e);
     client
-        .batch_execute(&format!("SET statement_timeout = '{STATEMENT_TIMEOUT}'"))
+        .execute(
+            "SELECT set_config('statement_timeout', $1, false)",
+            &[&STATEMENT_TIMEOUT],
+        )
         .await
         .map_err(error)?;
     let row = client

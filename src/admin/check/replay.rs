@@ -66,10 +66,10 @@ pub(super) async fn session(target: &AdminTarget) -> Result<PgClient, PgError> {
     // As on check's own session: a limit that cannot be set leaves the
     // server's.
     let _ = client
-        .batch_execute(&format!(
-            "SET statement_timeout = '{}'",
-            super::STATEMENT_TIMEOUT
-        ))
+        .execute(
+            "SELECT set_config('statement_timeout', $1, false)",
+            &[&super::STATEMENT_TIMEOUT],
+        )
         .await;
     Ok(client)
 }

@@ -36,11 +36,6 @@
 //! head that is never due, so nothing behind it is sent until `dead retry`
 //! makes it PENDING (it is then the due head, sent first) or `dead discard`
 //! deletes it (the next row becomes the head).
-//!
-//! [`spliced`] keeps two of these statements for the callers that still
-//! run them on a simple-query [`crate::pg::SqlConnection`].
-
-pub mod spliced;
 
 use std::time::Duration;
 
@@ -104,6 +99,10 @@ pub fn holds(status: &str, after_dead_letter: AfterDeadLetter) -> bool {
     }
 }
 
+/// [`AfterDeadLetter::Park`]'s text in the hold column, a literal in the
+/// statements so that the `_dead` partial index's predicate matches.
+const PARK: &str = "park";
+
 /// [`holds`] in SQL: whether a row of `t` (quoted) of this route and key
 /// (SQL expressions), older than row id `older_than` if given, holds the
 /// aggregate; one `EXISTS` per kind of holder, PENDING and DEAD under park,
@@ -118,8 +117,7 @@ pub fn holders_sql(t: &str, route: &str, key: &str, older_than: Option<&str>) ->
         format!("EXISTS (SELECT 1 FROM {t} h WHERE h.status = '{PENDING}' AND {of})"),
         format!(
             "EXISTS (SELECT 1 FROM {t} h WHERE h.status = '{DEAD}' AND {of} \
-             AND h.{HOLD_COLUMN} = '{park}')",
-            park = AfterDeadLetter::Park.as_str()
+             AND h.{HOLD_COLUMN} = '{PARK}')"
         ),
     ]
 }
@@ -626,13 +624,23 @@ pub fn stats_sql(t: &str) -> String {
 /// # Errors
 /// The connection's.
 pub async fn stats(session: &mut Session) -> Result<Vec<RouteStats>, PgError> {
+    stats_on(&session.client, &session.table).await
+}
+
+/// [`stats`] on any ordinary session (`status` reads it on its own).
+///
+/// # Errors
+/// The connection's.
+pub async fn stats_on(
+    client: &PgClient,
+    table: &DeliveryTable,
+) -> Result<Vec<RouteStats>, PgError> {
     let action = "count webhook deliveries";
-    let rows = session
-        .client
-        .query(&stats_sql(&session.table.quoted()), &[])
+    let rows = client
+        .query(&stats_sql(&table.quoted()), &[])
         .await
-        .map_err(session.error(action))?;
-    let target = session.client.target();
+        .map_err(|e| PgError::client(client.target(), action, e))?;
+    let target = client.target();
     let count = |row: &Row, i: usize| -> Result<u64, PgError> {
         Ok(u64::try_from(column::<i64>(row, i, target, action)?).unwrap_or(0))
     };
@@ -656,6 +664,11 @@ fn clip(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_park_literal_is_the_settings_text() {
+        assert_eq!(PARK, AfterDeadLetter::Park.as_str());
+    }
 
     #[test]
     fn create_sql_names_the_configured_table() {

@@ -72,7 +72,7 @@ pub enum DeliveryTableRefused {
 /// The catalog query: one row of six booleans, by name; `$1` the table's
 /// schema, `$2` its name, `$3` the [`HOLD_COLUMN`].
 pub fn access_sql() -> String {
-    let privilege = |p: &str| format!("coalesce(has_table_privilege(c.oid, '{p}'), false)");
+    let privilege = |p: &str| format!("coalesce(has_table_privilege(c.oid, {p}), false)");
     format!(
         "SELECT c.oid IS NOT NULL, coalesce(has_schema_privilege(n.oid, 'USAGE'), false), {}, \
                 {}, {}, \
@@ -82,9 +82,9 @@ pub fn access_sql() -> String {
          LEFT JOIN pg_catalog.pg_namespace n ON n.nspname = $1 \
          LEFT JOIN pg_catalog.pg_class c ON c.relnamespace = n.oid AND c.relname = $2 \
               AND c.relkind IN ('r', 'p')",
-        privilege("SELECT"),
-        privilege("INSERT"),
-        privilege("UPDATE"),
+        privilege("'SELECT'"),
+        privilege("'INSERT'"),
+        privilege("'UPDATE'"),
     )
 }
 
