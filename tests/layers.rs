@@ -594,3 +594,104 @@ fn the_purity_guard_sees_what_is_impure() {
     assert!(is_pure_file(&src, &src.join("sink/http/retry.rs")));
     assert!(!is_pure_file(&src, &src.join("sink/http/dispatch.rs")));
 }
+
+/// Where a value may still be written into SQL text, and why. Everywhere
+/// else a value travels as a bound parameter of tokio-postgres.
+const SPLICE_ALLOWED: [(&str, &str); 5] = [
+    (
+        "pg/quote.rs",
+        "defines the quoting the replication command grammar needs",
+    ),
+    (
+        "pg/error.rs",
+        "fix hints show SQL to a person; the relay never runs them",
+    ),
+    (
+        "invocation.rs",
+        "shell quoting of a config path inside fix hints, not SQL",
+    ),
+    (
+        "replication/",
+        "the walsender speaks only the simple query protocol: no parameters",
+    ),
+    (
+        "admin/init/planning.rs",
+        "DDL takes no parameters; the plan is also printed as a script (--dry-run), \
+         and holds only names that passed the config's name rules and fixed words",
+    ),
+];
+
+/// What in `line` writes a value into SQL text: a quoting call, a format
+/// placeholder between single quotes, or bytes spelt as hex. A constant of
+/// the code between quotes (`'{PENDING}'`: UPPER_CASE) is a fixed word, not
+/// a value, and stays a literal on purpose: a partial index whose predicate
+/// names it (`WHERE kind = 'HEAD'`) is used only when the query spells it.
+fn splices(line: &str) -> Option<&'static str> {
+    if line.contains("escape_literal(") || line.contains("replication_literal(") {
+        return Some("quotes a value into the statement");
+    }
+    if line.contains("decode('") {
+        return Some("spells bytes into the statement");
+    }
+    let quoted_placeholder = line.match_indices("'{").any(|(at, _)| {
+        line[at + 2..].find('}').is_some_and(|end| {
+            let inside = &line[at + 2..at + 2 + end];
+            let constant = !inside.is_empty()
+                && inside
+                    .chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+            !constant && line[at + 2 + end + 1..].starts_with('\'')
+        })
+    });
+    quoted_placeholder.then_some("formats a value between quotes into the statement")
+}
+
+fn splice_allowed(src: &Path, path: &Path) -> bool {
+    let relative = path.strip_prefix(src).expect("under src");
+    SPLICE_ALLOWED
+        .iter()
+        .any(|(allowed, _)| relative.starts_with(allowed.trim_end_matches('/')))
+}
+
+#[test]
+fn no_value_is_spliced_into_sql_text() {
+    let src = root().join("src");
+    let found: Vec<String> = sources(&src)
+        .into_iter()
+        .filter(|s| !splice_allowed(&src, &s.path))
+        .flat_map(|s| {
+            s.code
+                .iter()
+                .filter_map(|(number, line)| {
+                    splices(line).map(|what| {
+                        format!(
+                            "{}:{number}: {what}: pass it as a parameter ($1, …) of a \
+                             tokio-postgres statement instead",
+                            s.path.display()
+                        )
+                    })
+                })
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(
+        found.is_empty(),
+        "a value is written into SQL text:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_splice_guard_sees_what_splices() {
+    assert!(splices("format!(\"WHERE slot_name = {}\", escape_literal(slot))").is_some());
+    assert!(splices("\"AND h.{HOLD_COLUMN} = '{park}')\"").is_some());
+    assert!(splices("format!(\"has_table_privilege(c.oid, '{p}')\")").is_some());
+    assert!(splices("format!(\"decode('{}', 'hex')\", hex)").is_some());
+    assert!(splices("format!(\"SET statement_timeout = '{}'\", t)").is_some());
+    assert!(splices("\"WHERE d.status = '{PENDING}' AND d.route = $1\"").is_none());
+    assert!(splices("\"WHERE slot_name = $1\"").is_none());
+    assert!(splices("format!(\"SELECT {columns} FROM {table}\")").is_none());
+    let src = root().join("src");
+    assert!(splice_allowed(&src, &src.join("replication/catalog.rs")));
+    assert!(!splice_allowed(&src, &src.join("parking/store.rs")));
+}
