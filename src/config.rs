@@ -28,10 +28,10 @@ mod build;
 mod contracts;
 mod effective;
 mod env_names;
+mod providers;
 mod show;
-mod sinks;
-mod sources;
 mod validate;
+mod webhooks;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -53,7 +53,7 @@ pub use crate::redact::{is_secret_property, redact_conninfo};
 pub use addr::ListenAddr;
 pub use contracts::{ContractConfig, Framing, RegistryConfig, SubjectStrategy};
 pub use env_names::ENV_PREFIX;
-pub use sinks::{RouteConfig, SinkConfig, SinkKind, warnings};
+pub use webhooks::{RouteConfig, SinkConfig, SinkKind, warnings};
 
 /// A complete, commented example configuration (`relay.example.toml`).
 pub const EXAMPLE_TOML: &str = include_str!("config/relay.example.toml");
@@ -271,7 +271,7 @@ pub struct KafkaConfig {
     /// Other librdkafka properties, as text. May hold secrets: see
     /// [`is_secret_property`] (serialization hides them).
     #[serde(
-        deserialize_with = "sources::deserialize_properties",
+        deserialize_with = "providers::deserialize_properties",
         serialize_with = "show::serialize_redacted_properties"
     )]
     pub properties: BTreeMap<String, String>,
@@ -433,7 +433,7 @@ impl Config {
             }
             None => None,
         };
-        Ok(sources::figment(toml, env))
+        Ok(providers::figment(toml, env))
     }
 
     /// Like [`Config::figment`] for TOML text already in memory.
@@ -441,7 +441,7 @@ impl Config {
         toml: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Figment {
-        sources::figment(Some((toml.to_owned(), None)), env)
+        providers::figment(Some((toml.to_owned(), None)), env)
     }
 
     /// Extracts and validates.
@@ -449,7 +449,7 @@ impl Config {
     /// # Errors
     /// [`ConfigError::Parse`] or [`ConfigError::Invalid`].
     pub fn from_figment(figment: &Figment) -> Result<Config, ConfigError> {
-        let mut config: Config = sources::extract(figment)?;
+        let mut config: Config = providers::extract(figment)?;
         config.config_dir = figment
             .find_metadata("contracts")
             .and_then(|md| match &md.source {

@@ -29,22 +29,21 @@
 //! session ("confirm only what the broker holds" in docs/design.md); this loop carries that LSN from one session to the
 //! next.
 
-pub mod checkpoint;
+mod delivery_tag;
 mod error;
 pub mod exactly_once;
-mod fates;
 pub mod lock;
 mod machine;
 mod monitor;
 mod position;
+mod producer;
 mod progress;
 mod records;
+mod refusals;
 mod round;
 mod session;
 mod settings;
-mod sinks;
 mod supervisor;
-mod tag;
 
 use std::time::Duration;
 
@@ -62,12 +61,12 @@ use progress::Progress;
 use std::sync::Arc;
 use supervisor::{Action, Outcome, Supervisor};
 
+pub use delivery_tag::DeliveryTag;
 pub use error::{RelayError, SessionError, Side};
-pub use fates::Refusals;
 pub use lock::{DEFAULT_LEASE, LockError, LockSettings, MAX_LEASE, MIN_LEASE, lock_key};
 pub use machine::{Notice, Producer, SessionMachine, Step};
+pub use refusals::Refusals;
 pub use settings::{Observability, RelaySettings, SourceSettings};
-pub use tag::DeliveryTag;
 
 /// Aborts the background task it holds when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);

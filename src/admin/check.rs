@@ -38,8 +38,8 @@ use crate::pg::{PgClient, PgError};
 use crate::replication::resolve_on;
 
 use super::AdminTarget;
-use super::facts;
-use super::kafka;
+use super::kafka_facts;
+use super::pg_facts;
 
 /// Longest a catalog or table query of `check` may run (the distinct
 /// aggregate types read the whole table).
@@ -245,7 +245,8 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
         Ok(client) => {
             let role = relay_role.as_deref().unwrap_or_default();
             let (schema, name) = pg.table_parts();
-            match facts::gather(&client, (&schema, &name), &pg.publication, &pg.slot, role).await {
+            match pg_facts::gather(&client, (&schema, &name), &pg.publication, &pg.slot, role).await
+            {
                 Err(e) => {
                     items.push(Item::fail("postgres.catalog", e.to_string()));
                 }
@@ -284,7 +285,7 @@ pub async fn run(target: &AdminTarget, config: &Config, kafka_timeout: Duration)
     if exactly_once {
         wanted.push(config.kafka.checkpoint_topic.clone());
     }
-    let cluster = kafka::gather(&config.kafka, &wanted, kafka_timeout).await;
+    let cluster = kafka_facts::gather(&config.kafka, &wanted, kafka_timeout).await;
     items.extend(evaluate_kafka(config, &cluster, &topics));
     items.extend(contracts::items(config).await);
     if exactly_once {

@@ -748,5 +748,4 @@ pub async fn run_with(
 }
 
 #[cfg(test)]
-#[path = "dead/tests.rs"]
 mod tests;

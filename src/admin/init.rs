@@ -49,7 +49,7 @@ use crate::pg::PgError;
 use postgres_protocol::escape::escape_identifier;
 
 use super::AdminTarget;
-use super::facts;
+use super::pg_facts;
 use checkpoint::TopicPlan;
 
 pub mod checkpoint;
@@ -251,7 +251,7 @@ fn render_manual(plan: &Plan, out: &mut String) {
 async fn rows_after_slot(
     client: &crate::pg::PgClient,
     table: (&str, &str),
-    facts: &facts::PgFacts,
+    facts: &pg_facts::PgFacts,
 ) -> Option<i64> {
     let ready = facts
         .publication
@@ -288,7 +288,8 @@ pub async fn run(
     // one ordinary session of tokio-postgres, typed parameters throughout.
     let session = target.client().await.map_err(InitError::Connect)?;
     let (schema, name) = pg.table_parts();
-    let facts = facts::gather(&session, (&schema, &name), &pg.publication, &pg.slot, &role).await;
+    let facts =
+        pg_facts::gather(&session, (&schema, &name), &pg.publication, &pg.slot, &role).await;
     let facts = match facts {
         Ok(mut f) => {
             f.rows_after_slot = rows_after_slot(&session, (&schema, &name), &f).await;

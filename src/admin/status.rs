@@ -57,7 +57,7 @@ use crate::pg::{AsText, ErrorKind, PgClient, PgError, qualified};
 use crate::replication::evaluate_slot_json;
 use postgres_protocol::escape::escape_identifier;
 
-use super::facts::{HOLDER_COLUMNS, HolderFacts};
+use super::pg_facts::{HOLDER_COLUMNS, HolderFacts};
 use super::{AdminTarget, human_bytes, human_duration};
 
 /// How the age of the oldest pending row was computed.

@@ -15,8 +15,8 @@ use crate::outbox::ColumnMap;
 use crate::outbox::shard::Shard;
 use crate::parking::ParkedTable;
 use crate::pg::Conninfo;
-use crate::relay::checkpoint::Bounds;
 use crate::relay::exactly_once::ExactlyOnceSettings;
+use crate::relay::exactly_once::checkpoint::Bounds;
 use crate::relay::lock::LockSettings;
 use crate::relay::{Observability, RelaySettings, SourceSettings};
 use crate::replication::ReplicationSettings;
@@ -27,7 +27,7 @@ use crate::sink::http::schedule::Schedule;
 use crate::sink::http::store::DeliveryTable;
 use crate::sink::http::{Endpoint, HttpSinkSettings, Webhooks};
 
-use super::sinks::RouteConfig;
+use super::webhooks::RouteConfig;
 use super::{Config, ConfigError, Delivery};
 
 /// The service name of exported spans when `tracing.service_name` is empty.

@@ -78,7 +78,7 @@ pub struct RegistryConfig {
     pub url: String,
     /// HTTP Basic credentials.
     pub username: Option<String>,
-    #[serde(serialize_with = "super::sinks::serialize_redacted_option")]
+    #[serde(serialize_with = "super::webhooks::serialize_redacted_option")]
     pub password: Option<String>,
     /// CA certificates (PEM) trusted for https besides the system store.
     pub ca_file: Option<String>,

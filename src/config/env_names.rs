@@ -1,4 +1,4 @@
-//! Which keys there are, for the messages of `sources.rs`: whether a
+//! Which keys there are, for the messages of `providers.rs`: whether a
 //! variable sets a key, the variable a mistyped one likely meant, and what
 //! to write where a number or boolean was expected.
 //!

@@ -929,7 +929,7 @@ source = "/svc"
     // Extracted without validation: the relay refuses `sslpassword` (it
     // has no client key passwords), but a config holding one must still
     // never show it.
-    sources::extract(&Config::figment_from_str(&toml, env(&[]))).unwrap()
+    providers::extract(&Config::figment_from_str(&toml, env(&[]))).unwrap()
 }
 
 fn assert_hidden(text: &str) {

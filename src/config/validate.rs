@@ -79,7 +79,7 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     validate_postgres(config)?;
     validate_kafka(config)?;
     validate_properties(config)?;
-    super::sinks::validate(config)?;
+    super::webhooks::validate(config)?;
     if config.cloudevents.source.trim().is_empty() {
         return Err(invalid(
             "cloudevents.source",

@@ -4,9 +4,10 @@
 use crate::ack::AckError;
 use crate::error::ErrorKind;
 use crate::pg::PgError;
-use crate::sink::checkpoint_topic::CheckpointTopicRefused;
+use crate::relay::exactly_once::checkpoint_reader::CheckpointReadError;
+use crate::relay::exactly_once::checkpoint_topic::CheckpointTopicRefused;
 use crate::sink::http::table_access::DeliveryTableRefused;
-use crate::sink::{CheckpointReadError, DeliveryError, Refused, SinkError, TxnFailure};
+use crate::sink::{DeliveryError, Refused, SinkError, TxnFailure};
 use pgoutput::DecodeError;
 use pgoutput::assembler::AssemblyError;
 

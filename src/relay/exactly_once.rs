@@ -23,13 +23,28 @@
 //! Any failure ends the session; the next one starts from step 1 with a
 //! new producer, so an aborted or doubtful transaction is replayed from the
 //! last committed checkpoint, never from what this process believes.
+//!
+//! The room's files: this one (the session's side: fencing, transactions,
+//! commits), `checkpoint.rs` (the pure part), `checkpoint_topic.rs` (the
+//! topic's one verdict) and `checkpoint_reader.rs` (the read of the last
+//! committed checkpoint). Beside them: the commit rule of the session
+//! machine (`machine/commit.rs`), the transactional producer
+//! (`crate::sink`, `kafka/transactional.rs`), and the thin `init`, `check`
+//! and `dead` files of the operator's commands.
+
+pub mod checkpoint;
+pub mod checkpoint_reader;
+pub mod checkpoint_topic;
+
+pub use checkpoint_reader::{CheckpointRead, CheckpointReadError, read_checkpoint};
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use self::checkpoint::{Bounds, Checkpoint, Found, Partial, usable};
+use self::checkpoint_topic::{CheckpointTopicRefused, Looked, Verdict};
 use super::DeliveryTag;
-use super::checkpoint::{Bounds, Checkpoint, Found, Partial, usable};
 use super::error::SessionError;
 use super::machine::{AfterFailure, CommitPlan, Producer, Said, SessionMachine, after_failure};
 use super::position::Position;
@@ -37,10 +52,8 @@ use crate::envelope::KafkaRecord;
 use crate::events;
 use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
-use crate::sink::checkpoint_topic::{self, CheckpointTopicRefused, Looked, Verdict};
 use crate::sink::{
-    CheckpointRead, DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings,
-    TransactionSettings, read_checkpoint,
+    DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings, TransactionSettings,
 };
 use pgoutput::lsn::Lsn;
 
@@ -413,6 +426,6 @@ impl Producer for Transactional<'_> {
         request: crate::parking::Request,
         tag: super::machine::ParkTag,
     ) -> Result<(), Box<(crate::parking::Request, super::machine::ParkTag)>> {
-        super::sinks::park_with(self.parking, request, tag)
+        super::producer::park_with(self.parking, request, tag)
     }
 }

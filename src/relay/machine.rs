@@ -9,7 +9,7 @@
 //! from the ack tracker alone ("confirm only what the broker holds",
 //! docs/design.md); the loop reads it from [`SessionMachine::confirmed`].
 //! This file takes the stream apart; `machine/delivery.rs` hands records to
-//! the producer and takes the reports; `machine/sources.rs` turns logical
+//! the producer and takes the reports; `machine/messages_and_traces.rs` turns logical
 //! messages into events. The machine does no I/O, logging included: a line
 //! the operator must read goes back to the shell as a [`Notice`]
 //! (`machine/notice.rs`), which the shell logs; the machine decides that it
@@ -27,7 +27,7 @@
 //!   "bounded memory");
 //! * the isolation of a suspect: [`Isolation`] (a record a broker refused in
 //!   a batch is sent alone, nothing else in flight, reading paused; its
-//!   report says whether it was the culprit; see `fates.rs`).
+//!   report says whether it was the culprit; see `refusals.rs`).
 //!
 //! Events come from the outbox table's inserts and from transactional
 //! logical messages with the outbox prefix (`postgres.source`); both go
@@ -51,14 +51,14 @@ use bytes::Bytes;
 use chrono::Utc;
 
 use super::RelaySettings;
-use super::checkpoint::{Bounds, Partial};
+use super::delivery_tag::DeliveryTag;
 use super::error::SessionError;
-use super::fates::{
+use super::exactly_once::checkpoint::{Bounds, Partial};
+use super::records::{Commit, Routed, Router};
+use super::refusals::{
     DeadLetterFate, Refusals, failure_reason, fatal_refusal, forget_confirmed, note_innocent,
     note_refusal,
 };
-use super::records::{Commit, Routed, Router};
-use super::tag::DeliveryTag;
 use crate::ack::AckTracker;
 use crate::cleanup::{Cleanup, Collector, Deletable};
 use crate::deadletter;
@@ -77,10 +77,10 @@ mod commit;
 mod counts;
 mod delivery;
 mod fence;
+mod messages_and_traces;
 mod notice;
 mod pace;
 mod parking;
-mod sources;
 mod webhook;
 
 type SessionResult<T> = Result<T, SessionError>;
@@ -480,33 +480,34 @@ impl<'a> SessionMachine<'a> {
             } => {
                 // Also the exactly-once skip rule: the session starts at the
                 // last committed checkpoint.
-                self.txn =
-                    if super::checkpoint::already_committed(final_lsn, self.tracker.confirmed()) {
-                        TxnState::Replaying
-                    } else {
-                        let time =
-                            pg_timestamp_to_utc(commit_time).unwrap_or_else(|| self.wall_now());
-                        if let Some(cleanup) = &mut self.cleanup {
-                            cleanup.begin(xid, final_lsn);
-                        }
-                        self.txn_events = 0;
-                        self.skip = match self.resume {
-                            Some(partial) if partial.commit_lsn <= final_lsn => {
-                                self.resume = None;
-                                if partial.commit_lsn == final_lsn {
-                                    partial.events
-                                } else {
-                                    0
-                                }
+                self.txn = if super::exactly_once::checkpoint::already_committed(
+                    final_lsn,
+                    self.tracker.confirmed(),
+                ) {
+                    TxnState::Replaying
+                } else {
+                    let time = pg_timestamp_to_utc(commit_time).unwrap_or_else(|| self.wall_now());
+                    if let Some(cleanup) = &mut self.cleanup {
+                        cleanup.begin(xid, final_lsn);
+                    }
+                    self.txn_events = 0;
+                    self.skip = match self.resume {
+                        Some(partial) if partial.commit_lsn <= final_lsn => {
+                            self.resume = None;
+                            if partial.commit_lsn == final_lsn {
+                                partial.events
+                            } else {
+                                0
                             }
-                            _ => 0,
-                        };
-                        TxnState::Delivering(Commit {
-                            txn: self.tracker.open_at(time),
-                            lsn: final_lsn,
-                            time,
-                        })
+                        }
+                        _ => 0,
                     };
+                    TxnState::Delivering(Commit {
+                        txn: self.tracker.open_at(time),
+                        lsn: final_lsn,
+                        time,
+                    })
+                };
             }
             TxEvent::Relation(relation) => match &self.outbox {
                 Some(outbox) if !outbox.members.contains(&relation.oid) => {
@@ -671,5 +672,4 @@ impl<'a> SessionMachine<'a> {
 }
 
 #[cfg(test)]
-#[path = "machine_tests.rs"]
 mod tests;

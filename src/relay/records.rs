@@ -11,7 +11,7 @@
 //! stream", docs/design.md). Both sources take the same path from the
 //! extracted [`OutboxRow`] on. Pure: no I/O, no clock.
 //!
-//! Every record travels with a [`DeliveryTag`] (`tag.rs`): which transaction
+//! Every record travels with a [`DeliveryTag`] (`delivery_tag.rs`): which transaction
 //! it counts in, which row it stands for, and whether it is a dead letter.
 
 use std::sync::Arc;
@@ -19,8 +19,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
-use super::fates::{EventFate, Refusals, anonymous_row_key};
-pub use super::tag::{DeliveryTag, Origin};
+pub use super::delivery_tag::{DeliveryTag, Origin};
+use super::refusals::{EventFate, Refusals, anonymous_row_key};
 use crate::ack::TxnId;
 use crate::contracts::{CONTRACT_VIOLATION, Contracts};
 use crate::deadletter::{self as dl, DeadLetter, dead_letter_record, row_columns};
@@ -399,5 +399,4 @@ fn set_content_type(record: &mut KafkaRecord, content_type: &'static str) {
 }
 
 #[cfg(test)]
-#[path = "records_tests.rs"]
 mod tests;

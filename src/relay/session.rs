@@ -33,12 +33,12 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::delivery_tag::DeliveryTag;
 use super::error::SessionError;
 use super::exactly_once::Eos;
-use super::fates::Refusals;
 use super::machine::{ParkTag, SessionMachine};
 use super::progress::Progress;
-use super::tag::DeliveryTag;
+use super::refusals::Refusals;
 use super::{Background, RelaySettings, Stopped};
 use crate::cleanup::Deleter;
 use crate::metrics::Health;
@@ -50,12 +50,12 @@ use crate::sink::http::dispatch::Dispatch;
 use crate::sink::{DeliveryReport, KafkaSink};
 use pgoutput::lsn::Lsn;
 
+mod errands;
 mod feed;
-mod io;
 mod notices;
 mod stop;
 
-use io::{HotMetrics, clocks, lock_lost, spawn_heartbeat};
+use errands::{HotMetrics, clocks, lock_lost, spawn_heartbeat};
 use stop::SETTLE_AFTER_STREAM_FAILURE;
 
 /// The parking writer's next report; pending for ever without a writer.
@@ -159,7 +159,7 @@ impl<'a> Session<'a> {
     pub(super) fn with_exactly_once(
         mut self,
         eos: Option<Eos>,
-        partial: Option<super::checkpoint::Partial>,
+        partial: Option<super::exactly_once::checkpoint::Partial>,
     ) -> Self {
         if let Some(eos) = &eos {
             self.machine = self.machine.exactly_once(partial, eos.bounds());

@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
-use super::reach::{Change, Line, Outcome, Reachability, Trouble};
-use super::refusal::{RefusalClass, classify_error};
+use super::reachability::{Change, Line, Outcome, Reachability, Trouble};
+use super::refusal_kind::{RefusalClass, classify_error};
 use crate::events;
 
 /// Told `Some(reason)` when no broker answers, `None` when one does.
@@ -99,7 +99,8 @@ impl BrokerWatch {
     /// librdkafka's statistics: read only while no broker is known to
     /// answer.
     pub(super) fn statistics(&self, json: &[u8]) {
-        if self.awaiting.load(Ordering::Acquire) && super::reach::any_broker_up(json) == Some(true)
+        if self.awaiting.load(Ordering::Acquire)
+            && super::reachability::any_broker_up(json) == Some(true)
         {
             self.answered();
         }

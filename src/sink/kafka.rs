@@ -41,8 +41,10 @@ use tokio::sync::mpsc;
 
 use super::broker_watch::{BrokerWatch, ReachObserver};
 use super::counters::AckCounters;
-use super::log;
-use super::refusal::{DeliveryError, RefusalClass, RefusalKind, Refused, classify, classify_error};
+use super::librdkafka_log;
+use super::refusal_kind::{
+    DeliveryError, RefusalClass, RefusalKind, Refused, classify, classify_error,
+};
 use crate::backoff::Backoff;
 use crate::envelope::KafkaRecord;
 
@@ -269,7 +271,7 @@ impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
         if error.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) {
             tracing::debug!(
                 target: "librdkafka",
-                note = log::REPORTED_BY_THE_RELAY,
+                note = librdkafka_log::REPORTED_BY_THE_RELAY,
                 "librdkafka: {error}: {reason}"
             );
             return;
@@ -286,7 +288,7 @@ impl<T: Send + Sync + 'static> ClientContext for ReportingContext<T> {
     }
 
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
-        log::forward(level, fac, message);
+        librdkafka_log::forward(level, fac, message);
     }
 
     /// Read only while no broker is known to answer (see
@@ -762,7 +764,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
 }
 
 #[cfg(test)]
-mod settings_tests {
+mod tests {
     use super::SinkSettings;
 
     #[test]

@@ -17,10 +17,9 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use outbox_relay::relay::exactly_once::checkpoint_reader::{CheckpointReadError, read_checkpoint};
 use outbox_relay::relay::{RelayError, SessionError, Side};
-use outbox_relay::sink::{
-    CheckpointReadError, DeliveryError, SendError, producer_config, read_checkpoint,
-};
+use outbox_relay::sink::{DeliveryError, SendError, producer_config};
 use pgoutput::lsn::Lsn;
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 

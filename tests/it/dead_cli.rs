@@ -1265,7 +1265,7 @@ fn the_page_says_who_creates_a_missing_topic_as_the_code_does() {
     let words = page.split_whitespace().collect::<Vec<_>>().join(" ");
     let kafka = outbox_relay::config::KafkaConfig::default();
     assert!(
-        outbox_relay::admin::kafka::producer_auto_create(&kafka),
+        outbox_relay::admin::kafka_facts::producer_auto_create(&kafka),
         "the default producer has the broker create topics: the page says so below"
     );
     for says in [

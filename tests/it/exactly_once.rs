@@ -504,7 +504,8 @@ async fn exactly_once_metrics_count_transactions_and_show_the_checkpoint() {
 /// read returns that record.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checkpoint_read_waits_out_a_transaction_open_on_the_topic() {
-    use outbox_relay::sink::{CheckpointRead, SinkSettings, read_checkpoint};
+    use outbox_relay::relay::exactly_once::checkpoint_reader::{CheckpointRead, read_checkpoint};
+    use outbox_relay::sink::SinkSettings;
     use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 
     let (outbox, _topic, checkpoints) = eos_outbox(TestOutbox::create("jsonb").await).await;

@@ -12,9 +12,9 @@
 
 use std::time::Duration;
 
-use crate::admin::kafka::KafkaFacts;
+use crate::admin::kafka_facts::KafkaFacts;
 use crate::config::Config;
-use crate::sink::checkpoint_topic::{self, Looked, Verdict};
+use crate::relay::exactly_once::checkpoint_topic::{self, Looked, Verdict};
 use crate::sink::{KafkaSink, TransactionSettings, TxnFailure};
 
 use super::Item;

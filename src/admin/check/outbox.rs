@@ -11,7 +11,7 @@
 
 use postgres_protocol::escape::escape_identifier;
 
-use crate::admin::facts::PgFacts;
+use crate::admin::pg_facts::PgFacts;
 use crate::admin::shards;
 use crate::config::Config;
 use crate::pg::{ErrorKind, PgError};

@@ -11,8 +11,8 @@ use std::fmt::Write as _;
 
 use postgres_protocol::escape::escape_identifier;
 
-use crate::admin::facts::PgFacts;
 use crate::admin::init::MIN_SERVER_VERSION_NUM;
+use crate::admin::pg_facts::PgFacts;
 use crate::cleanup::Cleanup;
 use crate::config::Config;
 use crate::pg::{PgError, display_ident};

@@ -1,10 +1,10 @@
 use std::collections::{BTreeMap, HashSet};
 
 use super::*;
-use crate::admin::facts::{
+use crate::admin::kafka_facts::KafkaFacts;
+use crate::admin::pg_facts::{
     ColumnFacts, HolderFacts, PgFacts, PublicationFacts, RoleFacts, TableFacts,
 };
-use crate::admin::kafka::KafkaFacts;
 use crate::pg::PgError;
 use crate::replication::OutboxTable;
 

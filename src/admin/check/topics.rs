@@ -10,7 +10,7 @@
 
 use std::collections::BTreeSet;
 
-use crate::admin::kafka::{self, KafkaFacts};
+use crate::admin::kafka_facts::{self, KafkaFacts};
 use crate::config::Config;
 use crate::envelope::render_topic;
 use crate::sink::OnUnroutable;
@@ -87,7 +87,7 @@ pub fn evaluate_kafka(
             facts.brokers.join(", ")
         ),
     )];
-    let producer_creates = kafka::producer_auto_create(kafka_config);
+    let producer_creates = kafka_facts::producer_auto_create(kafka_config);
     let auto_create = facts.broker_auto_create.map(|b| b && producer_creates);
     let create_fix = |topic: &str| {
         format!(
@@ -214,7 +214,7 @@ pub fn evaluate_kafka(
     checked.push(dlq.clone());
 
     // Record sizes.
-    let producer_max = kafka::producer_message_max_bytes(kafka_config);
+    let producer_max = kafka_facts::producer_message_max_bytes(kafka_config);
     let mut size_items = Vec::new();
     for topic in &checked {
         if let Some(&topic_max) = facts.max_message_bytes.get(topic)

@@ -38,7 +38,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use super::kafka::Republished;
 use crate::config::Config;
 use crate::parking::{ParkedTable, Place};
-use crate::sink::{CheckpointRead, read_checkpoint};
+use crate::relay::exactly_once::checkpoint_reader::{CheckpointRead, read_checkpoint};
 
 /// How long `init_transactions`, the checkpoint read and a commit may take.
 const WITHIN: Duration = Duration::from_secs(60);

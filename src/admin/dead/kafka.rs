@@ -596,5 +596,4 @@ async fn delivered(sent: Enqueued<'_>) -> Result<(), String> {
 }
 
 #[cfg(test)]
-#[path = "kafka_tests.rs"]
 mod tests;

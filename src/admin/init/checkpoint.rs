@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use super::InitError;
 use crate::config::{Config, Delivery};
-use crate::sink::checkpoint_topic::{self, Created, Looked, Verdict};
+use crate::relay::exactly_once::checkpoint_topic::{self, Created, Looked, Verdict};
 
 /// Longest wait for one answer of the cluster.
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(10);

@@ -17,7 +17,7 @@ use crate::replication::evaluate_slot_json;
 
 use super::steps::{InitOptions, Plan, Step};
 use super::{InitError, MIN_SERVER_VERSION_NUM};
-use crate::admin::facts::PgFacts;
+use crate::admin::pg_facts::PgFacts;
 use crate::admin::shards;
 
 /// The first server with failover slots.

@@ -1,5 +1,5 @@
 use super::*;
-use crate::admin::facts::{PgFacts, PublicationFacts, RoleFacts, TableFacts};
+use crate::admin::pg_facts::{PgFacts, PublicationFacts, RoleFacts, TableFacts};
 
 fn config() -> Config {
     let mut config = Config::default();
@@ -517,7 +517,7 @@ fn exactly_once() -> Config {
 #[test]
 fn exactly_once_plans_the_checkpoint_topic_and_refuses_one_the_relay_would() {
     use crate::admin::init::checkpoint::{TopicPlan, plan};
-    use crate::sink::checkpoint_topic::Looked;
+    use crate::relay::exactly_once::checkpoint_topic::Looked;
     let config = exactly_once();
     let exists = |partitions, policy: &str| Looked::Exists {
         partitions,

@@ -10,7 +10,7 @@
 //! position (a session that starts elsewhere, the slot ahead or another
 //! server, has no such part to skip).
 
-use crate::relay::checkpoint::Partial;
+use crate::relay::exactly_once::checkpoint::Partial;
 use crate::relay::position::Position;
 use pgoutput::lsn::Lsn;
 

@@ -17,7 +17,7 @@
 use std::time::{Duration, Instant};
 
 use super::SessionMachine;
-use crate::relay::checkpoint::{Batch, Bounds, Partial};
+use crate::relay::exactly_once::checkpoint::{Batch, Bounds, Partial};
 use pgoutput::lsn::Lsn;
 
 /// With no event to send, a checkpoint still moves the slot past WAL the

@@ -9,9 +9,9 @@
 //! broker holds" in docs/design.md); a suspect is sent alone, with nothing
 //! else in flight, so nothing of its key overtakes it ("Per-aggregate
 //! order"); a refused row's fate only moves forward until its transaction
-//! is confirmed (`fates.rs`).
+//! is confirmed (`refusals.rs`).
 //!
-//! [`RowFate`]: super::super::fates::RowFate
+//! [`RowFate`]: super::super::refusals::RowFate
 
 use super::*;
 use crate::parking::Parcel;
@@ -267,7 +267,7 @@ impl SessionMachine<'_> {
     ///
     /// # Errors
     /// A refusal or failure ends the session (a replay, or fatal); see
-    /// `fates.rs`.
+    /// `refusals.rs`.
     pub fn on_report(
         &mut self,
         mut report: DeliveryReport<DeliveryTag>,

@@ -50,7 +50,7 @@ impl SessionMachine<'_> {
         &mut self,
         sink: usize,
         row: &crate::outbox::OutboxRow,
-        origin: super::super::tag::Origin,
+        origin: super::super::delivery_tag::Origin,
         tag: DeliveryTag,
         producer: &mut impl Producer,
     ) -> SessionResult<()> {

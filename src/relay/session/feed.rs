@@ -3,13 +3,13 @@
 //! position), the deleter (rows to delete) and the log (the machine's
 //! notices, `notices.rs`), with the metrics on the way.
 
-use super::io::seconds_since;
+use super::errands::seconds_since;
 use super::{Session, SessionResult};
 use crate::metrics as m;
+use crate::relay::delivery_tag::DeliveryTag;
 use crate::relay::exactly_once::Transactional;
 use crate::relay::machine::{ParkTag, Step};
-use crate::relay::sinks::Sinks;
-use crate::relay::tag::DeliveryTag;
+use crate::relay::producer::Sinks;
 use crate::replication::{RelationClass, StreamItem, classify};
 use crate::sink::DeliveryReport;
 

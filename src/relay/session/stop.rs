@@ -7,8 +7,8 @@ use tokio::time::Instant;
 
 use super::Session;
 use crate::relay::Stopped;
+use crate::relay::delivery_tag::DeliveryTag;
 use crate::relay::error::SessionError;
-use crate::relay::tag::DeliveryTag;
 use crate::sink::KafkaSink;
 use pgoutput::lsn::Lsn;
 

@@ -1,5 +1,5 @@
 //! Exactly-once delivery, the broker's side: the transactional producer.
-//! The read of the last committed checkpoint is `checkpoint_reader.rs`.
+//! The read of the last committed checkpoint is `relay/exactly_once/checkpoint_reader.rs`.
 //!
 //! With `kafka.delivery = "exactly-once"` the producer has a
 //! `transactional.id` (stable across restarts: `outbox-relay.<slot>` unless
@@ -7,7 +7,7 @@
 //! transaction coordinator, which fences any older producer with the same
 //! id and completes or aborts whatever transaction that one left open; only
 //! then is the checkpoint topic read
-//! ([`read_checkpoint`](crate::sink::read_checkpoint), read_committed), so the
+//! ([`read_checkpoint`](crate::relay::exactly_once::read_checkpoint), read_committed), so the
 //! checkpoint read is the last one that can ever commit under the id. The
 //! session begins a transaction before its first record, and ends it with a
 //! checkpoint record ([`KafkaSink::send_checkpoint`]) and
@@ -73,7 +73,7 @@ pub const SPARSE_CONNECTIONS: &str = "enable.sparse.connections";
 /// answer a few milliseconds after the broker's first metadata answer. The
 /// cost is a connection to each broker of the cluster, which a producer
 /// writing to partitions led by every broker holds anyway.
-pub(in crate::sink) fn connect_at_once(cfg: &mut ClientConfig) {
+pub(crate) fn connect_at_once(cfg: &mut ClientConfig) {
     if cfg.get(SPARSE_CONNECTIONS).is_none() {
         cfg.set(SPARSE_CONNECTIONS, "false");
     }
@@ -333,7 +333,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sink::checkpoint_reader;
+    use crate::relay::exactly_once::checkpoint_reader;
     use RDKafkaErrorCode as C;
 
     /// The exactly-once clients connect to every broker at once (see

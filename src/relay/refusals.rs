@@ -13,8 +13,8 @@ use crate::metrics as m;
 use crate::sink::{DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused};
 use pgoutput::lsn::Lsn;
 
+use super::delivery_tag::DeliveryTag;
 use super::error::SessionError;
-use super::tag::DeliveryTag;
 
 /// Rows whose records a broker refused, by row key (the outbox id, or
 /// [`anonymous_row_key`] for a row whose id cannot be read), remembered

@@ -10,8 +10,8 @@
 
 use super::{Notice, Producer, SessionMachine, SessionResult, TxnState};
 use crate::metrics as m;
+use crate::relay::delivery_tag::DeliveryTag;
 use crate::relay::error::SessionError;
-use crate::relay::tag::DeliveryTag;
 use pgoutput::LogicalMessage;
 use pgoutput::assembler::AssemblyError;
 

@@ -1,5 +1,5 @@
-//! The session's I/O helpers: catalog look-ups, the relay lock's fence,
-//! the heartbeat, and the metrics updated per message.
+//! The session's errands beside the stream: catalog look-ups, the relay
+//! lock's fence, the heartbeat, and the metrics updated per message.
 
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

@@ -13,8 +13,8 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::kafka::transactional::connect_at_once;
-use super::{SinkSettings, log::Reader, log::ReaderContext};
+use crate::sink::connect_at_once;
+use crate::sink::{Reader, ReaderContext, SinkSettings};
 
 /// Reading the checkpoint topic failed.
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +71,7 @@ impl CheckpointReadError {
 /// Whether the cluster refuses the relay the topic (the refusal
 /// classification the producer's records use).
 fn unauthorized(e: &KafkaError) -> bool {
-    super::classify_error(e) == Some(super::RefusalKind::TopicUnauthorized)
+    crate::sink::classify_error(e) == Some(crate::sink::RefusalKind::TopicUnauthorized)
 }
 
 /// What the checkpoint topic holds for a key.
@@ -95,7 +95,7 @@ pub enum CheckpointRead {
 /// transaction is open (the read_committed and read_uncommitted ends
 /// agree; see the comment in the wait for why a read_committed watermark
 /// is the last stable offset). This relay's own transactions are settled
-/// already ([`KafkaSink::init_transactions`](super::KafkaSink::init_transactions) ran before). When the wait
+/// already ([`KafkaSink::init_transactions`](crate::sink::KafkaSink::init_transactions) ran before). When the wait
 /// runs out the error says a transaction stays open, not that a query
 /// timed out. A topic of more than one partition is refused
 /// ([`CheckpointReadError::Partitioned`]): across partitions there is no
@@ -134,8 +134,8 @@ struct Clients {
     uncommitted: Option<Reader>,
 }
 
-pub(super) fn consumer_config(settings: &SinkSettings, isolation: &str) -> ClientConfig {
-    let mut cfg = super::client_config(
+pub(crate) fn consumer_config(settings: &SinkSettings, isolation: &str) -> ClientConfig {
+    let mut cfg = crate::sink::client_config(
         &settings.brokers,
         settings.properties.iter().map(|(k, v)| (k, v)),
     );
@@ -196,7 +196,9 @@ fn read_blocking(
     match described.error().map(RDKafkaErrorCode::from) {
         None => {}
         Some(RDKafkaErrorCode::UnknownTopicOrPartition) => return Ok(CheckpointRead::NoTopic),
-        Some(code) if super::classify(code) == Some(super::RefusalKind::TopicUnauthorized) => {
+        Some(code)
+            if crate::sink::classify(code) == Some(crate::sink::RefusalKind::TopicUnauthorized) =>
+        {
             return Err(refused(format!("metadata: {code}")));
         }
         Some(code) => return Err(incomplete(format!("metadata: {code}"))),

@@ -174,7 +174,7 @@ fn admin(
     properties: &[(String, String)],
     timeout: Duration,
 ) -> Result<Arc<AdminClient<DefaultClientContext>>, String> {
-    let mut config = super::client_config(brokers, properties.iter().map(|(k, v)| (k, v)));
+    let mut config = crate::sink::client_config(brokers, properties.iter().map(|(k, v)| (k, v)));
     config
         .set("allow.auto.create.topics", "false")
         .set("socket.timeout.ms", timeout.as_millis().max(10).to_string());

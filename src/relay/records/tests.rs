@@ -1,7 +1,7 @@
 use super::*;
 use crate::ack::AckTracker;
 use crate::envelope::ContentMode;
-use crate::relay::fates::RowFate;
+use crate::relay::refusals::RowFate;
 use pgoutput::{Column, TupleValue};
 
 fn relation() -> Arc<Relation> {

@@ -16,7 +16,7 @@ pub struct DeliveryTag {
     pub txn: TxnId,
     /// The row it stands for: the outbox id, or, for a row whose id cannot
     /// be read, a key made from the commit, key and payload
-    /// (`fates::anonymous_row_key`). The `fates::Refusals` are keyed by it.
+    /// (`refusals::anonymous_row_key`). The `refusals::Refusals` are keyed by it.
     pub row_key: String,
     /// Commit LSN of the row's transaction.
     pub lsn: Lsn,

@@ -4,7 +4,7 @@
 //! (payloads against their contract, offline).
 //!
 //! Role: read the catalog and the broker, decide, and print. Each command
-//! gathers facts with I/O ([`facts`], [`kafka`]) and hands them to pure
+//! gathers facts with I/O ([`pg_facts`], [`kafka_facts`]) and hands them to pure
 //! functions (the init plan, the check verdicts, the status report) that the
 //! unit tests drive with made-up facts.
 //!
@@ -27,9 +27,9 @@
 
 pub mod check;
 pub mod dead;
-pub mod facts;
 pub mod init;
-pub mod kafka;
+pub mod kafka_facts;
+pub mod pg_facts;
 pub mod schema;
 pub mod shards;
 pub mod status;

@@ -3,8 +3,8 @@
 //! to an HTTP sink. Both answer with the same delivery reports, so the ack
 //! tracker, the confirmation rule and per-key order are the same for both.
 
+use super::delivery_tag::DeliveryTag;
 use super::machine::{ParkTag, Producer};
-use super::tag::DeliveryTag;
 use crate::envelope::KafkaRecord;
 use crate::parking::Request;
 use crate::parking::writer::Writer;

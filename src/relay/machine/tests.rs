@@ -778,8 +778,8 @@ struct Mode {
 }
 
 /// Bounds small enough for the model's few events to reach them.
-fn model_bounds() -> crate::relay::checkpoint::Bounds {
-    crate::relay::checkpoint::Bounds {
+fn model_bounds() -> crate::relay::exactly_once::checkpoint::Bounds {
+    crate::relay::exactly_once::checkpoint::Bounds {
         max_events: 3,
         max_bytes: 1 << 20,
         // A step is a millisecond of the model's clock: a Kafka transaction
@@ -1431,7 +1431,7 @@ fn routed_events_go_to_their_webhook_sink_and_hold_their_transaction() {
 fn fed_machine<'a>(
     settings: &'a RelaySettings,
     refusals: &'a mut Refusals,
-    resume: Option<Option<crate::relay::checkpoint::Partial>>,
+    resume: Option<Option<crate::relay::exactly_once::checkpoint::Partial>>,
     txns: &[Txn],
 ) -> (SessionMachine<'a>, FakeProducer) {
     let mut machine = SessionMachine::new(
@@ -1505,7 +1505,7 @@ fn exactly_once_confirms_deletes_and_forgets_only_at_the_committed_checkpoint() 
         let mut refusals = Refusals::new();
         refusals.insert(
             "a".into(),
-            crate::relay::fates::RowFate {
+            crate::relay::refusals::RowFate {
                 commit: Lsn(0x100),
                 ..Default::default()
             },
@@ -1545,7 +1545,7 @@ fn a_resumed_transaction_skips_exactly_the_events_already_in_kafka() {
     let settings = settings(10);
     let txn = table_rows(&["first", "second", "third"], 0x100);
     let mut refusals = Refusals::new();
-    let partial = crate::relay::checkpoint::Partial {
+    let partial = crate::relay::exactly_once::checkpoint::Partial {
         commit_lsn: txn.final_lsn,
         events: 2,
     };
@@ -1565,7 +1565,7 @@ fn a_resumed_transaction_skips_exactly_the_events_already_in_kafka() {
     assert_eq!(sent, ["third"], "the first two are in Kafka already");
     assert_eq!(
         machine.split_point(),
-        Some(Some(crate::relay::checkpoint::Partial {
+        Some(Some(crate::relay::exactly_once::checkpoint::Partial {
             commit_lsn: txn.final_lsn,
             events: 3
         }))
@@ -1584,7 +1584,7 @@ fn a_resumed_transaction_deleted_by_xmin_spares_the_rows_left() {
     settings.source.cleanup = Cleanup::DeleteAfterAck;
     let txn = table_rows(&["written-1", "written-2", "new"], 0x100);
     let mut refusals = Refusals::new();
-    let partial = crate::relay::checkpoint::Partial {
+    let partial = crate::relay::exactly_once::checkpoint::Partial {
         commit_lsn: txn.final_lsn,
         events: 2,
     };

@@ -35,7 +35,7 @@ use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use tracing::Level;
 
-use super::refusal::{RefusalClass, classify_error};
+use super::refusal_kind::{RefusalClass, classify_error};
 
 /// The start of librdkafka's text for that warning (after its thread tag).
 const GAPLESS_EXPERIMENTAL: &str =
@@ -121,12 +121,12 @@ pub(super) fn forward(level: RDKafkaLogLevel, fac: &str, message: &str) {
 /// lines as [`forward`] logs them, client errors as [`reader_error`] says.
 /// (rdkafka's default context logs every client error at error, the end of
 /// a partition included, which the reader asks for and reads as a result.)
-pub(super) struct ReaderContext;
+pub(crate) struct ReaderContext;
 
 impl rdkafka::consumer::ConsumerContext for ReaderContext {}
 
 /// A consumer of the checkpoint reader.
-pub(super) type Reader = rdkafka::consumer::BaseConsumer<ReaderContext>;
+pub(crate) type Reader = rdkafka::consumer::BaseConsumer<ReaderContext>;
 
 impl ClientContext for ReaderContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
