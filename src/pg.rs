@@ -63,6 +63,7 @@ pub(crate) mod socket;
 pub mod sql;
 mod tls;
 
+use std::future::Future;
 use std::time::Duration;
 
 pub use client::PgClient;
@@ -86,6 +87,38 @@ pub struct ConnectSettings {
     /// `fallback_application_name`); shows in `pg_stat_activity` (and
     /// `pg_stat_replication` for the stream).
     pub application_name: String,
+}
+
+/// Tries the conninfo's endpoints in order, each attempt (`open` with the
+/// endpoint and its text for errors) bounded by the connect timeout: the
+/// first that connects wins, with its endpoint; otherwise the last error.
+/// Both kinds of session connect through it, so they fail over alike.
+pub(crate) async fn first_endpoint<T, F, Fut>(
+    settings: &ConnectSettings,
+    mut open: F,
+) -> Result<(T, String, Endpoint), PgError>
+where
+    F: FnMut(&Endpoint, String) -> Fut,
+    Fut: Future<Output = Result<T, PgError>>,
+{
+    let mut last_error = None;
+    for endpoint in &settings.conninfo.endpoints {
+        let target = endpoint.to_string();
+        match tokio::time::timeout(settings.connect_timeout, open(endpoint, target.clone())).await {
+            Ok(Ok(connected)) => return Ok((connected, target, endpoint.clone())),
+            Ok(Err(e)) => last_error = Some(e),
+            Err(_) => {
+                last_error = Some(PgError::ConnectTimeout {
+                    target,
+                    timeout: settings.connect_timeout,
+                });
+            }
+        }
+    }
+    Err(last_error.unwrap_or_else(|| PgError::Conninfo {
+        conninfo: settings.conninfo.to_string(),
+        reason: "no host to connect to".into(),
+    }))
 }
 
 impl ConnectSettings {

@@ -42,7 +42,6 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use tokio::task::JoinHandle;
-use tokio::time::timeout;
 use tokio_postgres::error::{DbError, SqlState};
 use tokio_postgres::tls::{self as pg_tls, TlsConnect};
 use tokio_postgres::{AsyncMessage, Client, Config, Connection};
@@ -80,33 +79,18 @@ impl PgClient {
     /// The last endpoint's error: transient for network trouble and
     /// timeouts, fatal for a refused login or TLS that cannot be had.
     pub async fn connect(settings: &ConnectSettings) -> Result<PgClient, PgError> {
-        let conninfo = &settings.conninfo;
-        let mut last_error = None;
-        for endpoint in &conninfo.endpoints {
-            let target = endpoint.to_string();
-            let attempt = connect_to(endpoint, settings, &target);
-            match timeout(settings.connect_timeout, attempt).await {
-                Ok(Ok((client, connection))) => {
-                    return Ok(PgClient {
-                        client,
-                        _connection: tokio::spawn(drive(connection, target.clone())),
-                        target,
-                        endpoint: endpoint.clone(),
-                    });
-                }
-                Ok(Err(e)) => last_error = Some(e),
-                Err(_) => {
-                    last_error = Some(PgError::ConnectTimeout {
-                        target,
-                        timeout: settings.connect_timeout,
-                    });
-                }
-            }
-        }
-        Err(last_error.unwrap_or_else(|| PgError::Conninfo {
-            conninfo: conninfo.to_string(),
-            reason: "no host to connect to".into(),
-        }))
+        let ((client, connection), target, endpoint) =
+            super::first_endpoint(settings, |endpoint, target| {
+                let endpoint = endpoint.clone();
+                async move { connect_to(&endpoint, settings, &target).await }
+            })
+            .await?;
+        Ok(PgClient {
+            client,
+            _connection: tokio::spawn(drive(connection, target.clone())),
+            target,
+            endpoint,
+        })
     }
 
     /// The endpoint connected to, for errors (no credentials in it).

@@ -19,7 +19,6 @@
 use fallible_iterator::FallibleIterator;
 use postgres_protocol::message::backend::Message;
 use postgres_protocol::message::frontend;
-use tokio::time::timeout;
 
 use super::ConnectSettings;
 use super::auth::{self, SessionKind};
@@ -48,11 +47,10 @@ impl SqlConnection {
 
     async fn connect_as(settings: &ConnectSettings, kind: SessionKind) -> Result<Self, PgError> {
         let conninfo = &settings.conninfo;
-        let mut last_error = None;
-        for endpoint in &conninfo.endpoints {
-            let target = endpoint.to_string();
-            let attempt = async {
-                let socket = socket::open(endpoint, &conninfo.tls, &target).await?;
+        let (socket, target, endpoint) = super::first_endpoint(settings, |endpoint, target| {
+            let endpoint = endpoint.clone();
+            async move {
+                let socket = socket::open(&endpoint, &conninfo.tls, &target).await?;
                 let mut socket = FramedSocket::new(socket);
                 auth::startup_as(
                     &mut socket,
@@ -62,29 +60,15 @@ impl SqlConnection {
                     kind,
                 )
                 .await?;
-                Ok::<_, PgError>(socket)
-            };
-            match timeout(settings.connect_timeout, attempt).await {
-                Ok(Ok(socket)) => {
-                    return Ok(SqlConnection {
-                        socket,
-                        target,
-                        endpoint: endpoint.clone(),
-                    });
-                }
-                Ok(Err(e)) => last_error = Some(e),
-                Err(_) => {
-                    last_error = Some(PgError::ConnectTimeout {
-                        target,
-                        timeout: settings.connect_timeout,
-                    });
-                }
+                Ok(socket)
             }
-        }
-        Err(last_error.unwrap_or_else(|| PgError::Conninfo {
-            conninfo: conninfo.to_string(),
-            reason: "no host to connect to".into(),
-        }))
+        })
+        .await?;
+        Ok(SqlConnection {
+            socket,
+            target,
+            endpoint,
+        })
     }
 
     /// Runs one simple query; rows as text.
