@@ -16,6 +16,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+use tokio_postgres::Statement;
 use tokio_postgres::types::{PgLsn, ToSql};
 
 use super::{Aggregate, Head, Outcome, Parcel, Place, Request};
@@ -119,26 +120,56 @@ pub fn shard(shard: u32) -> i32 {
     i32::try_from(shard).unwrap_or(i32::MAX)
 }
 
+/// The statements every batch runs, prepared once per connection: a batch
+/// then costs the server no parsing, and each statement one round trip.
+pub struct Prepared {
+    statements: Statements,
+    lock: Statement,
+    dead_letter: Statement,
+    events: Statement,
+}
+
+impl Prepared {
+    /// Prepares the writer's statements on `client`, for `table`.
+    ///
+    /// # Errors
+    /// The connection's (the table missing, a privilege revoked).
+    pub async fn new(client: &PgClient, table: &ParkedTable) -> Result<Prepared, PgError> {
+        let statements = Statements {
+            table: table.quoted(),
+        };
+        let error = |e| PgError::client(client.target(), "prepare the parking statements", e);
+        let lock = client.prepare(&statements.lock()).await.map_err(error)?;
+        let dead_letter = client
+            .prepare(&statements.dead_letter())
+            .await
+            .map_err(error)?;
+        let events = client.prepare(&statements.events()).await.map_err(error)?;
+        Ok(Prepared {
+            statements,
+            lock,
+            dead_letter,
+            events,
+        })
+    }
+}
+
 /// Commits `requests`, in order, in one transaction, and says for each
 /// whether it is parked or its aggregate was released (then the event goes
-/// out now). `sinks`: the webhook sink names, by index.
+/// out now). `sinks`: the webhook sink names, by index; `prepared`: the
+/// statements, prepared on `client`.
 ///
 /// # Errors
 /// The connection's; the transaction is then rolled back whole (nothing
 /// reported, the same batch goes again).
 pub async fn write(
     client: &PgClient,
-    table: &ParkedTable,
+    prepared: &Prepared,
     shard: u32,
     sinks: &[String],
     requests: &[Request],
 ) -> Result<Vec<Outcome>, PgError> {
-    let error = |action| move |e| PgError::client(client.target(), action, e);
-    client
-        .batch_execute("BEGIN")
-        .await
-        .map_err(error("begin a parking batch"))?;
-    let result = write_locked(client, table, self::shard(shard), sinks, requests).await;
+    let result = write_locked(client, prepared, self::shard(shard), sinks, requests).await;
     if result.is_err() {
         // The connection is dropped by the caller after an error; a
         // statement error leaves the transaction aborted until then.
@@ -297,7 +328,7 @@ impl Events {
     async fn flush(
         &mut self,
         client: &PgClient,
-        statements: &Statements,
+        prepared: &Prepared,
         shard: i32,
     ) -> Result<(), PgError> {
         if self.is_empty() {
@@ -321,7 +352,7 @@ impl Events {
             &rows.lasts,
         ];
         client
-            .execute(&statements.events(), params)
+            .execute(&prepared.events, params)
             .await
             .map_err(|e| PgError::client(client.target(), "park events", e))?;
         Ok(())
@@ -329,25 +360,28 @@ impl Events {
 }
 async fn write_locked(
     client: &PgClient,
-    table: &ParkedTable,
+    prepared: &Prepared,
     shard: i32,
     sinks: &[String],
     requests: &[Request],
 ) -> Result<Vec<Outcome>, PgError> {
     let error = |action| move |e| PgError::client(client.target(), action, e);
-    let statements = Statements {
-        table: table.quoted(),
-    };
+    let statements = &prepared.statements;
     let aggregates: HashSet<&Aggregate> = requests.iter().map(Request::aggregate).collect();
     let (types, ids): (Vec<&str>, Vec<&str>) = aggregates
         .iter()
         .map(|a| (a.aggregate_type.as_str(), a.aggregate_id.as_str()))
         .unzip();
+    // BEGIN and the lock go out together (tokio-postgres pipelines
+    // statements polled at once, in order): one round trip, not two.
+    let lock_params: [&(dyn ToSql + Sync); 2] = [&types, &ids];
+    let (begun, rows) = tokio::join!(
+        client.batch_execute("BEGIN"),
+        client.query(&prepared.lock, &lock_params)
+    );
+    begun.map_err(error("begin a parking batch"))?;
     let lock = error("lock the parked heads");
-    let rows = client
-        .query(&statements.lock(), &[&types, &ids])
-        .await
-        .map_err(lock)?;
+    let rows = rows.map_err(lock)?;
     // The live head of each aggregate of the batch: its place and row.
     let mut live: HashMap<Aggregate, (Place, i64)> = HashMap::with_capacity(rows.len());
     for r in &rows {
@@ -370,7 +404,7 @@ async fn write_locked(
             } => {
                 // Flush what is pending first: a head's insert is decided
                 // from its answer.
-                events.flush(client, &statements, shard).await?;
+                events.flush(client, prepared, shard).await?;
                 let head = live.get(aggregate).copied();
                 let reason = clip(reason);
                 let commit_lsn = pg_lsn(place.commit_lsn);
@@ -387,7 +421,7 @@ async fn write_locked(
                         &position,
                     ];
                     let rows = client
-                        .query(&statements.dead_letter(), params)
+                        .query(&prepared.dead_letter, params)
                         .await
                         .map_err(error(action))?;
                     rows.first()
@@ -458,7 +492,7 @@ async fn write_locked(
             }
         }
     }
-    events.flush(client, &statements, shard).await?;
+    events.flush(client, prepared, shard).await?;
     client
         .batch_execute("COMMIT")
         .await

@@ -5,6 +5,15 @@
 //! to the machine like delivery reports: an event parked is an event
 //! handled, so the slot moves past it only once its row is committed.
 //!
+//! Batches follow the arrival rate: a request that finds the writer idle
+//! since at least [`WriterSettings::pace`] is written at once; while
+//! requests keep coming, a batch starts no sooner than `pace` after the
+//! one before, so that a stream of parked events (a busy aggregate parked
+//! during a backlog drain) costs one transaction per `pace`, not one per
+//! event. What waits is the slot's confirmation of these events, never
+//! another aggregate's delivery (exactly-once: its Kafka transaction's
+//! commit, which the session's pace bounds).
+//!
 //! A failure (PostgreSQL away, the table dropped, a privilege revoked)
 //! drops the connection and tries the same batch again, backing off (100
 //! ms to 5 s), counted in `outbox_relay_reconnects_total{reason=
@@ -18,7 +27,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::store::{self, ParkedTable};
+use super::store::{self, ParkedTable, Prepared};
 use super::{Report, Request};
 use crate::backoff::{Backoff, Incident};
 use crate::events;
@@ -36,6 +45,18 @@ pub struct WriterSettings {
     pub shard: u32,
     /// The webhook sink names, by index (a parked webhook event's `sink`).
     pub sinks: Vec<String>,
+    /// The least time from one batch's start to the next's while requests
+    /// keep coming (see the module's header).
+    pub pace: Duration,
+}
+
+/// When the batch of a request that arrived at `now` starts: at once if the
+/// last batch started `pace` ago or more (or none did), else `pace` after it.
+fn batch_start(last: Option<Instant>, now: Instant, pace: Duration) -> Instant {
+    match last {
+        Some(last) if now < last + pace => last + pace,
+        _ => now,
+    }
 }
 
 /// The session's handle: requests in, reports out. Dropping it stops the
@@ -84,7 +105,8 @@ async fn run<T>(
     mut inbox: mpsc::UnboundedReceiver<(Request, T)>,
     outbox: mpsc::UnboundedSender<Report<T>>,
 ) {
-    let mut conn: Option<PgClient> = None;
+    let mut conn: Option<(PgClient, Prepared)> = None;
+    let mut last_start: Option<Instant> = None;
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5), 3);
     let mut incident = Incident::default();
     // A batch's requests and tags apart: the requests go to every try of
@@ -97,6 +119,10 @@ async fn run<T>(
         };
         requests.push(request);
         tags.push(tag);
+        // Under a steady stream of requests, gather those of one pace.
+        let start = batch_start(last_start, Instant::now(), settings.pace);
+        tokio::time::sleep_until(start).await;
+        last_start = Some(start);
         while requests.len() < BATCH {
             match inbox.try_recv() {
                 Ok((request, tag)) => {
@@ -109,21 +135,15 @@ async fn run<T>(
         let outcomes = loop {
             let result = match conn.take() {
                 Some(c) => Ok(c),
-                None => PgClient::connect(&settings.connection).await,
+                None => connect(&settings).await,
             };
             let error = match result {
-                Ok(c) => {
-                    match store::write(
-                        &c,
-                        &settings.table,
-                        settings.shard,
-                        &settings.sinks,
-                        &requests,
-                    )
-                    .await
+                Ok((c, prepared)) => {
+                    match store::write(&c, &prepared, settings.shard, &settings.sinks, &requests)
+                        .await
                     {
                         Ok(outcomes) => {
-                            conn = Some(c);
+                            conn = Some((c, prepared));
                             break outcomes;
                         }
                         // A connection that failed a statement is not reused.
@@ -157,5 +177,40 @@ async fn run<T>(
                 return;
             }
         }
+    }
+}
+
+/// A connection with the writer's statements prepared on it.
+async fn connect(settings: &WriterSettings) -> Result<(PgClient, Prepared), crate::pg::PgError> {
+    let client = PgClient::connect(&settings.connection).await?;
+    let prepared = Prepared::new(&client, &settings.table).await?;
+    Ok((client, prepared))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_after_a_quiet_pace_is_written_at_once() {
+        let pace = Duration::from_millis(50);
+        let now = Instant::now();
+        assert_eq!(batch_start(None, now, pace), now);
+        assert_eq!(batch_start(Some(now - pace), now, pace), now);
+        assert_eq!(
+            batch_start(Some(now - Duration::from_secs(3)), now, pace),
+            now
+        );
+    }
+
+    #[test]
+    fn requests_that_keep_coming_wait_for_the_pace_since_the_last_batch() {
+        let pace = Duration::from_millis(50);
+        let now = Instant::now();
+        let last = now - Duration::from_millis(20);
+        assert_eq!(batch_start(Some(last), now, pace), last + pace);
+        assert_eq!(batch_start(Some(now), now, pace), now + pace);
+        // No pace: never a wait.
+        assert_eq!(batch_start(Some(now), now, Duration::ZERO), now);
     }
 }

@@ -479,6 +479,90 @@ async fn a_hundred_thousand_events_behind_one_head_keep_memory_bounded() {
     outbox.drop_all().await;
 }
 
+/// The parking writer's pace while parked events keep coming, at-least-once
+/// (`parking_pace` in `relay/session.rs`).
+const PARKING_PACE_SECS: f64 = 0.05;
+
+/// A busy parked aggregate costs the server a transaction per pace, not
+/// one per event ("Per-aggregate order" through a failure, docs/design.md):
+/// a service writes one row at a time, every fourth of the parked
+/// aggregate, and the parking table's EVENT rows come in at most one
+/// batch (one `xmin`) per pace over the time they took, and all of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_of_parked_events_is_committed_in_batches_by_arrival() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let config = outbox.write_config("");
+    let mut relay = Relay::process(&config);
+    relay.wait_for_event(STREAMING, DEADLINE).await;
+    let t = &outbox.table;
+    // The head: an event without a type, which cannot become one.
+    outbox
+        .admin
+        .batch_execute(&format!(
+            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) \
+             VALUES (gen_random_uuid(), 'order', 'k-busy', '', '{{}}')"
+        ))
+        .await
+        .unwrap();
+    const ROWS: i64 = 2_000;
+    const PARKED: i64 = ROWS / 4;
+    let insert = outbox
+        .admin
+        .prepare(&format!(
+            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) \
+             VALUES (gen_random_uuid(), 'order', $1, 'Placed', '{{}}')"
+        ))
+        .await
+        .unwrap();
+    for i in 0..ROWS {
+        let aggregate = if i % 4 == 0 {
+            "k-busy".to_owned()
+        } else {
+            format!("other-{}", i % 100)
+        };
+        outbox.admin.execute(&insert, &[&aggregate]).await.unwrap();
+    }
+    let table = outbox.parked_table();
+    let deadline = Instant::now() + DEADLINE;
+    let (events, batches, span) = loop {
+        let row = outbox
+            .admin
+            .query_one(
+                &format!(
+                    "SELECT count(*), count(DISTINCT xmin::text), \
+                            coalesce(extract(epoch FROM max(parked_at) - min(parked_at)), 0)::float8 \
+                     FROM public.{table} WHERE kind = 'EVENT' AND aggregateid = 'k-busy'"
+                ),
+                &[],
+            )
+            .await
+            .unwrap();
+        let (events, batches, span): (i64, i64, f64) = (row.get(0), row.get(1), row.get(2));
+        if events == PARKED {
+            break (events, batches, span);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{events} of {PARKED} events of k-busy parked within {DEADLINE:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    let status = relay.terminate().await;
+    assert!(status.success(), "{status:?}\n{}", relay.log_text());
+    // Batches start a pace apart; the first may start late by its
+    // connection, the last end early: a few more than span / pace at most.
+    let most = (span / PARKING_PACE_SECS).floor() as i64 + 4;
+    println!(
+        "parking-pace: {events} events parked over {span:.2} s in {batches} transactions (at most {most})"
+    );
+    assert!(
+        batches <= most,
+        "{events} parked events took {batches} transactions over {span:.2} s: more than one per \
+         {PARKING_PACE_SECS} s pace ({most})"
+    );
+    outbox.drop_all().await;
+}
+
 /// Requests per writer batch in [`writer_batch_throughput`]: the writer's
 /// largest.
 const BENCH_BATCH: usize = 512;
@@ -513,6 +597,9 @@ async fn writer_batch_throughput() {
     let client = outbox_relay::pg::PgClient::connect(&settings)
         .await
         .expect("the writer's connection");
+    let prepared = store::Prepared::new(&client, &table)
+        .await
+        .expect("prepare the writer's statements");
     let aggregate = |i: usize| Aggregate::new("order", format!("bench-{}", i % AGGREGATES));
     let lsn = |i: usize| pgoutput::lsn::Lsn(0x1000 + i as u64);
     let heads: Vec<Request> = (0..AGGREGATES)
@@ -526,7 +613,7 @@ async fn writer_batch_throughput() {
             },
         })
         .collect();
-    let outcomes = store::write(&client, &table, 0, &[], &heads)
+    let outcomes = store::write(&client, &prepared, 0, &[], &heads)
         .await
         .expect("park the heads");
     assert!(outcomes.iter().all(|o| *o == Outcome::Head), "{outcomes:?}");
@@ -556,7 +643,7 @@ async fn writer_batch_throughput() {
             })
             .collect();
         let started = Instant::now();
-        let outcomes = store::write(&client, &table, 0, &[], &requests)
+        let outcomes = store::write(&client, &prepared, 0, &[], &requests)
             .await
             .expect("park a batch");
         elapsed += started.elapsed();

@@ -457,7 +457,10 @@ fn spawn_writer(
     };
     tokio::spawn(async move {
         let client = target.client().await.expect("the writer's connection");
-        store::write(&client, &table, 0, &[], &[request])
+        let prepared = store::Prepared::new(&client, &table)
+            .await
+            .expect("prepare the writer's statements");
+        store::write(&client, &prepared, 0, &[], &[request])
             .await
             .expect("the writer commits")
     })
