@@ -35,5 +35,6 @@ pub use kafka::{
     producer_config, property_problem,
 };
 pub use refusal_kind::{
-    DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused, classify, classify_error,
+    BrokerFailure, DeliveryError, FailureKind, OnUnroutable, RefusalClass, RefusalKind, Refused,
+    classify, classify_error,
 };

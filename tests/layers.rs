@@ -6,7 +6,9 @@
 //! to say to the shell. Nor does it, or any other pure policy
 //! ([`PURE_POLICIES`]), read a clock, bump a metric, draw a random number,
 //! touch tokio or name an rdkafka type: the shell tells it the time, takes
-//! its counts, and carries its actions out.
+//! its counts, and carries its actions out. No rdkafka type reaches it
+//! inside the sink's types either: what it imports from `crate::sink`, and
+//! the sink's types those hold, are the relay's own.
 //!
 //! Run by `make lint` (and with the rest of the suite). It reads the source,
 //! not the compiled crate: every `crate::…`, `super::…` and `self::…` path in
@@ -596,6 +598,256 @@ fn the_purity_guard_sees_what_is_impure() {
     assert!(is_pure_file(&src, &src.join("relay/machine/commit.rs")));
     assert!(is_pure_file(&src, &src.join("sink/http/retry.rs")));
     assert!(!is_pure_file(&src, &src.join("sink/http/dispatch.rs")));
+}
+
+/// The sink's types the machine may hold although their definitions name
+/// rdkafka, and why. The machine never looks inside them: it reaches them
+/// only through its `Producer` trait, whose signatures the guard checks.
+const SINK_TYPES_ALLOWED: [(&str, &str); 1] = [(
+    "KafkaSink",
+    "the shell's producer itself: the machine calls it only through `Producer`",
+)];
+
+fn is_ident_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// The names a `use` tree or a path imports, each as (its name where it is
+/// defined, its name in the importing file): `a::{B, c::D as E}` gives
+/// `(B, B)` and `(D, E)`. A path through a type (`Enum::Variant`) names the
+/// type.
+fn use_tree(tree: &str) -> Vec<(String, String)> {
+    let tree = tree.trim_start();
+    if let Some(inner) = tree.strip_prefix('{') {
+        let mut names = Vec::new();
+        let mut depth = 0;
+        let mut start = 0;
+        for (at, c) in inner.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    names.extend(use_tree(&inner[start..at]));
+                    return names;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    names.extend(use_tree(&inner[start..at]));
+                    start = at + 1;
+                }
+                _ => {}
+            }
+        }
+        return names;
+    }
+    let end = tree
+        .find(|c: char| !is_ident_char(c) && c != ':')
+        .unwrap_or(tree.len());
+    let path = &tree[..end];
+    if path.ends_with("::") && tree[end..].starts_with('{') {
+        return use_tree(&tree[end..]);
+    }
+    let segments: Vec<&str> = path.split("::").filter(|s| !s.is_empty()).collect();
+    let Some(last) = segments.last() else {
+        return Vec::new();
+    };
+    let name = segments
+        .iter()
+        .find(|s| s.starts_with(|c: char| c.is_ascii_uppercase()))
+        .unwrap_or(last);
+    let alias = tree[end..]
+        .trim_start()
+        .strip_prefix("as ")
+        .map(|rest| rest.trim_start().split(|c: char| !is_ident_char(c)).next());
+    let local = alias.flatten().unwrap_or(last);
+    vec![((*name).to_owned(), local.to_owned())]
+}
+
+/// What `code` imports or names through the path `prefix` (`crate::sink::`,
+/// `rdkafka::`), as [`use_tree`] gives it.
+fn names_through(code: &str, prefix: &str) -> Vec<(String, String)> {
+    code.match_indices(prefix)
+        .filter(|(at, _)| {
+            let before = code[..*at].chars().next_back();
+            !before.is_some_and(|c| is_ident_char(c) || c == ':')
+        })
+        .flat_map(|(at, _)| use_tree(&code[at + prefix.len()..]))
+        .collect()
+}
+
+/// The structs, enums and type aliases `code` defines: each name with its
+/// definition, string literals left out, up to its closing `}` or `;`.
+fn definitions(code: &str) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for keyword in ["struct ", "enum ", "type "] {
+        for (at, _) in code.match_indices(keyword) {
+            let before = code[..at].chars().next_back();
+            if before.is_some_and(|c| !c.is_whitespace() && c != ')') {
+                continue;
+            }
+            let rest = &code[at + keyword.len()..];
+            let name: String = rest.chars().take_while(|c| is_ident_char(*c)).collect();
+            if name.is_empty() {
+                continue;
+            }
+            let mut body = String::new();
+            let (mut depth, mut in_string, mut escaped) = (0, false, false);
+            for c in rest.chars() {
+                if in_string {
+                    in_string = escaped || c != '"';
+                    escaped = !escaped && c == '\\';
+                    continue;
+                }
+                match c {
+                    '"' => in_string = true,
+                    '{' | '(' | '[' => depth += 1,
+                    '}' | ')' | ']' => depth -= 1,
+                    _ => {}
+                }
+                body.push(c);
+                if depth == 0 && (c == ';' || c == '}') {
+                    break;
+                }
+            }
+            found.push((name, body));
+        }
+    }
+    found
+}
+
+/// The identifiers of a definition.
+fn identifiers(body: &str) -> impl Iterator<Item = &str> {
+    body.split(|c: char| !is_ident_char(c))
+        .filter(|w| !w.is_empty())
+}
+
+/// What the machine takes from the sink, and every sink type those types
+/// hold, checked for rdkafka: `rdkafka` itself, anything the defining file
+/// imports from rdkafka (under its local name), and rdkafka's error types
+/// by name. Returns the names checked and what was found.
+fn rdkafka_in_sink_types(src: &Path) -> (BTreeSet<String>, Vec<String>) {
+    let all = sources(src);
+    let machine_code: String = all
+        .iter()
+        .filter(|s| is_machine_file(src, &s.path))
+        .flat_map(|s| s.code.iter().map(|(_, line)| line.as_str()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut todo: Vec<(String, String)> = names_through(&machine_code, "crate::sink::")
+        .into_iter()
+        .map(|(name, _)| (name.clone(), name))
+        .filter(|(name, _)| name.starts_with(|c: char| c.is_ascii_uppercase()))
+        .filter(|(name, _)| {
+            SINK_TYPES_ALLOWED
+                .iter()
+                .all(|(allowed, _)| name != allowed)
+        })
+        .collect();
+    // Every definition under src/sink, with what its file calls rdkafka.
+    let mut defined: BTreeMap<String, Vec<(PathBuf, String, BTreeSet<String>)>> = BTreeMap::new();
+    for s in all.iter().filter(|s| s.path.starts_with(src.join("sink"))) {
+        let code = s
+            .code
+            .iter()
+            .map(|(_, line)| line.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut rdkafka: BTreeSet<String> = names_through(&code, "rdkafka::")
+            .into_iter()
+            .map(|(_, local)| local)
+            .collect();
+        rdkafka.extend(["rdkafka", "KafkaError", "RDKafkaErrorCode"].map(str::to_owned));
+        for (name, body) in definitions(&code) {
+            defined
+                .entry(name)
+                .or_default()
+                .push((s.path.clone(), body, rdkafka.clone()));
+        }
+    }
+    let mut checked = BTreeSet::new();
+    let mut found = Vec::new();
+    while let Some((name, chain)) = todo.pop() {
+        if !checked.insert(name.clone()) {
+            continue;
+        }
+        let Some(definitions) = defined.get(&name) else {
+            found.push(format!(
+                "{chain}: no definition of {name} under src/sink (a type from elsewhere \
+                 re-exported by the sink, or a definition this guard cannot read)"
+            ));
+            continue;
+        };
+        for (path, body, rdkafka) in definitions {
+            for word in identifiers(body).filter(|w| rdkafka.contains(*w)) {
+                found.push(format!(
+                    "{}: {chain} names {word}",
+                    path.strip_prefix(src).unwrap_or(path).display()
+                ));
+            }
+            for held in identifiers(body).filter(|w| *w != name && defined.contains_key(*w)) {
+                todo.push((held.to_owned(), format!("{chain} -> {held}")));
+            }
+        }
+    }
+    (checked, found)
+}
+
+#[test]
+fn no_rdkafka_type_reaches_the_machine_through_the_sink_types() {
+    // The machine is pure (docs/design.md, "Layers"): a failed delivery
+    // reaches it as the relay's own error, converted once by the shell's
+    // producer, so its tests build that error and never a client's.
+    let src = root().join("src");
+    let (checked, found) = rdkafka_in_sink_types(&src);
+    for needed in ["DeliveryReport", "DeliveryError", "SendError", "Refused"] {
+        assert!(
+            checked.contains(needed),
+            "the guard did not check {needed}, which the machine receives from the sink: \
+             it no longer finds the machine's `crate::sink::` imports (checked: {checked:?})"
+        );
+    }
+    assert!(
+        found.is_empty(),
+        "an rdkafka type reaches the session machine through the sink's types; convert it \
+         where the sink meets librdkafka into a relay-owned type:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_sink_type_guard_reads_imports_and_definitions() {
+    let pair = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+    assert_eq!(
+        names_through(
+            "use crate::sink::{\nA, http::B,\nc::{D as E}, f,\n};\nfn g(x: crate::sink::H::V) {}",
+            "crate::sink::"
+        ),
+        [
+            pair("A", "A"),
+            pair("B", "B"),
+            pair("D", "E"),
+            pair("f", "f"),
+            pair("H", "V")
+        ]
+    );
+    assert_eq!(
+        names_through(
+            "use rdkafka::error::{KafkaError as Ke, RDKafkaErrorCode};",
+            "rdkafka::"
+        ),
+        [
+            pair("KafkaError", "Ke"),
+            pair("RDKafkaErrorCode", "RDKafkaErrorCode")
+        ]
+    );
+    assert!(names_through("use librdkafka::X;", "rdkafka::").is_empty());
+    let code = "#[derive(Debug)]\npub enum E<T> {\n    #[error(\"{0} }\")]\n    A(Ke),\n    B { t: T },\n}\npub(crate) struct S(u8);\nimpl S { fn f() {} }";
+    let defs = definitions(code);
+    assert_eq!(defs.len(), 2, "{defs:?}");
+    assert_eq!(defs[0].0, "S");
+    assert_eq!(defs[0].1, "S(u8);");
+    assert_eq!(defs[1].0, "E");
+    assert!(defs[1].1.ends_with("B { t: T },\n}"), "{defs:?}");
+    assert!(identifiers(&defs[1].1).any(|w| w == "Ke"));
 }
 
 /// Where a value may still be written into SQL text, and why. Everywhere

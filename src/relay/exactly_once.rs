@@ -53,7 +53,8 @@ use crate::events;
 use crate::metrics::{self as m, transaction_outcome as outcome};
 use crate::replication::ServerIdentity;
 use crate::sink::{
-    DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings, TransactionSettings,
+    BrokerFailure, DeliveryError, DeliveryReport, KafkaSink, SendError, SinkSettings,
+    TransactionSettings,
 };
 use pgoutput::lsn::Lsn;
 
@@ -370,11 +371,7 @@ impl Eos {
 }
 
 /// The fence, when the producer's fatal error is one; else the error.
-fn fenced_or(
-    sink: &KafkaSink<DeliveryTag>,
-    id: &str,
-    err: rdkafka::error::KafkaError,
-) -> SessionError {
+fn fenced_or(sink: &KafkaSink<DeliveryTag>, id: &str, err: BrokerFailure) -> SessionError {
     match sink.fenced(id) {
         Some(fenced) => SessionError::Transaction(fenced),
         None => SessionError::Transaction(crate::sink::TxnFailure::Abortable(err.to_string())),

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use crate::metrics as m;
-use crate::sink::{DeliveryError, OnUnroutable, RefusalClass, RefusalKind, Refused};
+use crate::sink::{DeliveryError, FailureKind, OnUnroutable, RefusalClass, RefusalKind, Refused};
 use pgoutput::lsn::Lsn;
 
 use super::delivery_tag::DeliveryTag;
@@ -172,12 +172,7 @@ pub fn failure_reason(error: &DeliveryError) -> &'static str {
             RefusalClass::Unroutable => m::reason::UNROUTABLE,
             RefusalClass::Unauthorized => m::reason::BROKER_ERROR,
         },
-        DeliveryError::Failed(e)
-            if e.rdkafka_error_code()
-                == Some(rdkafka::types::RDKafkaErrorCode::MessageTimedOut) =>
-        {
-            m::reason::MESSAGE_TIMEOUT
-        }
+        DeliveryError::Failed(f) if f.kind == FailureKind::TimedOut => m::reason::MESSAGE_TIMEOUT,
         DeliveryError::Failed(_) => m::reason::BROKER_ERROR,
         DeliveryError::ProducerFatal(_) => m::reason::PRODUCER_FATAL,
     }
@@ -319,15 +314,18 @@ mod tests {
 
     #[test]
     fn failures_get_their_metric_label() {
-        use rdkafka::error::KafkaError;
-        use rdkafka::types::RDKafkaErrorCode as C;
-        let failed = |c| DeliveryError::Failed(KafkaError::MessageProduction(c));
+        let failed = |kind| {
+            DeliveryError::Failed(crate::sink::BrokerFailure {
+                kind,
+                detail: "Message production error".into(),
+            })
+        };
         assert_eq!(
-            failure_reason(&failed(C::MessageTimedOut)),
+            failure_reason(&failed(FailureKind::TimedOut)),
             m::reason::MESSAGE_TIMEOUT
         );
         assert_eq!(
-            failure_reason(&failed(C::NetworkException)),
+            failure_reason(&failed(FailureKind::Other)),
             m::reason::BROKER_ERROR
         );
         assert_eq!(

@@ -43,7 +43,7 @@ use super::broker_watch::{BrokerWatch, ReachObserver};
 use super::counters::AckCounters;
 use super::librdkafka_log;
 use super::refusal_kind::{
-    DeliveryError, RefusalClass, RefusalKind, Refused, classify, classify_error,
+    BrokerFailure, DeliveryError, RefusalClass, RefusalKind, Refused, classify, classify_error,
 };
 use crate::backoff::Backoff;
 use crate::envelope::KafkaRecord;
@@ -126,7 +126,7 @@ pub enum SendError<T> {
     /// Any other immediate error (e.g. the producer hit a fatal error:
     /// [`KafkaSink::explain`] tells which).
     #[error("producer refused the record: {0}")]
-    Failed(KafkaError),
+    Failed(BrokerFailure),
 }
 
 /// Errors building the producer or checking the cluster before streaming.
@@ -335,7 +335,7 @@ impl<T: Send + Sync + 'static> ProducerContext for ReportingContext<T> {
                 let dead_letter = msg.topic() == self.dead_letter_topic;
                 Err(match refusal(err, msg.topic(), dead_letter) {
                     Some(refused) => DeliveryError::Refused(refused),
-                    None => DeliveryError::Failed(err.clone()),
+                    None => DeliveryError::Failed(BrokerFailure::of(err)),
                 })
             }
         };
@@ -660,7 +660,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 let dead_letter = record.topic == self.dead_letter_topic;
                 match refusal(&err, &record.topic, dead_letter) {
                     Some(refused) => Err(SendError::Refused(refused, Box::new((record, tag)))),
-                    None => Err(SendError::Failed(err)),
+                    None => Err(SendError::Failed(BrokerFailure::of(&err))),
                 }
             }
         }

@@ -9,7 +9,13 @@
 //! `kafka.on_unroutable` decides), or anything else, which the relay meets by
 //! rebuilding the producer and replaying from the confirmed position ("a
 //! failed delivery rewinds, it never skips", docs/design.md). A refusal
-//! carries its topic and the fix ([`Refused`]).
+//! carries its topic and the fix ([`Refused`]); any other failure becomes a
+//! [`BrokerFailure`].
+//!
+//! Invariant: [`DeliveryError`] holds no rdkafka type. The session machine
+//! receives it and is pure (docs/design.md, "Layers"), so librdkafka's
+//! error is converted here, once, where the sink meets the client; the
+//! machine and its tests see only what the relay acts on.
 
 use std::fmt;
 
@@ -107,6 +113,41 @@ pub fn classify(code: RDKafkaErrorCode) -> Option<RefusalKind> {
 /// [`classify`] for a [`KafkaError`] that carries a code.
 pub fn classify_error(err: &KafkaError) -> Option<RefusalKind> {
     err.rdkafka_error_code().and_then(classify)
+}
+
+/// What the relay reads from a failure that is not a refusal: the metric
+/// label of a failed delivery tells a timed-out record from the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureKind {
+    /// No answer for the record within `message.timeout.ms`.
+    TimedOut,
+    /// Anything else: a broker or network error, a fatal producer, a
+    /// transaction that could not begin.
+    Other,
+}
+
+/// A failure of the broker or the client that a new producer and a replay
+/// may cure, as the relay keeps it: librdkafka's error, read once.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{detail}")]
+pub struct BrokerFailure {
+    pub kind: FailureKind,
+    /// librdkafka's words, as its error prints them (code and reason).
+    pub detail: String,
+}
+
+impl BrokerFailure {
+    /// The relay's reading of a client error.
+    pub(super) fn of(err: &KafkaError) -> Self {
+        let kind = match err.rdkafka_error_code() {
+            Some(RDKafkaErrorCode::MessageTimedOut) => FailureKind::TimedOut,
+            _ => FailureKind::Other,
+        };
+        BrokerFailure {
+            kind,
+            detail: err.to_string(),
+        }
+    }
 }
 
 /// `kafka.on_unroutable`: what to do with an event no broker will take for
@@ -232,7 +273,7 @@ pub enum DeliveryError {
     /// confirming, rebuilds the producer and replays from the last confirmed
     /// LSN ("a failed delivery rewinds, it never skips" in docs/design.md).
     #[error("delivery failed: {0}")]
-    Failed(KafkaError),
+    Failed(BrokerFailure),
     /// The producer hit a fatal error (`rd_kafka_fatal_error`: say, an
     /// idempotence sequence it can no longer vouch for) and refuses every
     /// record from now on. Carries librdkafka's reason, which the bare
@@ -320,6 +361,30 @@ mod tests {
         assert_eq!(class(C::PolicyViolation), Some(RefusalClass::Unroutable));
         assert_eq!(class(C::InvalidRecord), Some(RefusalClass::Unroutable));
         assert_eq!(class(C::MessageSizeTooLarge), Some(RefusalClass::TooLarge));
+    }
+
+    #[test]
+    fn a_broker_failure_keeps_the_clients_words_and_tells_a_timeout() {
+        let timed_out = KafkaError::MessageProduction(C::MessageTimedOut);
+        let failure = BrokerFailure::of(&timed_out);
+        assert_eq!(failure.kind, FailureKind::TimedOut);
+        // Logs and events print what they printed when they held the
+        // client's error.
+        assert_eq!(failure.to_string(), timed_out.to_string());
+        assert_eq!(
+            DeliveryError::Failed(failure).to_string(),
+            format!("delivery failed: {timed_out}")
+        );
+        for other in [
+            KafkaError::MessageProduction(C::NetworkException),
+            // Only a record's own timeout is one: not a flush's.
+            KafkaError::Flush(C::OperationTimedOut),
+            KafkaError::Canceled,
+        ] {
+            let failure = BrokerFailure::of(&other);
+            assert_eq!(failure.kind, FailureKind::Other, "{other}");
+            assert_eq!(failure.detail, other.to_string());
+        }
     }
 
     fn refused(kind: RefusalKind, topic: Option<&str>, dead_letter_topic: bool) -> Refused {

@@ -37,7 +37,7 @@ use crate::parking::{Outcome, Parcel, Place, Request};
 use crate::relay::position::Position;
 use crate::relay::{SourceSettings, Stopped};
 use crate::replication::ReplicationSettings;
-use crate::sink::{RefusalKind, SinkSettings};
+use crate::sink::{BrokerFailure, FailureKind, RefusalKind, SinkSettings};
 use pgoutput::encode::encode;
 use pgoutput::{
     Begin, Column, Commit as CommitMsg, Insert, LogicalMessage, Message, RelationBody, TupleValue,
@@ -607,11 +607,10 @@ fn too_large(tag: &DeliveryTag, record: &KafkaRecord) -> DeliveryReport<Delivery
 fn transient(tag: &DeliveryTag) -> DeliveryReport<DeliveryTag> {
     DeliveryReport {
         tag: tag.clone(),
-        result: Err(DeliveryError::Failed(
-            rdkafka::error::KafkaError::MessageProduction(
-                rdkafka::types::RDKafkaErrorCode::NetworkException,
-            ),
-        )),
+        result: Err(DeliveryError::Failed(BrokerFailure {
+            kind: FailureKind::Other,
+            detail: "Message production error: NetworkException (Broker: Network exception)".into(),
+        })),
     }
 }
 

@@ -33,7 +33,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer};
 
-use super::{KafkaSink, Sent, SinkError, SinkSettings};
+use super::{BrokerFailure, KafkaSink, Sent, SinkError, SinkSettings};
 
 /// The transactional producer's settings, from the validated config.
 #[derive(Debug, Clone)]
@@ -238,8 +238,10 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     }
 
     /// Opens a transaction (local: no broker round trip).
-    pub fn begin_transaction(&self) -> Result<(), KafkaError> {
-        self.producer.begin_transaction()
+    pub fn begin_transaction(&self) -> Result<(), BrokerFailure> {
+        self.producer
+            .begin_transaction()
+            .map_err(|e| BrokerFailure::of(&e))
     }
 
     /// Sends the checkpoint record (`key` → `value`) into the open
