@@ -1054,6 +1054,8 @@ void rd_kafka_destroy_final(rd_kafka_t *rk) {
         rd_list_destroy(&rk->rk_broker_by_id);
 
         mtx_destroy(&rk->rk_conf.sasl.lock);
+        /* No topic outlives its rd_kafka_t: the map is empty by now. */
+        rd_map_destroy(&rk->rk_topic_map);
         rwlock_destroy(&rk->rk_lock);
 
         rd_free(rk);
@@ -2417,6 +2419,9 @@ rd_kafka_t *rd_kafka_new(rd_kafka_type_t type,
         rd_list_init(&rk->additional_brokerlists, 0, rd_free);
         TAILQ_INIT(&rk->rk_brokers);
         TAILQ_INIT(&rk->rk_topics);
+        /* Sized for many topics: the map does not grow its buckets. */
+        rd_map_init(&rk->rk_topic_map, 100000, rd_map_str_cmp,
+                    rd_map_str_hash, NULL, NULL);
         rd_kafka_timers_init(&rk->rk_timers, rk, rk->rk_ops);
         rd_kafka_metadata_cache_init(rk);
         rd_kafka_coord_cache_init(&rk->rk_coord_cache,

@@ -51,6 +51,7 @@ typedef int mode_t;
 #include "rdinterval.h"
 #include "rdavg.h"
 #include "rdlist.h"
+#include "rdmap.h"
 
 #if WITH_SSL
 #include <openssl/ssl.h>
@@ -328,6 +329,11 @@ struct rd_kafka_s {
 
         TAILQ_HEAD(, rd_kafka_topic_s) rk_topics;
         int rk_topic_cnt;
+        /** rk_topics by name (rkt_topic->str, not owned), under rk_lock:
+         *  a topic is found in constant time, not by a walk of rk_topics
+         *  (once per message produced by name, once per topic of each
+         *  Metadata response). */
+        rd_map_t rk_topic_map;
 
         struct rd_kafka_cgrp_s *rk_cgrp;
 

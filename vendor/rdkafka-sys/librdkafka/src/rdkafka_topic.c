@@ -99,6 +99,10 @@ void rd_kafka_topic_destroy_final(rd_kafka_topic_t *rkt) {
 
         rd_kafka_wrlock(rkt->rkt_rk);
         TAILQ_REMOVE(&rkt->rkt_rk->rk_topics, rkt, rkt_link);
+        if (rd_map_get(&rkt->rkt_rk->rk_topic_map, rkt->rkt_topic->str) ==
+            rkt)
+                rd_map_delete(&rkt->rkt_rk->rk_topic_map,
+                              rkt->rkt_topic->str);
         rkt->rkt_rk->rk_topic_cnt--;
         rd_kafka_wrunlock(rkt->rkt_rk);
 
@@ -156,12 +160,9 @@ rd_kafka_topic_t *rd_kafka_topic_find_fl(const char *func,
 
         if (do_lock)
                 rd_kafka_rdlock(rk);
-        TAILQ_FOREACH(rkt, &rk->rk_topics, rkt_link) {
-                if (!rd_kafkap_str_cmp_str(rkt->rkt_topic, topic)) {
-                        rd_kafka_topic_keep(rkt);
-                        break;
-                }
-        }
+        rkt = rd_map_get(&rk->rk_topic_map, topic);
+        if (rkt)
+                rd_kafka_topic_keep(rkt);
         if (do_lock)
                 rd_kafka_rdunlock(rk);
 
@@ -176,14 +177,14 @@ rd_kafka_topic_t *rd_kafka_topic_find0_fl(const char *func,
                                           rd_kafka_t *rk,
                                           const rd_kafkap_str_t *topic) {
         rd_kafka_topic_t *rkt;
+        char *name;
 
+        /* A protocol string need not end in NUL: the map's keys do. */
+        RD_KAFKAP_STR_DUPA(&name, topic);
         rd_kafka_rdlock(rk);
-        TAILQ_FOREACH(rkt, &rk->rk_topics, rkt_link) {
-                if (!rd_kafkap_str_cmp(rkt->rkt_topic, topic)) {
-                        rd_kafka_topic_keep(rkt);
-                        break;
-                }
-        }
+        rkt = rd_map_get(&rk->rk_topic_map, name);
+        if (rkt)
+                rd_kafka_topic_keep(rkt);
         rd_kafka_rdunlock(rk);
 
         return rkt;
@@ -489,6 +490,7 @@ rd_kafka_topic_t *rd_kafka_topic_new0(rd_kafka_t *rk,
         rkt->rkt_ua = rd_kafka_toppar_new(rkt, RD_KAFKA_PARTITION_UA);
 
         TAILQ_INSERT_TAIL(&rk->rk_topics, rkt, rkt_link);
+        rd_map_set(&rk->rk_topic_map, (void *)rkt->rkt_topic->str, rkt);
         rk->rk_topic_cnt++;
 
         /* Populate from metadata cache. */
