@@ -30,7 +30,7 @@ pub(crate) use librdkafka_log::{Reader, ReaderContext};
 pub use broker_watch::ReachObserver;
 pub(crate) use kafka::transactional::connect_at_once;
 pub use kafka::{
-    CREATION_GRACE, DeliveryReport, KafkaSink, RELAY_OWNED_PROPERTIES, STATISTICS_INTERVAL_MS,
+    ANSWER_PROBE_EVERY, CREATION_GRACE, DeliveryReport, KafkaSink, RELAY_OWNED_PROPERTIES,
     SendError, SinkError, SinkSettings, TopicCheck, TransactionSettings, TxnFailure, client_config,
     producer_config, property_problem,
 };

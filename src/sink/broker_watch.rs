@@ -86,6 +86,12 @@ impl BrokerWatch {
         self.apply(&mut shared, outcome);
     }
 
+    /// Whether no broker is known to answer since the last trouble: then
+    /// the producer's answer probe asks the cluster once a second.
+    pub(super) fn awaiting(&self) -> bool {
+        self.awaiting.load(Ordering::Acquire)
+    }
+
     /// A broker answered (a delivery, a metadata answer).
     pub(super) fn answered(&self) {
         if !self.awaiting.load(Ordering::Acquire) {
@@ -96,7 +102,8 @@ impl BrokerWatch {
         self.apply(&mut shared, outcome);
     }
 
-    /// librdkafka's statistics: read only while no broker is known to
+    /// librdkafka's statistics, when the operator turned them on
+    /// (`statistics.interval.ms`): read only while no broker is known to
     /// answer.
     pub(super) fn statistics(&self, json: &[u8]) {
         if self.awaiting.load(Ordering::Acquire)
