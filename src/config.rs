@@ -345,10 +345,12 @@ pub struct CloudEventsConfig {
     pub mode: ContentMode,
 }
 
-/// `relay.max_in_flight_bytes` by default: 64 MiB of records unacknowledged,
-/// which keeps a drain of 1 MB payloads within about 256 MiB of RSS
-/// (docs/operations.md, "Memory with large payloads").
-pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 64 * 1024 * 1024;
+/// `relay.max_in_flight_bytes` by default: 128 MiB of records
+/// unacknowledged. A drain of 1 MB payloads peaked at about 160 MiB of RSS
+/// with it, and drained as fast as without a bound within the noise; 64 MiB
+/// held 95 MiB but drained a quarter slower (docs/operations.md, "Memory
+/// with large payloads"; benches/cpu-notes.md).
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 128 * 1024 * 1024;
 
 /// `[relay]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]

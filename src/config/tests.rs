@@ -1482,10 +1482,10 @@ fn the_kubernetes_example_config_loads_with_the_secrets_url() {
 #[test]
 fn the_byte_bound_reaches_the_relay_and_librdkafkas_queue() {
     let mut config = minimal();
-    assert_eq!(config.relay.max_in_flight_bytes, 64 * 1024 * 1024);
+    assert_eq!(config.relay.max_in_flight_bytes, 128 * 1024 * 1024);
     config.validate().unwrap();
-    // 64 MiB and librdkafka's default message.max.bytes (1,000,000), in KiB.
-    assert_eq!(config.sink_settings().queue_max_kbytes, Some(66_513));
+    // 128 MiB and librdkafka's default message.max.bytes (1,000,000), in KiB.
+    assert_eq!(config.sink_settings().queue_max_kbytes, Some(132_049));
     config.relay.max_in_flight_bytes = 8 * 1024 * 1024;
     config
         .kafka

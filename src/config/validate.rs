@@ -98,7 +98,7 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
         return Err(invalid(
             "relay.max_in_flight_bytes",
             "must be between 1 and 1099511627776 (1 TiB): the bytes of records the relay holds \
-             unacknowledged before it pauses reading the slot, 67108864 (64 MiB) by default; \
+             unacknowledged before it pauses reading the slot, 134217728 (128 MiB) by default; \
              a record larger than it still goes, alone",
         ));
     }
