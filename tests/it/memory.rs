@@ -47,6 +47,9 @@ async fn large_payloads_drain_within_the_byte_bound() {
     outbox
         .create_topic_with_config(&topic, 1, &[("max.message.bytes", "4194304")])
         .await;
+    // The relay checks its dead-letter topic at start; the broker may not
+    // create topics on request.
+    outbox.create_topic(&outbox.dlq_topic, 1).await;
     // The backlog is in the slot before the relay starts: it reads as fast
     // as the server sends, held back only by its bounds.
     let writer = outbox.writer().await;
