@@ -31,6 +31,14 @@
 //!   acknowledgement take one entry. Every operation is O(log n) in the
 //!   entries held (a `BTreeMap` keyed by the first id of each run).
 //!
+//! Beside the events, the tracker counts the bytes of the records in
+//! flight ([`AckTracker::hold_bytes`], [`AckTracker::release_bytes`]): the
+//! caller says how many bytes each record it hands over holds, and gives
+//! them back with its acknowledgement, so the relay can bound what it holds
+//! unacknowledged by bytes as well as by events ("bounded memory" in
+//! docs/design.md). They are not tied to a transaction: an acknowledgement
+//! frees its record's bytes whatever else its transaction waits for.
+//!
 //! For the metrics, each transaction may carry its commit time
 //! ([`AckTracker::open_at`]): [`AckTracker::commit_time`] gives it back when
 //! one of its events is acknowledged (commit-to-ack latency), and
@@ -129,6 +137,9 @@ pub struct AckTracker {
     /// End LSN of the most recent close since the last reset.
     last_end_lsn: Option<Lsn>,
     pending_events: u64,
+    /// Bytes of the records handed to the producer and not yet
+    /// acknowledged, as the caller counted them.
+    pending_bytes: u64,
 }
 
 impl AckTracker {
@@ -142,6 +153,7 @@ impl AckTracker {
             next_to_close: 0,
             last_end_lsn: None,
             pending_events: 0,
+            pending_bytes: 0,
         }
     }
 
@@ -308,6 +320,26 @@ impl AckTracker {
         self.pending_events
     }
 
+    /// Bytes of the records handed to the producer and not yet
+    /// acknowledged.
+    pub fn pending_bytes(&self) -> u64 {
+        self.pending_bytes
+    }
+
+    /// A record in flight now holds `to` bytes instead of `from` (0 when it
+    /// was not counted yet): it was handed over, or replaced by a smaller
+    /// stand-in under the same acknowledgement.
+    pub fn hold_bytes(&mut self, from: u64, to: u64) {
+        self.pending_bytes = self.pending_bytes.saturating_sub(from) + to;
+    }
+
+    /// A record holding `bytes` was acknowledged (or is no longer held).
+    pub fn release_bytes(&mut self, bytes: u64) {
+        // Saturating: the caller's count is the caller's; a miscount must
+        // not wrap into a bound that never lets reading resume.
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+    }
+
     /// Forgets every in-flight transaction, as after a failed delivery. The
     /// confirmed position stays; the stream would restart from it, and ids
     /// issued before the reset now answer [`AckError::Stale`]. The relay does
@@ -321,6 +353,7 @@ impl AckTracker {
         // over from there.
         self.last_end_lsn = None;
         self.pending_events = 0;
+        self.pending_bytes = 0;
     }
 
     /// The run starting at `first` just became done: merges it with a done

@@ -345,11 +345,24 @@ pub struct CloudEventsConfig {
     pub mode: ContentMode,
 }
 
+/// `relay.max_in_flight_bytes` by default: 128 MiB of records
+/// unacknowledged. A drain of 1 MB payloads peaked at about 160 MiB of RSS
+/// with it, and drained as fast as without a bound within the noise; 64 MiB
+/// held 95 MiB but drained a quarter slower (docs/operations.md, "Memory
+/// with large payloads"; benches/cpu-notes.md).
+pub const DEFAULT_MAX_IN_FLIGHT_BYTES: u64 = 128 * 1024 * 1024;
+
 /// `[relay]`.
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields, default)]
 pub struct RelayConfig {
     pub channel_capacity: usize,
+    /// Bytes of records (key, value, headers) handed to the producer or a
+    /// webhook sink and not yet acknowledged, at most: reaching it pauses
+    /// reading from the slot. One record larger than it still goes, alone.
+    /// It also bounds librdkafka's queue (`queue.buffering.max.kbytes`)
+    /// unless `[kafka.properties]` sets that.
+    pub max_in_flight_bytes: u64,
     /// `host:port`, the host an IP address or a name resolved at start.
     pub metrics_addr: Option<ListenAddr>,
     pub log_format: LogFormat,
@@ -370,6 +383,7 @@ impl Default for RelayConfig {
     fn default() -> Self {
         RelayConfig {
             channel_capacity: 10_000,
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             metrics_addr: None,
             log_format: LogFormat::Text,
             unhealthy_after_secs: 120,

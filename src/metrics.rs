@@ -35,6 +35,8 @@ pub const HEARTBEATS: &str = "outbox_relay_heartbeats_total";
 pub const CONFIRMED_LSN: &str = "outbox_relay_confirmed_lsn";
 pub const RECEIVED_LSN: &str = "outbox_relay_received_lsn";
 pub const EVENTS_IN_FLIGHT: &str = "outbox_relay_events_in_flight";
+/// Bytes of those events' records (`relay.max_in_flight_bytes` bounds it).
+pub const EVENTS_IN_FLIGHT_BYTES: &str = "outbox_relay_events_in_flight_bytes";
 pub const OLDEST_UNACKED_AGE: &str = "outbox_relay_oldest_unacked_event_age_seconds";
 pub const COMMIT_TO_ACK: &str = "outbox_relay_commit_to_ack_seconds";
 pub const BYTES_RECEIVED: &str = "outbox_relay_wal_received_bytes_total";
@@ -84,6 +86,7 @@ pub const ALL: &[&str] = &[
     CONFIRMED_LSN,
     RECEIVED_LSN,
     EVENTS_IN_FLIGHT,
+    EVENTS_IN_FLIGHT_BYTES,
     OLDEST_UNACKED_AGE,
     COMMIT_TO_ACK,
     BYTES_RECEIVED,

@@ -235,6 +235,35 @@ fn reset_forgets_in_flight_and_keeps_confirmed() {
     assert_eq!(t.confirmed(), lsn(300), "never backwards");
 }
 
+/// The bytes in flight follow what the caller holds: added as records go,
+/// changed when one is replaced under the same acknowledgement, freed by
+/// acknowledgements in any order, and forgotten by a reset.
+#[test]
+fn bytes_in_flight_follow_the_records_held() {
+    let mut t = AckTracker::new(lsn(100));
+    let a = t.open();
+    t.add_event(a).unwrap();
+    t.hold_bytes(0, 1_000);
+    t.add_event(a).unwrap();
+    t.hold_bytes(0, 500);
+    assert_eq!(t.pending_bytes(), 1_500);
+    // The second record is replaced by a 40-byte stand-in.
+    t.hold_bytes(500, 40);
+    assert_eq!(t.pending_bytes(), 1_040);
+    t.ack_event(a).unwrap();
+    t.release_bytes(40);
+    assert_eq!(t.pending_bytes(), 1_000);
+    t.ack_event(a).unwrap();
+    t.release_bytes(1_000);
+    assert_eq!(t.pending_bytes(), 0);
+    t.release_bytes(7);
+    assert_eq!(t.pending_bytes(), 0, "never below nothing");
+    t.add_event(a).unwrap();
+    t.hold_bytes(0, 300);
+    t.reset();
+    assert_eq!(t.pending_bytes(), 0);
+}
+
 #[test]
 fn a_million_row_transaction_streams_through() {
     let mut t = AckTracker::new(lsn(0));

@@ -40,6 +40,11 @@ fn invalid(field: impl Into<String>, constraint: impl Into<String>) -> ConfigErr
     }
 }
 
+/// librdkafka's default `message.max.bytes`.
+const LIBRDKAFKA_MESSAGE_MAX_BYTES: u64 = 1_000_000;
+/// librdkafka's upper bound for `queue.buffering.max.kbytes` (`INT32_MAX`).
+const LIBRDKAFKA_MAX_QUEUE_KBYTES: u64 = i32::MAX as u64;
+
 impl Config {
     /// Everything the relay runs with.
     ///
@@ -84,6 +89,7 @@ impl Config {
             dlq_topic: kafka.dlq_topic.clone(),
             checkpoint_topic: kafka.checkpoint_topic.clone(),
             max_in_flight: self.relay.channel_capacity,
+            max_in_flight_bytes: self.relay.max_in_flight_bytes,
             heartbeat_interval: pg.heartbeat_interval(),
             shutdown_drain: kafka.shutdown_drain(),
             on_unroutable: kafka.on_unroutable,
@@ -118,9 +124,27 @@ impl Config {
             linger_ms: kafka.linger_ms,
             message_timeout_ms: kafka.message_timeout_ms,
             queue_max_messages: kafka.queue_max_messages,
+            queue_max_kbytes: self.queue_max_kbytes(),
             dead_letter_topic: kafka.dlq_topic.clone(),
             properties: kafka.property_pairs(),
         }
+    }
+
+    /// librdkafka's `queue.buffering.max.kbytes` for the relay's producer:
+    /// `relay.max_in_flight_bytes` and one record of `message.max.bytes`
+    /// beside it (the most the relay holds in flight is the bound reached,
+    /// plus the one record that reached it), so librdkafka never holds more
+    /// than the relay lets go. A value in `[kafka.properties]` wins
+    /// (`producer_config`).
+    pub fn queue_max_kbytes(&self) -> Option<u64> {
+        let message_max = self
+            .kafka
+            .properties
+            .get("message.max.bytes")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(LIBRDKAFKA_MESSAGE_MAX_BYTES);
+        let bytes = self.relay.max_in_flight_bytes.saturating_add(message_max);
+        Some(bytes.div_ceil(1024).min(LIBRDKAFKA_MAX_QUEUE_KBYTES))
     }
 
     /// The parking table, when anything parks after a dead letter.

@@ -703,6 +703,14 @@ fn every_validation_rule_names_its_field() {
             "relay.channel_capacity",
             Box::new(|c| c.relay.channel_capacity = 0),
         ),
+        (
+            "relay.max_in_flight_bytes",
+            Box::new(|c| c.relay.max_in_flight_bytes = 0),
+        ),
+        (
+            "relay.max_in_flight_bytes",
+            Box::new(|c| c.relay.max_in_flight_bytes = (1 << 40) + 1),
+        ),
     ];
     for (expected, edit) in cases {
         let (field, constraint) = rule(edit);
@@ -722,6 +730,7 @@ fn validation_accepts_edge_values() {
     config.kafka.linger_ms = 0;
     config.kafka.message_timeout_ms = 1;
     config.relay.channel_capacity = 1;
+    config.relay.max_in_flight_bytes = 1;
     config
         .postgres
         .header_columns
@@ -1465,4 +1474,31 @@ fn the_kubernetes_example_config_loads_with_the_secrets_url() {
         .parse()
         .unwrap();
     assert!(config.kafka.shutdown_drain_secs < grace);
+}
+
+/// The relay's byte bound reaches its settings and, with one record of
+/// `message.max.bytes` beside it, librdkafka's queue; 0 is refused with
+/// the fix.
+#[test]
+fn the_byte_bound_reaches_the_relay_and_librdkafkas_queue() {
+    let mut config = minimal();
+    assert_eq!(config.relay.max_in_flight_bytes, 128 * 1024 * 1024);
+    config.validate().unwrap();
+    // 128 MiB and librdkafka's default message.max.bytes (1,000,000), in KiB.
+    assert_eq!(config.sink_settings().queue_max_kbytes, Some(132_049));
+    config.relay.max_in_flight_bytes = 8 * 1024 * 1024;
+    config
+        .kafka
+        .properties
+        .insert("message.max.bytes".into(), "2097152".into());
+    assert_eq!(
+        config.sink_settings().queue_max_kbytes,
+        Some(8 * 1024 + 2048)
+    );
+    config.relay.max_in_flight_bytes = 0;
+    let err = config.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("relay.max_in_flight_bytes") && err.contains("between 1 and"),
+        "{err}"
+    );
 }

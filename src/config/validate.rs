@@ -33,6 +33,10 @@ const MAX_HEARTBEAT_INTERVAL_SECS: u64 = 3_600;
 /// systemd after 90 s by default), and what is not drained is only sent
 /// again after the restart, never lost.
 const MAX_SHUTDOWN_DRAIN_SECS: u64 = 3_600;
+/// `relay.max_in_flight_bytes`: 0 would stop every read; above 1 TiB is a
+/// typo (and librdkafka's `queue.buffering.max.kbytes`, derived from it,
+/// takes at most `INT32_MAX` KiB).
+const MAX_IN_FLIGHT_BYTES: std::ops::RangeInclusive<u64> = 1..=1 << 40;
 /// PostgreSQL's `NAMEDATALEN - 1`: longer identifiers are truncated.
 const MAX_IDENTIFIER_LEN: usize = 63;
 /// The idempotent producer keeps ordering only with at most this many
@@ -89,6 +93,14 @@ pub(super) fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     if config.relay.channel_capacity == 0 {
         return Err(invalid("relay.channel_capacity", "must be at least 1"));
+    }
+    if !MAX_IN_FLIGHT_BYTES.contains(&config.relay.max_in_flight_bytes) {
+        return Err(invalid(
+            "relay.max_in_flight_bytes",
+            "must be between 1 and 1099511627776 (1 TiB): the bytes of records the relay holds \
+             unacknowledged before it pauses reading the slot, 134217728 (128 MiB) by default; \
+             a record larger than it still goes, alone",
+        ));
     }
     if !UNHEALTHY_AFTER_SECS.contains(&config.relay.unhealthy_after_secs) {
         return Err(invalid(

@@ -44,6 +44,12 @@ pub fn describe() {
         EVENTS_IN_FLIGHT,
         "Events handed to the producer and not yet acknowledged."
     );
+    describe_gauge!(
+        EVENTS_IN_FLIGHT_BYTES,
+        Unit::Bytes,
+        "Bytes of the records handed to the producer or a webhook sink and not yet \
+         acknowledged; relay.max_in_flight_bytes bounds it (one record over at most)."
+    );
     describe_counter!(
         SERVER_CHANGES,
         "Sessions that found another server (system identifier or timeline) than the last one: a failover, or another cluster behind the URL."

@@ -27,6 +27,11 @@ pub struct DeliveryTag {
     /// The record's produce span, when tracing is on and the row carries a
     /// trace context; ended with the record's delivery report.
     pub span: Option<Box<ProduceSpan>>,
+    /// The bytes its record holds in the ack tracker's count of bytes in
+    /// flight: 0 until the session machine hands it over, then its size
+    /// (its stand-in's, when one replaces it), given back with its
+    /// acknowledgement.
+    pub held_bytes: u64,
 }
 
 /// Where an event came from, for its dead letter's `source_table`.

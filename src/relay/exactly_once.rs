@@ -388,6 +388,7 @@ fn unreported_tag() -> DeliveryTag {
         key: Bytes::new(),
         dead_letter: false,
         span: None,
+        held_bytes: 0,
     }
 }
 

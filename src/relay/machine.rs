@@ -24,7 +24,10 @@
 //!   transaction's final LSN, never a change's, "never filter by change LSN");
 //! * the hand-off: [`Outgoing`] (`Clear`, or a record the full local queue
 //!   refused, sent again after the next report; reading pauses meanwhile:
-//!   "bounded memory");
+//!   "bounded memory"), and the bytes in flight: each record handed over
+//!   counts its size in the ack tracker until its report, and reading
+//!   pauses while they reach `max_in_flight_bytes` (records of a webhook
+//!   sink and those on their way to the parking table count alike);
 //! * the isolation of a suspect: [`Isolation`] (a record a broker refused in
 //!   a batch is sent alone, nothing else in flight, reading paused; its
 //!   report says whether it was the culprit; see `refusals.rs`).
@@ -404,12 +407,40 @@ impl<'a> SessionMachine<'a> {
         self.tracker.oldest_unacked_commit_time()
     }
 
+    /// Bytes of the records handed over and not yet acknowledged (and of
+    /// one held back by a full queue or waiting to go alone, once counted).
+    pub fn pending_bytes(&self) -> u64 {
+        self.tracker.pending_bytes()
+    }
+
     /// Whether the next replication message may be read: nothing held back
-    /// by a full queue or an isolation, fewer than `max_in_flight` pending.
+    /// by a full queue or an isolation, fewer than `max_in_flight` pending,
+    /// and fewer than `max_in_flight_bytes` bytes of them. With nothing
+    /// pending it may always read: a record larger than the byte bound goes
+    /// alone instead of never.
     pub fn can_read(&self) -> bool {
         matches!(self.outgoing, Outgoing::Clear)
             && matches!(self.isolation, Isolation::None)
             && (self.tracker.pending_events() as usize) < self.settings.max_in_flight
+            && (self.tracker.pending_bytes() < self.settings.max_in_flight_bytes
+                || self.tracker.pending_events() == 0)
+    }
+
+    /// Counts the record `tag` travels with as `size` bytes in flight, in
+    /// place of what it was counted as before (nothing, or the record a
+    /// smaller stand-in replaces).
+    fn hold(&mut self, tag: &mut DeliveryTag, size: usize) {
+        let size = size as u64;
+        self.tracker.hold_bytes(tag.held_bytes, size);
+        tag.held_bytes = size;
+    }
+
+    /// The record `tag` travels with was acknowledged: its event and its
+    /// bytes are no longer in flight.
+    fn acknowledged(&mut self, tag: &DeliveryTag) -> SessionResult<()> {
+        self.tracker.ack_event(tag.txn)?;
+        self.tracker.release_bytes(tag.held_bytes);
+        Ok(())
     }
 
     /// Whether anything still waits for the broker: pending records, or one

@@ -215,6 +215,7 @@ impl Router {
             key: what.key.clone(),
             dead_letter: true,
             span: None,
+            held_bytes: 0,
         };
         let record = dead_letter_record(DeadLetter {
             topic: &self.dead_letter_topic,
@@ -278,6 +279,7 @@ impl Router {
             key: Bytes::copy_from_slice(row.aggregate_id.as_bytes()),
             dead_letter: false,
             span: None,
+            held_bytes: 0,
         };
         // Almost always empty: skip hashing the id on the hot path.
         let fate = if refusals.is_empty() {
@@ -381,6 +383,8 @@ impl Router {
         let tag = DeliveryTag {
             dead_letter: true,
             span: None,
+            // Still the bytes counted for the row's record: the dead
+            // letter takes its place under the same acknowledgement.
             ..tag
         };
         (record, tag)

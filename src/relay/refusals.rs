@@ -192,6 +192,7 @@ mod tests {
             key: Bytes::from_static(b"k"),
             dead_letter,
             span: None,
+            held_bytes: 0,
         }
     }
 

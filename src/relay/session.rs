@@ -327,6 +327,9 @@ impl<'a> Session<'a> {
             self.hot
                 .events_in_flight
                 .set(self.machine.pending_events() as f64);
+            self.hot
+                .events_in_flight_bytes
+                .set(self.machine.pending_bytes() as f64);
         }
     }
 }

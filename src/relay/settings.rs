@@ -36,6 +36,10 @@ pub struct RelaySettings {
     /// Events handed to the producer and not yet acknowledged, at most.
     /// Reaching it stops reading the slot (backpressure: "bounded memory" in docs/design.md).
     pub max_in_flight: usize,
+    /// Bytes of the records handed over and not yet acknowledged, at most
+    /// (one larger record still goes, alone): reaching it stops reading
+    /// the slot too (`relay.max_in_flight_bytes`).
+    pub max_in_flight_bytes: u64,
     /// Emit a heartbeat message when the outbox was idle this long.
     pub heartbeat_interval: Option<Duration>,
     /// How long a graceful stop waits for outstanding acknowledgements.

@@ -148,6 +148,9 @@ pub struct SinkSettings {
     pub linger_ms: u64,
     pub message_timeout_ms: u64,
     pub queue_max_messages: u64,
+    /// `queue.buffering.max.kbytes`, unless `properties` set it; `None`:
+    /// librdkafka's default (1 GiB).
+    pub queue_max_kbytes: Option<u64>,
     /// The dead-letter topic: refusals of records for it say so.
     pub dead_letter_topic: String,
     /// Any other librdkafka property, already checked against
@@ -174,6 +177,7 @@ impl std::fmt::Debug for SinkSettings {
             .field("linger_ms", &self.linger_ms)
             .field("message_timeout_ms", &self.message_timeout_ms)
             .field("queue_max_messages", &self.queue_max_messages)
+            .field("queue_max_kbytes", &self.queue_max_kbytes)
             .field("dead_letter_topic", &self.dead_letter_topic)
             .field("properties", &properties)
             .finish()
@@ -398,7 +402,8 @@ const BROKER_PROBE: Duration = Duration::from_secs(5);
 /// what the relay owns ([`RELAY_OWNED_PROPERTIES`]): idempotence and
 /// `acks=all`, the gapless guarantee or, with `transactions`, the
 /// transactional settings, the Java client's partitioner, the linger,
-/// message timeout and queue bound of `settings`.
+/// message timeout and queue bounds of `settings` (the byte bound unless
+/// the operator's properties set it).
 pub fn producer_config(
     settings: &SinkSettings,
     transactions: Option<&TransactionSettings>,
@@ -437,6 +442,13 @@ pub fn producer_config(
             "queue.buffering.max.messages",
             settings.queue_max_messages.to_string(),
         );
+    // The byte bound of librdkafka's queue follows the relay's own
+    // (`relay.max_in_flight_bytes`), unless the operator set it.
+    if let Some(kbytes) = settings.queue_max_kbytes
+        && cfg.get("queue.buffering.max.kbytes").is_none()
+    {
+        cfg.set("queue.buffering.max.kbytes", kbytes.to_string());
+    }
     cfg
 }
 
@@ -799,7 +811,43 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::SinkSettings;
+    use super::{SinkSettings, producer_config};
+
+    /// librdkafka's byte bound follows the relay's, unless the operator's
+    /// properties set it; without one, librdkafka's default stands.
+    #[test]
+    fn the_queue_byte_bound_is_the_relays_unless_the_operator_set_it() {
+        let settings = |kbytes: Option<u64>, properties: &[(&str, &str)]| SinkSettings {
+            brokers: "b:9092".into(),
+            linger_ms: 5,
+            message_timeout_ms: 30_000,
+            queue_max_messages: 10,
+            queue_max_kbytes: kbytes,
+            dead_letter_topic: "dlq".into(),
+            properties: properties
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        };
+        let kbytes = |s: &SinkSettings| {
+            producer_config(s, None)
+                .get("queue.buffering.max.kbytes")
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            kbytes(&settings(Some(66_513), &[])).as_deref(),
+            Some("66513")
+        );
+        assert_eq!(
+            kbytes(&settings(
+                Some(66_513),
+                &[("queue.buffering.max.kbytes", "1024")]
+            ))
+            .as_deref(),
+            Some("1024")
+        );
+        assert_eq!(kbytes(&settings(None, &[])), None);
+    }
 
     #[test]
     fn debug_hides_every_secret_property() {
@@ -818,6 +866,7 @@ mod tests {
             linger_ms: 5,
             message_timeout_ms: 30_000,
             queue_max_messages: 10,
+            queue_max_kbytes: None,
             dead_letter_topic: "dlq".into(),
             properties: properties
                 .iter()

@@ -515,6 +515,7 @@ async fn the_checkpoint_read_waits_out_a_transaction_open_on_the_topic() {
         linger_ms: 5,
         message_timeout_ms: 30_000,
         queue_max_messages: 1000,
+        queue_max_kbytes: None,
         dead_letter_topic: outbox.dlq_topic.clone(),
         properties: Vec::new(),
     };

@@ -391,6 +391,7 @@ mod tests {
             linger_ms: 5,
             message_timeout_ms: 30_000,
             queue_max_messages: 100_000,
+            queue_max_kbytes: None,
             dead_letter_topic: "dlq".into(),
             properties: vec![("allow.auto.create.topics".into(), "true".into())],
         };

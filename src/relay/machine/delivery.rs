@@ -171,7 +171,7 @@ impl SessionMachine<'_> {
     pub(super) fn send_counted(
         &mut self,
         record: KafkaRecord,
-        tag: DeliveryTag,
+        mut tag: DeliveryTag,
         producer: &mut impl Producer,
     ) -> SessionResult<Option<(Refused, DeliveryTag)>> {
         // Exactly-once: the record counts toward the open Kafka
@@ -181,6 +181,7 @@ impl SessionMachine<'_> {
         {
             return Err(self.delivery_failed(err, producer));
         }
+        self.hold(&mut tag, record.size());
         match producer.send(record, tag) {
             Ok(()) => {
                 self.pace.unnudged += 1;
@@ -286,7 +287,7 @@ impl SessionMachine<'_> {
                 }
                 // Published and dead-lettered records are counted by the
                 // producer, which sees their topic, size and reason.
-                self.tracker.ack_event(report.tag.txn)?;
+                self.acknowledged(&report.tag)?;
                 forget_confirmed(self.refusals, self.confirmable());
             }
             Err(DeliveryError::Refused(refused)) => {

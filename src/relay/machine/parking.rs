@@ -142,12 +142,14 @@ impl SessionMachine<'_> {
         &mut self,
         row: &crate::outbox::OutboxRow,
         parcel: Parcel,
-        tag: DeliveryTag,
+        mut tag: DeliveryTag,
         producer: &mut impl Producer,
     ) -> SessionResult<()> {
         let aggregate = Aggregate::new(row.aggregate_type.as_str(), row.aggregate_id.as_str());
         let place = self.place(tag.lsn);
         self.tracker.add_event(tag.txn)?;
+        // Held until the writer answers: in its channel, or handed back.
+        self.hold(&mut tag, parcel.size());
         let request = Request::Event {
             aggregate: aggregate.clone(),
             event_id: row.id.clone(),
@@ -236,6 +238,7 @@ impl SessionMachine<'_> {
             key: tag.key.clone(),
             dead_letter: true,
             span: None,
+            held_bytes: 0,
         };
         self.tracker.add_event(tag.txn)?;
         let request = Request::Head {
@@ -308,7 +311,7 @@ impl SessionMachine<'_> {
                 if tag.span.is_some() {
                     self.end_span(&mut tag, None);
                 }
-                self.tracker.ack_event(tag.txn)?;
+                self.acknowledged(&tag)?;
                 self.forget_confirmed_refusals();
                 // A suspect may have waited for this one to be answered.
                 self.send_handed_back(producer)?;

@@ -81,6 +81,7 @@ fn settings(max_in_flight: usize) -> RelaySettings {
             linger_ms: 5,
             message_timeout_ms: 30_000,
             queue_max_messages: 100,
+            queue_max_kbytes: None,
             dead_letter_topic: "dlq".into(),
             properties: Vec::new(),
         },
@@ -94,6 +95,7 @@ fn settings(max_in_flight: usize) -> RelaySettings {
         dlq_topic: "dlq".into(),
         checkpoint_topic: "outbox-relay.checkpoints".into(),
         max_in_flight,
+        max_in_flight_bytes: 1 << 40,
         heartbeat_interval: None,
         shutdown_drain: Duration::from_secs(1),
         on_unroutable: OnUnroutable::Stop,
@@ -849,6 +851,9 @@ fn run_model_in(
     max_in_flight: usize,
 ) -> Result<(), TestCaseError> {
     let mut settings = settings(max_in_flight);
+    // The byte bound: below any record (one at a time), a few records, or
+    // none that binds.
+    settings.max_in_flight_bytes = [1, 700, 2_000, 1 << 40][(seed % 4) as usize];
     if mode.cleanup {
         settings.source.cleanup = Cleanup::DeleteAfterAck;
     }
@@ -1055,6 +1060,13 @@ fn run_model_in(
                 other => other,
             };
             check(txns, machine.confirmable(), &log, &store)?;
+            // Every record's bytes are given back with its report: none
+            // left counted once nothing is pending.
+            prop_assert!(
+                machine.pending_events() > 0 || machine.pending_bytes() == 0,
+                "{} bytes in flight with no event pending",
+                machine.pending_bytes()
+            );
             if mode.exactly_once {
                 prop_assert!(
                     machine.confirmable() <= machine.confirmed(),
@@ -1472,6 +1484,156 @@ fn fed_machine<'a>(
         }
     }
     (machine, producer)
+}
+
+/// Feeds `wal` to `machine` message by message while it may read, and
+/// answers one partition's head (no faults) while it may not, until every
+/// message was read and answered; calls `watch` after each step with the
+/// records the producer holds.
+fn drain_paced(
+    machine: &mut SessionMachine<'_>,
+    producer: &mut FakeProducer,
+    log: &mut BrokerLog,
+    mut wal: VecDeque<Bytes>,
+    mut watch: impl FnMut(&SessionMachine<'_>, &FakeProducer),
+) {
+    loop {
+        if machine.can_read()
+            && let Some(data) = wal.pop_front()
+        {
+            if let Step::LookUp(relation) = machine.on_wal(data, producer).unwrap() {
+                machine.relation_classified(&relation, RelationClass::Other);
+            }
+        } else if let Some(reports) = answer(producer, log, false) {
+            for report in reports {
+                machine.on_report(report, producer).unwrap();
+            }
+        } else {
+            assert!(
+                wal.is_empty(),
+                "stuck: reading paused with nothing in flight"
+            );
+            return;
+        }
+        watch(machine, producer);
+    }
+}
+
+/// Reading pauses once the records handed over and not yet acknowledged
+/// reach `max_in_flight_bytes`, far below `max_in_flight` events, and
+/// resumes as their reports free the bytes: the bound holds through the
+/// drain (overshot by the one record that reached it, at most), and every
+/// event is delivered in order.
+#[test]
+fn reading_pauses_at_the_byte_bound_and_resumes_as_reports_free_it() {
+    let mut settings = settings(10_000);
+    settings.max_in_flight_bytes = 2_000;
+    let mut refusals = Refusals::new();
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    let ids: Vec<String> = (0..40).map(|i| format!("row-{i:02}")).collect();
+    let txn = Txn {
+        rows: ids
+            .iter()
+            .map(|id| Row {
+                id: id.clone(),
+                key: "k".into(),
+                too_large: false,
+                breaks: false,
+                message: false,
+            })
+            .collect(),
+        final_lsn: Lsn(0x100),
+        end_lsn: Lsn(0x108),
+    };
+    let mut log = BrokerLog::default();
+    let mut record_size = 0u64;
+    let mut peak = 0u64;
+    let mut pauses = 0;
+    let mut was_paused = false;
+    drain_paced(
+        &mut machine,
+        &mut producer,
+        &mut log,
+        messages(&txn, 1, false).into(),
+        |machine, producer| {
+            let held: u64 = producer
+                .queues
+                .values()
+                .flatten()
+                .map(|(record, _)| record.size() as u64)
+                .sum();
+            assert_eq!(
+                machine.pending_bytes(),
+                held,
+                "the bytes of the records held"
+            );
+            if let Some((record, _)) = producer.queues.values().flatten().next() {
+                record_size = record_size.max(record.size() as u64);
+            }
+            peak = peak.max(held);
+            let paused = !machine.can_read();
+            if paused && !was_paused {
+                pauses += 1;
+                assert!(
+                    machine.pending_bytes() >= settings.max_in_flight_bytes,
+                    "paused at {} bytes, below the bound",
+                    machine.pending_bytes()
+                );
+                assert!(machine.pending_events() < 10_000, "not the event bound");
+            }
+            was_paused = paused;
+        },
+    );
+    assert!(
+        record_size > 0 && record_size < 1_000,
+        "records of {record_size} bytes"
+    );
+    assert!(pauses >= 2, "reading paused at the bound: {pauses} times");
+    assert!(
+        peak < settings.max_in_flight_bytes + record_size,
+        "peak {peak} bytes in flight, bound {} and records of {record_size}",
+        settings.max_in_flight_bytes
+    );
+    assert_eq!(machine.pending_bytes(), 0);
+    assert!(machine.can_read());
+    assert_eq!(log.delivered, ids, "every event once, in order");
+    assert_eq!(machine.confirmed(), Lsn(0x108));
+}
+
+/// A bound smaller than any record lets one record go at a time, never
+/// none: each one alone in flight, all delivered in order.
+#[test]
+fn a_record_larger_than_the_byte_bound_still_goes_alone() {
+    let mut settings = settings(10_000);
+    settings.max_in_flight_bytes = 1;
+    let mut refusals = Refusals::new();
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    let txns = [
+        table_rows(&["a", "b", "c"], 0x100),
+        table_rows(&["d"], 0x200),
+    ];
+    let mut wal = VecDeque::new();
+    for (xid, txn) in txns.iter().enumerate() {
+        wal.extend(messages(txn, xid as u32 + 1, false));
+    }
+    let mut log = BrokerLog::default();
+    let mut most = 0;
+    drain_paced(
+        &mut machine,
+        &mut producer,
+        &mut log,
+        wal,
+        |machine, producer| {
+            most = most.max(producer.in_flight());
+            if producer.in_flight() > 0 {
+                assert!(!machine.can_read(), "reading goes on past the bound");
+            }
+        },
+    );
+    assert_eq!(most, 1, "one record at a time");
+    assert_eq!(log.delivered, ["a", "b", "c", "d"]);
+    assert_eq!(machine.pending_bytes(), 0);
+    assert_eq!(machine.confirmed(), Lsn(0x208));
 }
 
 fn table_rows(ids: &[&str], final_lsn: u64) -> Txn {

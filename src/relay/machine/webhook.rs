@@ -5,6 +5,9 @@
 //! events is acknowledged by the broker or handled by its webhook sink
 //! (delivered, or durably moved to the delivery table).
 //!
+//! Its bytes (body and headers) count in flight like a record's until its
+//! report: the byte bound holds for both sinks alike.
+//!
 //! Order per aggregate is the sink's to keep (one event in flight per
 //! aggregate, handed over in commit order, which is the order they arrive
 //! here).
@@ -51,12 +54,13 @@ impl SessionMachine<'_> {
         sink: usize,
         row: &crate::outbox::OutboxRow,
         origin: super::super::delivery_tag::Origin,
-        tag: DeliveryTag,
+        mut tag: DeliveryTag,
         producer: &mut impl Producer,
     ) -> SessionResult<()> {
         match self.webhook_event(row) {
             Ok(event) => {
                 self.tracker.add_event(tag.txn)?;
+                self.hold(&mut tag, webhook_size(&event));
                 hand_to_webhook(producer, sink, event, tag)
             }
             Err(e) => {
@@ -67,6 +71,13 @@ impl SessionMachine<'_> {
             }
         }
     }
+}
+
+/// The bytes a webhook event holds in flight: its body and headers, as
+/// the parking table counts them.
+fn webhook_size(event: &WebhookEvent) -> usize {
+    let headers: usize = event.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+    event.body.len() + headers
 }
 
 /// Hands a counted event to webhook sink `sink`; a producer without webhook

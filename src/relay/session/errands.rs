@@ -75,6 +75,7 @@ pub(super) struct HotMetrics {
     pub(super) received_lsn: metrics::Gauge,
     pub(super) confirmed_lsn: metrics::Gauge,
     pub(super) events_in_flight: metrics::Gauge,
+    pub(super) events_in_flight_bytes: metrics::Gauge,
     pub(super) commit_to_ack: metrics::Histogram,
     /// Counted once per transaction, and a backlog of single-row
     /// transactions is many.
@@ -88,6 +89,7 @@ impl HotMetrics {
             received_lsn: metrics::gauge!(m::RECEIVED_LSN),
             confirmed_lsn: metrics::gauge!(m::CONFIRMED_LSN),
             events_in_flight: metrics::gauge!(m::EVENTS_IN_FLIGHT),
+            events_in_flight_bytes: metrics::gauge!(m::EVENTS_IN_FLIGHT_BYTES),
             commit_to_ack: metrics::histogram!(m::COMMIT_TO_ACK),
             transactions: metrics::counter!(m::TRANSACTIONS),
         }

@@ -207,6 +207,7 @@ pub fn sink_settings(
         linger_ms: 5,
         message_timeout_ms,
         queue_max_messages: 100_000,
+        queue_max_kbytes: None,
         dead_letter_topic: format!("{topic}.dlq"),
         properties,
     }

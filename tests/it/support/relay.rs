@@ -235,6 +235,15 @@ impl Relay {
         let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
         Some(kib * 1024)
     }
+
+    /// The relay process's peak resident set size in bytes (`VmHWM`), while
+    /// it runs: the high-water mark, however briefly it was reached.
+    pub fn peak_rss_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
 }
 
 impl Drop for Relay {
