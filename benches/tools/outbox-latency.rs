@@ -498,7 +498,17 @@ fn create_topics(
 fn partitions_of(consumer: &BaseConsumer, topics: &[String]) -> anyhow::Result<TopicPartitionList> {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let md = consumer.fetch_metadata(None, Duration::from_secs(60))?;
+        // A broker busy making (or removing) thousands of topics may fail a
+        // metadata request for a moment: asked again until the deadline.
+        let md = match consumer.fetch_metadata(None, Duration::from_secs(60)) {
+            Ok(md) => md,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("watch: metadata request failed ({e}); asking again");
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+            Err(e) => return Err(e).context("metadata of the watched topics"),
+        };
         let known: std::collections::HashMap<&str, Vec<i32>> = md
             .topics()
             .iter()
@@ -737,11 +747,13 @@ fn produce(
     Ok(())
 }
 
-/// Counts the acknowledgements and failures of `burst`'s records.
+/// Counts the acknowledgements and failures of `burst`'s records, and
+/// keeps the first failure's error.
 #[derive(Default)]
 struct AckCount {
     acked: std::sync::atomic::AtomicU64,
     failed: std::sync::atomic::AtomicU64,
+    first_error: std::sync::Mutex<Option<String>>,
 }
 
 impl rdkafka::ClientContext for AckCount {}
@@ -753,7 +765,12 @@ impl rdkafka::producer::ProducerContext for AckCount {
         use std::sync::atomic::Ordering::Relaxed;
         match result {
             Ok(_) => self.acked.fetch_add(1, Relaxed),
-            Err(_) => self.failed.fetch_add(1, Relaxed),
+            Err((e, _)) => {
+                if let Ok(mut first) = self.first_error.lock() {
+                    first.get_or_insert_with(|| e.to_string());
+                }
+                self.failed.fetch_add(1, Relaxed)
+            }
         };
     }
 }
@@ -838,7 +855,17 @@ fn burst(
         producer.context().failed.load(Relaxed),
     );
     if acked != records {
-        bail!("{acked} of {records} records acknowledged, {failed} failed");
+        let first = producer
+            .context()
+            .first_error
+            .lock()
+            .ok()
+            .and_then(|e| e.clone());
+        bail!(
+            "{acked} of {records} records acknowledged, {failed} failed after {:.1} s (the first: {})",
+            started.elapsed().as_secs_f64(),
+            first.as_deref().unwrap_or("none reported")
+        );
     }
     println!(
         "burst: {records} records to {} topic(s) acknowledged in {:.3} s",
