@@ -75,6 +75,8 @@ not a test.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -1586,6 +1588,30 @@ def wait_broker_files(topics: int, max_secs: float = 1800) -> None:
         time.sleep(5)
 
 
+@contextlib.contextmanager
+def broker_files_turn(topics: int):
+    """Held from the wait for the broker's open files (wait_broker_files)
+    until a drain's topics are deleted: two benchmark runs on one broker
+    (scripts/services' is shared by every clone whose .services is the
+    same) that both saw room for 10,000 more partitions would otherwise
+    make 20,000 at once and stop it. A lock file beside the broker's pid
+    file; only drains of 100 topics or more take turns."""
+    pid_file = (ROOT / ".services" / "kafka.pid").resolve()
+    if topics < 100 or not pid_file.parent.is_dir():
+        yield
+        return
+    with open(pid_file.parent / "bench-topics.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another benchmark run drains many topics on this broker: waiting for its turn")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def curve_point(env: Env, name: str, x: int, rows: int, payload_bytes: int, topics: int, txn_rows: int,
                 big_records: bool, debezium: bool, bare: bool = False) -> dict:
     """One point of a cost curve: a fresh outbox and a slot per system and
@@ -1632,15 +1658,18 @@ def curve_point(env: Env, name: str, x: int, rows: int, payload_bytes: int, topi
                     kind = key.removeprefix("bare_")
                     make = lambda p: BareProducer(env, kind, curve_topic_names(p, topics), rows, p)  # noqa: E731
                 try:
-                    wait_broker_files(topics)
-                    r = system_drain(env, make, rows, names, topic_config, timeout, interval, CURVE_STALL_SECS)
+                    with broker_files_turn(topics):
+                        try:
+                            wait_broker_files(topics)
+                            r = system_drain(env, make, rows, names, topic_config, timeout, interval,
+                                             CURVE_STALL_SECS)
+                        finally:
+                            for prefix in prefixes:
+                                delete_topics(prefix, topics)
                 except RuntimeError as e:
                     log(f"curve {name} = {x:,} run {i + 1}: {key} failed: {e}")
                     point["errors"].append({"system": key, "run": i + 1, "error": str(e)})
                     continue
-                finally:
-                    for prefix in prefixes:
-                        delete_topics(prefix, topics)
                 # The drain rate over the events counted after the first
                 # poll that saw one (for a small point the first poll may
                 # already see many); all in one poll: at least rows per poll
