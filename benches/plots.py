@@ -22,13 +22,19 @@ NAMES = {
     "relay_base_eos": "outbox-relay (baseline build, exactly-once)",
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
+    "bare_librdkafka": "bare librdkafka producer",
+    "bare_java": "bare Java producer",
     "broker": "broker alone",
     "broker_writers": "broker alone beside the writers",
     "postgres": "PostgreSQL only",
 }
 COLOURS = {"relay": "tab:red", "relay_eos": "tab:orange", "relay_base": "tab:purple",
            "relay_base_eos": "tab:pink", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
-           "broker": "tab:green", "broker_writers": "tab:olive", "postgres": "tab:gray", "recv": "black"}
+           "broker": "tab:green", "broker_writers": "tab:olive", "postgres": "tab:gray", "recv": "black",
+           "bare_librdkafka": "tab:brown", "bare_java": "tab:green"}
+# The systems of a cost curve: the relay, Debezium and (topics curve) the
+# bare producers, dashed: they read no WAL.
+CURVE_KEYS = ("relay", "dbz_default", "bare_librdkafka", "bare_java")
 
 
 def latency_plot(w1: dict, out: Path) -> None:
@@ -105,15 +111,17 @@ CURVE_AXES = {"payload": "payload bytes", "topics": "distinct topics (aggregatet
 
 def curve_plot(curve: str, c: dict, out: Path) -> None:
     """A cost curve: drain events/s, CPU µs/event and peak RSS per point
-    (medians of the runs), each system a line; log axes."""
+    (medians of the runs), each system a line (the bare producers dashed);
+    log axes."""
     metrics = [("drain_events_per_s", "drain events/s"), ("cpu_us_per_event", "CPU µs/event"),
                ("peak_rss_mb", "peak RSS (MiB)")]
     fig, axes = plt.subplots(1, len(metrics), figsize=(15, 4.2), squeeze=False)
     for ax, (metric, label) in zip(axes[0], metrics):
-        for key in ("relay", "dbz_default"):
+        for key in CURVE_KEYS:
             pts = [(p["x"], statistics.median(r[metric] for r in p[key])) for p in c["points"] if p.get(key)]
             if pts:
-                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=NAMES[key], color=COLOURS[key])
+                ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=NAMES[key], color=COLOURS[key],
+                        linestyle="--" if key.startswith("bare_") else "-")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel(CURVE_AXES[curve])
@@ -139,7 +147,7 @@ def main() -> None:
     if raw.get("w4"):
         drain_plot(raw["w4"], f"W4: one {raw['w4']['rows']:,}-row transaction, drain rate over time", out / "w4-drain.png")
     for curve, c in (raw.get("curves") or {}).items():
-        if any(p.get("relay") or p.get("dbz_default") for p in c.get("points", [])):
+        if any(p.get(key) for key in CURVE_KEYS for p in c.get("points", [])):
             curve_plot(curve, c, out / f"curve-{curve}.png")
 
 

@@ -27,6 +27,8 @@ SYSTEMS = {
     "relay_base_eos": "outbox-relay (baseline build, exactly-once)",
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
+    "bare_librdkafka": "bare librdkafka producer",
+    "bare_java": "bare Java producer",
     "broker": "broker alone",
     "broker_writers": "broker alone beside the writers",
     "postgres": "PostgreSQL only",
@@ -242,6 +244,10 @@ CURVE_TITLES = {
     "txn": ("Transaction size", "rows per transaction"),
 }
 CURVE_SYSTEMS = ("relay", "dbz_default")
+# Beside them in the topics curve: producers alone, sending the same records.
+CURVE_BARE = ("bare_librdkafka", "bare_java")
+# Column names of the systems the relay is compared with.
+CURVE_SHORT = {"dbz_default": "Debezium", "bare_librdkafka": "bare librdkafka", "bare_java": "Java producer"}
 # A curve is flat for a system when its CPU µs/event and its peak RSS each
 # stay within this factor (max / min) over the points.
 CURVE_FLAT = 1.5
@@ -297,8 +303,9 @@ def write_curves(w, curves: dict, s: dict) -> None:
       f"(at-least-once, this build) and, where it ran, Debezium with its defaults. Drain events/s = the events counted after the "
       f"watcher's first poll that saw one, over the time from that poll to the last event on the topic(s); CPU µs/event = the process's CPU from its start to the last event "
       f"(start-up included, so the JVM's start weighs on Debezium's small points) over the events; peak RSS = "
-      f"VmHWM. {s.get('curve_repeat', 1)} run(s) per point (median, min–max when more). The ratio column is relay ÷ "
-      f"Debezium for drain events/s, CPU µs/event and peak RSS. A system's curve is called flat when its CPU "
+      f"VmHWM. {s.get('curve_repeat', 1)} run(s) per point (median, min–max when more). A ratio column is relay ÷ "
+      f"the system it names (Debezium; in the topics curve also each bare producer) for drain events/s, CPU "
+      f"µs/event and peak RSS. A system's curve is called flat when its CPU "
       f"µs/event and peak RSS each stay within {CURVE_FLAT:g}× (max/min) over the points; otherwise the sentence "
       f"names the first point that leaves {CURVE_FLAT:g}× the first point's value. WAL MiB (load) = the WAL the "
       f"whole cluster wrote while the point's rows were loaded (other work on a shared cluster included).\n")
@@ -319,27 +326,47 @@ def write_curves(w, curves: dict, s: dict) -> None:
             most = max(p["x"] for p in pts)
             w(f"{c['events']:,} events of {s['payload']} B in single-row transactions, the aggregatetype cycling "
               f"over K values, each routed to its own topic (made before the start, counted together: one "
-              f"ListOffsets request for all of them every max(10, K/20) ms; each drain's topics deleted after it)."
+              f"ListOffsets request for all of them every max(10, K/20) ms; each drain's topics deleted after it). "
+              f"A 10,000-topic point takes a few minutes more per system, mostly waiting for the broker to remove "
+              f"the previous drain's 10,000 partitions (it keeps a file open for each until then, and may open "
+              f"20,000 here)."
               + ("" if most >= 10_000 else
-                 " The default stops at 1,000 topics: `BENCH_CURVE_TOPICS=1,10,100,1000,10000` adds 10,000, which "
-                 "takes a few minutes more per system, mostly waiting for the broker to remove the previous "
-                 "drain's 10,000 partitions (it keeps a file open for each until then, and may open 20,000 here).")
+                 f" This run stopped at {most:,} topics (BENCH_CURVE_TOPICS, or quick mode); the default goes to "
+                 f"10,000.")
               + "\n")
+            if any(p.get(key) for p in pts for key in CURVE_BARE):
+                w("Beside them, at every point, two producers alone send the same records to topics of their own "
+                  "named alike: key = the aggregate id, value = the payload's jsonb text as the relay sends it, no "
+                  "headers (the relay adds its CloudEvents headers, `ce_id`, `ce_source`, `ce_type`, … in binary "
+                  "mode; Debezium's outbox router an `id` and a `type` header), record n to topic n mod K, sent as "
+                  "fast as the client takes them, starting with no topic's metadata known, exiting once every "
+                  "record is acknowledged. *bare librdkafka*: `outbox-latency burst`, the relay's own producer "
+                  "settings (idempotent, acks=all, gapless, murmur2_random, linger.ms 5, its queue size; no "
+                  "statistics) on the same librdkafka build. *Java producer*: benches/tools/BareProducer.java, "
+                  "Kafka's Java client with its idempotent defaults (acks=all, enable.idempotence) and linger.ms 5, "
+                  "the JVM's start in its CPU as for Debezium (compiled before, not counted). No PostgreSQL and no "
+                  "slot behind them: what remains of the relay's cost over theirs is reading, decoding and "
+                  "confirming the WAL, and the CloudEvents it builds.\n")
         elif curve == "backlog":
             w(f"Single-row transactions of {s['payload']} B payloads, as W3; Debezium up to "
               f"{s.get('curve_debezium_max', 0):,} events. Peak RSS should not grow with the backlog.\n")
         elif curve == "txn":
             w(f"{c['events']:,} events of {s['payload']} B (or as many as one transaction holds, when more) "
               f"committed in transactions of the size given.\n")
-        w(f"| {xname} | events | WAL MiB (load) | relay events/s | relay CPU µs/event | relay peak RSS MiB | "
-          f"Debezium events/s | Debezium CPU µs/event | Debezium peak RSS MiB | relay ÷ Debezium (drain / CPU / RSS) |")
-        w("|---|---|---|---|---|---|---|---|---|---|")
+        systems = CURVE_SYSTEMS + tuple(k for k in CURVE_BARE if any(k in p for p in pts))
+        head = ["relay events/s", "relay CPU µs/event", "relay peak RSS MiB"]
+        for key in systems[1:]:
+            name = CURVE_SHORT[key]
+            head += [f"{name} events/s", f"{name} CPU µs/event", f"{name} peak RSS MiB"]
+        head += [f"relay ÷ {CURVE_SHORT[key]} (drain / CPU / RSS)" for key in systems[1:]]
+        w(f"| {xname} | events | WAL MiB (load) | " + " | ".join(head) + " |")
+        w("|---" * (3 + len(head)) + "|")
         notes: list[str] = []
-        series: dict[str, list] = {key: [] for key in CURVE_SYSTEMS}
+        series: dict[str, list] = {key: [] for key in systems}
         for p in pts:
             cells = []
             stats = {}
-            for key in CURVE_SYSTEMS:
+            for key in systems:
                 errs = [e for e in p.get("errors", []) if e["system"] == key]
                 if p.get(key):
                     st = stats[key] = drain_stats(p[key])
@@ -357,21 +384,22 @@ def write_curves(w, curves: dict, s: dict) -> None:
                     cells += [mark, "", ""]
                 for e in errs:
                     notes.append(f"{SYSTEMS[key]} at {curve_x(curve, p['x'])}, run {e['run']}: {e['error']}")
-            if all(k in stats for k in CURVE_SYSTEMS):
-                r, d = stats["relay"], stats["dbz_default"]
-                ratio = " / ".join(f"{sig(r[m]['median'] / d[m]['median'])}×" for m in ("rate", "cpu", "rss"))
-            else:
-                ratio = ""
+            for key in systems[1:]:
+                if "relay" in stats and key in stats:
+                    r, d = stats["relay"], stats[key]
+                    cells.append(" / ".join(f"{sig(r[m]['median'] / d[m]['median'])}×" for m in ("rate", "cpu", "rss")))
+                else:
+                    cells.append("")
             wal = p.get("wal_bytes")
             w(f"| {curve_x(curve, p['x'])} | {p['rows']:,} | {'' if wal is None else f'{wal / 2**20:,.1f}'} | "
-              + " | ".join(cells) + f" | {ratio} |")
+              + " | ".join(cells) + " |")
         w("")
         for n in notes:
             w(f"* {n}")
         if notes:
             w("")
         said = []
-        for key in CURVE_SYSTEMS:
+        for key in systems:
             ser = series[key]
             if len(ser) < 2:
                 continue
@@ -863,6 +891,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
     w("BENCH_REPEAT=5 BENCH_W1_SECS=120 BENCH_W3_ROWS=2000000 benches/run.py   # sizes by environment")
     w("benches/run.py --only w1,w3 --no-debezium                               # a subset")
     w("BENCH_ONLY=curves benches/run.py                                         # the cost curves alone")
+    w("BENCH_ONLY=curves BENCH_CURVES=topics BENCH_CURVE_TOPICS=1,1000 BENCH_BARE=0 benches/run.py  # no bare producers")
     w("```\n")
     w("It starts its own PostgreSQL and Kafka (`scripts/services up`, stop them with `scripts/services down`), "
       "builds the release binaries, fetches Kafka Connect and Debezium into `benches/debezium/target/libs` with "

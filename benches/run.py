@@ -36,12 +36,20 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
   from slots made before the load (drain events/s, CPU µs/event, peak RSS):
   payload size 100 B -> 1 MB (BENCH_CURVE_PAYLOADS; each point at most
   BENCH_CURVE_EVENTS events and BENCH_CURVE_BYTES bytes, at least 100
-  events), distinct topics (aggregatetypes) 1 -> 1,000 (BENCH_CURVE_TOPICS;
-  10,000 allowed by it), backlog 10k -> 1M events (BENCH_CURVE_BACKLOGS;
+  events), distinct topics (aggregatetypes) 1 -> 10,000 (BENCH_CURVE_TOPICS;
+  1 -> 100 in quick mode), backlog 10k -> 1M events (BENCH_CURVE_BACKLOGS;
   Debezium up to BENCH_CURVE_DEBEZIUM_MAX events) and transaction size
   1 -> 1M rows with BENCH_CURVE_TXN_EVENTS events in all (more for a larger
   transaction; BENCH_CURVE_TXN_ROWS); BENCH_CURVES picks curves,
-  BENCH_CURVE_REPEAT repeats each point (1);
+  BENCH_CURVE_REPEAT repeats each point (1); at every point of the topics
+  curve, beside them, two bare producers send the same records (key the
+  aggregate id, value the payload's jsonb text, no headers) round robin
+  over the same topics, each starting cold and exiting once all are
+  acknowledged, measured through the same watcher (BENCH_BARE=0 leaves them
+  out): librdkafka with the relay's producer settings (`outbox-latency
+  burst`, the same librdkafka build) and Kafka's Java producer with its
+  idempotent defaults and linger.ms 5 (benches/tools/BareProducer.java, on
+  scripts/services' Kafka jars, compiled once per run);
 * start-up: BENCH_STARTUP_RUNS starts of the relay in each delivery mode
   (and of the baseline build, when given), each on its own slot and fresh
   topics with a small backlog waiting, to the first event on the topic;
@@ -67,6 +75,8 @@ not a test.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import platform
@@ -163,6 +173,8 @@ class Settings:
     curve_repeat: int
     # Debezium drains curve points of at most this many events.
     curve_debezium_max: int
+    # The bare producers beside the relay in the topics curve.
+    bare: bool
 
     @staticmethod
     def from_env(quick: bool, only: str | None, no_debezium: bool) -> "Settings":
@@ -200,7 +212,7 @@ class Settings:
             curve_events=env_int("BENCH_CURVE_EVENTS", 5_000 if quick else 20_000),
             curve_bytes=env_int("BENCH_CURVE_BYTES", 50_000_000 if quick else 200_000_000),
             curve_payloads=env_list("BENCH_CURVE_PAYLOADS", [100, 1_000, 10_000, 100_000, 1_000_000]),
-            curve_topics=env_list("BENCH_CURVE_TOPICS", [1, 10, 100] if quick else [1, 10, 100, 1_000]),
+            curve_topics=env_list("BENCH_CURVE_TOPICS", [1, 10, 100] if quick else [1, 10, 100, 1_000, 10_000]),
             curve_backlogs=env_list("BENCH_CURVE_BACKLOGS",
                                     [10_000, 50_000] if quick else [10_000, 100_000, 1_000_000]),
             curve_txn_rows=env_list("BENCH_CURVE_TXN_ROWS",
@@ -208,6 +220,7 @@ class Settings:
             curve_txn_events=env_int("BENCH_CURVE_TXN_EVENTS", 20_000 if quick else 200_000),
             curve_repeat=env_int("BENCH_CURVE_REPEAT", 1),
             curve_debezium_max=env_int("BENCH_CURVE_DEBEZIUM_MAX", 1_000_000),
+            bare=os.environ.get("BENCH_BARE", "1") != "0",
         )
 
 
@@ -367,9 +380,10 @@ class CpuBudget:
 
     On two cores the relay shares the CPU with the walsender that decodes for
     it and the broker that stores what it sends, so what those two cost per
-    event bounds how fast any client could drain here."""
+    event bounds how fast any client could drain here. A bare producer reads
+    no slot (`slot` None): no walsender then."""
 
-    def __init__(self, env: "Env", slot: str):
+    def __init__(self, env: "Env", slot: str | None):
         self.env = env
         self.slot = slot
         pid_file = ROOT / ".services" / "kafka.pid"
@@ -380,7 +394,8 @@ class CpuBudget:
         self.walsender: ProcSampler | None = None
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._find_walsender, daemon=True)
-        self._t.start()
+        if slot is not None:
+            self._t.start()
 
     def _find_walsender(self) -> None:
         # The walsender starts when the system connects: its whole life is
@@ -402,7 +417,8 @@ class CpuBudget:
         secs = time.time() - self.t0
         broker1 = proc_cpu_s(self.broker_pid) if self.broker_pid else None
         self._stop.set()
-        self._t.join(5)
+        if self._t.is_alive():
+            self._t.join(5)
         walsender = None
         if self.walsender is not None:
             self.walsender.finish()
@@ -815,6 +831,95 @@ rootLogger.appenderRef.file.ref = file
         stop(self.proc, timeout=60)
 
 
+BARE_JAVA_SOURCE = BENCHES / "tools" / "BareProducer.java"
+
+
+def compile_bare_java(env: Env) -> Path:
+    """BareProducer.java compiled once per run (into the run's work
+    directory), so that no drain counts javac's CPU as the producer's."""
+    classes = env.work / "bare-java"
+    if not (classes / "BareProducer.class").exists():
+        run(["javac", "-d", str(classes), "-cp", f"{KAFKA_LIBS}/*", str(BARE_JAVA_SOURCE)], capture_output=True)
+    return classes
+
+
+class BareProducer:
+    """A producer alone, for the topics curve: no PostgreSQL and no slot,
+    it sends a drain's records itself, round robin over `topics`, and exits
+    once every one is acknowledged; the drain is timed by the same watcher
+    as the relay's. `kind`: "librdkafka" (`outbox-latency burst`, the relay's
+    producer settings) or "java" (BareProducer.java, Kafka's Java producer).
+
+    Its CPU and peak RSS are its whole life's, from its rusage when it is
+    reaped (it may exit between two samples)."""
+
+    slot = None
+
+    def __init__(self, env: Env, kind: str, topics: list[str], rows: int, prefix: str):
+        self.env = env
+        self.topic = topics[0]
+        listing = env.work / f"{prefix}.topics"
+        listing.write_text("".join(t + "\n" for t in topics))
+        linger = env.s.relay_linger_ms or "5"
+        args = ["--brokers", env.brokers, "--topics-file", str(listing), "--records", str(rows),
+                "--payload-bytes", str(env.s.payload), "--linger-ms", linger]
+        if kind == "librdkafka":
+            self.label = "bare librdkafka producer"
+            cmd = [str(env.latency_bin), "burst"] + args
+        elif kind == "java":
+            self.label = "bare Java producer"
+            # Kafka's client logs through log4j2: warnings and errors only,
+            # into the log counted for warnings.
+            log4j = env.work / "bare-java-log4j2.properties"
+            log4j.write_text("status = warn\nappender.out.type = Console\nappender.out.name = out\n"
+                             "appender.out.layout.type = PatternLayout\n"
+                             "appender.out.layout.pattern = [%d] %p %m (%c)%n\n"
+                             "rootLogger.level = warn\nrootLogger.appenderRef.out.ref = out\n")
+            # The heap Debezium's Kafka Connect gets: the same Java client in both.
+            cmd = ["java", "-Xms256m", "-Xmx1g", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                   f"-Dlog4j2.configurationFile={log4j}", "-cp", f"{compile_bare_java(env)}:{KAFKA_LIBS}/*",
+                   "BareProducer"] + args
+        else:
+            raise ValueError(kind)
+        self.log = env.work / f"{prefix}.log"
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+        self.spawned = time.time()
+        self.sampler = ProcSampler(self.pid)
+        self.usage = None
+
+    def _reap(self, block: bool) -> None:
+        # Reaped here, not by Popen, for the rusage.
+        if self.proc.returncode is None:
+            pid, status, usage = os.wait4(self.pid, 0 if block else os.WNOHANG)
+            if pid:
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                self.usage = usage
+
+    def alive(self) -> bool:
+        """Running, or done with every record acknowledged."""
+        self._reap(False)
+        return self.proc.returncode in (None, 0)
+
+    def exit_cpu_s(self) -> float | None:
+        """Its CPU-seconds (user + system, all threads), once reaped."""
+        return None if self.usage is None else self.usage.ru_utime + self.usage.ru_stime
+
+    def stop(self) -> None:
+        # Once its records are on the topics it only closes: waited for
+        # (at most 60 s), then stopped.
+        deadline = time.monotonic() + 60
+        while self.proc.returncode is None and time.monotonic() < deadline:
+            self._reap(False)
+            time.sleep(0.02)
+        self.sampler.finish()
+        if self.proc.returncode is None:
+            self.proc.terminate()
+            self._reap(True)
+        if self.usage is not None:
+            self.sampler.hwm = max(self.sampler.hwm, self.usage.ru_maxrss * 1024)
+
+
 # ------------------------------------------------------------------ measuring tools
 
 
@@ -1119,6 +1224,10 @@ def system_drain(env: Env, make_sut, rows: int, topics=None, topic_config: dict[
     first = next(t for t, c in pts if c > 0)
     last = pts[-1][0]
     cpu_s = cpu[0] if cpu else sut.sampler.cpu()
+    # A bare producer's whole life, up to its exit once all was acknowledged.
+    exit_cpu = getattr(sut, "exit_cpu_s", lambda: None)()
+    if exit_cpu is not None:
+        cpu_s = exit_cpu
     handled = events or rows
     return {
         "system": sut.label,
@@ -1457,6 +1566,10 @@ def wait_broker_files(topics: int, max_secs: float = 1800) -> None:
         limit = next(int(line.split()[3]) for line in open(f"/proc/{pid}/limits") if line.startswith("Max open files"))
     except (OSError, StopIteration, ValueError):
         return
+    if topics + 2000 > limit:
+        # Waiting would not help: it would stop once past its limit.
+        raise RuntimeError(f"the broker may open {limit:,} files, {topics:,} topics need {topics + 2000:,}: start "
+                           f"it (scripts/services start-kafka, which it inherits from) under a higher `ulimit -n`")
     t0 = time.monotonic()
     while True:
         try:
@@ -1475,14 +1588,41 @@ def wait_broker_files(topics: int, max_secs: float = 1800) -> None:
         time.sleep(5)
 
 
+@contextlib.contextmanager
+def broker_files_turn(topics: int):
+    """Held from the wait for the broker's open files (wait_broker_files)
+    until a drain's topics are deleted: two benchmark runs on one broker
+    (scripts/services' is shared by every clone whose .services is the
+    same) that both saw room for 10,000 more partitions would otherwise
+    make 20,000 at once and stop it. A lock file beside the broker's pid
+    file; only drains of 100 topics or more take turns."""
+    pid_file = (ROOT / ".services" / "kafka.pid").resolve()
+    if topics < 100 or not pid_file.parent.is_dir():
+        yield
+        return
+    with open(pid_file.parent / "bench-topics.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another benchmark run drains many topics on this broker: waiting for its turn")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def curve_point(env: Env, name: str, x: int, rows: int, payload_bytes: int, topics: int, txn_rows: int,
-                big_records: bool, debezium: bool) -> dict:
+                big_records: bool, debezium: bool, bare: bool = False) -> dict:
     """One point of a cost curve: a fresh outbox and a slot per system and
-    repeat, made before the load; then each system drains the same WAL."""
+    repeat, made before the load; then each system drains the same WAL.
+    `bare`: the bare producers (BareProducer) too, each sending the same
+    records to topics of its own, after the systems that read the WAL."""
     s = env.s
     table, pub = env.create_outbox()
-    keys = ["relay"] + (["dbz_default"] if debezium else [])
-    slots = {key: [env.create_slot() for _ in range(s.curve_repeat)] for key in keys}
+    slot_keys = ["relay"] + (["dbz_default"] if debezium else [])
+    keys = slot_keys + (["bare_librdkafka", "bare_java"] if bare else [])
+    slots = {key: [env.create_slot() for _ in range(s.curve_repeat)] for key in slot_keys}
     what = (f"{rows:,} events of {payload_bytes:,} B, {topics:,} topic(s), "
             f"{txn_rows:,} row(s) a transaction")
     log(f"curve {name} = {x:,}: loading {what}")
@@ -1491,7 +1631,7 @@ def curve_point(env: Env, name: str, x: int, rows: int, payload_bytes: int, topi
     load_curve(env, table, rows, payload_bytes, topics, txn_rows)
     wal = int(env.sql(f"SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '{lsn0}')::bigint"))
     point: dict = {"x": x, "rows": rows, "payload_bytes": payload_bytes, "topics": topics, "txn_rows": txn_rows,
-                   "load_s": time.time() - t0, "wal_bytes": wal, "relay": [], "dbz_default": [], "errors": []}
+                   "load_s": time.time() - t0, "wal_bytes": wal, "errors": [], **{key: [] for key in keys}}
     log(f"curve {name} = {x:,}: loaded in {point['load_s']:.1f} s, {wal / 2**20:,.1f} MiB of WAL")
     relay_props = {"message.max.bytes": str(CURVE_PRODUCER_MAX_BYTES)} if big_records else None
     dbz_props = {"max.request.size": str(CURVE_PRODUCER_MAX_BYTES)} if big_records else None
@@ -1512,18 +1652,24 @@ def curve_point(env: Env, name: str, x: int, rows: int, payload_bytes: int, topi
 
                 if key == "relay":
                     make = lambda p: Relay(env, table, pub, slots[key][i], p, kafka_properties=relay_props)  # noqa: E731
-                else:
+                elif key == "dbz_default":
                     make = lambda p: Debezium(env, table, pub, slots[key][i], p, False, producer_props=dbz_props)  # noqa: E731
+                else:
+                    kind = key.removeprefix("bare_")
+                    make = lambda p: BareProducer(env, kind, curve_topic_names(p, topics), rows, p)  # noqa: E731
                 try:
-                    wait_broker_files(topics)
-                    r = system_drain(env, make, rows, names, topic_config, timeout, interval, CURVE_STALL_SECS)
+                    with broker_files_turn(topics):
+                        try:
+                            wait_broker_files(topics)
+                            r = system_drain(env, make, rows, names, topic_config, timeout, interval,
+                                             CURVE_STALL_SECS)
+                        finally:
+                            for prefix in prefixes:
+                                delete_topics(prefix, topics)
                 except RuntimeError as e:
                     log(f"curve {name} = {x:,} run {i + 1}: {key} failed: {e}")
                     point["errors"].append({"system": key, "run": i + 1, "error": str(e)})
                     continue
-                finally:
-                    for prefix in prefixes:
-                        delete_topics(prefix, topics)
                 # The drain rate over the events counted after the first
                 # poll that saw one (for a small point the first poll may
                 # already see many); all in one poll: at least rows per poll
@@ -1554,7 +1700,8 @@ def curves_workload(env: Env, out: dict, save) -> None:
     distinct topics, backlog size and transaction size, each point a
     backlog drain (curve_point) by the relay (at-least-once, this build)
     and Debezium (defaults) beside it; written into `out` point by point
-    (and saved), so that a run cut short keeps what it measured."""
+    (and saved), so that a run cut short keeps what it measured. The topics
+    curve has the bare producers beside them (BENCH_BARE)."""
     s = env.s
     for curve in s.curves:
         if curve == "payload":
@@ -1577,7 +1724,7 @@ def curves_workload(env: Env, out: dict, save) -> None:
         for x, rows, payload_bytes, topics, txn_rows in points:
             dbz = s.debezium and rows <= s.curve_debezium_max
             res["points"].append(curve_point(env, curve, x, rows, payload_bytes, topics, txn_rows,
-                                             curve == "payload", dbz))
+                                             curve == "payload", dbz, curve == "topics" and s.bare))
             save()
 
 

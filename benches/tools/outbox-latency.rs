@@ -12,6 +12,11 @@
 //! * `produce`: the broker alone: an idempotent acks=all producer at a fixed
 //!   open-loop rate with the same record size, writing the same timing file
 //!   (the "commit-returned" time is when `send` returned).
+//! * `burst`: a bare producer for the cost curves: the relay's own
+//!   producer settings (`outbox_relay::sink::producer_config`), `--records`
+//!   records of the outbox load's shape round robin over `--topics-file`'s
+//!   topics, sent as fast as its queue takes them, starting cold (no
+//!   topic's metadata known), exiting once every record is acknowledged.
 //! * `watch`: polls a topic's high watermarks and writes the record count
 //!   over time, for drain rates and time to first event; with
 //!   `--topics-file`, the sum over many topics (one ListOffsets request per
@@ -85,6 +90,22 @@ enum Cmd {
         #[arg(long)]
         timing_file: PathBuf,
     },
+    /// Send --records records round robin over the topics of --topics-file
+    /// as fast as the queue takes them, with the relay's producer settings;
+    /// exit once every one is acknowledged.
+    Burst {
+        #[arg(long)]
+        brokers: String,
+        /// The topics, one a line; record `i` goes to the `i % count`-th.
+        #[arg(long)]
+        topics_file: PathBuf,
+        #[arg(long)]
+        records: u64,
+        #[arg(long, default_value_t = 500)]
+        payload_bytes: usize,
+        #[arg(long, default_value_t = 5)]
+        linger_ms: u64,
+    },
     /// Poll a topic's record count until it reaches --expect; write "unix_ns count" lines.
     Watch {
         #[arg(long)]
@@ -155,6 +176,13 @@ fn main() -> anyhow::Result<()> {
             linger_ms,
             &timing_file,
         ),
+        Cmd::Burst {
+            brokers,
+            topics_file,
+            records,
+            payload_bytes,
+            linger_ms,
+        } => burst(&brokers, &topics_file, records, payload_bytes, linger_ms),
         Cmd::Watch {
             brokers,
             topic,
@@ -470,7 +498,17 @@ fn create_topics(
 fn partitions_of(consumer: &BaseConsumer, topics: &[String]) -> anyhow::Result<TopicPartitionList> {
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
-        let md = consumer.fetch_metadata(None, Duration::from_secs(60))?;
+        // A broker busy making (or removing) thousands of topics may fail a
+        // metadata request for a moment: asked again until the deadline.
+        let md = match consumer.fetch_metadata(None, Duration::from_secs(60)) {
+            Ok(md) => md,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("watch: metadata request failed ({e}); asking again");
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
+            Err(e) => return Err(e).context("metadata of the watched topics"),
+        };
         let known: std::collections::HashMap<&str, Vec<i32>> = md
             .topics()
             .iter()
@@ -709,6 +747,134 @@ fn produce(
     Ok(())
 }
 
+/// Counts the acknowledgements and failures of `burst`'s records, and
+/// keeps the first failure's error.
+#[derive(Default)]
+struct AckCount {
+    acked: std::sync::atomic::AtomicU64,
+    failed: std::sync::atomic::AtomicU64,
+    first_error: std::sync::Mutex<Option<String>>,
+}
+
+impl rdkafka::ClientContext for AckCount {}
+
+impl rdkafka::producer::ProducerContext for AckCount {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        use std::sync::atomic::Ordering::Relaxed;
+        match result {
+            Ok(_) => self.acked.fetch_add(1, Relaxed),
+            Err((e, _)) => {
+                if let Ok(mut first) = self.first_error.lock() {
+                    first.get_or_insert_with(|| e.to_string());
+                }
+                self.failed.fetch_add(1, Relaxed)
+            }
+        };
+    }
+}
+
+/// The topics of a `--topics-file`, one a line, blank lines skipped.
+fn read_topics(file: &Path) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(file)
+        .with_context(|| format!("--topics-file {}", file.display()))?;
+    Ok(text
+        .lines()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The value of the `n`-th record of the outbox load (`payload_sql` in
+/// benches/run.py) as the relay sends it: PostgreSQL's text of the jsonb
+/// (keys shortest first, a space after `:` and `,`), padded with `pad`.
+fn load_payload(n: u64, pad: &str) -> String {
+    format!(
+        r#"{{"n": {n}, "pad": "{pad}", "seq": {}, "total": 42.5, "aggregate": "agg-{}"}}"#,
+        n / 100 + 1,
+        n % 100
+    )
+}
+
+/// A bare producer beside the relay in the topics cost curve: what the
+/// relay's producer costs without the relay around it. The relay's settings
+/// (idempotent, acks=all, gapless, murmur2_random, its linger and queue
+/// size) but no statistics, which only the relay reads; records as the
+/// outbox load makes them (key `agg-<n % 100>`, the same JSON value), no
+/// headers; one `send` after another, the queue served when full.
+fn burst(
+    brokers: &str,
+    topics_file: &Path,
+    records: u64,
+    payload_bytes: usize,
+    linger_ms: u64,
+) -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let topics = read_topics(topics_file)?;
+    anyhow::ensure!(!topics.is_empty(), "--topics-file names no topic");
+    let defaults = outbox_relay::config::KafkaConfig::default();
+    let settings = outbox_relay::sink::SinkSettings {
+        brokers: brokers.to_owned(),
+        linger_ms,
+        message_timeout_ms: defaults.message_timeout_ms,
+        queue_max_messages: defaults.queue_max_messages,
+        dead_letter_topic: defaults.dlq_topic,
+        // Set, so producer_config leaves statistics off.
+        properties: vec![("statistics.interval.ms".to_owned(), "0".to_owned())],
+    };
+    let producer: BaseProducer<AckCount> = outbox_relay::sink::producer_config(&settings, None)
+        .create_with_context(AckCount::default())
+        .context("producer")?;
+    let pad = "x".repeat(payload_bytes.saturating_sub(90));
+    let started = Instant::now();
+    for n in 0..records {
+        let key = format!("agg-{}", n % 100);
+        let payload = load_payload(n, &pad);
+        let topic = &topics[(n % topics.len() as u64) as usize];
+        let mut record = BaseRecord::to(topic).key(&key).payload(&payload);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                // A full queue hands the record back: served, it is sent again.
+                Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                    record = back;
+                    producer.poll(Duration::from_millis(1));
+                }
+                Err((e, _)) => bail!("produce to {topic}: {e}"),
+            }
+        }
+        producer.poll(Duration::ZERO);
+    }
+    producer
+        .flush(Duration::from_secs(600))
+        .context("waiting for the acknowledgements")?;
+    let (acked, failed) = (
+        producer.context().acked.load(Relaxed),
+        producer.context().failed.load(Relaxed),
+    );
+    if acked != records {
+        let first = producer
+            .context()
+            .first_error
+            .lock()
+            .ok()
+            .and_then(|e| e.clone());
+        bail!(
+            "{acked} of {records} records acknowledged, {failed} failed after {:.1} s (the first: {})",
+            started.elapsed().as_secs_f64(),
+            first.as_deref().unwrap_or("none reported")
+        );
+    }
+    println!(
+        "burst: {records} records to {} topic(s) acknowledged in {:.3} s",
+        topics.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn watch(
     brokers: &str,
@@ -723,13 +889,7 @@ fn watch(
 ) -> anyhow::Result<()> {
     let mut topics = vec![topic.to_owned()];
     if let Some(file) = topics_file {
-        let more = std::fs::read_to_string(file).context("--topics-file")?;
-        topics.extend(
-            more.lines()
-                .map(str::trim)
-                .filter(|t| !t.is_empty())
-                .map(str::to_owned),
-        );
+        topics.extend(read_topics(file)?);
     }
     let config = topic_config
         .iter()
@@ -815,7 +975,20 @@ fn watch(
 
 #[cfg(test)]
 mod tests {
-    use super::event_number;
+    use super::{event_number, load_payload};
+
+    #[test]
+    fn load_payload_is_the_loads_jsonb_text() {
+        // What `SELECT (jsonb_build_object(...))::text` of run.py's
+        // payload_sql prints for i = 1234 and a pad of 3.
+        assert_eq!(
+            load_payload(1234, "xxx"),
+            r#"{"n": 1234, "pad": "xxx", "seq": 13, "total": 42.5, "aggregate": "agg-34"}"#
+        );
+        // A 500 B load pads with 410: PostgreSQL's text is 481 bytes.
+        assert_eq!(load_payload(1234, &"x".repeat(410)).len(), 481);
+        assert_eq!(event_number(load_payload(7, "").as_bytes()), Some(7));
+    }
 
     #[test]
     fn event_number_in_both_spellings() {
