@@ -821,8 +821,10 @@ fn burst(
         message_timeout_ms: defaults.message_timeout_ms,
         queue_max_messages: defaults.queue_max_messages,
         dead_letter_topic: defaults.dlq_topic,
-        // Set, so producer_config leaves statistics off.
-        properties: vec![("statistics.interval.ms".to_owned(), "0".to_owned())],
+        // librdkafka's own byte bound (1 GiB): a bare producer has no
+        // relay-side bound to follow.
+        queue_max_kbytes: None,
+        properties: Vec::new(),
     };
     let producer: BaseProducer<AckCount> = outbox_relay::sink::producer_config(&settings, None)
         .create_with_context(AckCount::default())
