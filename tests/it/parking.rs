@@ -396,26 +396,36 @@ async fn webhook_dead_event_holds_its_aggregate_through_kill9_and_dead_retry_rel
 /// way to the table; 51 MiB sending the same events to Kafka instead.)
 const PARKED_MAX_RSS: u64 = 128 * 1024 * 1024;
 
+/// A relay streaming an outbox whose aggregate `aggregate_id` is parked:
+/// its first event has no type, which cannot become a CloudEvent.
+async fn relay_with_a_parked_head(aggregate_id: &str) -> (TestOutbox, Relay) {
+    let outbox = TestOutbox::create("jsonb").await;
+    let config = outbox.write_config("");
+    let relay = Relay::process(&config);
+    relay.wait_for_event(STREAMING, DEADLINE).await;
+    outbox
+        .admin
+        .execute(
+            &format!(
+                "INSERT INTO public.{} (id, aggregatetype, aggregateid, type, payload) \
+                 VALUES (gen_random_uuid(), 'order', $1, '', '{{}}')",
+                outbox.table
+            ),
+            &[&aggregate_id],
+        )
+        .await
+        .unwrap();
+    (outbox, relay)
+}
+
 /// 100,000 events behind one head: the relay holds one entry for the
 /// aggregate and at most `relay.channel_capacity` events on their way to
 /// the parking table, never the queue ("Bounded memory").
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hundred_thousand_events_behind_one_head_keep_memory_bounded() {
     let started = Instant::now();
-    let outbox = TestOutbox::create("jsonb").await;
-    let config = outbox.write_config("");
-    let mut relay = Relay::process(&config);
-    relay.wait_for_event(STREAMING, DEADLINE).await;
+    let (outbox, mut relay) = relay_with_a_parked_head("k-many").await;
     let t = &outbox.table;
-    // The head: an event without a type, which cannot become one.
-    outbox
-        .admin
-        .batch_execute(&format!(
-            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) \
-             VALUES (gen_random_uuid(), 'order', 'k-many', '', '{{}}')"
-        ))
-        .await
-        .unwrap();
     const EVENTS: i64 = 100_000;
     const PER_TXN: i64 = 2_000;
     for txn in 0..EVENTS / PER_TXN {
@@ -490,20 +500,8 @@ const PARKING_PACE_SECS: f64 = 0.05;
 /// batch (one `xmin`) per pace over the time they took, and all of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_of_parked_events_is_committed_in_batches_by_arrival() {
-    let outbox = TestOutbox::create("jsonb").await;
-    let config = outbox.write_config("");
-    let mut relay = Relay::process(&config);
-    relay.wait_for_event(STREAMING, DEADLINE).await;
+    let (outbox, mut relay) = relay_with_a_parked_head("k-busy").await;
     let t = &outbox.table;
-    // The head: an event without a type, which cannot become one.
-    outbox
-        .admin
-        .batch_execute(&format!(
-            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) \
-             VALUES (gen_random_uuid(), 'order', 'k-busy', '', '{{}}')"
-        ))
-        .await
-        .unwrap();
     const ROWS: i64 = 2_000;
     const PARKED: i64 = ROWS / 4;
     let insert = outbox
