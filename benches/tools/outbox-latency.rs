@@ -710,21 +710,11 @@ fn produce(
                 key: "id",
                 value: Some(&id),
             });
-        let mut record = BaseRecord::to(topic)
+        let record = BaseRecord::to(topic)
             .key(&key)
             .payload(&payload)
             .headers(headers);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                // A full queue hands the record back: served, it is sent again.
-                Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(1));
-                }
-                Err((e, _)) => bail!("produce: {e}"),
-            }
-        }
+        send_queued(&producer, record)?;
         events[n as usize] = (start_ns + due.as_nanos() as u64, unix_ns());
         n += 1;
     }
@@ -835,18 +825,8 @@ fn burst(
         let key = format!("agg-{}", n % 100);
         let payload = load_payload(n, &pad);
         let topic = &topics[(n % topics.len() as u64) as usize];
-        let mut record = BaseRecord::to(topic).key(&key).payload(&payload);
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                // A full queue hands the record back: served, it is sent again.
-                Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
-                    record = back;
-                    producer.poll(Duration::from_millis(1));
-                }
-                Err((e, _)) => bail!("produce to {topic}: {e}"),
-            }
-        }
+        let record = BaseRecord::to(topic).key(&key).payload(&payload);
+        send_queued(&producer, record)?;
         producer.poll(Duration::ZERO);
     }
     producer
@@ -972,6 +952,29 @@ fn watch(
             );
         }
         std::thread::sleep(interval);
+    }
+}
+
+/// Hands `record` to the producer, waiting (and serving the producer)
+/// while its queue is full: a full queue hands the record back.
+fn send_queued<C, K, P>(
+    producer: &BaseProducer<C>,
+    mut record: BaseRecord<'_, K, P, C::DeliveryOpaque>,
+) -> anyhow::Result<()>
+where
+    C: rdkafka::producer::ProducerContext,
+    K: rdkafka::message::ToBytes + ?Sized,
+    P: rdkafka::message::ToBytes + ?Sized,
+{
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((e, back)) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::QueueFull) => {
+                record = back;
+                producer.poll(Duration::from_millis(1));
+            }
+            Err((e, back)) => bail!("produce to {}: {e}", back.topic),
+        }
     }
 }
 
