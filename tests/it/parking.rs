@@ -178,6 +178,64 @@ async fn dead_retry(config: &Path, id: &str) {
     println!("dead retry: {}", shown(&out).trim());
 }
 
+/// When events of `others` are missing from `received`, prints where they
+/// are (the writer's transaction of each, whether the topic holds them in
+/// an aborted or open Kafka transaction, whether they were parked) and
+/// where the relays' logs are, before the checker fails on them.
+async fn explain_missing(
+    outbox: &TestOutbox,
+    topic: &str,
+    config: &Path,
+    others: &[Committed],
+    received: &[Received],
+) {
+    let seen: std::collections::HashSet<&str> =
+        received.iter().filter_map(|r| r.header("ce_id")).collect();
+    let missing: Vec<(usize, &Committed)> = others
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| !seen.contains(c.id.as_str()))
+        .map(|(i, c)| (i / OTHERS_PER_TXN + 1, c))
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let mut per_txn: std::collections::BTreeMap<usize, usize> = Default::default();
+    for (txn, _) in &missing {
+        *per_txn.entry(*txn).or_default() += 1;
+    }
+    println!("missing per writer transaction (txn: count): {per_txn:?}");
+    let uncommitted = ids_read_uncommitted(topic).await;
+    let on_topic: Vec<(usize, &str, i64, (i32, i64))> = missing
+        .iter()
+        .filter_map(|(txn, c)| Some((*txn, c.aggregate.as_str(), c.seq, *uncommitted.get(&c.id)?)))
+        .collect();
+    println!(
+        "of {} missing, {} are on the topic read uncommitted (aborted or open), e.g. \
+         (txn, aggregate, seq, (partition, offset)): {:?}",
+        missing.len(),
+        on_topic.len(),
+        &on_topic[..on_topic.len().min(10)]
+    );
+    let parked: std::collections::HashSet<String> = outbox
+        .parked()
+        .await
+        .into_iter()
+        .map(|(_, _, id)| id)
+        .collect();
+    println!(
+        "of {} missing, {} are in the parking table; relay logs: {}",
+        missing.len(),
+        missing
+            .iter()
+            .filter(|(_, c)| parked.contains(&c.id))
+            .count(),
+        config
+            .parent()
+            .map_or(String::new(), |d| d.display().to_string())
+    );
+}
+
 /// The Kafka sink, exactly-once when `eos`: runs the module's workload
 /// with `kills`, checks what is parked and that nothing of K went early,
 /// releases K, and returns everything committed and everything on the
@@ -205,6 +263,7 @@ async fn kafka_sink_case(
 
     // Every other aggregate arrives; K waits behind its dead letter.
     let received = consume_all_ids(&topic, &written.others, DEADLINE).await;
+    explain_missing(&outbox, &topic, &config, &written.others, &received).await;
     let others = check_delivery(case, &written.others, &received);
     assert_eq!(others.lost, 0);
     let drained = started.elapsed();

@@ -266,6 +266,59 @@ pub async fn consume_to_end(topic: &str) -> Vec<Received> {
     .unwrap()
 }
 
+/// The `ce_id` of every record on `topic` up to its high watermark, read
+/// uncommitted: records of aborted and open transactions too, with their
+/// offsets. For explaining a loss, not for checking delivery.
+pub async fn ids_read_uncommitted(topic: &str) -> HashMap<String, (i32, i64)> {
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", env("KAFKA_BROKERS"))
+            .set("group.id", random_name("checker"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_uncommitted")
+            .set("enable.partition.eof", "true")
+            .create()
+            .expect("consumer");
+        let md = consumer
+            .fetch_metadata(Some(&topic), Duration::from_secs(10))
+            .expect("metadata");
+        let mut tpl = TopicPartitionList::new();
+        let mut done: HashMap<i32, i64> = HashMap::new();
+        for p in md.topics()[0].partitions().iter().map(|p| p.id()) {
+            let (_, h) = consumer
+                .fetch_watermarks(&topic, p, Duration::from_secs(10))
+                .expect("watermarks");
+            done.insert(p, h);
+            tpl.add_partition_offset(&topic, p, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&tpl).expect("assign");
+        let mut out = HashMap::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        // Transaction markers take offsets but are never delivered: the
+        // end of a partition is its EOF event, not its last record.
+        done.retain(|_, h| *h > 0);
+        while std::time::Instant::now() < deadline && !done.is_empty() {
+            match consumer.poll(Duration::from_millis(500)) {
+                Some(Ok(m)) => {
+                    let received = Received::from_message(&m);
+                    if let Some(id) = received.header("ce_id") {
+                        out.insert(id.to_owned(), (m.partition(), m.offset()));
+                    }
+                }
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                    done.remove(&p);
+                }
+                _ => {}
+            }
+        }
+        out
+    })
+    .await
+    .unwrap()
+}
+
 /// Reads `topic` until every committed id has been seen at least once (or
 /// `within` passes), returning all records read.
 pub async fn consume_all_ids(

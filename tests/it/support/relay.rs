@@ -91,7 +91,7 @@ impl Relay {
         let child = std::process::Command::new(env!("CARGO_BIN_EXE_outbox-relay"))
             .args(["run", "--config"])
             .arg(config)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", relay_log_filter())
             .envs(vars.iter().copied())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -334,6 +334,13 @@ impl Write for LogCapture {
     fn flush(&mut self) -> std::io::Result<()> {
         Ok(())
     }
+}
+
+/// The log filter of relay processes: `info`, or `OUTBOX_TEST_RELAY_LOG`
+/// when set (e.g. `outbox_relay=debug` while chasing a rare failure: the
+/// logs stay beside each test's config in the temporary directory).
+fn relay_log_filter() -> String {
+    std::env::var("OUTBOX_TEST_RELAY_LOG").unwrap_or_else(|_| "info".to_owned())
 }
 
 #[cfg(test)]
