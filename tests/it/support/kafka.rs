@@ -239,78 +239,83 @@ fn consume_blocking(
 /// watermark). Used once the relay stopped, so that duplicates it wrote are
 /// all visible.
 pub async fn consume_to_end(topic: &str) -> Vec<Received> {
-    let topic = topic.to_string();
-    tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", env("KAFKA_BROKERS"))
-            .set("group.id", random_name("checker"))
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_committed")
-            .create()
-            .expect("consumer");
-        let md = consumer
-            .fetch_metadata(Some(&topic), Duration::from_secs(10))
-            .expect("metadata");
-        let partitions = md.topics()[0].partitions().len() as i32;
-        let mut total = 0;
-        for p in 0..partitions {
-            let (low, high) = consumer
-                .fetch_watermarks(&topic, p, Duration::from_secs(10))
-                .expect("watermarks");
-            total += (high - low) as usize;
-        }
-        drop(consumer);
-        consume_blocking(&topic, Duration::from_secs(60), &mut |r| r.len() >= total)
-    })
-    .await
-    .unwrap()
+    read_to_end(topic, "read_committed", |m| Received::from_message(m)).await
 }
 
 /// The `ce_id` of every record on `topic` up to its high watermark, read
 /// uncommitted: records of aborted and open transactions too, with their
 /// offsets. For explaining a loss, not for checking delivery.
 pub async fn ids_read_uncommitted(topic: &str) -> HashMap<String, (i32, i64)> {
+    read_to_end(topic, "read_uncommitted", |m| Received::from_message(m))
+        .await
+        .into_iter()
+        .filter_map(|r| Some((r.header("ce_id")?.to_owned(), (r.partition, r.offset))))
+        .collect()
+}
+
+/// Every record of `topic` from its beginning up to the high watermarks
+/// found at the start, read at `isolation`, each kept as `keep` makes it.
+/// A partition is read to its end once the consumer's position reached
+/// that watermark: a transaction marker takes an offset but is never
+/// delivered, so counting records would wait for one that never comes.
+async fn read_to_end(
+    topic: &str,
+    isolation: &'static str,
+    keep: fn(&rdkafka::message::BorrowedMessage<'_>) -> Received,
+) -> Vec<Received> {
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
         let consumer: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", env("KAFKA_BROKERS"))
             .set("group.id", random_name("checker"))
             .set("enable.auto.commit", "false")
-            .set("isolation.level", "read_uncommitted")
-            .set("enable.partition.eof", "true")
+            .set("isolation.level", isolation)
             .create()
             .expect("consumer");
         let md = consumer
             .fetch_metadata(Some(&topic), Duration::from_secs(10))
             .expect("metadata");
+        let partitions: Vec<i32> = md.topics()[0].partitions().iter().map(|p| p.id()).collect();
         let mut tpl = TopicPartitionList::new();
-        let mut done: HashMap<i32, i64> = HashMap::new();
-        for p in md.topics()[0].partitions().iter().map(|p| p.id()) {
+        let mut high: HashMap<i32, i64> = HashMap::new();
+        for &p in &partitions {
             let (_, h) = consumer
                 .fetch_watermarks(&topic, p, Duration::from_secs(10))
                 .expect("watermarks");
-            done.insert(p, h);
+            high.insert(p, h);
             tpl.add_partition_offset(&topic, p, Offset::Beginning)
                 .unwrap();
         }
         consumer.assign(&tpl).expect("assign");
-        let mut out = HashMap::new();
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        // Transaction markers take offsets but are never delivered: the
-        // end of a partition is its EOF event, not its last record.
-        done.retain(|_, h| *h > 0);
-        while std::time::Instant::now() < deadline && !done.is_empty() {
+        let mut done: HashMap<i32, bool> = high.iter().map(|(p, h)| (*p, *h == 0)).collect();
+        let mut out = Vec::with_capacity(high.values().sum::<i64>() as usize);
+        let deadline = std::time::Instant::now() + Duration::from_secs(600);
+        while done.values().any(|d| !d) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "reading {topic} to its end took over 10 minutes"
+            );
             match consumer.poll(Duration::from_millis(500)) {
                 Some(Ok(m)) => {
-                    let received = Received::from_message(&m);
-                    if let Some(id) = received.header("ce_id") {
-                        out.insert(id.to_owned(), (m.partition(), m.offset()));
+                    if m.offset() + 1 >= high[&m.partition()] {
+                        done.insert(m.partition(), true);
+                    }
+                    out.push(keep(&m));
+                }
+                Some(Err(e)) => panic!("consume {topic}: {e}"),
+                None => {
+                    // Markers at the end of a partition: its position
+                    // reached the watermark, nothing more to give.
+                    if let Ok(pos) = consumer.position() {
+                        for e in pos.elements() {
+                            if let Offset::Offset(o) = e.offset()
+                                && o >= high[&e.partition()]
+                            {
+                                done.insert(e.partition(), true);
+                            }
+                        }
                     }
                 }
-                Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
-                    done.remove(&p);
-                }
-                _ => {}
             }
         }
         out
@@ -392,72 +397,22 @@ pub async fn topic_len(topic: &str) -> i64 {
 /// partition, offset and the `ce_id` header (no key, value or other
 /// headers): enough for [`super::check_delivery`] on a million records.
 pub async fn consume_ids_to_end(topic: &str) -> Vec<Received> {
-    let topic = topic.to_string();
-    tokio::task::spawn_blocking(move || {
-        let consumer = lean_consumer();
-        let md = consumer
-            .fetch_metadata(Some(&topic), Duration::from_secs(10))
-            .expect("metadata");
-        let partitions: Vec<i32> = md.topics()[0].partitions().iter().map(|p| p.id()).collect();
-        let mut tpl = TopicPartitionList::new();
-        let mut high: HashMap<i32, i64> = HashMap::new();
-        for &p in &partitions {
-            let (_, h) = consumer
-                .fetch_watermarks(&topic, p, Duration::from_secs(10))
-                .expect("watermarks");
-            high.insert(p, h);
-            tpl.add_partition_offset(&topic, p, Offset::Beginning)
-                .unwrap();
+    read_to_end(topic, "read_committed", |m| {
+        let id = m
+            .headers()
+            .and_then(|h| h.iter().find(|h| h.key == "ce_id"))
+            .and_then(|h| h.value)
+            .unwrap_or_default()
+            .to_vec();
+        Received {
+            topic: String::new(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: None,
+            value: None,
+            headers: HashMap::from([("ce_id".to_string(), id)]),
+            timestamp: None,
         }
-        consumer.assign(&tpl).expect("assign");
-        let mut done: HashMap<i32, bool> = high.iter().map(|(p, h)| (*p, *h == 0)).collect();
-        let mut out = Vec::with_capacity(high.values().sum::<i64>() as usize);
-        let deadline = std::time::Instant::now() + Duration::from_secs(600);
-        while done.values().any(|d| !d) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "reading {topic} to its end took over 10 minutes"
-            );
-            match consumer.poll(Duration::from_millis(500)) {
-                Some(Ok(m)) => {
-                    let id = m
-                        .headers()
-                        .and_then(|h| h.iter().find(|h| h.key == "ce_id"))
-                        .and_then(|h| h.value)
-                        .unwrap_or_default()
-                        .to_vec();
-                    if m.offset() + 1 >= high[&m.partition()] {
-                        done.insert(m.partition(), true);
-                    }
-                    out.push(Received {
-                        topic: String::new(),
-                        partition: m.partition(),
-                        offset: m.offset(),
-                        key: None,
-                        value: None,
-                        headers: HashMap::from([("ce_id".to_string(), id)]),
-                        timestamp: None,
-                    });
-                }
-                Some(Err(e)) => panic!("consume {topic}: {e}"),
-                None => {
-                    // Transaction markers can sit at the end of a partition:
-                    // a partition whose position reached its high watermark
-                    // has nothing more to give.
-                    if let Ok(pos) = consumer.position() {
-                        for e in pos.elements() {
-                            if let Offset::Offset(o) = e.offset()
-                                && o >= high[&e.partition()]
-                            {
-                                done.insert(e.partition(), true);
-                            }
-                        }
-                    }
-                }
-            }
-        }
-        out
     })
     .await
-    .unwrap()
 }
