@@ -60,6 +60,10 @@ fn fix_contract(path: &Path) {
 struct Written {
     k: Vec<Committed>,
     others: Vec<Committed>,
+    /// The WAL insert position right after each transaction committed
+    /// (at or past its end LSN), to set beside the relays' checkpoints
+    /// when something is missing.
+    after_commit: Vec<String>,
 }
 
 /// Commits the workload of the module docs, K's first event with
@@ -78,6 +82,7 @@ async fn write_with_kills(
     let mut written = Written {
         k: Vec::new(),
         others: Vec::new(),
+        after_commit: Vec::new(),
     };
     let insert = format!(
         "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) \
@@ -121,6 +126,11 @@ async fn write_with_kills(
             out.push(Committed { id, aggregate, seq });
         }
         tx.commit().await.unwrap();
+        let lsn = writer
+            .query_one("SELECT pg_current_wal_insert_lsn()::text", &[])
+            .await
+            .unwrap();
+        written.after_commit.push(lsn.get(0));
         if kills.contains(&(txn + 1)) {
             println!("kill -9 after transaction {}", txn + 1);
             relay.kill9();
@@ -186,9 +196,10 @@ async fn explain_missing(
     outbox: &TestOutbox,
     topic: &str,
     config: &Path,
-    others: &[Committed],
+    written: &Written,
     received: &[Received],
 ) {
+    let others = &written.others;
     let seen: std::collections::HashSet<&str> =
         received.iter().filter_map(|r| r.header("ce_id")).collect();
     let missing: Vec<(usize, &Committed)> = others
@@ -205,6 +216,15 @@ async fn explain_missing(
         *per_txn.entry(*txn).or_default() += 1;
     }
     println!("missing per writer transaction (txn: count): {per_txn:?}");
+    for txn in per_txn.keys() {
+        println!(
+            "  txn {txn} committed before WAL {} (txn {} before {})",
+            written.after_commit[txn - 1],
+            txn - 1,
+            txn.checked_sub(2)
+                .map_or("-", |i| written.after_commit[i].as_str())
+        );
+    }
     let uncommitted = ids_read_uncommitted(topic).await;
     let on_topic: Vec<(usize, &str, i64, (i32, i64))> = missing
         .iter()
@@ -263,7 +283,7 @@ async fn kafka_sink_case(
 
     // Every other aggregate arrives; K waits behind its dead letter.
     let received = consume_all_ids(&topic, &written.others, DEADLINE).await;
-    explain_missing(&outbox, &topic, &config, &written.others, &received).await;
+    explain_missing(&outbox, &topic, &config, &written, &received).await;
     let others = check_delivery(case, &written.others, &received);
     assert_eq!(others.lost, 0);
     let drained = started.elapsed();
