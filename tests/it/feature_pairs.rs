@@ -205,12 +205,12 @@ async fn cleanup_with_a_dead_letter_that_lost_its_payload_keeps_the_row() {
         )
         .await
         .unwrap();
-    committed.extend(outbox.commit_events(&mut writer, 30, 2, 5, &mut seqs).await);
-    relay.kill9();
-    relay = Relay::process(&config);
-    relay.wait_for_event(STREAMING, DEADLINE).await;
-    let at_restart = ids_in_table(&outbox).await;
-    committed.extend(outbox.commit_events(&mut writer, 30, 2, 5, &mut seqs).await);
+    // Its dead letter first, then more load: the broker refuses the big
+    // record's whole batch, and a batch librdkafka sent right behind it can
+    // be in the log before the replay (docs/reliability.md, "a record
+    // written after a failed one of the same key": a known hazard for the
+    // order of first occurrences, tested in broker_faults). This pair is
+    // about the row cleanup keeps, so nothing else is in flight then.
     let dlq = consume(&outbox.dlq_topic, DEADLINE, |r| !r.is_empty()).await;
     assert_eq!(dlq[0].header("id"), Some(big_id.as_str()));
     assert_eq!(
@@ -218,6 +218,12 @@ async fn cleanup_with_a_dead_letter_that_lost_its_payload_keeps_the_row() {
         Some("true"),
         "the dead letter lost its payload"
     );
+    committed.extend(outbox.commit_events(&mut writer, 30, 2, 5, &mut seqs).await);
+    relay.kill9();
+    relay = Relay::process(&config);
+    relay.wait_for_event(STREAMING, DEADLINE).await;
+    let at_restart = ids_in_table(&outbox).await;
+    committed.extend(outbox.commit_events(&mut writer, 30, 2, 5, &mut seqs).await);
     consume_all_ids(&topic, &committed, DEADLINE).await;
     // Cleanup went past it: every row committed since the restart is gone
     // (rows the killed relay confirmed but had not deleted may stay).
