@@ -265,13 +265,7 @@ async fn read_to_end(
 ) -> Vec<Received> {
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
-        let consumer: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", env("KAFKA_BROKERS"))
-            .set("group.id", random_name("checker"))
-            .set("enable.auto.commit", "false")
-            .set("isolation.level", isolation)
-            .create()
-            .expect("consumer");
+        let consumer = lean_consumer(isolation);
         let md = consumer
             .fetch_metadata(Some(&topic), Duration::from_secs(10))
             .expect("metadata");
@@ -345,12 +339,14 @@ pub async fn consume_all_ids(
     .await
 }
 
-fn lean_consumer() -> BaseConsumer {
+/// A consumer of its own group that commits nothing, reading at
+/// `isolation` (`read_committed` or `read_uncommitted`).
+fn lean_consumer(isolation: &str) -> BaseConsumer {
     ClientConfig::new()
         .set("bootstrap.servers", env("KAFKA_BROKERS"))
         .set("group.id", random_name("checker"))
         .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
+        .set("isolation.level", isolation)
         .create()
         .expect("consumer")
 }
@@ -372,7 +368,7 @@ pub async fn ids_on_topic(topic: &str, events: &[Committed]) -> Vec<String> {
 pub async fn topic_len(topic: &str) -> i64 {
     let topic = topic.to_string();
     tokio::task::spawn_blocking(move || {
-        let consumer = lean_consumer();
+        let consumer = lean_consumer("read_committed");
         let Ok(md) = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5)) else {
             return 0;
         };
