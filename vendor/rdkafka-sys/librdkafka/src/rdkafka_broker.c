@@ -4071,6 +4071,26 @@ static int rd_kafka_toppar_producer_serve(rd_kafka_broker_t *rkb,
                     max_requests,
                     RD_KAFKA_IDEMP_MAX_INFLIGHT -
                         rd_atomic32_get(&rktp->rktp_reqs_inflight));
+
+                /* Until the broker has acknowledged a request of this
+                 * producer epoch for the partition (recently: brokers
+                 * forget an idle producer), one request at a time. A
+                 * broker with no state of the producer for a partition
+                 * (one just created, say) accepts any first sequence
+                 * (Kafka before 4.5, KAFKA-15591): were the first
+                 * request refused with a retriable error and the second
+                 * written, the second's acknowledgement would make the
+                 * first's messages count as written (implicit ack in
+                 * rd_kafka_handle_idempotent_Produce_success) though
+                 * they never were. */
+                rd_kafka_toppar_lock(rktp);
+                if (rktp->rktp_eos.next_ack_seq == 0 ||
+                    rktp->rktp_eos.ts_last_ack == 0 ||
+                    now - rktp->rktp_eos.ts_last_ack > 60 * 1000 * 1000)
+                        max_requests = RD_MIN(
+                            max_requests,
+                            1 - rd_atomic32_get(&rktp->rktp_reqs_inflight));
+                rd_kafka_toppar_unlock(rktp);
         }
 
 

@@ -250,6 +250,11 @@ struct rd_kafka_toppar_s {                           /* rd_kafka_toppar_t */
                                             *   consistency.
                                             *   Only accessed from toppar
                                             *   handler thread. */
+                rd_ts_t ts_last_ack;       /**< When a ProduceRequest was
+                                            *   last acknowledged (0: never
+                                            *   in this epoch, see
+                                            *   next_ack_seq).
+                                            *   Protected by toppar lock. */
         } rktp_eos;
 
         /**

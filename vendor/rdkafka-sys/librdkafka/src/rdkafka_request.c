@@ -4650,6 +4650,7 @@ rd_kafka_handle_idempotent_Produce_success(rd_kafka_broker_t *rkb,
                         rktp->rktp_eos.next_err_seq = next_seq;
 
                 rktp->rktp_eos.next_ack_seq = next_seq;
+                rktp->rktp_eos.ts_last_ack  = rd_clock();
         }
 
         /* Store the last acked message sequence,
