@@ -360,8 +360,11 @@ fn refusal(err: &KafkaError, topic: &str, dead_letter: bool) -> Option<Refused> 
 }
 
 /// How long [`KafkaSink::check_topic`] keeps asking while the broker says a
-/// topic is missing, in case it is creating it.
-pub const CREATION_GRACE: Duration = Duration::from_secs(3);
+/// topic is missing, in case it is creating it (when the producer may ask
+/// for that). The controller creates a topic in tens of milliseconds, but a
+/// busy broker applies the new metadata later: seen over 3 s on a loaded
+/// 2-CPU machine, answering "unknown topic" all along.
+pub const CREATION_GRACE: Duration = Duration::from_secs(30);
 
 /// Longest wait for one answer about a topic the relay checks at start
 /// (the dead-letter topic; a missing checkpoint topic).
@@ -372,6 +375,16 @@ impl SinkSettings {
     /// [`TOPIC_CHECK`], and no longer than a record may wait.
     pub fn topic_check_timeout(&self) -> Duration {
         TOPIC_CHECK.min(Duration::from_millis(self.message_timeout_ms))
+    }
+
+    /// The producer may ask the broker to create a topic it names
+    /// (librdkafka's `allow.auto.create.topics`, on by default; whether the
+    /// broker does is its own `auto.create.topics.enable`).
+    pub fn may_create_topics(&self) -> bool {
+        self.properties
+            .iter()
+            .rfind(|(name, _)| name == "allow.auto.create.topics")
+            .is_none_or(|(_, value)| value.trim().eq_ignore_ascii_case("true"))
     }
 }
 
@@ -493,6 +506,10 @@ pub struct KafkaSink<T: Send + Sync + 'static> {
     producer: Arc<ThreadedProducer<ReportingContext<T>>>,
     alarms: mpsc::UnboundedReceiver<Refused>,
     dead_letter_topic: String,
+    /// The producer may ask the broker to create a topic it names
+    /// (`allow.auto.create.topics`, on unless `kafka.properties` turns it
+    /// off): a "missing" answer may be a creation under way.
+    may_create_topics: bool,
     /// The nudging thread's doorbell, made at the first nudge.
     nudges: std::sync::OnceLock<std::sync::mpsc::SyncSender<()>>,
 }
@@ -545,6 +562,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 producer,
                 alarms,
                 dead_letter_topic: settings.dead_letter_topic.clone(),
+                may_create_topics: settings.may_create_topics(),
                 nudges: std::sync::OnceLock::new(),
             },
             rx,
@@ -608,7 +626,8 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     ///
     /// A broker that creates topics may answer "unknown topic" while the
     /// creation it just started is under way (Kafka 4 does), so a "missing"
-    /// answer is only believed once it held for [`CREATION_GRACE`].
+    /// answer is only believed once it held for [`CREATION_GRACE`], unless
+    /// the producer may not ask for the creation: then at once.
     pub async fn check_topic(
         &mut self,
         topic: &str,
@@ -626,7 +645,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 .await;
             let missing =
                 matches!(&answer, TopicCheck::Refused(r) if r.kind == RefusalKind::TopicMissing);
-            if !missing || started.elapsed() >= CREATION_GRACE {
+            if !missing || !self.may_create_topics || started.elapsed() >= CREATION_GRACE {
                 return answer;
             }
             tokio::time::sleep(pauses.next_delay()).await;
@@ -847,6 +866,10 @@ mod tests {
             Some("1024")
         );
         assert_eq!(kbytes(&settings(None, &[])), None);
+        // Whether a "missing topic" answer may be a creation under way.
+        assert!(settings(None, &[]).may_create_topics());
+        assert!(!settings(None, &[("allow.auto.create.topics", "false")]).may_create_topics());
+        assert!(settings(None, &[("allow.auto.create.topics", " TRUE ")]).may_create_topics());
     }
 
     #[test]
