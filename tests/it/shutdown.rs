@@ -278,7 +278,7 @@ fn config_with_default_status_interval(outbox: &TestOutbox, extra: &str) -> std:
     path
 }
 
-// kill -9 under steady load re-sends at most about one second of it.
+// kill -9 under steady load re-sends about a second of it, at most two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_steady_load_resends_at_most_about_a_second_of_it() {
     const RATE: i64 = 500;
@@ -299,9 +299,11 @@ async fn kill_9_under_steady_load_resends_at_most_about_a_second_of_it() {
     ]);
     for _ in 0..KILLS {
         let relay = Relay::process(&config);
-        // Let it stream for about 1.5 s of load past what it found, then crash it.
-        let target = topic_len(&topic).await + RATE * 3 / 2;
-        wait_until("the relay to publish 1.5 s of load", DEADLINE, || async {
+        // Let it stream for about 3 s of load past what it found, then
+        // crash it: a relay that never reported progress in that time
+        // would re-send all of it, over the bound below.
+        let target = topic_len(&topic).await + RATE * 3;
+        wait_until("the relay to publish 3 s of load", DEADLINE, || async {
             topic_len(&topic).await >= target
         })
         .await;
@@ -320,9 +322,17 @@ async fn kill_9_under_steady_load_resends_at_most_about_a_second_of_it() {
         "kill-9-under-load: {} duplicates over {KILLS} kills at {RATE} events/s: {per_kill} per kill",
         summary.duplicated
     );
+    // Progress goes to the server within 100 ms of the acknowledgements, so
+    // a kill re-sends what was acknowledged in those 100 ms plus what was
+    // written but not yet acknowledged: well under a second of load on an
+    // idle machine, measured 1.35 s on a starved one (a test run beside
+    // three others and a build). Two seconds still tells the regression
+    // this guards against: progress sent only at the status interval (10 s
+    // here, longer than each relay lives) re-sends the whole 3 s per kill.
     assert!(
-        per_kill <= RATE,
-        "a kill -9 re-sent {per_kill} events on average, more than one second of load ({RATE})"
+        per_kill <= 2 * RATE,
+        "a kill -9 re-sent {per_kill} events on average, more than two seconds of load ({})",
+        2 * RATE
     );
     outbox.drop_all().await;
 }
