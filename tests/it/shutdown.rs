@@ -278,7 +278,7 @@ fn config_with_default_status_interval(outbox: &TestOutbox, extra: &str) -> std:
     path
 }
 
-// kill -9 under steady load re-sends about a second of it, at most two.
+// kill -9 under steady load re-sends about a second of it, at most one and a half.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_under_steady_load_resends_at_most_about_a_second_of_it() {
     const RATE: i64 = 500;
@@ -324,15 +324,16 @@ async fn kill_9_under_steady_load_resends_at_most_about_a_second_of_it() {
     );
     // Progress goes to the server within 100 ms of the acknowledgements, so
     // a kill re-sends what was acknowledged in those 100 ms plus what was
-    // written but not yet acknowledged: well under a second of load on an
-    // idle machine, measured 1.35 s on a starved one (a test run beside
-    // three others and a build). Two seconds still tells the regression
-    // this guards against: progress sent only at the status interval (10 s
-    // here, longer than each relay lives) re-sends the whole 3 s per kill.
+    // written but not yet acknowledged: a fraction of a second of load on
+    // an idle machine (16 events per kill), 1.35 s measured on a starved one
+    // (this test beside three others and a build): about a second, at most
+    // one and a half. Progress sent only at the status interval (10 s here,
+    // longer than each relay lives) would re-send the whole 3 s per kill.
+    let bound = RATE * 3 / 2;
     assert!(
-        per_kill <= 2 * RATE,
-        "a kill -9 re-sent {per_kill} events on average, more than two seconds of load ({})",
-        2 * RATE
+        per_kill <= bound,
+        "a kill -9 re-sent {per_kill} events on average, more than one and a half \
+         seconds of load ({bound})"
     );
     outbox.drop_all().await;
 }
