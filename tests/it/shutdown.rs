@@ -201,7 +201,13 @@ async fn sigterm_in_the_middle_of_a_large_transaction_finishes_it_first() {
     let outbox = TestOutbox::create("jsonb").await;
     let topic = outbox.topic("order");
     outbox.create_topic(&topic, 3).await;
-    let config = outbox.write_config("");
+    // The stop must come while the transaction streams, however fast the
+    // relay: with 64 KiB in flight (some two hundred records) it reads no
+    // further than the acknowledgements allow, so the tens of milliseconds
+    // between seeing 500 records on the topic and the signal cannot take it
+    // through 20,000 rows (unbounded, an optimised build read all of them
+    // before the signal came).
+    let config = outbox.write_config("[relay]\nmax_in_flight_bytes = 65536");
     let mut relay = Relay::process(&config);
     wait_until("the relay to hold the slot", DEADLINE, || {
         outbox.slot_active()
