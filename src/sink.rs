@@ -31,8 +31,8 @@ pub use broker_watch::ReachObserver;
 pub(crate) use kafka::transactional::connect_at_once;
 pub use kafka::{
     ANSWER_PROBE_EVERY, CREATION_GRACE, DeliveryReport, KafkaSink, RELAY_OWNED_PROPERTIES,
-    SendError, SinkError, SinkSettings, TopicCheck, TransactionSettings, TxnFailure, client_config,
-    producer_config, property_problem,
+    SendError, SinkError, SinkSettings, TopicCheck, TransactionSettings, TxnFailure,
+    allows_topic_creation, client_config, producer_config, property_problem,
 };
 pub use refusal_kind::{
     BrokerFailure, DeliveryError, FailureKind, OnUnroutable, RefusalClass, RefusalKind, Refused,

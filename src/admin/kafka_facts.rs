@@ -52,10 +52,12 @@ pub fn producer_message_max_bytes(kafka: &KafkaConfig) -> i64 {
 /// Whether the relay's producer asks brokers to create missing topics
 /// (`allow.auto.create.topics`, on by default for a producer).
 pub fn producer_auto_create(kafka: &KafkaConfig) -> bool {
-    kafka
-        .properties
-        .get("allow.auto.create.topics")
-        .is_none_or(|v| v.trim().eq_ignore_ascii_case("true"))
+    crate::sink::allows_topic_creation(
+        kafka
+            .properties
+            .get("allow.auto.create.topics")
+            .map(String::as_str),
+    )
 }
 
 /// Asks the cluster. `wanted` are the topics whose configs to read (those

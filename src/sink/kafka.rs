@@ -377,15 +377,24 @@ impl SinkSettings {
         TOPIC_CHECK.min(Duration::from_millis(self.message_timeout_ms))
     }
 
-    /// The producer may ask the broker to create a topic it names
-    /// (librdkafka's `allow.auto.create.topics`, on by default; whether the
-    /// broker does is its own `auto.create.topics.enable`).
+    /// The producer may ask the broker to create a topic it names (see
+    /// [`allows_topic_creation`]).
     pub fn may_create_topics(&self) -> bool {
-        self.properties
-            .iter()
-            .rfind(|(name, _)| name == "allow.auto.create.topics")
-            .is_none_or(|(_, value)| value.trim().eq_ignore_ascii_case("true"))
+        allows_topic_creation(
+            self.properties
+                .iter()
+                .rfind(|(name, _)| name == "allow.auto.create.topics")
+                .map(|(_, value)| value.as_str()),
+        )
     }
+}
+
+/// Whether a producer whose `allow.auto.create.topics` is `value` (`None`:
+/// not set) asks the broker to create a topic it names: librdkafka's
+/// default for a producer is yes. Whether the broker does is its own
+/// `auto.create.topics.enable`.
+pub fn allows_topic_creation(value: Option<&str>) -> bool {
+    value.is_none_or(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
 /// What a metadata request says about one topic.
