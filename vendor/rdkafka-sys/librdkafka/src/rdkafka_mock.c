@@ -1728,9 +1728,13 @@ rd_kafka_mock_broker_new(rd_kafka_mock_cluster_t *mcluster,
                          rd_kafka_resp_err_t *err) {
         rd_kafka_mock_broker_t *mrkb;
         rd_socket_t listen_s;
+        /* 127.0.0.2, not 127.0.0.1: a broker set down gives up its port
+         * and binds it again when set up, which fails (an assertion) if an
+         * outgoing connection took that port as its source meanwhile; those
+         * come from 127.0.0.1, the loopback source address. */
         struct sockaddr_in sin = {
             .sin_family = AF_INET,
-            .sin_addr   = {.s_addr = htonl(INADDR_LOOPBACK)}};
+            .sin_addr   = {.s_addr = htonl(INADDR_LOOPBACK + 1)}};
 
         if (rd_kafka_mock_broker_find(mcluster, broker_id)) {
                 if (err)
