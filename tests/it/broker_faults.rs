@@ -1168,6 +1168,22 @@ impl rdkafka::producer::ProducerContext for StatsContext {
     }
 }
 
+/// The values of every record in the mock's `topic`, each a number as the
+/// tests that count records in order write them.
+async fn numbered_values(mock: &Mock, topic: &str) -> Vec<usize> {
+    read_mock_to_end(&mock.bootstrap_servers(), topic)
+        .await
+        .iter()
+        .map(|r| {
+            let value = r.value.as_deref().expect("a value");
+            std::str::from_utf8(value)
+                .expect("utf-8")
+                .parse()
+                .expect("a number")
+        })
+        .collect()
+}
+
 /// A one-broker mock holding a one-partition topic named after `prefix`,
 /// answering every request after 50 ms, and a producer with the relay's own
 /// [`producer_config`] plus `extra`, keeping librdkafka's statistics.
@@ -1306,17 +1322,7 @@ async fn a_slow_broker_gets_several_requests_in_flight_in_order() {
         "at most {most_in_flight} records in flight at once, in batches of ten: an \
          idempotent producer may keep five requests per partition in flight (and no more)"
     );
-    let values: Vec<usize> = read_mock_to_end(&mock.bootstrap_servers(), &topic)
-        .await
-        .iter()
-        .map(|r| {
-            let value = r.value.as_deref().expect("a value");
-            std::str::from_utf8(value)
-                .expect("utf-8")
-                .parse()
-                .expect("a number")
-        })
-        .collect();
+    let values = numbered_values(&mock, &topic).await;
     assert_eq!(
         values,
         (0..RECORDS).collect::<Vec<_>>(),
@@ -1362,17 +1368,7 @@ async fn a_first_request_refused_by_a_new_partition_is_not_overtaken() {
         .context()
         .1
         .load(std::sync::atomic::Ordering::Relaxed);
-    let values: Vec<usize> = read_mock_to_end(&mock.bootstrap_servers(), &topic)
-        .await
-        .iter()
-        .map(|r| {
-            let value = r.value.as_deref().expect("a value");
-            std::str::from_utf8(value)
-                .expect("utf-8")
-                .parse()
-                .expect("a number")
-        })
-        .collect();
+    let values = numbered_values(&mock, &topic).await;
     println!(
         "first Produce request refused: {acknowledged} of {RECORDS} reported acknowledged, \
          {} in the log, first {:?}",
