@@ -11,6 +11,7 @@
 //! `after_dead_letter = "park"` until `dead retry` or `dead discard`;
 //! ([`typed_sql`]) no value spliced into the relay's statements on it.
 
+mod claim;
 mod delivery_table;
 mod parked;
 mod typed_sql;
