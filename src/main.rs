@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand};
 use figment::providers::Serialized;
 use outbox_relay::admin::{self, AdminTarget, init::InitOptions};
 use outbox_relay::config::{Config, LogFormat};
+use outbox_relay::error::Cause;
 use outbox_relay::events;
 use outbox_relay::metrics::{self, Health};
 use outbox_relay::relay::{self, RelayError, Side, Stopped};
@@ -436,12 +437,13 @@ fn main() -> ExitCode {
                 Ok(Stopped::Drained) => ExitCode::SUCCESS,
                 Ok(Stopped::Undrained { .. }) => ExitCode::from(EXIT_UNDRAINED),
                 Err(e) => {
-                    let (code, e) = match e {
-                        RunError::Relay(e) => (exit_code(&e), anyhow::Error::new(e)),
-                        RunError::Setup(e) => (EXIT_FATAL, e),
+                    let (code, cause, e) = match e {
+                        RunError::Relay(e) => (exit_code(&e), e.cause(), anyhow::Error::new(e)),
+                        RunError::Setup(e) => (EXIT_FATAL, Cause::SetupFailed, e),
                     };
                     let text = error_text(&e);
                     events::FatalError {
+                        cause,
                         exit_code: code,
                         error: &text,
                     }

@@ -60,6 +60,18 @@ pub enum LoadError {
     Unavailable { table: String, source: PgError },
 }
 
+impl LoadError {
+    /// Its stable name, for the `fatal_error` line when it stops the relay.
+    pub fn cause(&self) -> crate::error::Cause {
+        match self {
+            LoadError::Missing { .. } | LoadError::NotPermitted { .. } => {
+                crate::error::Cause::ParkingTableUnusable
+            }
+            LoadError::Unavailable { source, .. } => source.cause(),
+        }
+    }
+}
+
 /// The live heads at a session's start: what is parked before the first
 /// event is decided.
 ///

@@ -8,6 +8,7 @@ use std::time::Duration;
 use pgoutput::lsn::Lsn;
 
 use super::{event, say};
+use crate::error::Cause;
 
 /// `outbox-relay run` starts.
 pub struct Starting<'a> {
@@ -60,8 +61,10 @@ impl ConfigWarning<'_> {
 /// The relay ends with an error a person must fix; `error` names it and
 /// the fix (authentication refused, a privilege missing, the slot missing
 /// or invalidated, a topic refused, the checkpoint topic not compacted),
+/// `cause` tells which by a stable name (`cause=slot_missing`), and
 /// `exit_code` is the process's exit code.
 pub struct FatalError<'a> {
+    pub cause: Cause,
     pub exit_code: u8,
     pub error: &'a str,
 }
@@ -70,7 +73,11 @@ event!(FatalError<'_>, "fatal_error", ERROR, Fault);
 impl FatalError<'_> {
     pub fn emit(&self) {
         let error = self.error;
-        say!(exit_code = self.exit_code, "{error}");
+        say!(
+            cause = %self.cause.name(),
+            exit_code = self.exit_code,
+            "{error}"
+        );
     }
 }
 

@@ -23,6 +23,7 @@ use tokio_postgres::error::SqlState;
 use super::quote::display_ident;
 use pgoutput::DecodeError;
 
+use crate::error::Cause;
 pub use crate::error::ErrorKind;
 
 /// An ErrorResponse from the server, with the fields the relay shows.
@@ -351,6 +352,43 @@ impl PgError {
             | E::Server { .. }
             | E::Protocol { .. }
             | E::Decode { .. } => ErrorKind::Fatal,
+        }
+    }
+
+    /// Its stable name, for the `fatal_error` line when it stops the relay.
+    pub fn cause(&self) -> Cause {
+        use PgError as E;
+        match self {
+            E::Conninfo { .. } | E::InvalidSlotName { .. } => Cause::PostgresSettingsInvalid,
+            E::TlsNotOffered { .. }
+            | E::TlsRootCertMissing { .. }
+            | E::TlsVerify { .. }
+            | E::Tls { .. } => Cause::PostgresTlsFailed,
+            E::AuthFailed { .. }
+            | E::PasswordMissing { .. }
+            | E::ChannelBinding { .. }
+            | E::UnsupportedAuth { .. } => Cause::PostgresAuthenticationFailed,
+            E::MissingReplicationRole { .. } => Cause::ReplicationPrivilegeMissing,
+            E::DatabaseMissing { .. } => Cause::DatabaseMissing,
+            E::Connect { .. }
+            | E::ConnectTimeout { .. }
+            | E::Io { .. }
+            | E::Closed { .. }
+            | E::ReadTimeout { .. }
+            | E::StreamEnded { .. } => Cause::PostgresUnreachable,
+            E::SlotMissing { .. } => Cause::SlotMissing,
+            E::SlotInvalidated { .. } => Cause::SlotInvalidated,
+            E::SlotNotPgoutput { .. } | E::SlotWrongDatabase { .. } | E::SlotTwoPhase { .. } => {
+                Cause::SlotUnusable
+            }
+            E::SlotInUse { .. } => Cause::SlotInUse,
+            E::PublicationMissing { .. }
+            | E::PublicationWithoutInserts { .. }
+            | E::PublicationLacksTable { .. } => Cause::PublicationUnusable,
+            E::TableMissing { .. } => Cause::OutboxTableMissing,
+            E::Server { .. } => Cause::PostgresRefused,
+            E::Protocol { .. } => Cause::PostgresProtocolViolation,
+            E::Decode { .. } => Cause::StreamUndecodable,
         }
     }
 

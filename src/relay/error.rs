@@ -2,7 +2,7 @@
 //! [`ErrorKind`], so the outer loop decides from `kind()` alone.
 
 use crate::ack::AckError;
-use crate::error::ErrorKind;
+use crate::error::{Cause, ErrorKind};
 use crate::pg::PgError;
 use crate::relay::exactly_once::checkpoint_reader::CheckpointReadError;
 use crate::relay::exactly_once::checkpoint_topic::CheckpointTopicRefused;
@@ -81,6 +81,23 @@ impl SessionError {
     pub fn is_fatal(&self) -> bool {
         self.kind() == ErrorKind::Fatal
     }
+
+    /// Its stable name, for the `fatal_error` line when it stops the relay.
+    pub fn cause(&self) -> Cause {
+        match self {
+            SessionError::Replication(e) => e.cause(),
+            SessionError::Decode { .. } | SessionError::OutOfStep { .. } => {
+                Cause::StreamUndecodable
+            }
+            SessionError::Tracker(_) => Cause::InternalError,
+            SessionError::Delivery { error, .. } => error.cause(),
+            SessionError::Refused(r) => r.cause(),
+            SessionError::Transaction(e) => e.cause(),
+            SessionError::Checkpoint(e) => e.cause(),
+            SessionError::CheckpointTopic(_) => Cause::CheckpointTopicUnusable,
+            SessionError::LockLost { .. } => Cause::RelayLockLost,
+        }
+    }
 }
 
 /// Which side of the relay a fatal error is on, for the exit code.
@@ -125,6 +142,20 @@ pub enum RelayError {
 }
 
 impl RelayError {
+    /// Its stable name: the `cause` of the `fatal_error` line.
+    pub fn cause(&self) -> Cause {
+        match self {
+            RelayError::Replication(e) => e.cause(),
+            RelayError::Sink(e) => e.cause(),
+            RelayError::Session(e) => e.cause(),
+            RelayError::Webhook(_) => Cause::WebhookSinkUnusable,
+            RelayError::Lock(e) => e.cause(),
+            RelayError::DeliveryTable(_) => Cause::DeliveryTableUnusable,
+            RelayError::Contracts(_) => Cause::ContractsUnresolved,
+            RelayError::Parking(e) => e.cause(),
+        }
+    }
+
     /// Which side failed.
     pub fn side(&self) -> Side {
         match self {

@@ -132,6 +132,14 @@ pub enum LockError {
 }
 
 impl LockError {
+    /// Its stable name, for the `fatal_error` line when it stops the relay.
+    pub fn cause(&self) -> crate::error::Cause {
+        match self {
+            LockError::Connection { source, .. } => source.cause(),
+            LockError::Unsupported { .. } => crate::error::Cause::RelayLockUnusable,
+        }
+    }
+
     pub fn is_fatal(&self) -> bool {
         match self {
             LockError::Connection { source, .. } => source.kind() == ErrorKind::Fatal,

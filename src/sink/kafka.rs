@@ -139,6 +139,16 @@ pub enum SinkError {
     Refused(#[from] Refused),
 }
 
+impl SinkError {
+    /// Its stable name, for the `fatal_error` line when it stops the relay.
+    pub fn cause(&self) -> crate::error::Cause {
+        match self {
+            SinkError::Create(_) => crate::error::Cause::KafkaClientUnbuildable,
+            SinkError::Refused(r) => r.cause(),
+        }
+    }
+}
+
 /// Plain settings for the producer, taken from the validated config.
 /// `Debug` shows `***` for every property whose name marks a secret
 /// ([`crate::redact::is_secret_property`]).

@@ -22,7 +22,7 @@ use std::fmt;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use serde::{Deserialize, Serialize};
 
-use crate::error::ErrorKind;
+use crate::error::{Cause, ErrorKind};
 
 /// What a refusal means for the relay; see [`classify`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -190,6 +190,20 @@ pub struct Refused {
 }
 
 impl Refused {
+    /// Its stable name, for the `fatal_error` line when it stops the relay.
+    pub fn cause(&self) -> Cause {
+        match self.kind {
+            RefusalKind::TopicUnauthorized | RefusalKind::ClusterUnauthorized => {
+                Cause::KafkaNotAuthorized
+            }
+            RefusalKind::AuthenticationFailed => Cause::KafkaAuthenticationFailed,
+            RefusalKind::TooLarge
+            | RefusalKind::TopicMissing
+            | RefusalKind::PolicyViolation
+            | RefusalKind::InvalidRecord => Cause::RecordRefused,
+        }
+    }
+
     /// What happened, without the fix.
     pub fn reason(&self) -> String {
         let topic = match (&self.topic, self.dead_letter_topic) {
@@ -283,6 +297,13 @@ pub enum DeliveryError {
 }
 
 impl DeliveryError {
+    /// Its stable name, for the `fatal_error` line when it stops the relay.
+    pub fn cause(&self) -> Cause {
+        match self {
+            DeliveryError::Refused(r) => r.cause(),
+            DeliveryError::Failed(_) | DeliveryError::ProducerFatal(_) => Cause::DeliveryFailed,
+        }
+    }
     /// Fatal when retrying cannot cure it (unauthorized); anything else is
     /// transient: the relay rebuilds the producer and replays. What a
     /// too-large or unroutable refusal means depends on the record and the

@@ -62,6 +62,7 @@ async fn wrong_password_exits_fast_naming_authentication_and_the_role() {
     let config =
         outbox.write_config_with_url(&pg_url_for("relay", "not-the-relay-password", ""), "");
     let log = expect_fast_refusal(&config).await;
+    assert_fatal_cause(&log, "postgres_authentication_failed");
     assert!(log.contains("authentication failed"), "{log}");
     assert!(log.contains("\"relay\""), "names the role: {log}");
     // Said once, with the fix, on each line that says it (the ERROR line
@@ -95,6 +96,7 @@ async fn role_without_replication_exits_fast_telling_to_alter_role() {
     let role = TestRole::create(&outbox, "LOGIN", "no-repl-pw").await;
     let config = outbox.write_config_with_url(&pg_url_for(&role.name, &role.password, ""), "");
     let log = expect_fast_refusal(&config).await;
+    assert_fatal_cause(&log, "replication_privilege_missing");
     assert!(
         log.contains(&format!("ALTER ROLE {} REPLICATION", role.name)),
         "{log}"

@@ -17,6 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use outbox_relay::error::Cause;
 use outbox_relay::relay::exactly_once::checkpoint_reader::{CheckpointReadError, read_checkpoint};
 use outbox_relay::relay::{RelayError, SessionError, Side};
 use outbox_relay::sink::{DeliveryError, SendError, producer_config};
@@ -794,7 +795,7 @@ async fn refuse_next_event(
 /// The broker refuses every Produce request with `error`: the relay must end
 /// by itself, quickly, with an error naming the topic, and never confirm
 /// the refused event. Returns the error text.
-async fn refused_produce_stops_the_relay(case: &str, error: RDKafkaRespErr) -> String {
+async fn refused_produce_stops_the_relay(case: &str, error: RDKafkaRespErr) -> (String, Cause) {
     let rig = MockRig::start(1, 3).await;
     let (relay, refused_end, _, _) = refuse_next_event(&rig, rig.settings(), &[error; 50]).await;
     let started = std::time::Instant::now();
@@ -821,18 +822,19 @@ async fn refused_produce_stops_the_relay(case: &str, error: RDKafkaRespErr) -> S
     );
     rig.mock.clear_request_errors(RDKafkaApiKey::Produce);
     rig.outbox.drop_all().await;
-    msg
+    (msg, err.cause())
 }
 
 #[tokio::test]
 async fn topic_authorization_refused_is_fatal_naming_the_topic_and_the_grant() {
     let rig_topic_hint = "kafka-acls.sh";
-    let msg = refused_produce_stops_the_relay(
+    let (msg, cause) = refused_produce_stops_the_relay(
         "topic-authorization",
         RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
     )
     .await;
     assert!(msg.contains("not authorized to write"), "{msg}");
+    assert_eq!(cause, Cause::KafkaNotAuthorized);
     assert!(
         msg.contains(rig_topic_hint) && msg.contains("--operation Write"),
         "{msg}"
@@ -841,34 +843,37 @@ async fn topic_authorization_refused_is_fatal_naming_the_topic_and_the_grant() {
 
 #[tokio::test]
 async fn cluster_authorization_refused_is_fatal_naming_the_topic_and_the_grant() {
-    let msg = refused_produce_stops_the_relay(
+    let (msg, cause) = refused_produce_stops_the_relay(
         "cluster-authorization",
         RDKafkaRespErr::RD_KAFKA_RESP_ERR_CLUSTER_AUTHORIZATION_FAILED,
     )
     .await;
     assert!(msg.contains("cluster permission"), "{msg}");
+    assert_eq!(cause, Cause::KafkaNotAuthorized);
     assert!(msg.contains("IdempotentWrite --cluster"), "{msg}");
 }
 
 #[tokio::test]
 async fn policy_violation_stops_the_relay_by_default_naming_the_topic() {
-    let msg = refused_produce_stops_the_relay(
+    let (msg, cause) = refused_produce_stops_the_relay(
         "policy-violation",
         RDKafkaRespErr::RD_KAFKA_RESP_ERR_POLICY_VIOLATION,
     )
     .await;
     assert!(msg.contains("policy refused"), "{msg}");
+    assert_eq!(cause, Cause::RecordRefused);
     assert!(msg.contains("on_unroutable = \"dead-letter\""), "{msg}");
 }
 
 #[tokio::test]
 async fn invalid_record_stops_the_relay_by_default_naming_the_topic() {
-    let msg = refused_produce_stops_the_relay(
+    let (msg, cause) = refused_produce_stops_the_relay(
         "invalid-record",
         RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_RECORD,
     )
     .await;
     assert!(msg.contains("as invalid"), "{msg}");
+    assert_eq!(cause, Cause::RecordRefused);
     assert!(msg.contains("on_unroutable = \"dead-letter\""), "{msg}");
 }
 

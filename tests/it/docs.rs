@@ -11,6 +11,7 @@
 
 use std::path::Path;
 
+use outbox_relay::error::Cause;
 use outbox_relay::events::{self, Info, Kind};
 
 /// Every `.rs` file under `dir`, concatenated.
@@ -386,6 +387,9 @@ struct FaultRow {
     fault: String,
     /// The event type's name (`outbox_relay::events`).
     event: String,
+    /// For `fatal_error`, the cause's stable name (`cause=slot_missing`
+    /// beside the event: `outbox_relay::error::Cause`).
+    cause: Option<String>,
     level: String,
     /// The quoted line.
     line: String,
@@ -416,9 +420,16 @@ fn fault_line_rows(doc: &str) -> Vec<FaultRow> {
             .step_by(2)
             .map(str::to_owned)
             .collect();
+        let cause = cells[1]
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .find_map(|q| q.strip_prefix("cause="))
+            .map(str::to_owned);
         rows.push(FaultRow {
             fault: cells[0].trim().to_owned(),
             event: quoted(cells[1]),
+            cause,
             level: cells[2].trim().to_owned(),
             line: quoted(cells[3]),
             tests,
@@ -428,11 +439,20 @@ fn fault_line_rows(doc: &str) -> Vec<FaultRow> {
 }
 
 /// Everything wrong with the fault-line table against `catalogue` (the
-/// event types): an event that is not a type, or logs at another level
-/// than the row says; a fault event type without a row; a line the code
-/// never says; a test that does not exist, or one whose body (or a helper
-/// of its file that it calls) checks neither the line nor the event.
-fn fault_line_problems(doc: &str, code: &str, tests: &str, catalogue: &[Info]) -> Vec<String> {
+/// event types) and `causes` (the fatal causes' names): an event that is
+/// not a type, or logs at another level than the row says; a fault event
+/// type without a row; a `fatal_error` row without a cause, or with one
+/// that is not a cause; a line the code never says; a test that does not
+/// exist, or one whose body (or a helper of its file that it calls) checks
+/// neither the line nor the event (for a `fatal_error` row: not its cause,
+/// by name or by `Cause::` variant).
+fn fault_line_problems(
+    doc: &str,
+    code: &str,
+    tests: &str,
+    catalogue: &[Info],
+    causes: &[&str],
+) -> Vec<String> {
     let code = literal_text(code);
     let mut problems = Vec::new();
     let rows = fault_line_rows(doc);
@@ -447,11 +467,19 @@ fn fault_line_problems(doc: &str, code: &str, tests: &str, catalogue: &[Info]) -
     for FaultRow {
         fault,
         event,
+        cause,
         level,
         line,
         tests: names,
     } in rows
     {
+        match (&cause, event == "fatal_error") {
+            (None, true) => problems.push(format!("{fault}: a fatal_error row names no cause")),
+            (Some(c), _) if !causes.contains(&c.as_str()) => {
+                problems.push(format!("{fault}: no cause is named {c:?}"));
+            }
+            _ => {}
+        }
         match catalogue.iter().find(|info| info.name == event) {
             None => problems.push(format!("{fault}: no event type is named {event:?}")),
             Some(info) if !level.starts_with(info.level.as_str()) => problems.push(format!(
@@ -467,6 +495,19 @@ fn fault_line_problems(doc: &str, code: &str, tests: &str, catalogue: &[Info]) -
             problems.push(format!("{fault}: no test named"));
         }
         let event_quoted = format!("\"{event}\"");
+        // A cause is checked by its name or its variant (`Cause::SlotMissing`).
+        let cause_forms = cause.as_ref().map(|c| {
+            let variant: String = c
+                .split('_')
+                .map(|w| {
+                    let mut chars = w.chars();
+                    chars.next().map_or_else(String::new, |f| {
+                        f.to_ascii_uppercase().to_string() + chars.as_str()
+                    })
+                })
+                .collect();
+            [format!("\"{c}\""), format!("Cause::{variant}")]
+        });
         for name in names {
             let Some(body) = function_body(tests, &name) else {
                 problems.push(format!("{fault}: no test {name} in tests/it"));
@@ -482,13 +523,20 @@ fn fault_line_problems(doc: &str, code: &str, tests: &str, catalogue: &[Info]) -
             let in_code = |text: &str| {
                 text.lines()
                     .filter(|l| !l.trim_start().starts_with("//"))
-                    .any(|l| l.contains(&line) || l.contains(&event_quoted))
+                    .any(|l| match &cause_forms {
+                        Some(forms) => forms.iter().any(|f| l.contains(f.as_str())),
+                        None => l.contains(&line) || l.contains(&event_quoted),
+                    })
             };
             let checked = in_code(&body) || helpers.into_iter().any(|h| in_code(&h));
-            if !checked {
-                problems.push(format!(
+            match (&cause, checked) {
+                (_, true) => {}
+                (Some(c), false) => {
+                    problems.push(format!("{fault}: {name} does not check the cause {c}"));
+                }
+                (None, false) => problems.push(format!(
                     "{fault}: {name} checks neither {line:?} nor {event}"
-                ));
+                )),
             }
         }
     }
@@ -504,11 +552,41 @@ fn every_fault_line_is_in_the_code_and_its_test() {
         &sources(&root.join("src")),
         &sources(&root.join("tests/it")),
         events::ALL,
+        &Cause::ALL.iter().map(|c| c.name()).collect::<Vec<_>>(),
     );
     assert!(
         problems.is_empty(),
         "docs/operations.md \"What each fault logs\":\n{}",
         problems.join("\n")
+    );
+}
+
+/// The causes listed under "Why the relay stopped" in docs/operations.md,
+/// in the order of the table.
+fn listed_causes(doc: &str) -> Vec<String> {
+    let Some(at) = doc.find("### Why the relay stopped") else {
+        return Vec::new();
+    };
+    doc[at..]
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.starts_with('#'))
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn every_fatal_cause_is_listed() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let listed = listed_causes(&doc);
+    let causes: Vec<String> = Cause::ALL.iter().map(|c| c.name().to_owned()).collect();
+    assert_eq!(
+        listed, causes,
+        "docs/operations.md \"Why the relay stopped\" lists every cause of \
+         outbox_relay::error::Cause, in its order, and no other"
     );
 }
 
@@ -559,19 +637,52 @@ fn the_fault_line_check_fails_on_a_bad_table() {
     ));
     doc.push_str(&row("no type", "broker_went", "broker gone", "checks_it"));
     doc.push_str(&row("too loud", "loud", "broker gone", "checks_it"));
+    doc.push_str(&row(
+        "fatal, no cause",
+        "fatal_error",
+        "broker gone",
+        "checks_it",
+    ));
+    doc.push_str(&row(
+        "fatal, unknown cause",
+        "fatal_error` `cause=no_such",
+        "broker gone",
+        "checks_cause",
+    ));
+    doc.push_str(&row(
+        "fatal, cause unchecked",
+        "fatal_error` `cause=broker_gone",
+        "broker gone",
+        "checks_it",
+    ));
+    doc.push_str(&row(
+        "fatal, cause checked",
+        "fatal_error` `cause=broker_gone",
+        "broker gone",
+        "checks_cause",
+    ));
+    doc.push_str(&row(
+        "fatal, cause checked by name",
+        "fatal_error` `cause=broker_gone",
+        "broker gone",
+        "checks_cause_name",
+    ));
     let info = |name, level, kind| Info { name, level, kind };
     let catalogue = [
         info("broker_gone", tracing::Level::WARN, Kind::Fault),
         info("loud", tracing::Level::ERROR, Kind::Notice),
         info("rowless", tracing::Level::WARN, Kind::Fault),
         info("quiet", tracing::Level::INFO, Kind::Lifecycle),
+        info("fatal_error", tracing::Level::WARN, Kind::Fault),
     ];
     let code = "warn!(\"the broker \\\n    gone\");\nwarn!(\"broker gone\")";
     let tests = "async fn checks_it() {\n    assert!(log.contains(\"broker gone\"));\n}\n\
                  async fn waits_for_it() {\n    relay.wait_for_event(\"broker_gone\", D).await;\n}\n\
                  fn ignores_it() {\n    assert!(true);\n}\n\
-                 fn only_says_it() {\n    // the log says \"broker gone\"\n    assert!(true);\n}\n";
-    let problems = fault_line_problems(&doc, code, tests, &catalogue);
+                 fn only_says_it() {\n    // the log says \"broker gone\"\n    assert!(true);\n}\n\
+                 fn checks_cause() {\n    assert_eq!(e.cause(), Cause::BrokerGone);\n}\n\
+                 fn checks_cause_name() {\n    assert_fatal_cause(&log, \"broker_gone\");\n}\n";
+    let problems = fault_line_problems(&doc, code, tests, &catalogue, &["broker_gone"]);
     let expect = [
         "the fault event rowless has no row",
         "unsaid: the relay's code never says \"never said\"",
@@ -580,6 +691,10 @@ fn the_fault_line_check_fails_on_a_bad_table() {
         "commented: only_says_it checks neither",
         "no type: no event type is named \"broker_went\"",
         "too loud: the row says \"WARN, retries\", loud logs at ERROR",
+        "fatal, no cause: a fatal_error row names no cause",
+        "fatal, unknown cause: no cause is named \"no_such\"",
+        "fatal, unknown cause: checks_cause does not check the cause no_such",
+        "fatal, cause unchecked: checks_it does not check the cause broker_gone",
     ];
     for e in expect {
         assert!(

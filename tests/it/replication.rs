@@ -11,6 +11,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use outbox_relay::error::Cause;
 use outbox_relay::pg::{ConnectSettings, Conninfo, ErrorKind, PgError, SqlConnection};
 use outbox_relay::replication::{ReplicationSettings, ReplicationStream, StreamItem};
 use pgoutput::lsn::Lsn;
@@ -496,6 +497,7 @@ async fn missing_or_busy_slot_and_missing_publication_are_named() {
     let first = connect_when_free(&fx.relay_settings()).await;
     let busy = connect_error(&fx.relay_settings()).await;
     assert_eq!(busy.kind(), ErrorKind::SlotBusy, "{busy}");
+    assert_eq!(busy.cause(), Cause::SlotInUse);
     assert!(
         matches!(busy, PgError::SlotInUse { active_pid: Some(pid), .. } if pid == first.backend_pid()),
         "{busy}"
@@ -506,6 +508,7 @@ async fn missing_or_busy_slot_and_missing_publication_are_named() {
     settings.publication = format!("{}_missing", fx.publication);
     let error = connect_error(&settings).await;
     assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
+    assert_eq!(error.cause(), Cause::PublicationUnusable);
     let text = error.to_string();
     assert!(
         text.contains(&settings.publication) && text.contains("outbox-relay init"),
@@ -518,6 +521,7 @@ async fn missing_or_busy_slot_and_missing_publication_are_named() {
         .unwrap();
     let error = connect_error(&fx.relay_settings()).await;
     assert_eq!(error.kind(), ErrorKind::Fatal, "{error}");
+    assert_eq!(error.cause(), Cause::SlotMissing);
     let text = error.to_string();
     assert!(
         text.contains(&fx.slot) && text.contains("outbox-relay init --config"),

@@ -467,6 +467,7 @@ async fn assert_invalidated_exit(case: &str, outbox: &TestOutbox, relay: &mut Re
         Some(EXIT_SOURCE),
         "{case}: invalidated slot is fatal; log:\n{log}"
     );
+    assert_fatal_cause(&log, "slot_invalidated");
     let named = format!("replication slot \"{}\" is invalidated", outbox.slot);
     assert!(
         log.contains(&named) && log.contains("wal_status = lost"),

@@ -13,6 +13,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::error::Cause;
 use crate::sink::connect_at_once;
 use crate::sink::{Reader, ReaderContext, SinkSettings};
 
@@ -59,6 +60,17 @@ pub enum CheckpointReadError {
 }
 
 impl CheckpointReadError {
+    /// Its stable name, for the `fatal_error` line when it stops the relay.
+    pub fn cause(&self) -> Cause {
+        match self {
+            CheckpointReadError::Create(_) => Cause::KafkaClientUnbuildable,
+            CheckpointReadError::Unauthorized { .. } => Cause::KafkaNotAuthorized,
+            CheckpointReadError::Incomplete { .. } | CheckpointReadError::Partitioned { .. } => {
+                Cause::CheckpointTopicUnusable
+            }
+        }
+    }
+
     /// Whether retrying the read cannot cure it.
     pub fn is_refusal(&self) -> bool {
         matches!(

@@ -34,6 +34,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer};
 
 use super::{BrokerFailure, KafkaSink, Sent, SinkError, SinkSettings};
+use crate::error::Cause;
 
 /// The transactional producer's settings, from the validated config.
 #[derive(Debug, Clone)]
@@ -125,6 +126,14 @@ pub(super) struct Names<'a> {
 }
 
 impl TxnFailure {
+    /// Its stable name, for the `fatal_error` line when it stops the relay.
+    pub fn cause(&self) -> Cause {
+        match self {
+            TxnFailure::Fenced { .. } => Cause::TransactionalIdFenced,
+            TxnFailure::Fatal(_) | TxnFailure::Abortable(_) => Cause::TransactionalProducerFailed,
+        }
+    }
+
     /// Sorts a failure by what cures it. librdkafka calls many errors of a
     /// transactional producer "fatal" (the producer cannot go on, e.g.
     /// INVALID_TXN_STATE while a broker restart settles an old

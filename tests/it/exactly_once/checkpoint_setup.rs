@@ -183,6 +183,7 @@ async fn run_refuses_an_uncompacted_checkpoint_topic_naming_the_fix() {
     let status = relay.wait(DEADLINE).await;
     let log = relay.log_text();
     assert_eq!(status.code(), Some(EXIT_SINK), "{log}");
+    assert_fatal_cause(&log, "checkpoint_topic_unusable");
     let errors = error_lines(&log);
     assert_eq!(errors.len(), 1, "one ERROR line:\n{log}");
     assert!(

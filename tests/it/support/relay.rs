@@ -286,6 +286,41 @@ pub fn event_lines(log: &str, name: &str) -> Vec<String> {
         .collect()
 }
 
+/// The `cause` of the relay's `fatal_error` line in `log` (a text or a
+/// JSON log), if it logged one.
+pub fn fatal_cause(log: &str) -> Option<String> {
+    let line = event_lines(log, "fatal_error").pop()?;
+    let value = |after: &str| {
+        after
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect::<String>()
+    };
+    if let Some((_, after)) = line.split_once("\"cause\":\"") {
+        return Some(value(after));
+    }
+    line.split(' ')
+        .find_map(|field| field.strip_prefix("cause="))
+        .map(value)
+}
+
+/// Asserts that the relay stopped with a `fatal_error` of the cause named
+/// `cause` (one of `outbox_relay::error::Cause::ALL`): matched by the
+/// stable name, not by the line's wording.
+pub fn assert_fatal_cause(log: &str, cause: &str) {
+    assert!(
+        outbox_relay::error::Cause::ALL
+            .iter()
+            .any(|c| c.name() == cause),
+        "{cause:?} is not the name of a cause in outbox_relay::error::Cause::ALL"
+    );
+    assert_eq!(
+        fatal_cause(log).as_deref(),
+        Some(cause),
+        "the fatal_error line's cause; log:\n{log}"
+    );
+}
+
 /// The log lines emitted on the current thread while the guard lives. With
 /// a current-thread runtime that is everything the in-process relay logs
 /// from its tasks (not librdkafka's own threads), and nothing from tests
