@@ -180,6 +180,8 @@ fn eos_load(outbox: &TestOutbox) -> Loadgen {
 /// holds every committed event, stops the relay gracefully and checks that
 /// each event is there exactly once.
 async fn finish_under_load(case: &str, outbox: &TestOutbox, topic: &str, relay: &mut Relay) {
+    // The generator was killed: a COMMIT it had sent may still land.
+    outbox.wait_loadgen_sessions_ended().await;
     let committed = outbox.committed_from_table().await;
     assert!(committed.len() > 1000, "{} events", committed.len());
     consume_all_ids(topic, &committed, DEADLINE).await;

@@ -19,7 +19,7 @@ use pgoutput::lsn::Lsn;
 use tokio_postgres::Client;
 
 use super::services::{self, Exclusive, Shared};
-use super::{env, pg_admin, random_name};
+use super::{env, pg_admin, random_name, wait_until};
 
 /// The parking table of the outbox table `table`.
 pub fn parked_table_name(table: &str) -> String {
@@ -379,17 +379,48 @@ source = "/orders-service"
     /// Runs `outbox-loadgen` against this outbox with extra arguments (e.g.
     /// `["--events", "5000", "--rate", "2000"]`); returns the child process.
     pub fn start_loadgen(&self, args: &[&str]) -> Child {
+        let url = env("PG_URL");
+        let separator = if url.contains('?') { '&' } else { '?' };
+        let url = format!(
+            "{url}{separator}application_name={}",
+            self.loadgen_application_name()
+        );
         std::process::Command::new(env!("CARGO_BIN_EXE_outbox-loadgen"))
-            .args([
-                "--url",
-                &env("PG_URL"),
-                "--table",
-                &format!("public.{}", self.table),
-            ])
+            .args(["--url", &url, "--table", &format!("public.{}", self.table)])
             .args(args)
             .stdout(std::process::Stdio::null())
             .spawn()
             .expect("start outbox-loadgen")
+    }
+
+    /// The `application_name` of this outbox's load generators' sessions.
+    fn loadgen_application_name(&self) -> String {
+        format!("loadgen_{}", self.table)
+    }
+
+    /// Waits (bounded) until no session of this outbox's load generators
+    /// is left on the server. A generator killed while its COMMIT was on
+    /// the wire leaves a backend that still commits it: rows read before
+    /// it ends miss that transaction, which the relay then delivers.
+    pub async fn wait_loadgen_sessions_ended(&self) {
+        let name = self.loadgen_application_name();
+        wait_until(
+            "the load generator's sessions to end",
+            Duration::from_secs(30),
+            || async {
+                let left: i64 = self
+                    .admin
+                    .query_one(
+                        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+                        &[&name],
+                    )
+                    .await
+                    .unwrap()
+                    .get(0);
+                left == 0
+            },
+        )
+        .await;
     }
 
     pub async fn drop_all(&self) {
