@@ -13,6 +13,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use outbox_relay::error::Cause;
+
 use crate::support::auth::*;
 use crate::support::*;
 
@@ -568,6 +570,7 @@ async fn sasl_refused_by_the_broker_stops_the_relay() {
         .expect_err("refused credentials stop the relay");
     let msg = err.to_string();
     println!("{msg}");
+    assert_eq!(err.cause(), Cause::KafkaAuthenticationFailed, "{msg}");
     assert!(
         msg.contains("SASL credentials") && msg.contains("sasl.password"),
         "{msg}"
