@@ -520,8 +520,8 @@ const NUDGE_HOLD_MS: i32 = 1;
 
 /// The idempotent producer and its delivery-report channel.
 pub struct KafkaSink<T: Send + Sync + 'static> {
-    /// Shared only with a metadata request in flight on a blocking thread,
-    /// and with the nudging thread.
+    /// Shared only with a metadata request in flight on a blocking thread
+    /// and with the answer probe (which holds it weakly).
     producer: Arc<ThreadedProducer<ReportingContext<T>>>,
     alarms: mpsc::UnboundedReceiver<Refused>,
     dead_letter_topic: String,
@@ -529,8 +529,6 @@ pub struct KafkaSink<T: Send + Sync + 'static> {
     /// (`allow.auto.create.topics`, on unless `kafka.properties` turns it
     /// off): a "missing" answer may be a creation under way.
     may_create_topics: bool,
-    /// The nudging thread's doorbell, made at the first nudge.
-    nudges: std::sync::OnceLock<std::sync::mpsc::SyncSender<()>>,
 }
 
 impl<T: Send + Sync + 'static> KafkaSink<T> {
@@ -582,7 +580,6 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 alarms,
                 dead_letter_topic: settings.dead_letter_topic.clone(),
                 may_create_topics: settings.may_create_topics(),
-                nudges: std::sync::OnceLock::new(),
             },
             rx,
         ))
@@ -808,34 +805,16 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
 
     /// Asks the producer to send the records it holds now instead of after
     /// `linger.ms` (the session does when the machine says nothing more is
-    /// coming to batch them with). Returns at once: librdkafka ignores the
-    /// linger while a flush runs, so a thread of the sink's own runs a flush
-    /// of [`NUDGE_HOLD_MS`]. A nudge while one waits is the same nudge.
+    /// coming to batch them with). Returns at once: for [`NUDGE_HOLD_MS`]
+    /// librdkafka treats the linger as passed, as while a flush runs, and
+    /// its broker threads are woken to send (`rd_kafka_nudge`, the fifth
+    /// patch of vendor/README.md; a flush would make the caller wait).
     pub fn nudge(&self) {
-        let doorbell = self.nudges.get_or_init(|| {
-            let (ring, rung) = std::sync::mpsc::sync_channel::<()>(1);
-            let producer = Arc::clone(&self.producer);
-            // Ends when the sink (the doorbell's sender) is dropped.
-            let _ = std::thread::Builder::new()
-                .name("kafka-nudge".into())
-                .spawn(move || {
-                    while rung.recv().is_ok() {
-                        // SAFETY: the handle belongs to `producer`, which
-                        // this thread keeps alive for the whole call.
-                        // rdkafka's own flush would hold the no-linger flag
-                        // only for an instant per call.
-                        unsafe {
-                            rdkafka::bindings::rd_kafka_flush(
-                                producer.client().native_ptr(),
-                                NUDGE_HOLD_MS,
-                            );
-                        }
-                    }
-                });
-            ring
-        });
-        // Full: a nudge is already waiting, and sends these records too.
-        let _ = doorbell.try_send(());
+        // SAFETY: the handle belongs to `self.producer`, alive for the call;
+        // the function only stores a time and wakes the broker threads.
+        unsafe {
+            rdkafka::bindings::rd_kafka_nudge(self.producer.client().native_ptr(), NUDGE_HOLD_MS);
+        }
     }
 
     /// Waits (blocking, up to `timeout`) for everything in flight; call it

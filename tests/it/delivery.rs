@@ -251,6 +251,47 @@ async fn ignored_changes_are_counted_in_metrics_and_health_is_ok_while_streaming
     report_wall_time("ignored-counted", started);
 }
 
+/// An event that comes after a pause, with nothing older waiting for the
+/// broker, is sent at once rather than after `kafka.linger_ms`: the session
+/// nudges the producer (`pace.rs` decides, `KafkaSink::nudge` carries it
+/// out). With a 10 s linger, the second event (its topic already known to
+/// the producer, so no metadata request stands between) must be on the
+/// topic long before the linger would have sent it; without the nudge it
+/// waits the whole 10 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_after_a_pause_is_sent_without_waiting_for_the_linger() {
+    let outbox = TestOutbox::create("jsonb").await;
+    let topic = outbox.topic("order");
+    let relay = Relay::in_process(
+        outbox.settings_with_kafka(&[("linger_ms", "10000"), ("message_timeout_ms", "120000")]),
+    );
+    let insert = |n: u32| {
+        format!(
+            "INSERT INTO public.{t} (id, aggregatetype, aggregateid, type, payload) \
+             VALUES ('{id}', 'order', 'o1', 'Placed', '{{\"n\":{n}}}')",
+            t = outbox.table,
+            id = uuid::Uuid::new_v4(),
+        )
+    };
+    // The first record also waits for the topic's metadata, and may then
+    // wait for the linger: not what this test is about.
+    outbox.admin.batch_execute(&insert(1)).await.unwrap();
+    assert_eq!(consume(&topic, DEADLINE, |r| !r.is_empty()).await.len(), 1);
+
+    let committed = Instant::now();
+    outbox.admin.batch_execute(&insert(2)).await.unwrap();
+    let received = consume(&topic, Duration::from_secs(5), |r| r.len() >= 2).await;
+    assert_eq!(
+        received.len(),
+        2,
+        "the event after a pause was not on the topic {:?} after its commit: \
+         it waited for the 10 s linger",
+        committed.elapsed()
+    );
+    relay.stop().await.expect("graceful stop");
+    outbox.drop_all().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_outbox_on_a_busy_database_still_advances_the_slot() {
     let outbox = TestOutbox::create("jsonb").await;

@@ -250,9 +250,18 @@ source = "/orders-service"
     /// `OUTBOX_RELAY__POSTGRES__SOURCE=messages`): the settings are built
     /// from the config, as the binary builds them, never patched after.
     pub fn settings_with_postgres(&self, keys: &[(&str, &str)]) -> RelaySettings {
+        self.settings_with_env("POSTGRES", keys)
+    }
+
+    /// [`TestOutbox::settings_with_postgres`] for keys of `[kafka]`.
+    pub fn settings_with_kafka(&self, keys: &[(&str, &str)]) -> RelaySettings {
+        self.settings_with_env("KAFKA", keys)
+    }
+
+    fn settings_with_env(&self, section: &str, keys: &[(&str, &str)]) -> RelaySettings {
         let env = keys.iter().map(|(key, value)| {
             (
-                format!("OUTBOX_RELAY__POSTGRES__{}", key.to_uppercase()),
+                format!("OUTBOX_RELAY__{section}__{}", key.to_uppercase()),
                 (*value).to_owned(),
             )
         });

@@ -1592,6 +1592,9 @@ extern "C" {
     pub fn rd_kafka_flush(rk: *mut rd_kafka_t, timeout_ms: c_int) -> rd_kafka_resp_err_t;
 }
 extern "C" {
+    pub fn rd_kafka_nudge(rk: *mut rd_kafka_t, hold_ms: c_int);
+}
+extern "C" {
     pub fn rd_kafka_purge(rk: *mut rd_kafka_t, purge_flags: c_int) -> rd_kafka_resp_err_t;
 }
 #[repr(C)]

@@ -2399,6 +2399,7 @@ rd_kafka_t *rd_kafka_new(rd_kafka_type_t type,
 
         rd_atomic64_init(&rk->rk_ts_last_poll, rk->rk_ts_created);
         rd_atomic32_init(&rk->rk_flushing, 0);
+        rd_atomic64_init(&rk->rk_nudged_until, 0);
         rd_atomic32_init(&rk->rk_broker_cnt, 0);
         rd_atomic32_init(&rk->rk_logical_broker_cnt, 0);
         rd_atomic32_init(&rk->rk_broker_up_cnt, 0);
@@ -4627,6 +4628,20 @@ void *rd_kafka_opaque(const rd_kafka_t *rk) {
 int rd_kafka_outq_len(rd_kafka_t *rk) {
         return rd_kafka_curr_msgs_cnt(rk) + rd_kafka_q_len(rk->rk_rep) +
                (rk->rk_background.q ? rd_kafka_q_len(rk->rk_background.q) : 0);
+}
+
+
+void rd_kafka_nudge(rd_kafka_t *rk, int hold_ms) {
+        if (rk->rk_type != RD_KAFKA_PRODUCER)
+                return;
+
+        /* For hold_ms from now, producer_serve() considers linger.ms
+         * immediate, as it does while flush() runs; unlike flush(), the
+         * caller does not wait, and no delivery report is served here. */
+        rd_atomic64_set(&rk->rk_nudged_until,
+                        rd_clock() + (rd_ts_t)hold_ms * 1000);
+
+        rd_kafka_all_brokers_wakeup(rk, RD_KAFKA_BROKER_STATE_UP, "nudge");
 }
 
 

@@ -4957,6 +4957,18 @@ RD_EXPORT
 rd_kafka_resp_err_t rd_kafka_flush(rd_kafka_t *rk, int timeout_ms);
 
 
+/**
+ * @brief Asks the producer to send the messages it holds now rather than
+ *        after \c linger.ms: for the next \p hold_ms milliseconds the
+ *        linger is considered passed, as while rd_kafka_flush() runs.
+ *
+ * Returns at once: unlike rd_kafka_flush() it neither waits for the
+ * messages nor serves delivery reports.
+ */
+RD_EXPORT
+void rd_kafka_nudge(rd_kafka_t *rk, int hold_ms);
+
+
 
 /**
  * @brief Purge messages currently handled by the producer instance.

@@ -4232,7 +4232,9 @@ static int rd_kafka_broker_produce_toppars(rd_kafka_broker_t *rkb,
                         return 0;
         }
 
-        flushing = may_send && rd_atomic32_get(&rkb->rkb_rk->rk_flushing) > 0;
+        flushing = may_send &&
+                   (rd_atomic32_get(&rkb->rkb_rk->rk_flushing) > 0 ||
+                    rd_atomic64_get(&rkb->rkb_rk->rk_nudged_until) > now);
 
         do {
                 rd_ts_t this_next_wakeup = ret_next_wakeup;

@@ -579,6 +579,9 @@ struct rd_kafka_s {
         } rk_eos;
 
         rd_atomic32_t rk_flushing; /**< Application is calling flush(). */
+        /** Until when (rd_clock()) linger.ms is considered immediate,
+         *  as during flush(): set by rd_kafka_nudge(). */
+        rd_atomic64_t rk_nudged_until;
 
         /**
          * Consumer state
