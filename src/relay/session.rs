@@ -224,6 +224,9 @@ impl<'a> Session<'a> {
             let status_due = self.stream.status_due_at();
             let stop_deadline = self.machine.stop_deadline().map(Instant::from_std);
             let can_read = self.machine.can_read();
+            // A busy stream read to its end is left unread for a moment, so
+            // that the next read takes several transactions (pace.rs).
+            let read_hold = self.machine.read_hold().map(Instant::from_std);
             let commit_at = self.machine.commit_wake_at().map(Instant::from_std);
             self.machine.set_time(clocks());
             tokio::select! {
@@ -275,7 +278,7 @@ impl<'a> Session<'a> {
                 report = park_report(&mut self.parking) => {
                     self.on_park_report(report)?;
                 }
-                item = self.stream.next(), if can_read => {
+                item = self.stream.next(), if can_read && read_hold.is_none() => {
                     // When it arrived: after a pause, or not (pace.rs).
                     self.machine.set_time(clocks());
                     self.on_item(item?).await?;
@@ -306,6 +309,8 @@ impl<'a> Session<'a> {
                 () = tokio::time::sleep_until(status_due), if !can_read => {
                     self.stream.send_due_status().await?;
                 }
+                // The hold is over: the next turn reads what arrived.
+                () = tokio::time::sleep_until(read_hold.unwrap_or(status_due)), if can_read && read_hold.is_some() => {}
                 // Exactly-once: the open transaction reached its time bound.
                 // (A disabled branch's expression is still evaluated: any
                 // instant at hand, rather than reading the clock every turn.)

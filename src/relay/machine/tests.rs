@@ -27,7 +27,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::pace::{BUFFERED_ITEMS_PER_WAKE, NUDGE_AFTER_PAUSE};
+use super::pace::{BUFFERED_ITEMS_PER_WAKE, NUDGE_AFTER_PAUSE, RATE_PERIOD, READ_WINDOW};
 use super::*;
 use crate::contracts::{Contracts, Schema};
 use crate::envelope::{ContentMode, EnvelopeSettings};
@@ -1933,6 +1933,146 @@ fn a_quiet_stream_nudges_the_producer_after_a_pause_when_nothing_older_waits() {
     feed(&mut eos, &mut producer, table_rows(&["d"], 0x400), 4);
     eos.stream_quiet(after_pause);
     assert!(!eos.nudge_due(), "exactly-once commits instead");
+}
+
+/// One single-row transaction per read, `gap` apart from `from` on, `n`
+/// of them, each read to the end of the stream (as the session reads a
+/// stream that keeps up): returns the time of the last read.
+fn read_one_by_one(
+    machine: &mut SessionMachine<'_>,
+    producer: &mut FakeProducer,
+    from: std::time::Instant,
+    gap: Duration,
+    n: u32,
+    first_xid: u32,
+) -> std::time::Instant {
+    let mut at = from;
+    for i in 0..n {
+        at = from + gap * i;
+        machine.set_time(clocks(at));
+        let xid = first_xid + i;
+        let txn = table_rows(&[&format!("r{xid}")], 0x1000 + u64::from(xid) * 0x100);
+        for data in messages(&txn, xid, false) {
+            machine.on_wal(data, producer).unwrap();
+        }
+        machine.stream_quiet(at);
+    }
+    at
+}
+
+/// At-least-once, once WAL arrives faster than `BUSY_MESSAGES` per
+/// [`RATE_PERIOD`] (here 5,000 single-row transactions a second), a stream
+/// read to its end is left unread until [`READ_WINDOW`] after the last read
+/// began, and each read is sent at once (a nudge per read, whether or not
+/// older records still wait); before the rate is known, and once the
+/// window has passed, nothing is held.
+#[test]
+fn a_busy_stream_is_read_once_per_window_and_each_read_is_sent_at_once() {
+    let settings = settings(100_000);
+    let mut refusals = Refusals::new();
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    let t0 = machine.now();
+    let gap = Duration::from_micros(200);
+    // The first period: the rate is not known yet, every read is taken
+    // at once and batched by the linger (no pause, nothing nudged).
+    let mut at = t0;
+    for i in 0..45 {
+        at = read_one_by_one(&mut machine, &mut producer, t0 + gap * i, gap, 1, 10 + i);
+        assert_eq!(
+            machine.read_hold(),
+            None,
+            "read {i}: the rate is not known yet"
+        );
+    }
+    assert!(
+        !machine.nudge_due(),
+        "no pause, not busy: the linger batches"
+    );
+    // Past the first period (45 transactions, 3 messages each, in 9 ms:
+    // busy from the first message after it).
+    let later = read_one_by_one(
+        &mut machine,
+        &mut producer,
+        at + RATE_PERIOD / 5,
+        gap,
+        5,
+        100,
+    );
+    let last_read = later;
+    assert_eq!(
+        machine.read_hold(),
+        Some(last_read + READ_WINDOW),
+        "busy: left unread until a window after the last read began"
+    );
+    assert!(
+        machine.nudge_due(),
+        "busy: each read is a batch, sent at once"
+    );
+    assert!(!machine.nudge_due(), "already nudged for it");
+    machine.set_time(clocks(last_read + READ_WINDOW));
+    assert_eq!(machine.read_hold(), None, "the window has passed");
+    // A read that is not to the end (a drain) is never held.
+    machine.set_time(clocks(last_read + READ_WINDOW));
+    let txn = table_rows(&["drain"], 0x9_0000);
+    for data in messages(&txn, 900, false) {
+        machine.on_wal(data, &mut producer).unwrap();
+    }
+    assert_eq!(machine.read_hold(), None, "not read to the end: read on");
+    // A stop under way is never held.
+    machine.stream_quiet(last_read + READ_WINDOW);
+    assert!(machine.read_hold().is_some());
+    machine.stop_requested(last_read + Duration::from_secs(30));
+    assert_eq!(machine.read_hold(), None, "a stop reads on to its end");
+}
+
+/// At 1,000 single-row transactions a second (30 messages a period, under
+/// `BUSY_MESSAGES`) nothing is ever held: each event is read as it
+/// arrives and, after its pause, sent at once. A busy stream that pauses
+/// is not busy any more at its next read; a backlog drained faster than
+/// `DRAIN_MESSAGES` a period is not held either. Exactly-once never is.
+#[test]
+fn a_slow_stream_a_paused_one_and_exactly_once_are_never_held() {
+    let settings = settings(100_000);
+    let mut refusals = Refusals::new();
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    let t0 = machine.now();
+    let ms = Duration::from_millis(1);
+    for i in 0..100 {
+        read_one_by_one(&mut machine, &mut producer, t0 + ms * i, ms, 1, 10 + i);
+        assert_eq!(machine.read_hold(), None, "read {i} at 1,000/s");
+    }
+    // Busy at 5,000/s for 20 ms, then a pause of a second.
+    let gap = Duration::from_micros(200);
+    let busy_from = t0 + ms * 100;
+    let at = read_one_by_one(&mut machine, &mut producer, busy_from, gap, 100, 1_000);
+    assert!(machine.read_hold().is_some(), "busy");
+    let after_pause = at + Duration::from_secs(1);
+    read_one_by_one(&mut machine, &mut producer, after_pause, gap, 1, 2_000);
+    assert_eq!(machine.read_hold(), None, "the pause ended the busy period");
+    // A backlog drained at 40,000 transactions a second, read to its end
+    // now and then: the linger batches it, nothing is held.
+    let drain_from = after_pause + Duration::from_secs(1);
+    let fast = Duration::from_micros(25);
+    for i in 0..40 {
+        read_one_by_one(
+            &mut machine,
+            &mut producer,
+            drain_from + fast * 20 * i,
+            fast,
+            20,
+            3_000 + i * 20,
+        );
+        assert_eq!(machine.read_hold(), None, "drain read {i}");
+    }
+    drop(machine);
+    let (mut eos, mut producer) = fed_machine(&settings, &mut refusals, Some(None), &[]);
+    let t0 = eos.now();
+    read_one_by_one(&mut eos, &mut producer, t0, gap, 60, 10);
+    assert_eq!(
+        eos.read_hold(),
+        None,
+        "exactly-once commits by its own bounds"
+    );
 }
 
 /// The heartbeat is due once no outbox row or message arrived for a whole
