@@ -764,6 +764,51 @@ async fn no_later_record_is_written_after_a_failed_one() {
     );
 }
 
+/// A transaction that begins while the coordinator still completes the
+/// last commit is refused with CONCURRENT_TRANSACTIONS when it adds its
+/// first partition; in exactly-once mode at a trickle that is every other
+/// transaction. librdkafka retries after 20 ms, which held such an event
+/// 20 ms; the vendored sixth patch (`vendor/rdkafka-sys-txn-register.patch`)
+/// retries after 1 ms. 300 refusals in a row: at least 6 s at 20 ms, well
+/// under a second at 1 ms (the deadline leaves room for a loaded machine).
+#[tokio::test]
+async fn a_transaction_refused_while_the_last_commit_completes_is_retried_at_once() {
+    let topic = random_name("sink_concurrent_txn");
+    let mock = mock_with_topic(1, &topic, 1);
+    let mut rig = SinkRig::start_transactional(&mock, &topic, 30_000, Vec::new()).await;
+    rig.sink.begin_transaction().expect("begin");
+    rig.send(0).expect("queued");
+    rig.sink
+        .commit_transaction("test", Duration::from_secs(30))
+        .await
+        .expect("the first transaction commits");
+    assert!(rig.next_report().await.is_ok(), "record 0 is delivered");
+
+    const REFUSALS: usize = 300;
+    mock.request_errors(
+        RDKafkaApiKey::AddPartitionsToTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS; REFUSALS],
+    );
+    let began = std::time::Instant::now();
+    rig.sink.begin_transaction().expect("begin");
+    rig.send(1).expect("queued");
+    rig.sink
+        .commit_transaction("test", Duration::from_secs(60))
+        .await
+        .expect("the second transaction commits once the refusals are used up");
+    let took = began.elapsed();
+    println!("{REFUSALS} refusals, then the commit: {took:?}");
+    assert!(rig.next_report().await.is_ok(), "record 1 is delivered");
+    rig.abandon().await;
+    let visible = read_mock_committed(&mock.bootstrap_servers(), &topic).await;
+    assert_eq!(visible.len(), 2, "both transactions are committed");
+    assert!(
+        took < Duration::from_secs(3),
+        "{REFUSALS} CONCURRENT_TRANSACTIONS refusals of AddPartitionsToTxn took {took:?} to get \
+         through: retried after more than 1 ms each"
+    );
+}
+
 /// Streams a few events and waits until they are confirmed, then answers
 /// `error` to the next Produce requests and commits one single-row
 /// transaction. Returns the relay, the refused transaction's commit end and

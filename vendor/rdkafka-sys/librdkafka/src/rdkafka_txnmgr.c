@@ -900,7 +900,7 @@ static void rd_kafka_txn_handle_AddPartitionsToTxn(rd_kafka_t *rk,
                                 break;
 
                         case RD_KAFKA_RESP_ERR_CONCURRENT_TRANSACTIONS:
-                                retry_backoff_ms = 20;
+                                retry_backoff_ms = 1;
                                 /* FALLTHRU */
                         case RD_KAFKA_RESP_ERR_COORDINATOR_LOAD_IN_PROGRESS:
                         case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
@@ -1082,7 +1082,7 @@ done:
                 rd_kafka_txn_schedule_register_partitions(
                     rk, (actions & RD_KAFKA_ERR_ACTION_RETRY)
                             ? retry_backoff_ms
-                            : 1 /*immediate*/);
+                            : 0 /*immediate*/);
         }
 }
 
@@ -3179,7 +3179,7 @@ void rd_kafka_txn_coord_monitor_cb(rd_kafka_broker_t *rkb) {
                         /* PID is already valid, continue transactional
                          * operations by checking for partitions to register */
                         rd_kafka_txn_schedule_register_partitions(rk,
-                                                                  1 /*ASAP*/);
+                                                                  0 /*ASAP*/);
                 }
 
                 rd_kafka_wrunlock(rk);

@@ -131,9 +131,12 @@ rd_kafka_txn_add_partition(rd_kafka_toppar_t *rktp) {
                      rktp->rktp_partition, schedule ? "" : "not ");
 
 
-        /* Schedule registration of partitions by the rdkafka main thread */
+        /* Schedule registration of partitions by the rdkafka main thread,
+         * at once: the argument is in milliseconds, and 0 is the timer's
+         * "immediate" (1 ms here would hold every transaction's first
+         * produce request, and its commit, for a millisecond). */
         if (unlikely(schedule))
-                rd_kafka_txn_schedule_register_partitions(rk, 1 /*immediate*/);
+                rd_kafka_txn_schedule_register_partitions(rk, 0 /*immediate*/);
 }
 
 
