@@ -26,12 +26,15 @@ NAMES = {
     "bare_java": "bare Java producer",
     "broker": "broker alone",
     "broker_writers": "broker alone beside the writers",
+    "broker_txn": "transactional producer alone (librdkafka)",
+    "broker_txn_java": "transactional producer alone (Java)",
     "postgres": "PostgreSQL only",
 }
 COLOURS = {"relay": "tab:red", "relay_eos": "tab:orange", "relay_base": "tab:purple",
            "relay_base_eos": "tab:pink", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
            "broker": "tab:green", "broker_writers": "tab:olive", "postgres": "tab:gray", "recv": "black",
-           "bare_librdkafka": "tab:brown", "bare_java": "tab:green"}
+           "bare_librdkafka": "tab:brown", "bare_java": "tab:green", "broker_txn": "goldenrod",
+           "broker_txn_java": "darkkhaki"}
 # The systems of a cost curve: the relay, Debezium and (topics curve) the
 # bare producers, dashed: they read no WAL.
 CURVE_KEYS = ("relay", "dbz_default", "bare_librdkafka", "bare_java")
@@ -44,7 +47,9 @@ def latency_plot(w1: dict, out: Path) -> None:
     for ax, rate in zip(axes[0], rates):
         for key, runs_by_rate in w1.items():
             runs = runs_by_rate.get(str(rate)) or runs_by_rate.get(rate)
-            if not runs:
+            # perf_txn: kafka-producer-perf-test's own figures, no latency
+            # of the kind plotted here.
+            if not runs or key not in NAMES:
                 continue
             ys = []
             for q, _ in quantiles:

@@ -31,6 +31,8 @@ SYSTEMS = {
     "bare_java": "bare Java producer",
     "broker": "broker alone",
     "broker_writers": "broker alone beside the writers",
+    "broker_txn": "transactional producer alone (librdkafka)",
+    "broker_txn_java": "transactional producer alone (Java)",
     "postgres": "PostgreSQL only",
 }
 
@@ -182,8 +184,8 @@ def w1_latency_targets(get, rates: list[int]) -> list[tuple[str, str, bool | Non
 
 
 # W1's kinds of step, in the order its tables list them.
-W1_STEPS = ("broker", "broker_writers", "postgres", "relay", "relay_base", "relay_eos", "relay_base_eos", "dbz_default",
-            "dbz_tuned")
+W1_STEPS = ("broker", "broker_writers", "broker_txn", "broker_txn_java", "postgres", "relay", "relay_base", "relay_eos",
+            "relay_base_eos", "dbz_default", "dbz_tuned")
 
 # The columns of the W1 CPU table: process groups of run.py's PROCESS_GROUPS.
 SHARE_COLUMNS = (
@@ -196,7 +198,8 @@ SHARE_COLUMNS = (
     ("other", "everything else"),
 )
 # Which group is "the system measured" in each kind of step.
-MEASURED_GROUP = {"broker": "producer", "broker_writers": "producer", "postgres": "pg_recvlogical",
+MEASURED_GROUP = {"broker": "producer", "broker_writers": "producer", "broker_txn": "producer",
+                  "broker_txn_java": "producer", "postgres": "pg_recvlogical",
                   "relay": "relay", "relay_base": "relay", "relay_eos": "relay", "relay_base_eos": "relay",
                   "dbz_default": "debezium",
                   "dbz_tuned": "debezium"}
@@ -800,6 +803,28 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             w(f"Relay at a steady 5k/s: peak RSS {fmt(rss5, digits=1)} MiB, CPU {fmt(cpu5, digits=2)} µs/event.\n")
             text, ok = at_most(cpu5["median"], 8, "µs/event")
             targets.append(("relay CPU ≤ 8 µs/event at a steady 5k/s (W1)", text + note, ok if judged else None))
+        eos1 = get("relay_eos", 1000)
+        txn1 = [(key, get(key, 1000)) for key in ("broker_txn", "broker_txn_java") if get(key, 1000)]
+        if eos1 and txn1:
+            w("Exactly-once at 1k/s beside the transactional producers alone (medians): the relay "
+              f"p50 {lat(eos1, 'p50_us')['median']:.2f} ms, p99 {lat(eos1, 'p99_us')['median']:.2f} ms; "
+              + "; ".join(f"{SYSTEMS[key]} p50 {lat(runs, 'p50_us')['median']:.2f} ms, "
+                          f"p99 {lat(runs, 'p99_us')['median']:.2f} ms" for key, runs in txn1)
+              + ". They send what is due as one transaction, commit, and begin the next, the relay's cadence "
+                "at a trickle; the librdkafka one also sends a record to a second topic before each commit, "
+                "as the relay sends its checkpoint. Each record is measured from its due time.")
+            said = [r.get("producer_said") for _, runs in txn1 for r in runs if r.get("producer_said")]
+            for line in said:
+                w(f"* `{line}`")
+            w("")
+        perf1 = get("perf_txn", 1000)
+        if perf1:
+            w("`kafka-producer-perf-test` with a transactional id at 1k/s, a transaction per record "
+              "(`--transaction-duration-ms 1`): "
+              + "; ".join(f"{r['records_per_s']:,.0f} records/s kept, send → acknowledged p50 {r['p50_ms']:g} ms, "
+                          f"p99 {r['p99_ms']:g} ms" for r in perf1)
+              + ". Its latency ends at the acknowledgement of the record, before the commit that makes it "
+                "visible to read_committed consumers.\n")
         write_cpu_share(w, {key: get(key, 5000) for key in W1_STEPS}, 5000)
         targets.extend(w1_latency_targets(get, rates))
         linger = s.get("relay_linger_ms") or ""

@@ -17,7 +17,11 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
   WAL from its own slot, all created before the load;
 * exactly-once delivery (kafka.delivery = "exactly-once") beside the default
   at-least-once: in W3, draining the same WAL from its own slot, and in W1
-  at 1000 events/s (or the first BENCH_W1_RATES rate);
+  at 1000 events/s (or the first BENCH_W1_RATES rate), where transactional
+  producers alone run at the same rate too: librdkafka (outbox-latency
+  produce --transactional-id, the relay's transaction shape), Kafka's Java
+  producer (benches/tools/TxnProducer.java) and kafka-producer-perf-test
+  with a transactional id;
 * an event contract: in W3, this build with a `[[contracts]]` entry whose
   JSON Schema (benches/decode.rs's W3_SCHEMA) covers every W3 payload, and
   with one whose registry subject (Apicurio, started for it) holds the
@@ -442,7 +446,8 @@ PROCESS_GROUPS = (
     ("relay", lambda c: "outbox-relay" in c.split(" ")[0]),
     ("debezium", lambda c: c.startswith("java") and "ConnectStandalone" in c),
     ("kafka", lambda c: c.startswith("java") and "kafka.Kafka" in c),
-    ("producer", lambda c: "outbox-latency" in c.split(" ")[0] and " produce " in c),
+    ("producer", lambda c: ("outbox-latency" in c.split(" ")[0] and " produce " in c)
+     or (c.startswith("java") and "TxnProducer" in c)),
     ("consumer", lambda c: "outbox-latency" in c.split(" ")[0]),
 )
 
@@ -834,6 +839,17 @@ rootLogger.appenderRef.file.ref = file
 BARE_JAVA_SOURCE = BENCHES / "tools" / "BareProducer.java"
 
 
+TXN_JAVA_SOURCE = BENCHES / "tools" / "TxnProducer.java"
+
+
+def compile_txn_java(env: Env) -> Path:
+    """TxnProducer.java compiled once per run, as BareProducer."""
+    classes = env.work / "txn-java"
+    if not (classes / "TxnProducer.class").exists():
+        run(["javac", "-d", str(classes), "-cp", f"{KAFKA_LIBS}/*", str(TXN_JAVA_SOURCE)], capture_output=True)
+    return classes
+
+
 def compile_bare_java(env: Env) -> Path:
     """BareProducer.java compiled once per run (into the run's work
     directory), so that no drain counts javac's CPU as the producer's."""
@@ -1048,11 +1064,20 @@ def writers_cmd(env: Env, table: str, rate: int, secs: float, warmup: float, tim
             "--warmup-secs", str(warmup), "--timing-file", str(timing)]
 
 
-def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: str | None = None) -> dict:
+def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: str | None = None,
+                txn: str | None = None) -> dict:
     """The broker alone at `rate`; with `writers_into` (an outbox table no
     slot reads) while `outbox-loadgen` writes the same load into PostgreSQL,
     so the broker and the consumer share the machine as they do beside a
-    relay, without a relay."""
+    relay, without a relay.
+
+    `txn`: a transactional producer instead, the baseline of the relay's
+    exactly-once mode, each transaction holding every record due when it
+    begins (what came while the last commit ran, the relay's cadence at a
+    trickle): "librdkafka" (`outbox-latency produce`, with a checkpoint-sized
+    record to a second topic before each commit, as the relay) or "java"
+    (benches/tools/TxnProducer.java, Kafka's Java producer). Each record is
+    measured from its due time."""
     topic = env.name("broker") + ".order"
     tag = uuid.uuid4().hex[:6]
     timing = env.work / f"timing-{tag}.bin"
@@ -1070,18 +1095,55 @@ def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: s
             writers_cmd(env, writers_into, rate, secs, warmup, env.work / f"timing-writers-{tag}.bin"),
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-    run([str(env.latency_bin), "produce", "--brokers", env.brokers, "--topic", topic, "--rate", str(rate),
-         "--duration-secs", str(secs + warmup), "--warmup-secs", str(warmup),
-         "--record-bytes", str(env.s.payload), "--timing-file", str(timing),
-         # The same batching wait as the relay's producer, so the two differ
-         # only by what the relay adds.
-         "--linger-ms", env.s.relay_linger_ms or "5"], capture_output=True)
+    if txn == "java":
+        cmd = ["java", "-Xmx256m", "-cp", f"{compile_txn_java(env)}:{KAFKA_LIBS}/*", "TxnProducer",
+               "--brokers", env.brokers, "--topic", topic, "--rate", str(rate),
+               "--duration-secs", str(secs + warmup), "--warmup-secs", str(warmup),
+               "--record-bytes", str(env.s.payload), "--timing-file", str(timing), "--per-transaction", "due",
+               "--transactional-id", f"{topic}.txn"]
+    else:
+        cmd = [str(env.latency_bin), "produce", "--brokers", env.brokers, "--topic", topic, "--rate", str(rate),
+               "--duration-secs", str(secs + warmup), "--warmup-secs", str(warmup),
+               "--record-bytes", str(env.s.payload), "--timing-file", str(timing),
+               # The same batching wait as the relay's producer, so the two differ
+               # only by what the relay adds.
+               "--linger-ms", env.s.relay_linger_ms or "5"]
+        if txn == "librdkafka":
+            cmd += ["--transactional-id", f"{topic}.txn", "--per-transaction", "due",
+                    "--checkpoint-topic", f"{topic}.checkpoints"]
+    produced = run(cmd, capture_output=True)
     if writers is not None and writers.wait(timeout=3600) != 0:
         raise RuntimeError(f"outbox-loadgen beside the broker failed ({writers.returncode})")
     out, _ = rd.communicate(timeout=3600)
     res = json.loads(out.strip().splitlines()[-1])
     res["cpu_share"] = share.finish()
+    said = [line for line in produced.stdout.splitlines() if "records at" in line]
+    if said:
+        # The transactional producers' own count of transactions and their
+        # commit times.
+        res["producer_said"] = said[-1]
     return res
+
+
+def kafka_perf_txn(env: Env, rate: int, secs: float) -> dict:
+    """`kafka-producer-perf-test` (ProducerPerformance) with a
+    transactional id at `rate`, committing after every record that finds its
+    transaction open for 1 ms or more: at 1,000/s, one record a transaction.
+    Its figures are its own: the rate it kept, and send → acknowledged
+    latency, which leaves out the commit and what a read_committed consumer
+    waits for."""
+    topic = env.name("perftxn")
+    r = run(
+        ["java", "-Xmx512m", "-cp", f"{KAFKA_LIBS}/*", "org.apache.kafka.tools.ProducerPerformance",
+         "--topic", topic, "--num-records", str(int(rate * secs)), "--record-size", str(env.s.payload),
+         "--throughput", str(rate), "--transactional-id", f"{topic}.txn", "--transaction-duration-ms", "1",
+         "--producer-props", f"bootstrap.servers={env.brokers}", "acks=all"],
+        capture_output=True,
+    )
+    last = [line for line in r.stdout.splitlines() if "records sent" in line][-1]
+    num = lambda pattern: float(re.search(pattern, last).group(1))  # noqa: E731
+    return {"line": last, "records_per_s": num(r"([\d.]+) records/sec"), "p50_ms": num(r"(\d+) ms 50th"),
+            "p99_ms": num(r"(\d+) ms 99th"), "p999_ms": num(r"(\d+) ms 99.9th")}
 
 
 # ------------------------------------------------------------------ workloads
@@ -1835,8 +1897,9 @@ def sustained(r: dict, rate: int, secs: float) -> bool:
 
 def w1(env: Env) -> dict:
     s = env.s
-    res: dict = {"broker": {}, "broker_writers": {}, "postgres": {}, "relay": {}, "relay_eos": {}, "relay_base": {},
-                 "relay_base_eos": {}, "dbz_default": {}, "dbz_tuned": {}}
+    res: dict = {"broker": {}, "broker_writers": {}, "broker_txn": {}, "broker_txn_java": {}, "perf_txn": {},
+                 "postgres": {}, "relay": {}, "relay_eos": {}, "relay_base": {}, "relay_base_eos": {},
+                 "dbz_default": {}, "dbz_tuned": {}}
     # Exactly-once delivery at one moderate rate: its latency adds up to
     # kafka.transaction_max_ms (100 ms) and a commit to at-least-once's.
     eos_rates = [r for r in s.w1_rates if r == 1000] or s.w1_rates[:1]
@@ -1846,6 +1909,18 @@ def w1(env: Env) -> dict:
             c = r["commit_to_consume"] or {}
             log(f"broker alone @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms p99 {c.get('p99_us', 0) / 1e3:.2f} ms")
             res["broker"].setdefault(rate, []).append(r)
+        # The transactional producers alone, beside the relay's exactly-once
+        # mode (at its rate only).
+        for rate in eos_rates:
+            for kind, txn in (("broker_txn", "librdkafka"), ("broker_txn_java", "java")):
+                r = broker_step(env, rate, s.w1_secs, s.w1_warmup, txn=txn)
+                c = r["commit_to_consume"] or {}
+                log(f"{kind} @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms "
+                    f"p99 {c.get('p99_us', 0) / 1e3:.2f} ms ({r.get('producer_said', '')})")
+                res[kind].setdefault(rate, []).append(r)
+            r = kafka_perf_txn(env, rate, s.w1_secs + s.w1_warmup)
+            log(f"kafka-producer-perf-test, a transaction a record, @ {rate}/s run {i + 1}: {r['line']}")
+            res["perf_txn"].setdefault(rate, []).append(r)
         table, _ = env.create_outbox()
         for rate in s.w1_rates:
             # No slot on this table yet: the writers' load without a reader.

@@ -89,6 +89,8 @@ enum Cmd {
         linger_ms: u32,
         #[arg(long)]
         timing_file: PathBuf,
+        #[command(flatten)]
+        txn: TxnArgs,
     },
     /// Send --records records round robin over the topics of --topics-file
     /// as fast as the queue takes them, with the relay's producer settings;
@@ -149,6 +151,27 @@ struct JoinArgs {
     max_secs: u64,
 }
 
+/// `produce` as a transactional producer: the baseline for the relay's
+/// exactly-once mode (what librdkafka's transactions cost on their own).
+#[derive(clap::Args)]
+struct TxnArgs {
+    /// Produce in Kafka transactions with this `transactional.id`. Each
+    /// record's "commit-returned" time is then its due time: an
+    /// application emitting at the rate sees every wait for a commit.
+    #[arg(long)]
+    transactional_id: Option<String>,
+    /// What a transaction holds: `one` record, or every record `due` when
+    /// it begins (what arrived while the last commit ran: the relay's
+    /// cadence at a trickle).
+    #[arg(long, default_value = "one", value_parser = ["one", "due"])]
+    per_transaction: String,
+    /// Also send one small record to this topic just before each commit,
+    /// as the relay sends its checkpoint (a second partition that joins
+    /// every transaction late).
+    #[arg(long)]
+    checkpoint_topic: Option<String>,
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().cmd {
         Cmd::Consume {
@@ -166,6 +189,7 @@ fn main() -> anyhow::Result<()> {
             record_bytes,
             linger_ms,
             timing_file,
+            txn,
         } => produce(
             &brokers,
             &topic,
@@ -175,6 +199,7 @@ fn main() -> anyhow::Result<()> {
             record_bytes,
             linger_ms,
             &timing_file,
+            &txn,
         ),
         Cmd::Burst {
             brokers,
@@ -645,26 +670,61 @@ fn produce(
     record_bytes: usize,
     linger_ms: u32,
     timing_file: &Path,
+    txn: &TxnArgs,
 ) -> anyhow::Result<()> {
     anyhow::ensure!(rate > 0, "--rate must be positive");
     create_topic(brokers, topic)?;
-    let producer: BaseProducer = ClientConfig::new()
+    if let Some(checkpoints) = &txn.checkpoint_topic {
+        create_topic(brokers, checkpoints)?;
+    }
+    let mut config = ClientConfig::new();
+    config
         .set("bootstrap.servers", brokers)
         .set("acks", "all")
         .set("enable.idempotence", "true")
         .set("linger.ms", linger_ms.to_string())
-        .set("queue.buffering.max.messages", "100000")
-        .create()
-        .context("producer")?;
+        .set("queue.buffering.max.messages", "100000");
+    if let Some(id) = &txn.transactional_id {
+        // As the relay's transactional producer: connected to every broker
+        // at once, so no commit waits for a connection.
+        config
+            .set("transactional.id", id)
+            .set("enable.sparse.connections", "false");
+    }
+    let producer: std::sync::Arc<BaseProducer> =
+        std::sync::Arc::new(config.create().context("producer")?);
+    let timeout = Duration::from_secs(30);
+    // In transactions, delivery reports are served by a thread of their
+    // own (as the relay's polling thread does), so that a commit, which
+    // waits for them, returns as soon as the broker answers: rdkafka's
+    // `commit_transaction` would serve them in 100 ms steps.
+    let polling_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let polling = txn.transactional_id.is_some().then(|| {
+        let producer = std::sync::Arc::clone(&producer);
+        let done = std::sync::Arc::clone(&polling_done);
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                producer.poll(Duration::from_millis(10));
+            }
+        })
+    });
+    if txn.transactional_id.is_some() {
+        producer
+            .init_transactions(timeout)
+            .context("init_transactions")?;
+    }
     let total = (rate as f64 * duration_secs) as u64;
     let period_ns = 1e9 / rate as f64;
     let pad = "x".repeat(record_bytes.saturating_sub(90));
     let mut events = vec![(0u64, 0u64); total as usize];
+    let mut commits = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    let mut transactions = 0u64;
     let start = Instant::now();
     let start_ns = unix_ns();
+    let due_of = |n: u64| Duration::from_nanos((n as f64 * period_ns) as u64);
     let mut n = 0u64;
     while n < total {
-        let due = Duration::from_nanos((n as f64 * period_ns) as u64);
+        let due = due_of(n);
         let now = start.elapsed();
         if now < due {
             // Serve delivery reports while waiting; never sleep past the due time.
@@ -672,55 +732,65 @@ fn produce(
             std::thread::sleep((due - now).min(Duration::from_millis(1)));
             continue;
         }
-        let key = format!("agg-{}", n % 100);
-        let payload = format!(
-            r#"{{"n":{n},"aggregate":"{key}","seq":{},"total":42.5,"pad":"{pad}"}}"#,
-            n / 100 + 1
-        );
-        // The headers the relay's binary-mode CloudEvents carry, of the
-        // same lengths, so that the broker alone moves records of the
-        // relay's shape.
-        let id = format!("{:08x}-0000-4000-8000-{n:012x}", n as u32);
-        let headers = OwnedHeaders::new_with_capacity(7)
-            .insert(Header {
-                key: "ce_specversion",
-                value: Some("1.0"),
-            })
-            .insert(Header {
-                key: "ce_id",
-                value: Some(&id),
-            })
-            .insert(Header {
-                key: "ce_source",
-                value: Some("/outbox-relay/postgres/outbox"),
-            })
-            .insert(Header {
-                key: "ce_type",
-                value: Some("OrderPlaced"),
-            })
-            .insert(Header {
-                key: "ce_time",
-                value: Some("2026-12-01T12:00:00.123456Z"),
-            })
-            .insert(Header {
-                key: "content-type",
-                value: Some("application/json"),
-            })
-            .insert(Header {
-                key: "id",
-                value: Some(&id),
-            });
-        let record = BaseRecord::to(topic)
-            .key(&key)
-            .payload(&payload)
-            .headers(headers);
-        send_queued(&producer, record)?;
-        events[n as usize] = (start_ns + due.as_nanos() as u64, unix_ns());
-        n += 1;
+        if txn.transactional_id.is_some() {
+            producer.begin_transaction().context("begin_transaction")?;
+        }
+        // Without transactions one record a turn; in one, one record or
+        // every record due by now.
+        let last = match (&txn.transactional_id, txn.per_transaction.as_str()) {
+            (Some(_), "due") => {
+                let mut last = n;
+                while last + 1 < total && due_of(last + 1) <= now {
+                    last += 1;
+                }
+                last
+            }
+            _ => n,
+        };
+        for i in n..=last {
+            let key = format!("agg-{}", i % 100);
+            let payload = format!(
+                r#"{{"n":{i},"aggregate":"{key}","seq":{},"total":42.5,"pad":"{pad}"}}"#,
+                i / 100 + 1
+            );
+            send_queued(
+                &producer,
+                BaseRecord::to(topic)
+                    .key(&key)
+                    .payload(&payload)
+                    .headers(relay_headers(i)),
+            )?;
+            let handed = if txn.transactional_id.is_some() {
+                start_ns + due_of(i).as_nanos() as u64
+            } else {
+                unix_ns()
+            };
+            events[i as usize] = (start_ns + due_of(i).as_nanos() as u64, handed);
+        }
+        n = last + 1;
+        if let Some(id) = &txn.transactional_id {
+            if let Some(checkpoints) = &txn.checkpoint_topic {
+                let value = format!("{n:016x}");
+                send_queued(
+                    &producer,
+                    BaseRecord::<str, str>::to(checkpoints)
+                        .key(id)
+                        .payload(&value),
+                )?;
+            }
+            let began = Instant::now();
+            commit_transaction(&producer, timeout)?;
+            commits.record(began.elapsed().as_micros().max(1) as u64)?;
+            transactions += 1;
+        }
     }
     producer
         .flush(Duration::from_secs(60))
         .context("flushing the producer")?;
+    polling_done.store(true, std::sync::atomic::Ordering::Relaxed);
+    if let Some(polling) = polling {
+        let _ = polling.join();
+    }
     let mut buf = Vec::with_capacity(32 + events.len() * 16);
     buf.extend_from_slice(b"OBLTIME1");
     for w in [start_ns, (warmup_secs * 1e9) as u64, total] {
@@ -733,8 +803,58 @@ fn produce(
     let tmp = timing_file.with_extension("tmp");
     std::fs::write(&tmp, &buf)?;
     std::fs::rename(&tmp, timing_file)?;
-    println!("produce: {total} records at {rate}/s");
+    if transactions > 0 {
+        let ms = |q: f64| commits.value_at_quantile(q) as f64 / 1000.0;
+        println!(
+            "produce: {total} records at {rate}/s in {transactions} transactions; \
+             commit_transaction p50 {:.2} ms, p99 {:.2} ms",
+            ms(0.5),
+            ms(0.99)
+        );
+    } else {
+        println!("produce: {total} records at {rate}/s");
+    }
     Ok(())
+}
+
+/// librdkafka's own commit (as the relay calls it): it waits for every
+/// delivery report, which the polling thread serves.
+fn commit_transaction(producer: &BaseProducer, timeout: Duration) -> anyhow::Result<()> {
+    let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: the handle belongs to `producer`, alive for the whole call;
+    // the returned error object is read, then destroyed exactly once.
+    unsafe {
+        let error =
+            rdkafka::bindings::rd_kafka_commit_transaction(producer.client().native_ptr(), ms);
+        if error.is_null() {
+            return Ok(());
+        }
+        let text = std::ffi::CStr::from_ptr(rdkafka::bindings::rd_kafka_error_string(error))
+            .to_string_lossy()
+            .into_owned();
+        rdkafka::bindings::rd_kafka_error_destroy(error);
+        bail!("commit_transaction: {text}")
+    }
+}
+
+/// The headers the relay's binary-mode CloudEvents carry, of the same
+/// lengths, so that the broker alone moves records of the relay's shape.
+fn relay_headers(n: u64) -> OwnedHeaders {
+    let id = format!("{:08x}-0000-4000-8000-{n:012x}", n as u32);
+    fn header<'a>(key: &'a str, value: &'a str) -> Header<'a, &'a [u8]> {
+        Header {
+            key,
+            value: Some(value.as_bytes()),
+        }
+    }
+    OwnedHeaders::new_with_capacity(7)
+        .insert(header("ce_specversion", "1.0"))
+        .insert(header("ce_id", &id))
+        .insert(header("ce_source", "/outbox-relay/postgres/outbox"))
+        .insert(header("ce_type", "OrderPlaced"))
+        .insert(header("ce_time", "2026-12-01T12:00:00.123456Z"))
+        .insert(header("content-type", "application/json"))
+        .insert(header("id", &id))
 }
 
 /// Counts the acknowledgements and failures of `burst`'s records, and
