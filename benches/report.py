@@ -89,7 +89,7 @@ def budget_rows(wl: dict) -> list[tuple[str, dict]]:
     the broker, everything else, and the whole machine (medians of the runs)."""
     out = []
     rows = wl["rows"]
-    for key, label in [("recv", "pg_recvlogical")] + [(k, SYSTEMS[k]) for k in
+    for key, label in [("recv", "pg_recvlogical"), ("recv_streaming", "pg_recvlogical, streaming=on")] + [(k, SYSTEMS[k]) for k in
                                                        ("relay", "relay_parked", "relay_contract", "relay_avro", "relay_eos", "relay_base",
                                                         "relay_base_eos", "dbz_default", "dbz_tuned")]:
         runs = [r for r in wl.get(key) or [] if r.get("budget")]
@@ -677,6 +677,9 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w("| system | drain events/s | start-up to first event (s) | CPU µs/event | peak RSS (MiB) |")
         w("|---|---|---|---|---|")
         w(f"| pg_recvlogical | {fmt(mmm([r['events_per_s'] for r in w4['recv']]))} | | | |")
+        if w4.get("recv_streaming"):
+            w(f"| pg_recvlogical, protocol 2 with streaming=on | "
+              f"{fmt(mmm([r['events_per_s'] for r in w4['recv_streaming']]))} | | | |")
         for key in ("relay", "dbz_default", "dbz_tuned"):
             if w4.get(key):
                 st = drain_stats(w4[key])
@@ -684,6 +687,19 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
                   f"{fmt(st['cpu'], digits=2)} | {fmt(st['rss'], digits=1)} |")
         w("\nThe first event of a transaction can only leave once its COMMIT is decoded, so start-up here "
           "includes PostgreSQL decoding (and spilling) the whole transaction.\n")
+        spilled = [(label, w4.get(key)) for key, label in (("recv", "without streaming"),
+                                                           ("recv_streaming", "with streaming=on"))
+                   if w4.get(key) and all(r.get("decoding") for r in w4[key])]
+        if spilled:
+            w("What the walsender did with the transaction (`pg_stat_replication_slots` after each "
+              "`pg_recvlogical` drain, medians): "
+              + "; ".join(f"{label}: spilled {fmt(mmm([r['decoding']['spill_bytes'] / 2**20 for r in runs]))} MiB "
+                          f"in {fmt(mmm([r['decoding']['spill_count'] for r in runs]))} writes, streamed "
+                          f"{fmt(mmm([r['decoding']['stream_bytes'] / 2**20 for r in runs]))} MiB"
+                          for label, runs in spilled)
+              + ". The relay reads with protocol 1: it sends nothing of a transaction before its commit, "
+                "and would have to hold a streamed transaction itself until then (docs/design.md, "
+                "\"Large transactions\").\n")
         write_budget(w, w4, "W4")
 
     # ---------------------------------------------------------------- start-up

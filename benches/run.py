@@ -1203,12 +1203,33 @@ $$;"""
     env.psql_script(script)
 
 
-def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int) -> dict:
+def slot_decoding_stats(env: Env, slot: str, timeout: float = 10) -> dict:
+    """What the walsender reported for `slot` in pg_stat_replication_slots
+    (bytes and transactions it spilled to disk, or streamed before their
+    commit). The walsender reports after it decodes a commit; waited for
+    until it has (`total_txns` > 0) or `timeout`."""
+    cols = ("spill_txns", "spill_count", "spill_bytes", "stream_txns", "stream_count", "stream_bytes",
+            "total_txns", "total_bytes")
+    deadline = time.time() + timeout
+    while True:
+        row = env.sql(f"SELECT {', '.join(cols)} FROM pg_stat_replication_slots WHERE slot_name = '{slot}'")
+        values = dict(zip(cols, (int(v) for v in row.split("|")))) if row else {}
+        if values.get("total_txns", 0) > 0 or time.time() > deadline:
+            return values
+        time.sleep(0.1)
+
+
+def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int, streaming: bool = False) -> dict:
+    """`pg_recvlogical` reading the slot to `end_lsn` and throwing the
+    pgoutput stream away: the decode ceiling. `streaming`: protocol 2 with
+    `streaming=on`, so a transaction larger than `logical_decoding_work_mem`
+    is sent while it is decoded instead of spilled to disk first."""
+    options = ["-o", "proto_version=2", "-o", "streaming=on"] if streaming else ["-o", "proto_version=1"]
     t0 = time.time()
     budget = CpuBudget(env, slot)
     p = subprocess.Popen(
         ["pg_recvlogical", "-d", env.pg_url, "--slot", slot, "--start", "--endpos", end_lsn,
-         "-o", "proto_version=1", "-o", f"publication_names={pub}", "-f", "/dev/null", "--no-loop"],
+         *options, "-o", f"publication_names={pub}", "-f", "/dev/null", "--no-loop"],
         stderr=subprocess.PIPE, text=True,
     )
     # Reaped here for its rusage (CPU of the client; decoding itself is the walsender's).
@@ -1219,7 +1240,7 @@ def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int) ->
     if p.returncode != 0:
         raise RuntimeError(f"pg_recvlogical failed: {p.stderr.read()}")
     return {"events_per_s": rows / (t1 - t0), "secs": t1 - t0, "cpu_s": usage.ru_utime + usage.ru_stime,
-            "budget": spent}
+            "budget": spent, "decoding": slot_decoding_stats(env, slot)}
 
 
 def system_drain(env: Env, make_sut, rows: int, topics=None, topic_config: dict[str, str] | None = None,
@@ -1415,6 +1436,10 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
         "recv": [env.create_slot() for _ in range(s.repeat)],
         "relay": [env.create_slot() for _ in range(s.repeat)],
     }
+    # W4: the decode ceiling with protocol 2's streaming of large
+    # transactions too, beside the spilling one.
+    if one_txn:
+        slots["recv_streaming"] = [env.create_slot() for _ in range(s.repeat)]
     # W3 only: W4's single PostgreSQL transaction would become a single
     # Kafka transaction, bounded by the producer's transaction timeout.
     if exactly_once:
@@ -1450,7 +1475,7 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
     log(f"{name}: loaded in {time.time() - t0:.1f} s; WAL up to {end_lsn}")
     if contracts:
         contract_keeps(env, table)
-    res: dict = {"rows": rows, "aggregates": aggregates, "recv": [], "relay": [], "relay_eos": [],
+    res: dict = {"rows": rows, "aggregates": aggregates, "recv": [], "recv_streaming": [], "relay": [], "relay_eos": [],
                  "relay_contract": [], "relay_avro": [], "relay_parked": [], "relay_base": [], "relay_base_eos": [],
                  "dbz_default": [], "dbz_tuned": []}
     n_parked = 0
@@ -1460,8 +1485,16 @@ def backlog_workload(env: Env, name: str, rows: int, one_txn: bool, flame: bool,
         res["parked_events"] = n_parked
     for i in range(s.repeat):
         r = recvlogical_drain(env, slots["recv"][i], pub, end_lsn, rows)
-        log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s")
+        d = r["decoding"]
+        log(f"{name} run {i + 1}: pg_recvlogical {r['events_per_s']:.0f} events/s, "
+            f"spilled {d.get('spill_bytes', 0) / 2**20:.0f} MiB")
         res["recv"].append(r)
+        if one_txn:
+            r = recvlogical_drain(env, slots["recv_streaming"][i], pub, end_lsn, rows, streaming=True)
+            d = r["decoding"]
+            log(f"{name} run {i + 1}: pg_recvlogical, streaming=on {r['events_per_s']:.0f} events/s, "
+                f"spilled {d.get('spill_bytes', 0) / 2**20:.0f} MiB, streamed {d.get('stream_bytes', 0) / 2**20:.0f} MiB")
+            res["recv_streaming"].append(r)
 
         def this_build() -> dict:
             r = system_drain(env, lambda p: Relay(env, table, pub, slots["relay"][i], p), rows)
