@@ -32,6 +32,8 @@
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail};
@@ -691,19 +693,18 @@ fn produce(
             .set("transactional.id", id)
             .set("enable.sparse.connections", "false");
     }
-    let producer: std::sync::Arc<BaseProducer> =
-        std::sync::Arc::new(config.create().context("producer")?);
+    let producer: Arc<BaseProducer> = Arc::new(config.create().context("producer")?);
     let timeout = Duration::from_secs(30);
     // In transactions, delivery reports are served by a thread of their
     // own (as the relay's polling thread does), so that a commit, which
     // waits for them, returns as soon as the broker answers: rdkafka's
     // `commit_transaction` would serve them in 100 ms steps.
-    let polling_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let polling_done = Arc::new(AtomicBool::new(false));
     let polling = txn.transactional_id.is_some().then(|| {
-        let producer = std::sync::Arc::clone(&producer);
-        let done = std::sync::Arc::clone(&polling_done);
+        let producer = Arc::clone(&producer);
+        let done = Arc::clone(&polling_done);
         std::thread::spawn(move || {
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            while !done.load(Ordering::Relaxed) {
                 producer.poll(Duration::from_millis(10));
             }
         })
@@ -787,7 +788,7 @@ fn produce(
     producer
         .flush(Duration::from_secs(60))
         .context("flushing the producer")?;
-    polling_done.store(true, std::sync::atomic::Ordering::Relaxed);
+    polling_done.store(true, Ordering::Relaxed);
     if let Some(polling) = polling {
         let _ = polling.join();
     }
@@ -872,7 +873,7 @@ impl rdkafka::producer::ProducerContext for AckCount {
     type DeliveryOpaque = ();
 
     fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
-        use std::sync::atomic::Ordering::Relaxed;
+        use Ordering::Relaxed;
         match result {
             Ok(_) => self.acked.fetch_add(1, Relaxed),
             Err((e, _)) => {
@@ -921,7 +922,7 @@ fn burst(
     payload_bytes: usize,
     linger_ms: u64,
 ) -> anyhow::Result<()> {
-    use std::sync::atomic::Ordering::Relaxed;
+    use Ordering::Relaxed;
     let topics = read_topics(topics_file)?;
     anyhow::ensure!(!topics.is_empty(), "--topics-file names no topic");
     let defaults = outbox_relay::config::KafkaConfig::default();

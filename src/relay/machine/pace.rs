@@ -3,8 +3,8 @@
 //! wake-up takes, when the idle heartbeat is due, what a quiet stream
 //! means (exactly-once: an early commit, `commit.rs`; at-least-once: a
 //! nudge to the producer), and how long a busy stream is left unread so
-//! that one read takes several transactions. The shell (`session.rs`) only waits on what these
-//! say and carries them out.
+//! that one read takes several transactions. The shell (`session.rs`) only
+//! waits on what these say and carries them out.
 
 use std::time::{Duration, Instant};
 
@@ -33,8 +33,9 @@ pub const NUDGE_AFTER_PAUSE: Duration = Duration::from_millis(1);
 
 /// At-least-once, while WAL arrives faster than [`BUSY_MESSAGES`] per
 /// [`RATE_PERIOD`] (and slower than a drain, [`DRAIN_MESSAGES`]), a stream
-/// that was read to its end is read again at most once per this window, and what the read brought is sent at once (a
-/// nudge per read: the window batches instead of `linger.ms`). Each read
+/// that was read to its end is read again at most once per this window,
+/// and what the read brought is sent at once (a nudge per read: the window
+/// batches instead of `linger.ms`). Each read
 /// then takes several transactions, so the session, the producer's broker
 /// thread and the delivery reports each wake once per window instead of
 /// about once per event. At a steady 5,000 events/s this took relay CPU per
