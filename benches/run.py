@@ -53,7 +53,10 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
   out): librdkafka with the relay's producer settings (`outbox-latency
   burst`, the same librdkafka build) and Kafka's Java producer with its
   idempotent defaults and linger.ms 5 (benches/tools/BareProducer.java, on
-  scripts/services' Kafka jars, compiled once per run);
+  scripts/services' Kafka jars, compiled once per run); every curve's
+  topics are written twice before a drain is timed (`outbox-latency watch
+  --warm`: the broker's first index entry of a new partition costs it some
+  5 ms, once; BENCH_CURVE_WARM=0 times cold topics);
 * start-up: BENCH_STARTUP_RUNS starts of the relay in each delivery mode
   (and of the baseline build, when given), each on its own slot and fresh
   topics with a small backlog waiting, to the first event on the topic;
@@ -175,6 +178,8 @@ class Settings:
     curve_txn_rows: list[int]
     curve_txn_events: int
     curve_repeat: int
+    # The curves' topics written twice before each drain (watch --warm).
+    curve_warm: bool
     # Debezium drains curve points of at most this many events.
     curve_debezium_max: int
     # The bare producers beside the relay in the topics curve.
@@ -223,6 +228,7 @@ class Settings:
                                     [1, 100, 10_000, 20_000] if quick else [1, 100, 10_000, 1_000_000]),
             curve_txn_events=env_int("BENCH_CURVE_TXN_EVENTS", 20_000 if quick else 200_000),
             curve_repeat=env_int("BENCH_CURVE_REPEAT", 1),
+            curve_warm=os.environ.get("BENCH_CURVE_WARM", "1") != "0",
             curve_debezium_max=env_int("BENCH_CURVE_DEBEZIUM_MAX", 1_000_000),
             bare=os.environ.get("BENCH_BARE", "1") != "0",
         )
@@ -940,9 +946,11 @@ class BareProducer:
 
 
 def watch(env: Env, topic: str, expect: int, timeout: float = 1800, more_topics: list[str] | None = None,
-          topic_config: dict[str, str] | None = None, interval_ms: int | None = None) -> tuple[subprocess.Popen, Path]:
+          topic_config: dict[str, str] | None = None, interval_ms: int | None = None,
+          warm: bool = False) -> tuple[subprocess.Popen, Path]:
     """`outbox-latency watch`: creates the topic (and `more_topics`, with
-    `topic_config`) and writes its record count (their sum) over time."""
+    `topic_config`) and writes its record count (their sum) over time;
+    `warm`: writes each topic twice first (`--warm`), left out of the count."""
     out = env.work / f"watch-{uuid.uuid4().hex[:6]}.txt"
     ready = out.with_suffix(".ready")
     extra: list[str] = []
@@ -954,13 +962,15 @@ def watch(env: Env, topic: str, expect: int, timeout: float = 1800, more_topics:
         extra += ["--topic-config", f"{k}={v}"]
     if interval_ms is not None:
         extra += ["--interval-ms", str(interval_ms)]
+    if warm:
+        extra += ["--warm"]
     p = subprocess.Popen(
         [str(env.latency_bin), "watch", "--brokers", env.brokers, "--topic", topic, "--expect", str(expect),
          "--out", str(out), "--timeout-secs", str(int(timeout)), "--ready-file", str(ready)] + extra,
     )
-    # Creating many topics takes the broker a while.
+    # Creating (and warming) many topics takes the broker a while.
     try:
-        wait_file(ready, 60 + 0.05 * len(more_topics or []), p, "watch")
+        wait_file(ready, 60 + (0.1 if warm else 0.05) * len(more_topics or []), p, "watch")
     except RuntimeError:
         stop(p)
         raise
@@ -1245,7 +1255,7 @@ def recvlogical_drain(env: Env, slot: str, pub: str, end_lsn: str, rows: int, st
 
 def system_drain(env: Env, make_sut, rows: int, topics=None, topic_config: dict[str, str] | None = None,
                  timeout: float = 1800, interval_ms: int | None = None, stall_secs: float | None = None,
-                 events: int | None = None, until=None) -> dict:
+                 events: int | None = None, until=None, warm: bool = False) -> dict:
     """Starts a system on a slot holding `rows` events and measures until all are on its topic.
 
     `events`: how many events the system handles, when not all of them go
@@ -1258,10 +1268,11 @@ def system_drain(env: Env, make_sut, rows: int, topics=None, topic_config: dict[
     For the cost curves: `topics(prefix)` names the topics the events go to
     (counted together; default the one `prefix.order`), made with
     `topic_config`; `stall_secs`: gives up when the count has not moved for
-    that long (an event dead-lettered would keep it short for ever)."""
+    that long (an event dead-lettered would keep it short for ever); `warm`:
+    the topics written twice first (`watch`)."""
     prefix = env.name("drain")
     names = topics(prefix) if topics else [f"{prefix}.order"]
-    w, out = watch(env, names[0], rows, timeout, names[1:], topic_config, interval_ms)
+    w, out = watch(env, names[0], rows, timeout, names[1:], topic_config, interval_ms, warm)
     try:
         sut = make_sut(prefix)
     except BaseException:
@@ -1757,7 +1768,7 @@ def curve_point(env: Env, name: str, x: int, rows: int, payload_bytes: int, topi
                         try:
                             wait_broker_files(topics)
                             r = system_drain(env, make, rows, names, topic_config, timeout, interval,
-                                             CURVE_STALL_SECS)
+                                             CURVE_STALL_SECS, warm=s.curve_warm)
                         finally:
                             for prefix in prefixes:
                                 delete_topics(prefix, topics)

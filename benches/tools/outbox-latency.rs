@@ -109,6 +109,11 @@ enum Cmd {
         payload_bytes: usize,
         #[arg(long, default_value_t = 5)]
         linger_ms: u64,
+        /// At most this many records sent and not yet acknowledged, as the
+        /// relay's `relay.channel_capacity` bounds its read-ahead; 0 (the
+        /// default): all of them handed to librdkafka at once.
+        #[arg(long, default_value_t = 0)]
+        max_pending: u64,
     },
     /// Poll a topic's record count until it reaches --expect; write "unix_ns count" lines.
     Watch {
@@ -134,6 +139,11 @@ enum Cmd {
         /// Touched once the topic exists and the first count was taken.
         #[arg(long)]
         ready_file: Option<PathBuf>,
+        /// Before the first count, write every topic twice (see `warm`),
+        /// as topics in use have been: what is timed then is the steady
+        /// cost of many topics, not the broker's one-off work on a new one.
+        #[arg(long)]
+        warm: bool,
     },
 }
 
@@ -209,7 +219,15 @@ fn main() -> anyhow::Result<()> {
             records,
             payload_bytes,
             linger_ms,
-        } => burst(&brokers, &topics_file, records, payload_bytes, linger_ms),
+            max_pending,
+        } => burst(
+            &brokers,
+            &topics_file,
+            records,
+            payload_bytes,
+            linger_ms,
+            max_pending,
+        ),
         Cmd::Watch {
             brokers,
             topic,
@@ -220,6 +238,7 @@ fn main() -> anyhow::Result<()> {
             interval_ms,
             timeout_secs,
             ready_file,
+            warm,
         } => watch(
             &brokers,
             &topic,
@@ -230,6 +249,7 @@ fn main() -> anyhow::Result<()> {
             Duration::from_millis(interval_ms),
             Duration::from_secs(timeout_secs),
             ready_file.as_deref(),
+            warm,
         ),
     }
 }
@@ -921,6 +941,7 @@ fn burst(
     records: u64,
     payload_bytes: usize,
     linger_ms: u64,
+    max_pending: u64,
 ) -> anyhow::Result<()> {
     use Ordering::Relaxed;
     let topics = read_topics(topics_file)?;
@@ -947,6 +968,13 @@ fn burst(
         let payload = load_payload(n, &pad);
         let topic = &topics[(n % topics.len() as u64) as usize];
         let record = BaseRecord::to(topic).key(&key).payload(&payload);
+        // The relay's window: wait for acknowledgements to make room.
+        while max_pending > 0 && {
+            let ctx = producer.context();
+            n - ctx.acked.load(Relaxed) - ctx.failed.load(Relaxed) >= max_pending
+        } {
+            producer.poll(Duration::from_millis(1));
+        }
         send_queued(&producer, record)?;
         producer.poll(Duration::ZERO);
     }
@@ -989,6 +1017,7 @@ fn watch(
     interval: Duration,
     timeout: Duration,
     ready_file: Option<&Path>,
+    warm: bool,
 ) -> anyhow::Result<()> {
     let mut topics = vec![topic.to_owned()];
     if let Some(file) = topics_file {
@@ -1002,6 +1031,9 @@ fn watch(
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     create_topics(brokers, &topics, &config)?;
+    if warm {
+        warm_topics(brokers, &topics)?;
+    }
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .create()
@@ -1074,6 +1106,35 @@ fn watch(
         }
         std::thread::sleep(interval);
     }
+}
+
+/// Writes every topic twice, one record each time: first 8 KiB, then a few
+/// bytes. A Kafka broker adds the first entry to a new partition's offset
+/// and time indexes on the append after the first that exceeds
+/// `index.interval.bytes` (4,096 by default), and that first write to the
+/// index files (preallocated, memory-mapped) costs the broker about 5 ms
+/// a partition on the benchmark machine, once per log segment. A drain of
+/// a few records a topic into new topics would time mostly that; topics
+/// in use have paid it long before. The warming records are counted
+/// before the first count, so the count leaves them out.
+fn warm_topics(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("acks", "all")
+        .set("linger.ms", "0")
+        .create()
+        .context("warming producer")?;
+    let first = vec![b'w'; 8192];
+    for payload in [&first[..], b"w"] {
+        for topic in topics {
+            send_queued(&producer, BaseRecord::<(), _>::to(topic).payload(payload))?;
+        }
+        // Each round acknowledged before the next: two appends a partition.
+        producer
+            .flush(Duration::from_secs(600))
+            .context("warming the topics")?;
+    }
+    Ok(())
 }
 
 /// Hands `record` to the producer, waiting (and serving the producer)
