@@ -1125,9 +1125,27 @@ fn warm_topics(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
         .create()
         .context("warming producer")?;
     let first = vec![b'w'; 8192];
+    // Thousands of topics just made: the producer's metadata may not list
+    // every one yet, and a record to a topic it does not list is refused.
+    let deadline = Instant::now() + Duration::from_secs(300);
     for payload in [&first[..], b"w"] {
         for topic in topics {
-            send_queued(&producer, BaseRecord::<(), _>::to(topic).payload(payload))?;
+            let mut record = BaseRecord::<(), _>::to(topic).payload(payload);
+            loop {
+                match producer.send(record) {
+                    Ok(()) => break,
+                    Err((e, back))
+                        if matches!(
+                            e.rdkafka_error_code(),
+                            Some(RDKafkaErrorCode::QueueFull | RDKafkaErrorCode::UnknownTopic)
+                        ) && Instant::now() < deadline =>
+                    {
+                        record = back;
+                        producer.poll(Duration::from_millis(10));
+                    }
+                    Err((e, back)) => bail!("warming {}: {e}", back.topic),
+                }
+            }
         }
         // Each round acknowledged before the next: two appends a partition.
         producer
