@@ -1380,6 +1380,64 @@ async fn a_slow_broker_gets_several_requests_in_flight_in_order() {
     );
 }
 
+/// Many partitions behind a slow broker are all served, each in order. The
+/// relay's librdkafka stops visiting partitions once its connection can
+/// take no more requests, and starts the next visit at the partition it
+/// stopped at (vendor/README.md, the seventh patch): a partition passed
+/// over for good would leave its records unacknowledged (the flush fails),
+/// one served out of turn would break its order. 300 partitions, 20
+/// records each, all queued before the first request leaves, through a
+/// broker answering after 20 ms: the connection's window is full nearly
+/// all the time, so nearly every visit stops early.
+#[tokio::test]
+async fn many_partitions_behind_a_slow_broker_are_all_served_in_order() {
+    use rdkafka::producer::{BaseRecord, Producer};
+
+    const PARTITIONS: usize = 300;
+    const RECORDS: usize = 6_000;
+    let topic = random_name("sink_many_partitions");
+    let mock = mock_with_topic(1, &topic, PARTITIONS as i32);
+    mock.broker_round_trip_time(1, Duration::from_millis(20))
+        .expect("slow the broker down");
+    let producer: rdkafka::producer::ThreadedProducer<StatsContext> =
+        producer_config(&sink_settings(&mock, &topic, 60_000, Vec::new()), None)
+            .create_with_context(StatsContext(
+                std::sync::Mutex::new(Vec::new()),
+                std::sync::atomic::AtomicUsize::new(0),
+            ))
+            .expect("create the producer");
+    for n in 0..RECORDS {
+        let value = n.to_string();
+        producer
+            .send(
+                BaseRecord::to(&topic)
+                    .partition((n % PARTITIONS) as i32)
+                    .key("")
+                    .payload(&value),
+            )
+            .map_err(|(e, _)| e)
+            .expect("record queued");
+    }
+    producer
+        .flush(Duration::from_secs(60))
+        .expect("every record acknowledged");
+    let mut by_partition = vec![Vec::new(); PARTITIONS];
+    for r in read_mock_to_end(&mock.bootstrap_servers(), &topic).await {
+        let value = std::str::from_utf8(r.value.as_deref().expect("a value"))
+            .expect("utf-8")
+            .parse::<usize>()
+            .expect("a number");
+        by_partition[r.partition as usize].push(value);
+    }
+    for (p, values) in by_partition.iter().enumerate() {
+        let sent: Vec<usize> = (p..RECORDS).step_by(PARTITIONS).collect();
+        assert_eq!(
+            values, &sent,
+            "partition {p}: every record once, in the order sent"
+        );
+    }
+}
+
 /// The first request to a partition goes alone: a partition the broker
 /// holds no state of this producer for (a topic just created, by the relay's
 /// own first record when the broker auto-creates topics) accepts *any* first

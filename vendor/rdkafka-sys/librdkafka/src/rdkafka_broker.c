@@ -4190,6 +4190,54 @@ static int rd_kafka_toppar_producer_serve(rd_kafka_broker_t *rkb,
 
 
 /**
+ * @brief Visits the partitions whose Produce requests wait in the broker's
+ *        output queue (at most a few: the queue is held to
+ *        queue.buffering.backpressure.threshold), so that each may take its
+ *        request back when it must (rd_kafka_toppar_producer_serve).
+ *
+ * @returns rd_true if the queue is still full after the visits (no request
+ *          can be queued: the caller may stop its walk), rd_false if it
+ *          is not, or if it holds more requests than are checked here.
+ */
+static rd_bool_t
+rd_kafka_broker_serve_queued_toppars(rd_kafka_broker_t *rkb,
+                                     const rd_kafka_pid_t pid,
+                                     rd_ts_t now,
+                                     rd_ts_t *next_wakeup,
+                                     rd_bool_t may_send,
+                                     rd_bool_t flushing) {
+        rd_kafka_toppar_t *queued[8];
+        int cnt = 0, i;
+        rd_kafka_buf_t *rkbuf;
+
+        TAILQ_FOREACH(rkbuf, &rkb->rkb_outbufs.rkbq_bufs, rkbuf_link) {
+                if (rkbuf->rkbuf_reqhdr.ApiKey != RD_KAFKAP_Produce ||
+                    !rkbuf->rkbuf_u.Produce.batch.rktp)
+                        continue;
+                if (cnt == (int)RD_ARRAYSIZE(queued))
+                        return rd_false;
+                queued[cnt++] = rkbuf->rkbuf_u.Produce.batch.rktp;
+        }
+
+        /* Collected first: a visit may take a request off the queue. The
+         * queue holds a reference to each partition until then. */
+        for (i = 0; i < cnt; i++)
+                rd_kafka_toppar_keep(queued[i]);
+        for (i = 0; i < cnt; i++) {
+                rd_ts_t this_next_wakeup = *next_wakeup;
+                rd_kafka_toppar_producer_serve(rkb, queued[i], pid, now,
+                                               &this_next_wakeup, rd_false,
+                                               may_send, flushing);
+                rd_kafka_set_next_wakeup(next_wakeup, this_next_wakeup);
+        }
+        for (i = 0; i < cnt; i++)
+                rd_kafka_toppar_destroy(queued[i]);
+
+        return rd_kafka_broker_outbufs_space(rkb) == 0;
+}
+
+
+/**
  * @brief Produce from all toppars assigned to this broker.
  *
  * @param next_wakeup is updated if the next IO/ops timeout should be
@@ -4238,6 +4286,30 @@ static int rd_kafka_broker_produce_toppars(rd_kafka_broker_t *rkb,
 
         do {
                 rd_ts_t this_next_wakeup = ret_next_wakeup;
+
+                /* No request can be queued on this connection before one
+                 * queued is sent, which an answer from the broker (that
+                 * wakes this thread) or a writable socket allows: the
+                 * other partitions would each return at once (see
+                 * rd_kafka_toppar_producer_serve), and with many of them
+                 * the visit costs more than the batches it could send.
+                 * Stop here, this partition first in line next time,
+                 * once the partitions whose requests wait in the queue
+                 * were visited: one of them may have to take its request
+                 * back (a partition draining after an error, or a new
+                 * producer id), which only its visit does; were that
+                 * request sent, a later batch could be written before an
+                 * earlier one is retried. The timeout scan still visits
+                 * every partition. */
+                if (!do_timeout_scan &&
+                    rd_kafka_broker_outbufs_space(rkb) == 0 &&
+                    rd_kafka_broker_serve_queued_toppars(
+                        rkb, pid, now, &ret_next_wakeup, may_send,
+                        flushing)) {
+                        rd_kafka_broker_active_toppar_next(rkb, rktp);
+                        *next_wakeup = ret_next_wakeup;
+                        return cnt;
+                }
 
                 /* Try producing toppar */
                 cnt += rd_kafka_toppar_producer_serve(
