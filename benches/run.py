@@ -73,7 +73,9 @@ raw JSON in benches/results/ (git-ignored). Sizes and rates are overridable
 by environment variables (see `Settings`); BENCH_RELAY_LINGER_MS sets the
 relay's kafka.linger_ms and the W1 broker-alone producer's linger.ms (both 5,
 the relay's default, otherwise); BENCH_RELAY_BASELINE=<another outbox-relay
-binary> runs that build beside this one in W1, W3, W4 and start-up; BENCH_QUIET_CPUS=<CPUs> makes
+binary> runs that build beside this one in W1, W3, W4 and start-up; BENCH_RELAY_BIN=<another
+outbox-relay binary, or a script that execs one> runs it in place of this build's everywhere (the
+curves' before/after: one run per binary); BENCH_QUIET_CPUS=<CPUs> makes
 each relay drain of W3 wait until the machine's CPUs were busy less than that over 2 s (for a
 shared machine; at most BENCH_QUIET_MAX_SECS, 300). No figure is asserted: this is a measurement,
 not a test.
@@ -542,7 +544,7 @@ class Env:
         self.brokers = self.vars["KAFKA_BROKERS"]
         target = Path(json.loads(run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=ROOT,
                                      capture_output=True).stdout)["target_directory"]) / "release"
-        self.relay_bin = target / "outbox-relay"
+        self.relay_bin = Path(os.environ.get("BENCH_RELAY_BIN") or target / "outbox-relay")
         self.loadgen_bin = target / "outbox-loadgen"
         self.latency_bin = target / "examples" / "outbox-latency"
 
