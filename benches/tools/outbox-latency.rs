@@ -1115,8 +1115,9 @@ fn watch(
 /// index files (preallocated, memory-mapped) costs the broker about 5 ms
 /// a partition on the benchmark machine, once per log segment. A drain of
 /// a few records a topic into new topics would time mostly that; topics
-/// in use have paid it long before. The warming records are counted
-/// before the first count, so the count leaves them out.
+/// in use have paid it long before. The warming records are on the
+/// topics before the first count, which later counts are taken against,
+/// so no count includes them.
 fn warm_topics(brokers: &str, topics: &[String]) -> anyhow::Result<()> {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
