@@ -1245,9 +1245,24 @@ fn slow_broker_producer(
     String,
     rdkafka::producer::ThreadedProducer<StatsContext>,
 ) {
+    slow_broker_producer_on(prefix, 1, Duration::from_millis(50), extra)
+}
+
+/// [`slow_broker_producer`] with a topic of `partitions` partitions and a
+/// broker answering after `round_trip`.
+fn slow_broker_producer_on(
+    prefix: &str,
+    partitions: i32,
+    round_trip: Duration,
+    extra: Vec<(String, String)>,
+) -> (
+    Mock,
+    String,
+    rdkafka::producer::ThreadedProducer<StatsContext>,
+) {
     let topic = random_name(prefix);
-    let mock = mock_with_topic(1, &topic, 1);
-    mock.broker_round_trip_time(1, Duration::from_millis(50))
+    let mock = mock_with_topic(1, &topic, partitions);
+    mock.broker_round_trip_time(1, round_trip)
         .expect("slow the broker down");
     let producer = producer_config(&sink_settings(&mock, &topic, 60_000, extra), None)
         .create_with_context(StatsContext(
@@ -1395,17 +1410,12 @@ async fn many_partitions_behind_a_slow_broker_are_all_served_in_order() {
 
     const PARTITIONS: usize = 300;
     const RECORDS: usize = 6_000;
-    let topic = random_name("sink_many_partitions");
-    let mock = mock_with_topic(1, &topic, PARTITIONS as i32);
-    mock.broker_round_trip_time(1, Duration::from_millis(20))
-        .expect("slow the broker down");
-    let producer: rdkafka::producer::ThreadedProducer<StatsContext> =
-        producer_config(&sink_settings(&mock, &topic, 60_000, Vec::new()), None)
-            .create_with_context(StatsContext(
-                std::sync::Mutex::new(Vec::new()),
-                std::sync::atomic::AtomicUsize::new(0),
-            ))
-            .expect("create the producer");
+    let (mock, topic, producer) = slow_broker_producer_on(
+        "sink_many_partitions",
+        PARTITIONS as i32,
+        Duration::from_millis(20),
+        Vec::new(),
+    );
     for n in 0..RECORDS {
         let value = n.to_string();
         producer
