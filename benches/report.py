@@ -30,6 +30,7 @@ SYSTEMS = {
     "bare_librdkafka": "bare librdkafka producer",
     "bare_java": "bare Java producer",
     "broker": "broker alone",
+    "broker_now": "broker alone, linger.ms = 0",
     "broker_writers": "broker alone beside the writers",
     "broker_txn": "transactional producer alone (librdkafka)",
     "broker_txn_java": "transactional producer alone (Java)",
@@ -152,6 +153,62 @@ def reached_rate(runs: list[dict], rate: int) -> tuple[bool, str]:
     return False, f" (writer reached only {reached:,.0f}/s: {rate:,}/s not achieved, not judged)"
 
 
+# The steps of the steady-state CPU table: the relay (and a baseline
+# build), and the producer alone with the relay's linger and without one.
+STEADY_CPU_STEPS = ("relay", "relay_base", "broker", "broker_now")
+
+
+def steady_cpu_per_event(runs: list[dict] | None, group: str, rate: int) -> dict | None:
+    """CPU µs per event of `group` over the measured part of W1 steps (the
+    CPUs it used, from /proc, over the rate the writer reached): the same
+    measure for the relay and for a producer alone."""
+    values = []
+    for r in runs or []:
+        used = ((r.get("cpu_share") or {}).get("groups") or {}).get(group, {}).get("cpus")
+        reached = r.get("commit_rate") or rate
+        if used is not None and reached:
+            values.append(used / reached * 1e6)
+    return mmm(values)
+
+
+def steady_cpu(w, get, rates: list[int]) -> list[tuple[str, str, bool | None]]:
+    """Relay CPU per event at each steady W1 rate beside a librdkafka
+    producer alone at that rate (with the relay's linger, and with none: a
+    record sent the moment it is due, the latency class of the relay's
+    nudged sends), and the steady-state CPU targets (≤ 10 µs/event at 1k/s
+    and 5k/s)."""
+    rows, targets = [], []
+    for rate in rates:
+        cells = {key: steady_cpu_per_event(get(key, rate), MEASURED_GROUP[key], rate) for key in STEADY_CPU_STEPS}
+        if cells["relay"] is None:
+            continue
+        p50 = {key: lat(get(key, rate), "p50_us") if get(key, rate) else None for key in STEADY_CPU_STEPS}
+        rows.append(f"| {rate:,} | " + " | ".join(
+            f"{fmt(cells[key], digits=1)} (p50 {fmt(p50[key], digits=2)} ms)" if cells[key] else "n/a"
+            for key in STEADY_CPU_STEPS) + " |")
+        if rate in (1000, 5000):
+            judged, note = reached_rate(get("relay", rate), rate)
+            text, ok = at_most(cells["relay"]["median"], 10, "µs/event")
+            floor = [f"{SYSTEMS[key]} {cells[key]['median']:.1f}" for key in ("broker", "broker_now") if cells[key]]
+            if floor:
+                text += f" (a librdkafka producer alone: {', '.join(floor)} µs/event)"
+            targets.append((f"relay CPU ≤ 10 µs/event at a steady {rate // 1000}k/s (W1, measured part)",
+                            text + note, ok if judged else None))
+    if rows:
+        w("CPU per event at a steady rate (µs, medians of the repeats, over the measured part of each step, "
+          "from `/proc`; the median commit-to-consume latency beside it). The producer alone is "
+          "`outbox-latency produce` (librdkafka as the relay builds it, acks=all, idempotent) sending the "
+          "relay's records on the same open-loop schedule: with the relay's `linger.ms`, and with "
+          "`linger.ms = 0`, each record sent the moment it is due, as the relay sends an event it reads "
+          "alone. Its own timer wakes it for each record as the WAL wakes the relay.\n")
+        w("| rate/s | " + " | ".join(SYSTEMS[key] for key in STEADY_CPU_STEPS) + " |")
+        w("|---|" + "---|" * len(STEADY_CPU_STEPS))
+        for row in rows:
+            w(row)
+        w("")
+    return targets
+
+
 def w1_latency_targets(get, rates: list[int]) -> list[tuple[str, str, bool | None]]:
     """The low-rate latency targets (commit-to-consume at 1,000/s, both
     delivery modes) and "never worse than Debezium tuned" at every W1 rate,
@@ -184,7 +241,7 @@ def w1_latency_targets(get, rates: list[int]) -> list[tuple[str, str, bool | Non
 
 
 # W1's kinds of step, in the order its tables list them.
-W1_STEPS = ("broker", "broker_writers", "broker_txn", "broker_txn_java", "postgres", "relay", "relay_base", "relay_eos",
+W1_STEPS = ("broker", "broker_now", "broker_writers", "broker_txn", "broker_txn_java", "postgres", "relay", "relay_base", "relay_eos",
             "relay_base_eos", "dbz_default", "dbz_tuned")
 
 # The columns of the W1 CPU table: process groups of run.py's PROCESS_GROUPS.
@@ -198,7 +255,7 @@ SHARE_COLUMNS = (
     ("other", "everything else"),
 )
 # Which group is "the system measured" in each kind of step.
-MEASURED_GROUP = {"broker": "producer", "broker_writers": "producer", "broker_txn": "producer",
+MEASURED_GROUP = {"broker": "producer", "broker_now": "producer", "broker_writers": "producer", "broker_txn": "producer",
                   "broker_txn_java": "producer", "postgres": "pg_recvlogical",
                   "relay": "relay", "relay_base": "relay", "relay_eos": "relay", "relay_base_eos": "relay",
                   "dbz_default": "debezium",
@@ -842,6 +899,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
               + ". Its latency ends at the acknowledgement of the record, before the commit that makes it "
                 "visible to read_committed consumers.\n")
         write_cpu_share(w, {key: get(key, 5000) for key in W1_STEPS}, 5000)
+        targets.extend(steady_cpu(w, get, rates))
         targets.extend(w1_latency_targets(get, rates))
         linger = s.get("relay_linger_ms") or ""
         relay_linger = f"linger_ms = {linger} (BENCH_RELAY_LINGER_MS)" if linger else "its defaults (linger_ms = 5)"

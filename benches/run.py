@@ -11,7 +11,9 @@ What runs, one system at a time, on this worktree's own PostgreSQL and Kafka
   ProducerPerformance, acks=all, idempotent (broker ceiling);
 * W1 latency: open-loop load at fixed rates (outbox-loadgen --open-loop),
   commit-returned -> consumed on this host, HDR histograms (outbox-latency),
-  for the relay, Debezium, the broker alone and the PostgreSQL-only path;
+  for the relay, Debezium, the broker alone (a librdkafka producer with the
+  relay's linger, and with none) and the PostgreSQL-only path, with CPU per
+  event at each steady rate;
 * W2 max sustainable rate: the open-loop rate stepped up until the lag grows;
 * W3 backlog drain and W4 one big transaction: every system drains the same
   WAL from its own slot, all created before the load;
@@ -444,6 +446,11 @@ class CpuBudget:
         }
 
 
+# Relay builds given by path (BENCH_RELAY_BIN, BENCH_RELAY_BASELINE), whose
+# file names need not say outbox-relay: their processes are the relay's too.
+RELAY_BINARIES = {path for path in (os.environ.get("BENCH_RELAY_BIN"), os.environ.get("BENCH_RELAY_BASELINE"))
+                  if path}
+
 # Who is who on the machine during a W1 step, by command line.
 PROCESS_GROUPS = (
     ("walsender", lambda c: c.startswith("postgres:") and "walsender" in c),
@@ -451,7 +458,7 @@ PROCESS_GROUPS = (
     ("pg_recvlogical", lambda c: "pg_recvlogical" in c.split(" ")[0]),
     ("postgres", lambda c: c.startswith("postgres") or "/postgresql/" in c.split(" ")[0]),
     ("loadgen", lambda c: "outbox-loadgen" in c.split(" ")[0]),
-    ("relay", lambda c: "outbox-relay" in c.split(" ")[0]),
+    ("relay", lambda c: "outbox-relay" in c.split(" ")[0] or c.split(" ")[0] in RELAY_BINARIES),
     ("debezium", lambda c: c.startswith("java") and "ConnectStandalone" in c),
     ("kafka", lambda c: c.startswith("java") and "kafka.Kafka" in c),
     ("producer", lambda c: ("outbox-latency" in c.split(" ")[0] and " produce " in c)
@@ -1077,7 +1084,7 @@ def writers_cmd(env: Env, table: str, rate: int, secs: float, warmup: float, tim
 
 
 def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: str | None = None,
-                txn: str | None = None) -> dict:
+                txn: str | None = None, linger_ms: str | None = None) -> dict:
     """The broker alone at `rate`; with `writers_into` (an outbox table no
     slot reads) while `outbox-loadgen` writes the same load into PostgreSQL,
     so the broker and the consumer share the machine as they do beside a
@@ -1089,7 +1096,11 @@ def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: s
     trickle): "librdkafka" (`outbox-latency produce`, with a checkpoint-sized
     record to a second topic before each commit, as the relay) or "java"
     (benches/tools/TxnProducer.java, Kafka's Java producer). Each record is
-    measured from its due time."""
+    measured from its due time.
+
+    `linger_ms`: the librdkafka producer's linger instead of the relay's
+    (`"0"`: each record sent as it is due, the latency class of the relay's
+    nudged sends, and their cost per event)."""
     topic = env.name("broker") + ".order"
     tag = uuid.uuid4().hex[:6]
     timing = env.work / f"timing-{tag}.bin"
@@ -1119,7 +1130,7 @@ def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: s
                "--record-bytes", str(env.s.payload), "--timing-file", str(timing),
                # The same batching wait as the relay's producer, so the two differ
                # only by what the relay adds.
-               "--linger-ms", env.s.relay_linger_ms or "5"]
+               "--linger-ms", linger_ms or env.s.relay_linger_ms or "5"]
         if txn == "librdkafka":
             cmd += ["--transactional-id", f"{topic}.txn", "--per-transaction", "due",
                     "--checkpoint-topic", f"{topic}.checkpoints"]
@@ -1943,7 +1954,7 @@ def sustained(r: dict, rate: int, secs: float) -> bool:
 
 def w1(env: Env) -> dict:
     s = env.s
-    res: dict = {"broker": {}, "broker_writers": {}, "broker_txn": {}, "broker_txn_java": {}, "perf_txn": {},
+    res: dict = {"broker": {}, "broker_now": {}, "broker_writers": {}, "broker_txn": {}, "broker_txn_java": {}, "perf_txn": {},
                  "postgres": {}, "relay": {}, "relay_eos": {}, "relay_base": {}, "relay_base_eos": {},
                  "dbz_default": {}, "dbz_tuned": {}}
     # Exactly-once delivery at one moderate rate: its latency adds up to
@@ -1955,6 +1966,14 @@ def w1(env: Env) -> dict:
             c = r["commit_to_consume"] or {}
             log(f"broker alone @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms p99 {c.get('p99_us', 0) / 1e3:.2f} ms")
             res["broker"].setdefault(rate, []).append(r)
+            # The same producer without a linger: what a record sent the
+            # moment it is due costs librdkafka and the broker at this rate,
+            # the floor under the relay's steady-state CPU per event.
+            r = broker_step(env, rate, s.w1_secs, s.w1_warmup, linger_ms="0")
+            c = r["commit_to_consume"] or {}
+            log(f"broker alone, linger 0, @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms "
+                f"p99 {c.get('p99_us', 0) / 1e3:.2f} ms")
+            res["broker_now"].setdefault(rate, []).append(r)
         # The transactional producers alone, beside the relay's exactly-once
         # mode (at its rate only).
         for rate in eos_rates:
