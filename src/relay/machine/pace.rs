@@ -33,20 +33,50 @@ pub const NUDGE_AFTER_PAUSE: Duration = Duration::from_millis(1);
 
 /// At-least-once, while WAL arrives faster than [`BUSY_MESSAGES`] per
 /// [`RATE_PERIOD`] (and slower than a drain, [`DRAIN_MESSAGES`]), a stream
-/// that was read to its end is read again at most once per this window,
-/// and what the read brought is sent at once (a nudge per read: the window
-/// batches instead of `linger.ms`). Each read
-/// then takes several transactions, so the session, the producer's broker
-/// thread and the delivery reports each wake once per window instead of
-/// about once per event. At a steady 5,000 events/s this took relay CPU per
-/// event from 44.8 to 28.8 µs and its threads' context switches from 2.3
-/// to 1.0 per event, for about 1.6 ms more median latency (the window,
-/// rounded up to the runtime's 1 ms timer) and no worse a p99:
-/// benches/cpu-notes.md, twenty-sixth round.
-pub const READ_WINDOW: Duration = Duration::from_millis(1);
+/// that was read to its end is read again at most once per window, and
+/// what the read brought is sent at once (a nudge per read: the window
+/// batches instead of `linger.ms`). Each read then takes several
+/// transactions, so the session, the producer's broker thread and the
+/// delivery reports each wake once per window instead of about once per
+/// event. The window is sized by the arrival rate ([`read_window`]): long
+/// enough for about [`READ_BATCH_MESSAGES`] messages, at least
+/// [`READ_WINDOW_MIN`] and at most [`READ_WINDOW_MAX`].
+///
+/// A fixed 1 ms window took relay CPU per event at a steady 5,000 events/s
+/// from 44.8 to 28.8 µs and its threads' context switches from 2.3 to 1.0
+/// per event, for about 1.6 ms more median latency (the window, rounded up
+/// to the runtime's 1 ms timer) and no worse a p99 (benches/cpu-notes.md,
+/// twenty-sixth round); sizing it by the rate: thirty-first round.
+pub const READ_WINDOW_MIN: Duration = Duration::from_millis(1);
+
+/// The longest read window: what a busy stream's events may wait on top
+/// of the broker's round trip. At 5,000 events/s the p50 target is 5 ms
+/// and the p99 10 ms, and the broker alone takes some 3 and 6.
+pub const READ_WINDOW_MAX: Duration = Duration::from_millis(2);
+
+/// The messages a busy stream's read window aims to hold: about ten
+/// single-row transactions (a Begin, an Insert and a Commit each). With
+/// [`READ_WINDOW_MAX`] this gives 2 ms windows up to 5,000 such
+/// transactions a second, which took 6–12 % off the relay's CPU per event
+/// there and a fifth off the broker's against a fixed 1 ms, for 0.3–0.4 ms
+/// more p99 (benches/cpu-notes.md, thirty-first round), and the 1 ms
+/// window from 10,000 a second, where a read holds ten anyway.
+pub const READ_BATCH_MESSAGES: u64 = 30;
+
+/// The read window of a busy stream whose last whole [`RATE_PERIOD`] held
+/// `period_messages`: the time [`READ_BATCH_MESSAGES`] take to arrive at
+/// that rate, within [`READ_WINDOW_MIN`]..=[`READ_WINDOW_MAX`]. About 2 ms
+/// from 2,500 to 5,000 single-row transactions a second, 1 ms from
+/// 10,000.
+pub fn read_window(period_messages: u64) -> Duration {
+    let fill = RATE_PERIOD.as_nanos() * u128::from(READ_BATCH_MESSAGES)
+        / u128::from(period_messages.max(1));
+    Duration::from_nanos(u64::try_from(fill).unwrap_or(u64::MAX))
+        .clamp(READ_WINDOW_MIN, READ_WINDOW_MAX)
+}
 
 /// The period over which the arrival rate is counted, and the messages in
-/// one from which the stream is busy (read once per [`READ_WINDOW`]): 75
+/// one from which the stream is busy (read once per [`read_window`]): 75
 /// in 10 ms, 7,500 messages a second, about 2,500 single-row transactions
 /// (a Begin, an Insert and a Commit each). At 1,000 events/s a period
 /// holds about 30, and reaching 75 is a one-in-millions burst: events are
@@ -96,10 +126,11 @@ pub(super) struct Pace {
     /// At-least-once: WAL arrived after a pause since the last nudge.
     after_pause: bool,
     /// The arrival rate: messages counted since `period_start`, and whether
-    /// the last whole period reached [`BUSY_MESSAGES`].
+    /// the last whole period reached [`BUSY_MESSAGES`], and if so the
+    /// read window its rate asks for ([`read_window`]).
     period_start: Instant,
     period_messages: u64,
-    busy: bool,
+    busy: Option<Duration>,
     /// When the last read after a quiet moment began (its first message).
     last_read: Option<Instant>,
 }
@@ -122,7 +153,7 @@ impl Pace {
             after_pause: false,
             period_start: started.at,
             period_messages: 0,
-            busy: false,
+            busy: None,
             last_read: None,
         }
     }
@@ -153,8 +184,9 @@ impl SessionMachine<'_> {
         if elapsed >= RATE_PERIOD {
             // Busy when the period just ended was whole (no quiet period
             // between it and now) and held enough messages.
-            pace.busy = elapsed < 2 * RATE_PERIOD
+            let busy = elapsed < 2 * RATE_PERIOD
                 && (BUSY_MESSAGES..DRAIN_MESSAGES).contains(&pace.period_messages);
+            pace.busy = busy.then(|| read_window(pace.period_messages));
             pace.period_start = now;
             pace.period_messages = 0;
         }
@@ -163,15 +195,16 @@ impl SessionMachine<'_> {
 
     /// At-least-once, when the stream was read to its end: until when to
     /// leave it unread, so that what arrives meanwhile is taken in one read
-    /// ([`READ_WINDOW`] after the last read began, while the stream is
+    /// (a [`read_window`] after the last read began, while the stream is
     /// busy). `None`: read as soon as something arrives (a slow stream, a
     /// drain that never reads to the end, exactly-once, a stop under way).
     pub fn read_hold(&self) -> Option<Instant> {
-        if self.commits.is_some() || self.pace.stop.is_some() || !self.pace.busy {
+        if self.commits.is_some() || self.pace.stop.is_some() {
             return None;
         }
+        let window = self.pace.busy?;
         self.pace.quiet_since?;
-        let until = self.pace.last_read? + READ_WINDOW;
+        let until = self.pace.last_read? + window;
         (until > self.pace.now).then_some(until)
     }
 
@@ -179,7 +212,7 @@ impl SessionMachine<'_> {
     /// producer into sending what it holds now instead of after its
     /// `linger.ms`. Yes when records went to the producer since the last
     /// nudge and either the stream is busy (each read, one window's worth,
-    /// is a batch: [`READ_WINDOW`]) or WAL arrived after a pause and none
+    /// is a batch: [`read_window`]) or WAL arrived after a pause and none
     /// older still waits for the broker (then nothing is queueing). When
     /// older ones wait on a stream not busy, events arrive faster than the
     /// broker answers, and the linger batches them. Counts the nudge as done.
@@ -187,7 +220,7 @@ impl SessionMachine<'_> {
         let due = self.commits.is_none()
             && self.pace.quiet_since.is_some()
             && self.pace.unnudged > 0
-            && (self.pace.busy
+            && (self.pace.busy.is_some()
                 || (self.pace.after_pause && self.pending_events() <= self.pace.unnudged));
         if due {
             self.pace.unnudged = 0;

@@ -27,7 +27,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use proptest::prelude::*;
 
-use super::pace::{BUFFERED_ITEMS_PER_WAKE, NUDGE_AFTER_PAUSE, RATE_PERIOD, READ_WINDOW};
+use super::pace::{
+    BUFFERED_ITEMS_PER_WAKE, NUDGE_AFTER_PAUSE, RATE_PERIOD, READ_WINDOW_MAX, READ_WINDOW_MIN,
+    read_window,
+};
 use super::*;
 use crate::contracts::{Contracts, Schema};
 use crate::envelope::{ContentMode, EnvelopeSettings};
@@ -1961,22 +1964,23 @@ fn read_one_by_one(
 }
 
 /// At-least-once, once WAL arrives faster than `BUSY_MESSAGES` per
-/// [`RATE_PERIOD`] (here 5,000 single-row transactions a second), a stream
-/// read to its end is left unread until [`READ_WINDOW`] after the last read
-/// began, and each read is sent at once (a nudge per read, whether or not
-/// older records still wait); before the rate is known, and once the
-/// window has passed, nothing is held.
+/// [`RATE_PERIOD`] (here 2,500 transactions a second, of 4 messages each
+/// with their business row), a stream read to its end is left unread until
+/// a window after the last read began (at this rate [`READ_WINDOW_MAX`]),
+/// and each read is sent at once (a nudge per read, whether or not older
+/// records still wait); before the rate is known, and once the window has
+/// passed, nothing is held.
 #[test]
 fn a_busy_stream_is_read_once_per_window_and_each_read_is_sent_at_once() {
     let settings = settings(100_000);
     let mut refusals = Refusals::new();
     let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
     let t0 = machine.now();
-    let gap = Duration::from_micros(200);
+    let gap = Duration::from_micros(400);
     // The first period: the rate is not known yet, every read is taken
     // at once and batched by the linger (no pause, nothing nudged).
     let mut at = t0;
-    for i in 0..45 {
+    for i in 0..23 {
         at = read_one_by_one(&mut machine, &mut producer, t0 + gap * i, gap, 1, 10 + i);
         assert_eq!(
             machine.read_hold(),
@@ -1988,7 +1992,7 @@ fn a_busy_stream_is_read_once_per_window_and_each_read_is_sent_at_once() {
         !machine.nudge_due(),
         "no pause, not busy: the linger batches"
     );
-    // Past the first period (45 transactions, 3 messages each, in 9 ms:
+    // Past the first period (23 transactions, 4 messages each, in 9 ms:
     // busy from the first message after it).
     let last_read = read_one_by_one(
         &mut machine,
@@ -2000,15 +2004,15 @@ fn a_busy_stream_is_read_once_per_window_and_each_read_is_sent_at_once() {
     );
     assert_eq!(
         machine.read_hold(),
-        Some(last_read + READ_WINDOW),
-        "busy: left unread until a window after the last read began"
+        Some(last_read + READ_WINDOW_MAX),
+        "busy at 2,500/s: left unread until the longest window after the last read began"
     );
     assert!(
         machine.nudge_due(),
         "busy: each read is a batch, sent at once"
     );
     assert!(!machine.nudge_due(), "already nudged for it");
-    machine.set_time(clocks(last_read + READ_WINDOW));
+    machine.set_time(clocks(last_read + READ_WINDOW_MAX));
     assert_eq!(machine.read_hold(), None, "the window has passed");
     // A read that is not to the end (a drain) is never held.
     let txn = table_rows(&["drain"], 0x9_0000);
@@ -2017,10 +2021,46 @@ fn a_busy_stream_is_read_once_per_window_and_each_read_is_sent_at_once() {
     }
     assert_eq!(machine.read_hold(), None, "not read to the end: read on");
     // A stop under way is never held.
-    machine.stream_quiet(last_read + READ_WINDOW);
+    machine.stream_quiet(last_read + READ_WINDOW_MAX);
     assert!(machine.read_hold().is_some());
     machine.stop_requested(last_read + Duration::from_secs(30));
     assert_eq!(machine.read_hold(), None, "a stop reads on to its end");
+}
+
+/// The read window follows the arrival rate: about `READ_BATCH_MESSAGES`
+/// messages' worth, within [`READ_WINDOW_MIN`]..=[`READ_WINDOW_MAX`]. A
+/// busy stream at 10,000 transactions a second (4 messages each) is held
+/// half as long as one at 2,500 (above), and one slowing down gets the
+/// longer window from its next whole period.
+#[test]
+fn a_busy_streams_read_window_follows_its_rate() {
+    let ms = Duration::from_millis(1);
+    assert_eq!(read_window(75), 2 * ms, "2,500/s: the longest");
+    assert_eq!(read_window(150), 2 * ms, "5,000/s: 30 messages take 2 ms");
+    assert_eq!(read_window(200), Duration::from_micros(1_500));
+    assert_eq!(read_window(300), ms, "10,000/s: 30 messages take 1 ms");
+    assert_eq!(read_window(749), ms, "faster still: the shortest");
+    assert_eq!(read_window(0), 2 * ms);
+    let settings = settings(100_000);
+    let mut refusals = Refusals::new();
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    let t0 = machine.now();
+    // 10,000 transactions a second: 400 messages in the first period.
+    let fast = Duration::from_micros(100);
+    let last_read = read_one_by_one(&mut machine, &mut producer, t0, fast, 110, 10);
+    assert_eq!(
+        machine.read_hold(),
+        Some(last_read + READ_WINDOW_MIN),
+        "10,000/s: the shortest window"
+    );
+    // Then 2,000 a second, two whole periods and into the next.
+    let slow = Duration::from_micros(500);
+    let last_read = read_one_by_one(&mut machine, &mut producer, last_read + slow, slow, 45, 200);
+    assert_eq!(
+        machine.read_hold(),
+        Some(last_read + READ_WINDOW_MAX),
+        "2,000/s (80 messages a period, still busy): the longest window"
+    );
 }
 
 /// At 1,000 single-row transactions a second (30 messages a period, under
