@@ -716,7 +716,7 @@ fn produce(
     let producer: Arc<BaseProducer> = Arc::new(config.create().context("producer")?);
     let timeout = Duration::from_secs(30);
     // In transactions, delivery reports are served by a thread of their
-    // own (as the relay's polling thread does), so that a commit, which
+    // own (as the relay serves its own off the commit's thread), so that a commit, which
     // waits for them, returns as soon as the broker answers: rdkafka's
     // `commit_transaction` would serve them in 100 ms steps.
     let polling_done = Arc::new(AtomicBool::new(false));
@@ -839,7 +839,7 @@ fn produce(
 }
 
 /// librdkafka's own commit (as the relay calls it): it waits for every
-/// delivery report, which the polling thread serves.
+/// delivery report, which the polling thread above serves.
 fn commit_transaction(producer: &BaseProducer, timeout: Duration) -> anyhow::Result<()> {
     let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
     // SAFETY: the handle belongs to `producer`, alive for the whole call;

@@ -24,6 +24,7 @@
 //! `transactional` (`kafka/transactional.rs`) adds the transactional calls
 //! to [`KafkaSink`].
 
+mod reports;
 pub(super) mod transactional;
 
 use std::sync::Arc;
@@ -35,9 +36,9 @@ use rdkafka::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafka;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use super::broker_watch::{BrokerWatch, ReachObserver};
 use super::counters::AckCounters;
@@ -47,6 +48,7 @@ use super::refusal_kind::{
 };
 use crate::backoff::Backoff;
 use crate::envelope::KafkaRecord;
+use reports::{PumpGuard, RelayProducer};
 
 pub use transactional::{TransactionSettings, TxnFailure};
 
@@ -220,6 +222,9 @@ struct ReportingContext<T> {
     /// Whether a broker answers, from the callbacks below; logs
     /// connection trouble once per incident instead of once per error.
     brokers: BrokerWatch,
+    /// Woken by librdkafka when reports land on its empty queue
+    /// (`kafka/reports.rs`).
+    reports_ready: Arc<Notify>,
 }
 
 impl<T> ReportingContext<T> {
@@ -228,7 +233,7 @@ impl<T> ReportingContext<T> {
     /// would land before the failed one's replay and break per-aggregate
     /// order ("per-aggregate order" in docs/design.md). After a non-fatal permanent error librdkafka
     /// bumps the producer epoch and goes on with the queue; purging here, on
-    /// the poll thread that serves this report, wins against that epoch bump
+    /// the thread that serves this report, wins against that epoch bump
     /// (a broker round trip), where a purge from the relay's task would race
     /// it. Once per producer; the purged records report `_PURGE_*` errors.
     fn purge_behind_failure(&self) {
@@ -490,7 +495,7 @@ pub fn producer_config(
 /// the broker watch when one answers. It holds the producer only while it
 /// asks, and ends once the producer is dropped.
 fn spawn_answer_probe<T: Send + Sync + 'static>(
-    producer: std::sync::Weak<ThreadedProducer<ReportingContext<T>>>,
+    producer: std::sync::Weak<RelayProducer<T>>,
     topic: String,
 ) {
     let _ = std::thread::Builder::new()
@@ -520,9 +525,12 @@ const NUDGE_HOLD_MS: i32 = 1;
 
 /// The idempotent producer and its delivery-report channel.
 pub struct KafkaSink<T: Send + Sync + 'static> {
-    /// Shared only with a metadata request in flight on a blocking thread
-    /// and with the answer probe (which holds it weakly).
-    producer: Arc<ThreadedProducer<ReportingContext<T>>>,
+    /// Shared only with a metadata request in flight on a blocking thread,
+    /// and with the answer probe and the report pump (`kafka/reports.rs`),
+    /// which hold it weakly.
+    producer: Arc<RelayProducer<T>>,
+    /// Serves the delivery reports while the sink lives.
+    _reports: PumpGuard,
     alarms: mpsc::UnboundedReceiver<Refused>,
     dead_letter_topic: String,
     /// The producer may ask the broker to create a topic it names
@@ -549,27 +557,28 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     ) -> Result<(Self, mpsc::UnboundedReceiver<DeliveryReport<T>>), SinkError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let (alarm_tx, alarms) = mpsc::unbounded_channel();
-        let producer: ThreadedProducer<ReportingContext<T>> =
-            producer_config(settings, transactions)
-                .create_with_context(ReportingContext {
-                    reports: tx,
-                    dead_letter_topic: settings.dead_letter_topic.clone(),
-                    handle: AtomicPtr::new(std::ptr::null_mut()),
-                    purged: AtomicBool::new(false),
-                    abandoned: AtomicBool::new(false),
-                    alarms: alarm_tx,
-                    alarmed: AtomicBool::new(false),
-                    acknowledged: AckCounters::new(&settings.dead_letter_topic),
-                    checkpoint_topic: transactions.map(|t| t.checkpoint_topic.clone()),
-                    brokers: BrokerWatch::new(&settings.brokers),
-                })
-                .map_err(SinkError::Create)?;
+        let producer: RelayProducer<T> = producer_config(settings, transactions)
+            .create_with_context(ReportingContext {
+                reports: tx,
+                dead_letter_topic: settings.dead_letter_topic.clone(),
+                handle: AtomicPtr::new(std::ptr::null_mut()),
+                purged: AtomicBool::new(false),
+                abandoned: AtomicBool::new(false),
+                alarms: alarm_tx,
+                alarmed: AtomicBool::new(false),
+                acknowledged: AckCounters::new(&settings.dead_letter_topic),
+                checkpoint_topic: transactions.map(|t| t.checkpoint_topic.clone()),
+                brokers: BrokerWatch::new(&settings.brokers),
+                reports_ready: Arc::new(Notify::new()),
+            })
+            .map_err(SinkError::Create)?;
         let client = producer.client();
         client
             .context()
             .handle
             .store(client.native_ptr(), Ordering::Release);
         let producer = Arc::new(producer);
+        let pump = reports::spawn(&producer);
         spawn_answer_probe(
             Arc::downgrade(&producer),
             settings.dead_letter_topic.clone(),
@@ -577,6 +586,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         Ok((
             Self {
                 producer,
+                _reports: pump,
                 alarms,
                 dead_letter_topic: settings.dead_letter_topic.clone(),
                 may_create_topics: settings.may_create_topics(),
