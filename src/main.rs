@@ -17,7 +17,7 @@ use outbox_relay::config::{Config, LogFormat};
 use outbox_relay::error::Cause;
 use outbox_relay::events;
 use outbox_relay::metrics::{self, Health};
-use outbox_relay::relay::{self, RelayError, Side, Stopped};
+use outbox_relay::relay::{self, RelayError, Side, Stopped, Upkeep};
 use tokio::sync::watch;
 
 // jemalloc for the whole process, librdkafka's C code included (the
@@ -404,10 +404,11 @@ fn main() -> ExitCode {
             events::ConfigWarning { warning: &warning }.emit();
         }
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `run`: the stream on a runtime of one worker, and its upkeep (the
+    // relay lock, the metrics endpoint, the retries beside the stream) on
+    // a runtime of its own (relay/upkeep.rs says why).
+    let relays = matches!(cli.command, Command::Run(_));
+    let runtime = match build_runtime(relays.then_some("outbox-stream")) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("outbox-relay: cannot start the async runtime: {e}");
@@ -421,8 +422,16 @@ fn main() -> ExitCode {
         // woken through a futex by a worker for every readable socket (a
         // thread hand-off per replication read).
         Command::Run(_) => {
+            let upkeep_runtime = match build_runtime(Some("outbox-upkeep")) {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("outbox-relay: cannot start the upkeep's async runtime: {e}");
+                    return ExitCode::from(EXIT_FATAL);
+                }
+            };
+            let upkeep = Upkeep::on(upkeep_runtime.handle().clone());
             let outcome = runtime.block_on(async {
-                match tokio::spawn(run(config)).await {
+                match tokio::spawn(run(config, upkeep)).await {
                     Ok(result) => result,
                     // A panic stays a panic, as it was on this thread.
                     Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -433,6 +442,8 @@ fn main() -> ExitCode {
             });
             // A stop during start-up leaves a blocking call (the broker probe) behind.
             runtime.shutdown_timeout(Duration::from_millis(500));
+            // Only after the stream's: the stream may wait on upkeep work to its end.
+            upkeep_runtime.shutdown_timeout(Duration::from_millis(500));
             match outcome {
                 Ok(Stopped::Drained) => ExitCode::SUCCESS,
                 Ok(Stopped::Undrained { .. }) => ExitCode::from(EXIT_UNDRAINED),
@@ -459,6 +470,16 @@ fn main() -> ExitCode {
         Command::Dead(dead) => runtime.block_on(dead_command(&config, dead.action)),
         Command::CheckConfig(_) | Command::Schema(_) => ExitCode::SUCCESS,
     }
+}
+
+/// A multi-thread runtime: of one worker thread named `single`, or of one
+/// worker per CPU (tokio's default) for the commands other than `run`.
+fn build_runtime(single: Option<&str>) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(name) = single {
+        builder.worker_threads(1).thread_name(name);
+    }
+    builder.enable_all().build()
 }
 
 fn schema_check_command(args: &SchemaCheckArgs) -> ExitCode {
@@ -658,17 +679,22 @@ enum RunError {
     Setup(anyhow::Error),
 }
 
-async fn run(config: Config) -> Result<Stopped, RunError> {
+async fn run(config: Config, upkeep: Upkeep) -> Result<Stopped, RunError> {
     let health = Health::default();
     if let Some(addr) = &config.relay.metrics_addr {
         let handle =
             metrics::install_recorder().map_err(|e| RunError::Setup(anyhow::Error::msg(e)))?;
-        // A host name is resolved here: the first of its addresses that binds.
-        let listener = tokio::net::TcpListener::bind((addr.host(), addr.port()))
+        // A host name is resolved here: the first of its addresses that
+        // binds. Bound and served on the upkeep's runtime, whose I/O
+        // driver then serves it.
+        let (host, port) = (addr.host().to_owned(), addr.port());
+        let listener = upkeep
+            .run(async move { tokio::net::TcpListener::bind((host.as_str(), port)).await })
             .await
             .with_context(|| format!("cannot listen on relay.metrics_addr {addr}"))
             .map_err(RunError::Setup)?;
-        tokio::spawn(metrics::serve(listener, handle, health.clone()));
+        let served = health.clone();
+        upkeep.enter(|| tokio::spawn(metrics::serve(listener, handle, served)));
         events::ServingMetrics { addr }.emit();
     }
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -690,7 +716,13 @@ async fn run(config: Config) -> Result<Stopped, RunError> {
     config.log_effective();
     // A stop during start-up ends it at once, unless a webhook retry worker may hold a request.
     let early = health.stopped_before_streaming(stop_rx.clone(), Duration::from_millis(250));
-    let running = relay::run_observed(settings, config.observability(), stop_rx, health.clone());
+    let running = relay::run_observed(
+        settings,
+        config.observability(),
+        &upkeep,
+        stop_rx,
+        health.clone(),
+    );
     tokio::select! {
         biased;
         outcome = running => outcome.map_err(RunError::Relay),

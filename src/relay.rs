@@ -44,6 +44,7 @@ mod round;
 mod session;
 mod settings;
 mod supervisor;
+mod upkeep;
 
 use std::time::Duration;
 
@@ -67,6 +68,7 @@ pub use lock::{DEFAULT_LEASE, LockError, LockSettings, MAX_LEASE, MIN_LEASE, loc
 pub use machine::{Notice, Producer, SessionMachine, Step};
 pub use refusals::Refusals;
 pub use settings::{Observability, RelaySettings, SourceSettings};
+pub use upkeep::Upkeep;
 
 /// Aborts the background task it holds when dropped.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
@@ -106,19 +108,77 @@ pub async fn run(
     shutdown: watch::Receiver<bool>,
     health: Health,
 ) -> Result<Stopped, RelayError> {
-    run_observed(settings, Observability::default(), shutdown, health).await
+    run_observed(
+        settings,
+        Observability::default(),
+        &Upkeep::current(),
+        shutdown,
+        health,
+    )
+    .await
 }
 
 /// [`run`], with the progress line as `observability` says. The slot's lag
 /// is sampled in the background for as long as it runs, and the background
 /// tasks of the cleanup, the trace exporter and the parked gauges run
-/// beside the sessions.
+/// beside the sessions, on `upkeep`'s runtime with the relay lock's
+/// session.
 pub async fn run_observed(
     settings: RelaySettings,
     observability: Observability,
+    upkeep: &Upkeep,
     shutdown: watch::Receiver<bool>,
     health: Health,
 ) -> Result<Stopped, RelayError> {
+    let spawned = upkeep.enter(|| spawn_background(&settings, &observability, upkeep, &health))?;
+    let background_webhooks = spawned.background.webhooks.clone();
+    let outcome = run_sessions(
+        settings,
+        observability,
+        shutdown,
+        health,
+        &spawned.background,
+    )
+    .await;
+    // The tasks end once their last handle is gone, after finishing what
+    // they hold.
+    drop(spawned.background);
+    let _ = spawned.stop_worker.send(true);
+    if let Some(mut worker) = spawned.retry_worker {
+        let longest = settings_timeout(&background_webhooks) + BACKGROUND_DRAIN;
+        if tokio::time::timeout(longest, &mut worker).await.is_err() {
+            worker.abort();
+        }
+    }
+    let tasks = [spawned.exporter, spawned.cleaner, spawned.parked_gauges];
+    for task in tasks.into_iter().flatten() {
+        let _ = tokio::time::timeout(BACKGROUND_DRAIN, task).await;
+    }
+    outcome
+}
+
+/// A background task's handle, if it runs.
+type Task = Option<tokio::task::JoinHandle<()>>;
+
+/// The background tasks as `run_observed` holds them.
+struct Spawned {
+    /// Their handles, for the sessions.
+    background: Background,
+    exporter: Task,
+    cleaner: Task,
+    retry_worker: Task,
+    parked_gauges: Task,
+    /// Stops the retry worker and the parked gauges.
+    stop_worker: watch::Sender<bool>,
+}
+
+/// The background tasks, spawned on the current runtime.
+fn spawn_background(
+    settings: &RelaySettings,
+    observability: &Observability,
+    upkeep: &Upkeep,
+    health: &Health,
+) -> Result<Spawned, RelayError> {
     let (tracer, exporter) = match &settings.otlp {
         Some(otlp) => {
             let (tracer, task) = otel::spawn_exporter(otlp.clone());
@@ -142,7 +202,7 @@ pub async fn run_observed(
     // The retry worker stops once the sessions are over (a graceful stop
     // after their drain, or a fatal error), finishing the rows it holds.
     let (stop_worker, worker_stop) = watch::channel(false);
-    let (webhooks, retry_worker) = spawn_webhooks(&settings, &worker_stop)?;
+    let (webhooks, retry_worker) = spawn_webhooks(settings, &worker_stop)?;
     let parked_gauges = observability.parked_table.clone().map(|table| {
         let connection = settings.replication.connection.clone();
         crate::parking::gauges::spawn(connection, table, health.clone(), worker_stop.clone())
@@ -151,23 +211,16 @@ pub async fn run_observed(
         tracer,
         deleter,
         webhooks,
+        upkeep: upkeep.clone(),
     };
-    let background_webhooks = background.webhooks.clone();
-    let outcome = run_sessions(settings, observability, shutdown, health, &background).await;
-    // The tasks end once their last handle is gone, after finishing what
-    // they hold.
-    drop(background);
-    let _ = stop_worker.send(true);
-    if let Some(mut worker) = retry_worker {
-        let longest = settings_timeout(&background_webhooks) + BACKGROUND_DRAIN;
-        if tokio::time::timeout(longest, &mut worker).await.is_err() {
-            worker.abort();
-        }
-    }
-    for task in [exporter, cleaner, parked_gauges].into_iter().flatten() {
-        let _ = tokio::time::timeout(BACKGROUND_DRAIN, task).await;
-    }
-    outcome
+    Ok(Spawned {
+        background,
+        exporter,
+        cleaner,
+        retry_worker,
+        parked_gauges,
+        stop_worker,
+    })
 }
 
 /// The longest request timeout of the webhook sinks.
@@ -186,6 +239,8 @@ pub(crate) struct Background {
     /// The webhook sinks, indexed as `[[routes]]` name them; shared by the
     /// sessions and the retry worker.
     pub(crate) webhooks: Vec<Arc<SinkRuntime>>,
+    /// Where the relay lock's session and the monitor run.
+    pub(crate) upkeep: Upkeep,
 }
 
 /// The webhook sinks and the retry worker's task, if any.
@@ -223,10 +278,11 @@ async fn run_sessions(
     background: &Background,
 ) -> Result<Stopped, RelayError> {
     let lag = SlotLag::default();
-    let _monitor = AbortOnDrop(tokio::spawn(monitor::run(
-        settings.replication.clone(),
-        lag.clone(),
-    )));
+    let _monitor = AbortOnDrop(
+        background
+            .upkeep
+            .enter(|| tokio::spawn(monitor::run(settings.replication.clone(), lag.clone()))),
+    );
     let progress = Progress::new(
         observability.progress_interval,
         lag,

@@ -34,7 +34,7 @@
 //! may reach the broker after the next holder started. Kafka transactions
 //! (`transactional.id` fencing) close that window on the broker's side.
 
-use super::RelaySettings;
+use super::{RelaySettings, Upkeep};
 use crate::events;
 use crate::metrics::{self as m, Health};
 
@@ -359,6 +359,7 @@ async fn renew(
 pub(super) async fn hold_lock(
     settings: &RelaySettings,
     candidate: &mut Candidate,
+    upkeep: &Upkeep,
     lock: &mut Option<HeldLock>,
     health: &Health,
     standing_by: &mut bool,
@@ -367,10 +368,19 @@ pub(super) async fn hold_lock(
     if lock.take().is_some() {
         events::RelayLockLostBetweenSessions { slot }.emit();
     }
-    match candidate
-        .try_acquire(&settings.replication, settings.lock)
-        .await?
-    {
+    // On the upkeep's runtime: the lock's session, and the renewer spawned
+    // with it, run there, never behind the stream (`upkeep.rs`).
+    let replication = settings.replication.clone();
+    let lease = settings.lock;
+    let mut trying = std::mem::take(candidate);
+    let (tried, acquired) = upkeep
+        .run(async move {
+            let acquired = trying.try_acquire(&replication, lease).await;
+            (trying, acquired)
+        })
+        .await;
+    *candidate = tried;
+    match acquired? {
         Some(held) => {
             events::RelayLockHeld {
                 slot,

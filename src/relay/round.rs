@@ -100,6 +100,7 @@ impl<'a> Sessions<'a> {
             match lock::hold_lock(
                 settings,
                 &mut self.candidate,
+                &self.background.upkeep,
                 &mut self.lock,
                 &self.health,
                 &mut self.standing_by,
