@@ -42,10 +42,12 @@ CURVE_KEYS = ("relay", "dbz_default", "bare_librdkafka", "bare_java")
 
 def latency_plot(w1: dict, out: Path) -> None:
     quantiles = [("p50_us", "p50"), ("p99_us", "p99"), ("p999_us", "p99.9"), ("max_us", "max")]
-    rates = sorted({int(r) for k in w1 for r in w1[k]})
+    # "errors": the baseline steps that failed, a list, not runs by rate.
+    steps = {k: v for k, v in w1.items() if k != "errors"}
+    rates = sorted({int(r) for k in steps for r in steps[k]})
     fig, axes = plt.subplots(1, len(rates), figsize=(5 * len(rates), 4.5), sharey=True, squeeze=False)
     for ax, rate in zip(axes[0], rates):
-        for key, runs_by_rate in w1.items():
+        for key, runs_by_rate in steps.items():
             runs = runs_by_rate.get(str(rate)) or runs_by_rate.get(rate)
             # perf_txn: kafka-producer-perf-test's own figures, no latency
             # of the kind plotted here.

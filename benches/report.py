@@ -515,7 +515,7 @@ def write_ratios(w, results: dict) -> None:
     rows = []
     w1 = results.get("w1") or {}
     get = lambda key, rate: w1.get(key, {}).get(str(rate)) or w1.get(key, {}).get(rate)  # noqa: E731
-    for rate in sorted({int(r) for k in w1 for r in w1[k]}):
+    for rate in sorted({int(r) for k in w1 if k != "errors" for r in w1[k]}):
         relay = get("relay", rate)
         for key in ("dbz_tuned", "dbz_default"):
             dbz = get(key, rate)
@@ -801,7 +801,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
         w("\n")
         w("| rate/s | system | p50 | p99 | p99.9 | max | writer reached events/s | events measured | lost |")
         w("|---|---|---|---|---|---|---|---|---|")
-        rates = sorted({int(r) for k in w1 for r in w1[k]})
+        rates = sorted({int(r) for k in w1 if k != "errors" for r in w1[k]})
         for rate in rates:
             for key in W1_STEPS:
                 runs = w1.get(key, {}).get(str(rate)) or w1.get(key, {}).get(rate)
@@ -889,6 +889,11 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
             said = [r.get("producer_said") for _, runs in txn1 for r in runs if r.get("producer_said")]
             for line in said:
                 w(f"* `{line}`")
+            w("")
+        for e in w1.get("errors", []):
+            name = SYSTEMS.get(e["system"], "`kafka-producer-perf-test`, transactional")
+            w(f"* {name} at {e['rate']:,}/s, run {e['run']}: failed twice, left out ({e['error']})")
+        if w1.get("errors"):
             w("")
         perf1 = get("perf_txn", 1000)
         if perf1:

@@ -1134,7 +1134,16 @@ def broker_step(env: Env, rate: int, secs: float, warmup: float, writers_into: s
         if txn == "librdkafka":
             cmd += ["--transactional-id", f"{topic}.txn", "--per-transaction", "due",
                     "--checkpoint-topic", f"{topic}.checkpoints"]
-    produced = run(cmd, capture_output=True)
+    produced = run(cmd, capture_output=True, check=False)
+    if produced.returncode != 0:
+        # The reader and the writers would wait out their idle time: ended
+        # here, and the producer's last words go with the error.
+        for proc in (rd, writers):
+            if proc is not None:
+                proc.kill()
+                proc.wait()
+        tail = " | ".join((produced.stdout + produced.stderr).strip().splitlines()[-5:])
+        raise RuntimeError(f"{cmd[0] if txn != 'java' else 'TxnProducer'} exited {produced.returncode}: {tail}")
     if writers is not None and writers.wait(timeout=3600) != 0:
         raise RuntimeError(f"outbox-loadgen beside the broker failed ({writers.returncode})")
     out, _ = rd.communicate(timeout=3600)
@@ -1161,9 +1170,13 @@ def kafka_perf_txn(env: Env, rate: int, secs: float) -> dict:
          "--topic", topic, "--num-records", str(int(rate * secs)), "--record-size", str(env.s.payload),
          "--throughput", str(rate), "--transactional-id", f"{topic}.txn", "--transaction-duration-ms", "1",
          "--producer-props", f"bootstrap.servers={env.brokers}", "acks=all"],
-        capture_output=True,
+        capture_output=True, check=False,
     )
-    last = [line for line in r.stdout.splitlines() if "records sent" in line][-1]
+    said = [line for line in r.stdout.splitlines() if "records sent" in line]
+    if r.returncode != 0 or not said:
+        tail = " | ".join((r.stdout + r.stderr).strip().splitlines()[-5:])
+        raise RuntimeError(f"kafka-producer-perf-test exited {r.returncode}: {tail}")
+    last = said[-1]
     num = lambda pattern: float(re.search(pattern, last).group(1))  # noqa: E731
     return {"line": last, "records_per_s": num(r"([\d.]+) records/sec"), "p50_ms": num(r"(\d+) ms 50th"),
             "p99_ms": num(r"(\d+) ms 99th"), "p999_ms": num(r"(\d+) ms 99.9th")}
@@ -1952,11 +1965,26 @@ def sustained(r: dict, rate: int, secs: float) -> bool:
     return True
 
 
+def baseline_try(res: dict, key: str, rate: int, run_no: int, step) -> dict | None:
+    """A producer-alone baseline step, tried twice: a baseline that fails
+    (a Java client that could not reach its coordinator in time, say) is
+    logged and kept in res["errors"], and the run goes on to the relay's
+    own steps instead of ending without them."""
+    for attempt in (1, 2):
+        try:
+            return step()
+        except (RuntimeError, subprocess.SubprocessError, ValueError, IndexError) as e:
+            log(f"{key} @ {rate}/s run {run_no}: attempt {attempt} failed: {e}")
+            error = str(e)
+    res["errors"].append({"system": key, "rate": rate, "run": run_no, "error": error})
+    return None
+
+
 def w1(env: Env) -> dict:
     s = env.s
     res: dict = {"broker": {}, "broker_now": {}, "broker_writers": {}, "broker_txn": {}, "broker_txn_java": {}, "perf_txn": {},
                  "postgres": {}, "relay": {}, "relay_eos": {}, "relay_base": {}, "relay_base_eos": {},
-                 "dbz_default": {}, "dbz_tuned": {}}
+                 "dbz_default": {}, "dbz_tuned": {}, "errors": []}
     # Exactly-once delivery at one moderate rate: its latency adds up to
     # kafka.transaction_max_ms (100 ms) and a commit to at-least-once's.
     eos_rates = [r for r in s.w1_rates if r == 1000] or s.w1_rates[:1]
@@ -1978,14 +2006,19 @@ def w1(env: Env) -> dict:
         # mode (at its rate only).
         for rate in eos_rates:
             for kind, txn in (("broker_txn", "librdkafka"), ("broker_txn_java", "java")):
-                r = broker_step(env, rate, s.w1_secs, s.w1_warmup, txn=txn)
+                r = baseline_try(res, kind, rate, i + 1,
+                                 lambda: broker_step(env, rate, s.w1_secs, s.w1_warmup, txn=txn))  # noqa: B023
+                if r is None:
+                    continue
                 c = r["commit_to_consume"] or {}
                 log(f"{kind} @ {rate}/s run {i + 1}: p50 {c.get('p50_us', 0) / 1e3:.2f} ms "
                     f"p99 {c.get('p99_us', 0) / 1e3:.2f} ms ({r.get('producer_said', '')})")
                 res[kind].setdefault(rate, []).append(r)
-            r = kafka_perf_txn(env, rate, s.w1_secs + s.w1_warmup)
-            log(f"kafka-producer-perf-test, a transaction a record, @ {rate}/s run {i + 1}: {r['line']}")
-            res["perf_txn"].setdefault(rate, []).append(r)
+            r = baseline_try(res, "perf_txn", rate, i + 1,
+                             lambda: kafka_perf_txn(env, rate, s.w1_secs + s.w1_warmup))  # noqa: B023
+            if r is not None:
+                log(f"kafka-producer-perf-test, a transaction a record, @ {rate}/s run {i + 1}: {r['line']}")
+                res["perf_txn"].setdefault(rate, []).append(r)
         table, _ = env.create_outbox()
         for rate in s.w1_rates:
             # No slot on this table yet: the writers' load without a reader.
