@@ -23,6 +23,7 @@ NAMES = {
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
     "bare_librdkafka": "bare librdkafka producer",
+    "bare_window": "bare librdkafka producer, the relay's window",
     "bare_java": "bare Java producer",
     "broker": "broker alone",
     "broker_writers": "broker alone beside the writers",
@@ -33,11 +34,11 @@ NAMES = {
 COLOURS = {"relay": "tab:red", "relay_eos": "tab:orange", "relay_base": "tab:purple",
            "relay_base_eos": "tab:pink", "dbz_default": "tab:blue", "dbz_tuned": "tab:cyan",
            "broker": "tab:green", "broker_writers": "tab:olive", "postgres": "tab:gray", "recv": "black",
-           "bare_librdkafka": "tab:brown", "bare_java": "tab:green", "broker_txn": "goldenrod",
+           "bare_librdkafka": "tab:brown", "bare_window": "tab:pink", "bare_java": "tab:green", "broker_txn": "goldenrod",
            "broker_txn_java": "darkkhaki"}
 # The systems of a cost curve: the relay, Debezium and (topics curve) the
 # bare producers, dashed: they read no WAL.
-CURVE_KEYS = ("relay", "dbz_default", "bare_librdkafka", "bare_java")
+CURVE_KEYS = ("relay", "dbz_default", "bare_librdkafka", "bare_window", "bare_java")
 
 
 def latency_plot(w1: dict, out: Path) -> None:

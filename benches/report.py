@@ -28,6 +28,7 @@ SYSTEMS = {
     "dbz_default": "Debezium (defaults)",
     "dbz_tuned": "Debezium (tuned)",
     "bare_librdkafka": "bare librdkafka producer",
+    "bare_window": "bare librdkafka producer, the relay's window",
     "bare_java": "bare Java producer",
     "broker": "broker alone",
     "broker_now": "broker alone, linger.ms = 0",
@@ -305,9 +306,10 @@ CURVE_TITLES = {
 }
 CURVE_SYSTEMS = ("relay", "dbz_default")
 # Beside them in the topics curve: producers alone, sending the same records.
-CURVE_BARE = ("bare_librdkafka", "bare_java")
+CURVE_BARE = ("bare_librdkafka", "bare_window", "bare_java")
 # Column names of the systems the relay is compared with.
-CURVE_SHORT = {"dbz_default": "Debezium", "bare_librdkafka": "bare librdkafka", "bare_java": "Java producer"}
+CURVE_SHORT = {"dbz_default": "Debezium", "bare_librdkafka": "bare librdkafka",
+               "bare_window": "bare librdkafka, window", "bare_java": "Java producer"}
 # A curve is flat for a system when its CPU µs/event and its peak RSS each
 # stay within this factor (max / min) over the points.
 CURVE_FLAT = 1.5
@@ -356,6 +358,45 @@ def curve_shape(curve: str, vals: list[tuple[int, float]], what: str, unit: str)
                    f"the first point's")
 
 
+def topics_targets(curves: dict) -> list[tuple[str, str, bool | None]]:
+    """Issue 45's many-topics targets, from the topics curve: at 1,000 and
+    10,000 topics the relay drains ≥ 3 × Debezium and at least as fast as
+    the bare producers (librdkafka handed every record at once, and Kafka's
+    Java producer), with the windowed librdkafka producer named beside; the
+    relay's CPU per event at 1,000 topics ≤ 2 × its 1-topic figure."""
+    pts = {p["x"]: p for p in (curves.get("topics") or {}).get("points", [])}
+    out: list[tuple[str, str, bool | None]] = []
+
+    def rate(p: dict, key: str) -> float | None:
+        return drain_stats(p[key])["rate"]["median"] if p.get(key) else None
+
+    for k in (1000, 10000):
+        p = pts.get(k)
+        if p is None or rate(p, "relay") is None:
+            continue
+        relay = rate(p, "relay")
+        for key, factor in (("dbz_default", 3), ("bare_librdkafka", 1), ("bare_java", 1)):
+            other = rate(p, key)
+            name = f"topics curve at {k:,} topics: relay drain ≥ {f'{factor} × ' if factor > 1 else ''}" \
+                   f"{CURVE_SHORT[key]}"
+            if other is None:
+                out.append((name, f"{CURVE_SHORT[key]} not run", None))
+                continue
+            text, ok = at_least(relay / other, factor, " ×")
+            text += f" ({relay:,.0f} vs {other:,.0f} events/s"
+            window = rate(p, "bare_window")
+            if key == "bare_librdkafka" and window is not None:
+                text += f"; held to the relay's window it drained {window:,.0f}, the relay {relay / window:.2f} × that"
+            out.append((name, text + ")", ok))
+    one, many = pts.get(1), pts.get(1000)
+    if one and many and one.get("relay") and many.get("relay"):
+        a, b = (drain_stats(p["relay"])["cpu"]["median"] for p in (one, many))
+        text, ok = at_most(b / a, 2, "×")
+        out.append(("topics curve: relay CPU/event at 1,000 topics ≤ 2 × at 1 topic",
+                    f"{text} ({b:.1f} vs {a:.1f} µs/event)", ok))
+    return out
+
+
 def write_curves(w, curves: dict, s: dict) -> None:
     w("## Cost curves: how the cost grows with the work\n")
     w(f"Each point is a backlog drain of fresh WAL: a new outbox table and publication, one slot per system "
@@ -395,14 +436,17 @@ def write_curves(w, curves: dict, s: dict) -> None:
                  f"10,000.")
               + "\n")
             if any(p.get(key) for p in pts for key in CURVE_BARE):
-                w("Beside them, at every point, two producers alone send the same records to topics of their own "
+                w("Beside them, at every point, producers alone send the same records to topics of their own "
                   "named alike: key = the aggregate id, value = the payload's jsonb text as the relay sends it, no "
                   "headers (the relay adds its CloudEvents headers, `ce_id`, `ce_source`, `ce_type`, … in binary "
                   "mode; Debezium's outbox router an `id` and a `type` header), record n to topic n mod K, sent as "
                   "fast as the client takes them, starting with no topic's metadata known, exiting once every "
                   "record is acknowledged. *bare librdkafka*: `outbox-latency burst`, the relay's own producer "
                   "settings (idempotent, acks=all, gapless, murmur2_random, linger.ms 5, its queue size; no "
-                  "statistics) on the same librdkafka build. *Java producer*: benches/tools/BareProducer.java, "
+                  "statistics) on the same librdkafka build, handed every record at once. *bare librdkafka, "
+                  "window*: the same, but with at most the relay's default window unacknowledged "
+                  "(`relay.channel_capacity`, 10,000 records), as the relay reads ahead of the acknowledgements. "
+                  "*Java producer*: benches/tools/BareProducer.java, "
                   "Kafka's Java client with its idempotent defaults (acks=all, enable.idempotence) and linger.ms 5, "
                   "the JVM's start in its CPU as for Debezium (compiled before, not counted). No PostgreSQL and no "
                   "slot behind them: what remains of the relay's cost over theirs is reading, decoding and "
@@ -940,6 +984,7 @@ def render(results: dict, py: Path, raw_path: Path | None = None) -> None:
     # ---------------------------------------------------------------- cost curves
     if results.get("curves"):
         write_curves(w, results["curves"], s)
+        targets.extend(topics_targets(results["curves"]))
 
     # ---------------------------------------------------------------- cost
     if w3 and w3.get("relay"):

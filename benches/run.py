@@ -879,7 +879,9 @@ class BareProducer:
     it sends a drain's records itself, round robin over `topics`, and exits
     once every one is acknowledged; the drain is timed by the same watcher
     as the relay's. `kind`: "librdkafka" (`outbox-latency burst`, the relay's
-    producer settings) or "java" (BareProducer.java, Kafka's Java producer).
+    producer settings, handed every record at once), "window" (the same, at
+    most the relay's default window unacknowledged) or "java"
+    (BareProducer.java, Kafka's Java producer).
 
     Its CPU and peak RSS are its whole life's, from its rusage when it is
     reaped (it may exit between two samples)."""
@@ -897,6 +899,12 @@ class BareProducer:
         if kind == "librdkafka":
             self.label = "bare librdkafka producer"
             cmd = [str(env.latency_bin), "burst"] + args
+        elif kind == "window":
+            # The same producer held to the relay's window: at most
+            # relay.channel_capacity records unacknowledged, as the relay
+            # reads ahead of the broker's acknowledgements.
+            self.label = "bare librdkafka producer, the relay's window"
+            cmd = [str(env.latency_bin), "burst", "--relay-window"] + args
         elif kind == "java":
             self.label = "bare Java producer"
             # Kafka's client logs through log4j2: warnings and errors only,
@@ -1753,7 +1761,7 @@ def curve_point(env: Env, name: str, x: int, rows: int, payload_bytes: int, topi
     s = env.s
     table, pub = env.create_outbox()
     slot_keys = ["relay"] + (["dbz_default"] if debezium else [])
-    keys = slot_keys + (["bare_librdkafka", "bare_java"] if bare else [])
+    keys = slot_keys + (["bare_librdkafka", "bare_window", "bare_java"] if bare else [])
     slots = {key: [env.create_slot() for _ in range(s.curve_repeat)] for key in slot_keys}
     what = (f"{rows:,} events of {payload_bytes:,} B, {topics:,} topic(s), "
             f"{txn_rows:,} row(s) a transaction")

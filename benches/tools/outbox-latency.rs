@@ -114,6 +114,10 @@ enum Cmd {
         /// default): all of them handed to librdkafka at once.
         #[arg(long, default_value_t = 0)]
         max_pending: u64,
+        /// --max-pending of the relay's default `relay.channel_capacity`:
+        /// the window the relay itself drains with.
+        #[arg(long, conflicts_with = "max_pending")]
+        relay_window: bool,
     },
     /// Poll a topic's record count until it reaches --expect; write "unix_ns count" lines.
     Watch {
@@ -220,13 +224,18 @@ fn main() -> anyhow::Result<()> {
             payload_bytes,
             linger_ms,
             max_pending,
+            relay_window,
         } => burst(
             &brokers,
             &topics_file,
             records,
             payload_bytes,
             linger_ms,
-            max_pending,
+            if relay_window {
+                outbox_relay::config::RelayConfig::default().channel_capacity as u64
+            } else {
+                max_pending
+            },
         ),
         Cmd::Watch {
             brokers,
