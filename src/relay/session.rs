@@ -182,7 +182,10 @@ impl<'a> Session<'a> {
         mut self,
         shutdown: &mut watch::Receiver<bool>,
     ) -> Result<(Lsn, Stopped), (SessionError, Lsn)> {
-        let deadline = match self.stream_until_shutdown(shutdown).await {
+        let streamed = self.stream_until_shutdown(shutdown).await;
+        // From here on (a drain, a settle) every report wakes the session.
+        self.sink.hold_reports(false);
+        let deadline = match streamed {
             Ok(deadline) => deadline,
             Err(mut e) => {
                 if matches!(e, SessionError::Replication(_)) {
@@ -228,6 +231,12 @@ impl<'a> Session<'a> {
             // that the next read takes several transactions (pace.rs).
             let read_hold = self.machine.read_hold().map(Instant::from_std);
             let commit_at = self.machine.commit_wake_at().map(Instant::from_std);
+            // The report of the one event in flight may wait for the turn
+            // the next WAL wakes (pace.rs; a record handed over lets go of
+            // the hold); whatever landed is served now, so the reports
+            // branch below sees it before the stream does.
+            let reports_wait = self.machine.reports_wait_until().map(Instant::from_std);
+            self.sink.hold_reports(reports_wait.is_some());
             self.machine.set_time(clocks());
             tokio::select! {
                 biased;
@@ -272,6 +281,9 @@ impl<'a> Session<'a> {
                         }
                     }
                 }
+                // Reports held are due: the next turn serves them, and lets
+                // the rest wake it.
+                () = tokio::time::sleep_until(reports_wait.unwrap_or(status_due)), if reports_wait.is_some() => {}
                 report = self.http.recv() => {
                     self.on_report(report)?;
                 }

@@ -38,7 +38,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::types::RDKafka;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 
 use super::broker_watch::{BrokerWatch, ReachObserver};
 use super::counters::AckCounters;
@@ -222,9 +222,9 @@ struct ReportingContext<T> {
     /// Whether a broker answers, from the callbacks below; logs
     /// connection trouble once per incident instead of once per error.
     brokers: BrokerWatch,
-    /// Woken by librdkafka when reports land on its empty queue
-    /// (`kafka/reports.rs`).
-    reports_ready: Arc<Notify>,
+    /// Woken by librdkafka when reports land on its empty queue, unless
+    /// the session holds them (`kafka/reports.rs`).
+    reports_wake: Arc<reports::Wake>,
 }
 
 impl<T> ReportingContext<T> {
@@ -530,7 +530,7 @@ pub struct KafkaSink<T: Send + Sync + 'static> {
     /// which hold it weakly.
     producer: Arc<RelayProducer<T>>,
     /// Serves the delivery reports while the sink lives.
-    _reports: PumpGuard,
+    reports: PumpGuard,
     alarms: mpsc::UnboundedReceiver<Refused>,
     dead_letter_topic: String,
     /// The producer may ask the broker to create a topic it names
@@ -569,7 +569,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
                 acknowledged: AckCounters::new(&settings.dead_letter_topic),
                 checkpoint_topic: transactions.map(|t| t.checkpoint_topic.clone()),
                 brokers: BrokerWatch::new(&settings.brokers),
-                reports_ready: Arc::new(Notify::new()),
+                reports_wake: Arc::default(),
             })
             .map_err(SinkError::Create)?;
         let client = producer.client();
@@ -586,7 +586,7 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         Ok((
             Self {
                 producer,
-                _reports: pump,
+                reports: pump,
                 alarms,
                 dead_letter_topic: settings.dead_letter_topic.clone(),
                 may_create_topics: settings.may_create_topics(),
@@ -728,8 +728,15 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
     }
 
     /// Hands a record to the producer. Returns at once; the outcome arrives
-    /// as a [`DeliveryReport`].
+    /// as a [`DeliveryReport`]. Lets go of held reports first
+    /// ([`KafkaSink::hold_reports`]).
     pub fn send(&self, record: KafkaRecord, tag: T) -> Result<(), SendError<T>> {
+        self.reports.before_send();
+        self.hand_over(record, tag)
+    }
+
+    /// [`KafkaSink::send`] without letting go of held reports.
+    fn hand_over(&self, record: KafkaRecord, tag: T) -> Result<(), SendError<T>> {
         let mut headers = OwnedHeaders::new_with_capacity(record.headers.len());
         for (k, v) in &record.headers {
             headers = headers.insert(Header {
@@ -825,6 +832,19 @@ impl<T: Send + Sync + 'static> KafkaSink<T> {
         unsafe {
             rdkafka::bindings::rd_kafka_nudge(self.producer.client().native_ptr(), NUDGE_HOLD_MS);
         }
+    }
+
+    /// Holds the delivery reports (`true`: one landing on librdkafka's empty
+    /// queue wakes nobody, and the next call serves it; the next
+    /// [`KafkaSink::send`] lets go) or lets them wake the runtime as they
+    /// land (`false`).
+    /// Either way serves what already landed, so their reports are on the
+    /// receiver when this returns (up to a turn's worth; the rest follow in
+    /// the same wake-up). The session calls it at the start of every turn
+    /// with the machine's word (`SessionMachine::reports_wait_until`); it
+    /// costs a lock of the queue.
+    pub fn hold_reports(&self, hold: bool) {
+        self.reports.hold(&self.producer, hold);
     }
 
     /// Waits (blocking, up to `timeout`) for everything in flight; call it

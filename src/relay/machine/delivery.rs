@@ -185,6 +185,7 @@ impl SessionMachine<'_> {
         match producer.send(record, tag) {
             Ok(()) => {
                 self.pace.unnudged += 1;
+                self.pace.last_sent = Some(self.now());
                 Ok(None)
             }
             Err(SendError::QueueFull(held)) => {

@@ -93,6 +93,17 @@ pub const BUSY_MESSAGES: u64 = 75;
 /// benches/cpu-notes.md, twenty-sixth round).
 pub const DRAIN_MESSAGES: u64 = 750;
 
+/// At-least-once: how long after the last record went to the producer its
+/// delivery report may wait on librdkafka's queue for the session's next
+/// turn instead of waking it ([`SessionMachine::reports_wait_until`]). At a
+/// steady rate the next event's WAL wakes the session within this, and
+/// that one wake-up serves the last event's report too: at 1,000 events/s
+/// about one wake-up per event fewer. It delays only what the session
+/// learns from the report (the slot's confirmation, a dead letter's
+/// parking), never a record's way to the broker; a session that sees no
+/// more WAL is woken at its end.
+pub const REPORTS_WAIT: Duration = Duration::from_millis(20);
+
 /// The shell's clocks at one moment, told to the machine (which reads
 /// none): the monotonic one for every wait and bound it measures, the wall
 /// one for the commit time of a transaction whose own PostgreSQL does not
@@ -133,6 +144,8 @@ pub(super) struct Pace {
     busy: Option<Duration>,
     /// When the last read after a quiet moment began (its first message).
     last_read: Option<Instant>,
+    /// When a record last went to the producer.
+    pub(super) last_sent: Option<Instant>,
 }
 
 impl Pace {
@@ -155,6 +168,7 @@ impl Pace {
             period_messages: 0,
             busy: None,
             last_read: None,
+            last_sent: None,
         }
     }
 }
@@ -227,6 +241,33 @@ impl SessionMachine<'_> {
             self.pace.after_pause = false;
         }
         due
+    }
+
+    /// At-least-once: until when the delivery report of the one event
+    /// waiting for the broker may wait on the producer's queue for the
+    /// session's next turn rather than wake it (the session serves the
+    /// queue at the start of every turn, before it reads the stream, and
+    /// sleeps no longer than this; a record handed over lets go of the
+    /// hold): [`REPORTS_WAIT`] after the last record went to the producer.
+    /// One event only: a failed record makes the producer purge every
+    /// record behind it (per-aggregate order), which must happen before
+    /// librdkafka's epoch bump sends them on; with nothing behind it,
+    /// nothing races. `None`,
+    /// every report wakes the session as it lands: exactly-once (a commit
+    /// waits for its reports), a stop under way (its drain does), reading
+    /// held back (a full window, the producer's queue refused a record, an
+    /// aggregate being isolated: only reports free them), no event or more
+    /// than one in flight, or the wait over.
+    pub fn reports_wait_until(&self) -> Option<Instant> {
+        if self.commits.is_some()
+            || self.pace.stop.is_some()
+            || !self.can_read()
+            || self.pending_events() != 1
+        {
+            return None;
+        }
+        let until = self.pace.last_sent? + REPORTS_WAIT;
+        (until > self.pace.now).then_some(until)
     }
 
     /// The shell's clock, told before each turn: the machine reads no

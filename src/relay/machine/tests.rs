@@ -29,7 +29,7 @@ use proptest::prelude::*;
 
 use super::pace::{
     BUFFERED_ITEMS_PER_WAKE, NUDGE_AFTER_PAUSE, RATE_PERIOD, READ_WINDOW_MAX, READ_WINDOW_MIN,
-    read_window,
+    REPORTS_WAIT, read_window,
 };
 use super::*;
 use crate::contracts::{Contracts, Schema};
@@ -1881,6 +1881,13 @@ fn exactly_once_takes_one_item_per_wake_up() {
     assert_eq!(eos.messages_per_wake(), 1);
 }
 
+/// Feeds the whole of `txn` (transaction id `xid`) to `machine`.
+fn feed(machine: &mut SessionMachine<'_>, producer: &mut FakeProducer, txn: Txn, xid: u32) {
+    for data in messages(&txn, xid, false) {
+        machine.on_wal(data, producer).unwrap();
+    }
+}
+
 /// At-least-once, a quiet stream nudges the producer when WAL arrived
 /// after a pause ([`NUDGE_AFTER_PAUSE`]) since the last nudge, records went
 /// to it since, and no older one still waits for the broker (nothing is
@@ -1895,11 +1902,6 @@ fn a_quiet_stream_nudges_the_producer_after_a_pause_when_nothing_older_waits() {
     let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
     let t0 = machine.now();
     let after_pause = t0 + NUDGE_AFTER_PAUSE;
-    let feed = |machine: &mut SessionMachine<'_>, producer: &mut FakeProducer, txn: Txn, xid| {
-        for data in messages(&txn, xid, false) {
-            machine.on_wal(data, producer).unwrap();
-        }
-    };
     machine.stream_quiet(t0);
     assert!(!machine.nudge_due(), "nothing sent");
     machine.set_time(clocks(after_pause));
@@ -2173,4 +2175,73 @@ fn rows_in_messages_mode_are_a_notice_returned_once_per_session() {
     let mut refusals = Refusals::new();
     let (mut machine, _) = fed_machine(&settings, &mut refusals, None, &[second]);
     assert_eq!(machine.take_notices(), said, "a new session says it again");
+}
+
+/// At-least-once, the report of the one event waiting for the broker may
+/// wait for the session's next turn for [`REPORTS_WAIT`] after it went to
+/// the producer; never with none in flight or more than one (a failure's
+/// purge of the records behind it must not wait), nor past the wait, nor
+/// with reading held back (the window full: only reports free it), nor
+/// during a stop (its drain waits for them), nor exactly-once (a commit
+/// waits for them).
+#[test]
+fn a_report_waits_for_the_next_turn_only_for_the_one_event_in_flight() {
+    let settings = settings(10);
+    let mut refusals = Refusals::new();
+    let (mut machine, mut producer) = fed_machine(&settings, &mut refusals, None, &[]);
+    let t0 = machine.now();
+    assert_eq!(machine.reports_wait_until(), None, "nothing sent");
+    feed(&mut machine, &mut producer, table_rows(&["a"], 0x100), 1);
+    assert_eq!(
+        machine.reports_wait_until(),
+        Some(t0 + REPORTS_WAIT),
+        "a sent at t0, waiting for the broker"
+    );
+    let later = t0 + REPORTS_WAIT / 2;
+    machine.set_time(clocks(later));
+    assert_eq!(machine.reports_wait_until(), Some(t0 + REPORTS_WAIT));
+    machine.set_time(clocks(t0 + REPORTS_WAIT));
+    assert_eq!(machine.reports_wait_until(), None, "the wait is over");
+    machine.set_time(clocks(later));
+    feed(&mut machine, &mut producer, table_rows(&["b"], 0x200), 2);
+    assert_eq!(machine.pending_events(), 2);
+    assert_eq!(
+        machine.reports_wait_until(),
+        None,
+        "b is behind a: a's failure must purge it at once"
+    );
+    let mut log = BrokerLog::default();
+    while let Some(reports) = answer(&mut producer, &mut log, false) {
+        for report in reports {
+            machine.on_report(report, &mut producer).unwrap();
+        }
+    }
+    assert_eq!(machine.reports_wait_until(), None, "nothing in flight");
+    feed(&mut machine, &mut producer, table_rows(&["c"], 0x300), 3);
+    assert_eq!(
+        machine.reports_wait_until(),
+        Some(later + REPORTS_WAIT),
+        "c sent at the time last told"
+    );
+    machine.stop_requested(later + Duration::from_secs(5));
+    assert_eq!(machine.reports_wait_until(), None, "a stop drains");
+    drop(machine);
+    let one = self::settings(1);
+    let (mut full, mut producer) = fed_machine(&one, &mut refusals, None, &[]);
+    feed(&mut full, &mut producer, table_rows(&["d"], 0x400), 4);
+    assert!(!full.can_read(), "one in flight fills a window of one");
+    assert_eq!(
+        full.reports_wait_until(),
+        None,
+        "only reports free the window"
+    );
+    drop(full);
+    let (mut eos, mut producer) = fed_machine(&settings, &mut refusals, Some(None), &[]);
+    feed(&mut eos, &mut producer, table_rows(&["e"], 0x500), 5);
+    assert_eq!(eos.pending_events(), 1);
+    assert_eq!(
+        eos.reports_wait_until(),
+        None,
+        "exactly-once commits wait for reports"
+    );
 }
