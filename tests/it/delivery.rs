@@ -274,9 +274,40 @@ async fn an_event_after_a_pause_is_sent_without_waiting_for_the_linger() {
         )
     };
     // The first record also waits for the topic's metadata, and may then
-    // wait for the linger: not what this test is about.
-    outbox.admin.batch_execute(&insert(1)).await.unwrap();
+    // wait for the linger: not what this test is about. The second comes
+    // only once the relay holds nothing older for the broker: on the topic
+    // is not enough (a consumer may see the record before the producer's
+    // answer reaches the relay), so wait until the slot is confirmed into
+    // the first's transaction, which the relay does once its report is in.
+    let rows = outbox
+        .admin
+        .simple_query(&format!(
+            "BEGIN; {}; SELECT pg_current_wal_insert_lsn()::text; COMMIT",
+            insert(1)
+        ))
+        .await
+        .unwrap();
+    let inside_first: pgoutput::lsn::Lsn = rows
+        .iter()
+        .find_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+            _ => None,
+        })
+        .expect("the LSN inside the first transaction")
+        .parse()
+        .unwrap();
     assert_eq!(consume(&topic, DEADLINE, |r| !r.is_empty()).await.len(), 1);
+    wait_until(
+        "the slot confirmed past the first event",
+        DEADLINE,
+        || async {
+            outbox
+                .confirmed_flush_lsn()
+                .await
+                .is_some_and(|c| c >= inside_first)
+        },
+    )
+    .await;
 
     let committed = Instant::now();
     outbox.admin.batch_execute(&insert(2)).await.unwrap();
